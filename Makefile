@@ -1,0 +1,48 @@
+# Two entry points: `make run` (install + serve the app) and `make test` (install + run tests).
+# The install is stamped, so a second run of either starts in seconds.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+BROWSER_STAMP := $(VENV)/.browser
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: install run test lint browser bench assets
+
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --disable-pip-version-check -q -r requirements-dev.txt
+	$(BIN)/pip install --disable-pip-version-check -q --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Debian's chromium for the real-browser tests (Playwright's own browser download is not available).
+$(BROWSER_STAMP):
+	@if ! command -v chromium >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	  else sudo apt-get update -qq && sudo apt-get install -y -qq chromium chromium-driver >/dev/null; fi; \
+	fi
+	touch $(BROWSER_STAMP)
+
+browser: $(STAMP) $(BROWSER_STAMP)
+
+run: install
+	$(BIN)/streamlit run app/main.py --server.port 8501 --server.headless true
+
+lint: install
+	$(BIN)/ruff check .
+
+test: install browser
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest
+
+bench: install
+	$(BIN)/python benchmarks/extract.py
+	$(BIN)/python benchmarks/predict.py
+
+assets: install
+	$(BIN)/sparsefinder train --model default --corpus default --out assets/default

