@@ -42,7 +42,9 @@ class AttentionCall:
 
 
 AttentionSink = Callable[[AttentionCall], None]
-_sink: ContextVar[tuple[AttentionSink, list[int]] | None] = ContextVar("sparsefinder_sink", default=None)
+_sink: ContextVar[tuple[AttentionSink, list[int]] | None] = ContextVar(
+    "sparsefinder_sink", default=None
+)
 
 
 @contextmanager
@@ -59,9 +61,7 @@ def capture(sink: AttentionSink) -> Iterator[None]:
         _sink.reset(token)
 
 
-def allowed_keys(
-    attention_mask: Tensor | None, query: Tensor, key: Tensor, causal: bool
-) -> Tensor:
+def allowed_keys(attention_mask: Tensor | None, query: Tensor, key: Tensor, causal: bool) -> Tensor:
     """Bool mask (True = may attend) from whatever mask format the model handed us."""
     n, m = query.shape[-2], key.shape[-2]
     if attention_mask is None:

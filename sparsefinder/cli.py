@@ -23,7 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Predict and explore the sparsity of alpha-entmax attention.",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module_info in sorted(pkgutil.iter_modules(commands_package.__path__), key=lambda m: m.name):
+    for module_info in sorted(
+        pkgutil.iter_modules(commands_package.__path__), key=lambda m: m.name
+    ):
         if module_info.name.startswith("_"):
             continue
         module = importlib.import_module(f"{commands_package.__name__}.{module_info.name}")

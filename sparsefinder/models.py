@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedTokenizerBase
+from transformers.utils import logging as transformers_logging
 
 from sparsefinder.attention import use_entmax
 from sparsefinder.entmax_ops import validate_alpha
@@ -105,15 +106,16 @@ def _max_length(tokenizer: PreTrainedTokenizerBase, config: object) -> int:
         if isinstance(value, int) and 0 < value < 1_000_000
     ]
     if getattr(config, "model_type", "") in {"roberta", "xlm-roberta", "camembert"}:
-        limits = [v - 2 if v == getattr(config, "max_position_embeddings", -1) else v
-                  for v in limits]
+        limits = [
+            v - 2 if v == getattr(config, "max_position_embeddings", -1) else v for v in limits
+        ]
     return min(limits) if limits else 512
 
 
 def _is_causal(model: nn.Module) -> bool:
-    return any(
-        getattr(module, "is_causal", False) is True for module in model.modules()
-    ) or bool(getattr(model.config, "is_decoder", False))
+    return any(getattr(module, "is_causal", False) is True for module in model.modules()) or bool(
+        getattr(model.config, "is_decoder", False)
+    )
 
 
 def load_model(
@@ -125,6 +127,7 @@ def load_model(
         raise ModelLoadError("model name is empty; use 'default', a local folder or a hub id")
     name = name.strip()
     resolved_device = resolve_device(device)
+    transformers_logging.disable_progress_bar()  # keep CLI/app output to our own bars
     if name == DEFAULT_MODEL:
         source, model_id = str(default_model_path()), DEFAULT_MODEL_ID
     else:
@@ -140,12 +143,17 @@ def load_model(
             "check that the folder holds config.json, the tokenizer files and the weights"
             if is_local
             else "use 'default', a local folder with a saved model, or a hub id"
-            + (" (HF_HUB_OFFLINE=1 is set: hub ids only work if already cached; unset it "
-               "where you have a network)" if offline else " and check your network")
+            + (
+                " (HF_HUB_OFFLINE=1 is set: hub ids only work if already cached; unset it "
+                "where you have a network)"
+                if offline
+                else " and check your network"
+            )
         )
-        raise ModelLoadError(f"could not load model {name!r} from {source!r}: {hint}. "
-                             f"Cause: {type(error).__name__}: {str(error).splitlines()[0]}"
-                             ) from error
+        raise ModelLoadError(
+            f"could not load model {name!r} from {source!r}: {hint}. "
+            f"Cause: {type(error).__name__}: {str(error).splitlines()[0]}"
+        ) from error
     if tokenizer.pad_token is None:  # GPT-2 style tokenizers: padding is masked out anyway
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "right"

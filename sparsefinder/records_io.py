@@ -78,8 +78,9 @@ def load_records(path: str | Path) -> tuple[list[AttentionRecord], dict]:
     """Read a file written by :func:`save_records`; returns (records, metadata)."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"records file {path} does not exist; create it with "
-                                "`sparsefinder extract --out DIR`")
+        raise FileNotFoundError(
+            f"records file {path} does not exist; create it with `sparsefinder extract --out DIR`"
+        )
     try:
         payload = torch.load(path, weights_only=True)
     except Exception as error:  # torch raises many types for a corrupt pickle/zip

@@ -9,7 +9,9 @@ from sparsefinder.models import load_model
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser("info", help="print model, layers, heads, head dim, alpha, device")
+    parser = subparsers.add_parser(
+        "info", help="print model, layers, heads, head dim, alpha, device"
+    )
     add_model_arguments(parser)
     return parser
 

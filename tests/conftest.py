@@ -1,0 +1,94 @@
+"""Shared fixtures: the bundled default model (loaded once) and tiny random models on disk."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def default_model():
+    """all-MiniLM-L6-v2 with entmax-1.5 attention; shared because loading costs seconds."""
+    from sparsefinder.models import load_model
+
+    return load_model("default", alpha=1.5, device="cpu")
+
+
+@pytest.fixture(scope="session")
+def default_tokenizer(default_model):
+    return default_model.tokenizer
+
+
+def _save_tiny(tmp_dir: Path, config, tokenizer) -> Path:
+    import torch
+    from transformers import AutoModel
+
+    torch.manual_seed(0)
+    model = AutoModel.from_config(config)
+    model.save_pretrained(tmp_dir)
+    tokenizer.save_pretrained(tmp_dir)
+    return tmp_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dirs(tmp_path_factory, default_tokenizer) -> dict[str, Path]:
+    """Tiny randomly initialised models of each supported family, saved as local folders.
+
+    All use the default model's WordPiece tokenizer, so no download is needed.
+    """
+    from transformers import BertConfig, DistilBertConfig, GPT2Config, RobertaConfig
+
+    vocab = default_tokenizer.vocab_size
+    # A wide initialisation makes the random attention scores spread out, so entmax is sparse.
+    wide = {"initializer_range": 0.5}
+    configs = {
+        "bert": BertConfig(
+            vocab_size=vocab,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            max_position_embeddings=64,
+            **wide,
+        ),
+        "roberta": RobertaConfig(
+            vocab_size=vocab,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            max_position_embeddings=66,
+            pad_token_id=0,
+            **wide,
+        ),
+        "distilbert": DistilBertConfig(
+            vocab_size=vocab,
+            dim=32,
+            n_layers=2,
+            n_heads=4,
+            hidden_dim=64,
+            max_position_embeddings=64,
+            **wide,
+        ),
+        "gpt2": GPT2Config(
+            vocab_size=vocab,
+            n_embd=32,
+            n_layer=2,
+            n_head=4,
+            n_positions=64,
+            bos_token_id=101,
+            eos_token_id=102,
+            **wide,
+        ),
+    }
+    root = tmp_path_factory.mktemp("tiny_models")
+    return {
+        name: _save_tiny(root / name, config, default_tokenizer) for name, config in configs.items()
+    }

@@ -1,0 +1,104 @@
+"""Gold graph extraction: tokens, offsets, exact q/k, sparse probabilities, bad input."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from sparsefinder.entmax_ops import entmax_normalize
+from sparsefinder.graphs import LongTextWarning, TextInputError, extract
+from sparsefinder.models import load_model
+
+TEXT = "The doctor said she would call the patient when his results arrived."
+
+
+def test_record_shapes_tokens_and_offsets(default_model):
+    (record,) = extract(default_model, TEXT)
+    n = record.n_tokens
+    assert record.tokens[0] == "[CLS]" and record.tokens[-1] == "[SEP]"
+    assert record.special[0] and record.special[-1] and not any(record.special[1:-1])
+    assert record.num_layers == 6 and record.num_heads == 12
+    for token, (start, end), special in zip(
+        record.tokens, record.offsets, record.special, strict=True
+    ):
+        if not special:
+            assert TEXT[start:end].lower() == token.removeprefix("##")
+    for layer in record.layers:
+        assert layer.queries.shape == (12, n, 32) and layer.keys.shape == (12, n, 32)
+        assert layer.gold.dtype == torch.bool and layer.gold.shape == (12, n, n)
+        assert layer.prob_values.numel() == int(layer.gold.sum())
+        probs = layer.probs()
+        torch.testing.assert_close(probs.sum(-1), torch.ones(12, n), atol=1e-5, rtol=0)
+        assert torch.equal(probs > 0, layer.gold)
+
+
+def test_stored_vectors_are_the_ones_entering_qk(default_model):
+    """Recomputing entmax from the stored q, k reproduces the gold graph exactly."""
+    (record,) = extract(default_model, TEXT)
+    for layer in record.layers:
+        recomputed = entmax_normalize(layer.scores(), 1.5)
+        assert torch.equal(recomputed > 0, layer.gold)
+        torch.testing.assert_close(recomputed, layer.probs(), atol=1e-6, rtol=0)
+
+
+def test_entmax_is_sparse_on_the_default_model(default_model):
+    (record,) = extract(default_model, TEXT)
+    zero_fraction = 1 - torch.stack([layer.gold.float().mean() for layer in record.layers])
+    assert float(zero_fraction.mean()) > 0.3
+
+
+def test_batching_and_padding_do_not_change_graphs(default_model):
+    short, long = "Short text.", TEXT
+    together = extract(default_model, [long, short], batch_size=2)
+    alone = extract(default_model, [short], batch_size=1)[0]
+    assert together[1].tokens == alone.tokens
+    for a, b in zip(together[1].layers, alone.layers, strict=True):
+        assert torch.equal(a.gold, b.gold)
+        torch.testing.assert_close(a.prob_values, b.prob_values, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("bad", ["", "   \n\t ", None, 42])
+def test_empty_or_non_text_input_is_rejected(default_model, bad):
+    with pytest.raises(TextInputError):
+        extract(default_model, [bad])
+
+
+def test_no_texts_is_rejected(default_model):
+    with pytest.raises(TextInputError, match="no texts"):
+        extract(default_model, [])
+
+
+def test_long_text_truncate_chunk_and_error(tiny_model_dirs):
+    loaded = load_model(str(tiny_model_dirs["bert"]), device="cpu")  # max 64 tokens
+    text = " ".join(f"word{i}" for i in range(80))
+    with pytest.warns(LongTextWarning, match="truncated to its first 64 tokens"):
+        (record,) = extract(loaded, text)
+    assert record.truncated and record.n_tokens == 64
+    with pytest.warns(LongTextWarning, match="split into"):
+        chunks = extract(loaded, text, long_text="chunk")
+    assert len(chunks) > 1 and all(chunk.n_tokens <= 64 for chunk in chunks)
+    covered = {offset for chunk in chunks for offset in chunk.offsets if offset != (0, 0)}
+    assert max(end for _, end in covered) == len(text)
+    with pytest.raises(TextInputError, match="more than the model's maximum"):
+        extract(loaded, text, long_text="error")
+    with pytest.raises(ValueError, match="long_text"):
+        extract(loaded, text, long_text="drop")
+
+
+def test_emoji_and_non_english_text_work(default_model):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LongTextWarning)
+        (record,) = extract(default_model, "Καλημέρα 🌍🚀 東京 Москва café ✨✨✨")
+    assert record.n_tokens > 3 and record.layers[0].gold.any()
+
+
+def test_decoder_records_are_causal(tiny_model_dirs):
+    loaded = load_model(str(tiny_model_dirs["gpt2"]), device="cpu")
+    (record,) = extract(loaded, "tokens of a decoder only see the past")
+    assert record.causal
+    n = record.n_tokens
+    future = ~torch.ones(n, n, dtype=torch.bool).tril()
+    assert all(not layer.gold[:, future].any() for layer in record.layers)
+    assert torch.isinf(record.layers[0].scores(causal=True)[:, future]).all()

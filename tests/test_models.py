@@ -1,0 +1,60 @@
+"""Loading models: the bundled default offline, local folders, and clear errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sparsefinder.attention import ENTMAX_ATTENTION
+from sparsefinder.models import ModelLoadError, load_model, resolve_device, set_alpha
+
+
+def test_default_model_loads_offline(default_model):
+    info = default_model.describe()
+    assert info["layers"] == 6 and info["heads"] == 12 and info["head_dim"] == 32
+    assert info["alpha"] == 1.5 and info["causal"] is False
+    assert info["max_length"] == 512
+    assert default_model.model.config._attn_implementation == ENTMAX_ATTENTION
+
+
+def test_local_folder_and_causal_flag(tiny_model_dirs):
+    assert load_model(str(tiny_model_dirs["gpt2"]), device="cpu").causal is True
+    assert load_model(str(tiny_model_dirs["bert"]), device="cpu").causal is False
+    assert load_model(str(tiny_model_dirs["roberta"]), device="cpu").max_length == 64
+
+
+@pytest.mark.parametrize("alpha", [0.5, 0.999, -1, float("nan"), float("inf"), "1.5", None, True])
+def test_bad_alpha_is_rejected_with_a_message(alpha):
+    with pytest.raises(ValueError, match="alpha"):
+        load_model("default", alpha=alpha)
+
+
+def test_unknown_model_names_what_was_tried(tmp_path):
+    with pytest.raises(ModelLoadError) as error:
+        load_model("no-such-org/no-such-model", device="cpu")
+    message = str(error.value)
+    assert "no-such-org/no-such-model" in message and "HF_HUB_OFFLINE" in message
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ModelLoadError, match="config.json"):
+        load_model(str(empty), device="cpu")
+    with pytest.raises(ModelLoadError, match="empty"):
+        load_model("   ")
+
+
+def test_device_resolution():
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert resolve_device("cpu").type == "cpu"
+    with pytest.raises(ModelLoadError, match="device"):
+        resolve_device("tpu-42")
+    if not torch.cuda.is_available():
+        with pytest.raises(ModelLoadError, match="CUDA"):
+            resolve_device("cuda")
+
+
+def test_set_alpha_changes_attention_without_reload(tiny_model_dirs):
+    loaded = load_model(str(tiny_model_dirs["bert"]), alpha=1.5, device="cpu")
+    set_alpha(loaded, 2.0)
+    assert loaded.model.config.entmax_alpha == 2.0 and loaded.alpha == 2.0
+    with pytest.raises(ValueError, match="alpha"):
+        set_alpha(loaded, 0.3)
