@@ -1,0 +1,162 @@
+"""How good is a predicted attention graph? Recall (paper Eq. 4) and sparsity (Eq. 5).
+
+All inputs are bool masks ``(heads, n, m)`` of ONE text, without padding (a record is one
+text), so padding never enters a numerator or a denominator.
+
+- ``recall = |pred ∧ gold| / |gold|`` per head. By sparse-consistency of α-entmax, recall 1
+  means the predicted graph gives exactly the original attention. A head with no gold edge
+  has recall 1.0 by convention: there is nothing to miss.
+- ``sparsity = 1 - |pred| / D`` per head, with ``D = n·m``, or in the causal (decoder) case
+  the number of non-future pairs, ``n(n+1)/2`` when ``n == m``; future pairs are then not
+  counted in ``|pred|`` either.
+
+Averaging (``macro_average``) is macro, in this order: for every (layer, head) the mean over
+texts (each text weighs the same, whatever its length); then, per layer, the mean over heads;
+then the overall value, the mean over layers. With equally many heads in every layer the
+overall value equals the plain mean of all (layer, head) values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+from torch import Tensor
+
+from sparsefinder.predictors.base import causal_mask
+
+_DTYPE = torch.float64  # averages over many texts; counts stay exact
+_BYTES_PER_WORD = 8
+_WORDS_PER_GROUP = 255  # 255 words of 0/1 bytes sum without any byte overflowing
+
+
+def count_true(x: Tensor) -> Tensor:
+    """Number of True entries over the last two axes: bool (..., n, m) → int64 (...).
+
+    ``x.sum()`` on bool widens every element to int64 first, which dominates the cost of
+    scoring a (heads, 512, 512) mask on CPU. Here the 0/1 bytes are read 8 at a time as
+    int64 words; summing at most 255 words keeps every byte <= 255, so no carry crosses a
+    byte boundary, and the few remaining bytes are then summed. Exact, ~10x faster.
+    """
+    lead = x.shape[:-2]
+    flat = x.reshape(*lead, -1)
+    length = flat.shape[-1]
+    if length % _BYTES_PER_WORD or not flat.is_contiguous() or flat.numel() == 0:
+        return flat.view(torch.uint8).sum(-1, dtype=torch.int64)
+    words = flat.view(torch.int64)
+    n_words = words.shape[-1]
+    grouped = n_words - n_words % _WORDS_PER_GROUP
+    partial = words[..., :grouped].reshape(*lead, -1, _WORDS_PER_GROUP).sum(-1)
+    total = partial.view(torch.uint8).sum(-1, dtype=torch.int64)
+    return total + words[..., grouped:].view(torch.uint8).sum(-1, dtype=torch.int64)
+
+
+@lru_cache(maxsize=32)
+def _cached_causal_mask(n: int, m: int, device: torch.device) -> Tensor:
+    return causal_mask(n, m, device)  # read-only by convention: never modified in place
+
+
+def _check_mask(name: str, x: Tensor) -> None:
+    if not isinstance(x, Tensor) or x.dtype != torch.bool:
+        got = x.dtype if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(
+            f"{name} must be a bool tensor (heads, n, m), got {got}; "
+            f"for probabilities pass `{name} > 0`"
+        )
+    if x.dim() < 2:
+        raise ValueError(f"{name} must have shape (heads, n, m), got {tuple(x.shape)}")
+
+
+def n_allowed_pairs(n: int, m: int, *, causal: bool = False) -> int:
+    """Denominator of Eq. 5: n·m, or the number of non-future pairs when ``causal``.
+
+    Uses the convention of ``predictors.base.causal_mask`` (query i sees keys
+    j <= i + (m - n)), which gives n(n+1)/2 for n == m.
+    """
+    if not causal:
+        return n * m
+    offset = m - n
+    # row i allows min(m, max(0, i + offset + 1)) keys
+    return int(torch.arange(n).add(offset + 1).clamp(0, m).sum())
+
+
+def recall(pred: Tensor, gold: Tensor) -> Tensor:
+    """Per-head recall |pred ∧ gold| / |gold| → float64 (heads,); 1.0 where gold is empty."""
+    _check_mask("pred", pred)
+    _check_mask("gold", gold)
+    if pred.shape != gold.shape:
+        raise ValueError(f"pred {tuple(pred.shape)} and gold {tuple(gold.shape)} must match")
+    hit = count_true(pred & gold)
+    total = count_true(gold)
+    return torch.where(total > 0, hit.to(_DTYPE) / total.clamp(min=1), 1.0)
+
+
+def sparsity(pred: Tensor, *, causal: bool = False) -> Tensor:
+    """Per-head sparsity 1 - |pred| / D → float64 (heads,); see module docstring for D.
+
+    With ``causal`` only non-future predicted pairs are counted. An empty graph (D = 0) has
+    sparsity 1.0.
+    """
+    _check_mask("pred", pred)
+    n, m = pred.shape[-2:]
+    if causal:
+        pred = pred & _cached_causal_mask(n, m, pred.device)
+    denom = n_allowed_pairs(n, m, causal=causal)
+    if denom == 0:
+        return torch.ones(pred.shape[:-2], dtype=_DTYPE, device=pred.device)
+    return 1.0 - count_true(pred).to(_DTYPE) / denom
+
+
+def gold_sparsity(gold: Tensor, *, causal: bool = False) -> Tensor:
+    """Sparsity of the gold (α-entmax) graph: the level a predictor would ideally reach."""
+    return sparsity(gold, causal=causal)
+
+
+@dataclass
+class GraphScores:
+    """Scores of one text: ``recall``, ``sparsity`` (and optionally ``gold_sparsity``) as
+    float64 tensors of shape (layers, heads)."""
+
+    recall: Tensor
+    sparsity: Tensor
+    gold_sparsity: Tensor | None = None
+
+
+def score_layers(preds: list[Tensor], golds: list[Tensor], causal: bool = False) -> GraphScores:
+    """Scores one text, given per-layer predicted and gold masks (heads, n, m)."""
+    if len(preds) != len(golds):
+        raise ValueError(f"got {len(preds)} predicted layers but {len(golds)} gold layers")
+    if not preds:
+        raise ValueError("score_layers needs at least one layer")
+    return GraphScores(
+        recall=torch.stack([recall(p, g) for p, g in zip(preds, golds, strict=True)]),
+        sparsity=torch.stack([sparsity(p, causal=causal) for p in preds]),
+        gold_sparsity=torch.stack([gold_sparsity(g, causal=causal) for g in golds]),
+    )
+
+
+def macro_average(scores: list[GraphScores]) -> dict[str, Tensor | float | int]:
+    """Macro-average over texts, then heads, then layers (see module docstring).
+
+    Returns ``{metric}_per_head`` (layers, heads) = mean over texts, ``{metric}_per_layer``
+    (layers,) = mean over heads of that, and ``{metric}`` (a float) = mean over layers, for
+    ``metric`` in recall, sparsity and (when every text has it) gold_sparsity; plus
+    ``n_texts``.
+    """
+    if not scores:
+        raise ValueError("macro_average needs the scores of at least one text")
+    metrics = ["recall", "sparsity"]
+    if all(s.gold_sparsity is not None for s in scores):
+        metrics.append("gold_sparsity")
+    shapes = {tuple(s.recall.shape) for s in scores}
+    if len(shapes) != 1:
+        raise ValueError(f"all texts must have the same (layers, heads), got {sorted(shapes)}")
+    out: dict[str, Tensor | float | int] = {"n_texts": len(scores)}
+    for name in metrics:
+        per_head = torch.stack([getattr(s, name).to(_DTYPE) for s in scores]).mean(0)
+        per_layer = per_head.mean(-1)
+        out[f"{name}_per_head"] = per_head
+        out[f"{name}_per_layer"] = per_layer
+        out[name] = float(per_layer.mean())
+    return out

@@ -1,0 +1,22 @@
+"""Graph predictors: each maps projected queries/keys to a bool attention mask.
+
+Add new predictors (e.g. baselines) by importing them here and listing them in ``__all__``.
+"""
+
+from sparsefinder.predictors.base import Predictor
+from sparsefinder.predictors.distance import Distance
+from sparsefinder.predictors.global_tokens import GlobalTokens
+from sparsefinder.predictors.kmeans import KMeans
+from sparsefinder.predictors.quantization import Quantization
+from sparsefinder.predictors.union import Union
+from sparsefinder.predictors.window import Window
+
+__all__ = [
+    "Predictor",
+    "Distance",
+    "Quantization",
+    "KMeans",
+    "Window",
+    "GlobalTokens",
+    "Union",
+]

@@ -1,0 +1,74 @@
+"""Union of predictors (paper §4.7): add window/global edges to a learned pattern to
+recover the local and positional connections it misses."""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from sparsefinder.predictors.base import Predictor, apply_causal, check_shapes
+
+
+class Union:
+    """Edge iff at least one member predicts it (logical OR of the members' masks)."""
+
+    def __init__(self, *predictors: Predictor) -> None:
+        if not predictors:
+            raise ValueError("Union needs at least one predictor, e.g. Union(KMeans(), Window(3))")
+        for p in predictors:
+            if not isinstance(p, Predictor):
+                raise TypeError(
+                    f"Union members must have a predict(q, k, causal=...) method; got {p!r}"
+                )
+        self.predictors: tuple[Predictor, ...] = tuple(predictors)
+
+    def __repr__(self) -> str:
+        return f"Union({', '.join(repr(p) for p in self.predictors)})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Union) and self.predictors == other.predictors
+
+    __hash__ = None  # mutable container, like the dataclass members
+
+    def fit(self, q: Tensor, k: Tensor) -> Union:
+        """Fits every member that can be fitted (e.g. KMeans); others are left as they are."""
+        for p in self.predictors:
+            fit = getattr(p, "fit", None)
+            if callable(fit):
+                fit(q, k)
+        return self
+
+    def predict(self, q: Tensor, k: Tensor, *, causal: bool = False) -> Tensor:
+        """q: (heads, n, r), k: (heads, m, r) → bool (heads, n, m)."""
+        check_shapes(q, k)
+        n, m = q.shape[1], k.shape[1]
+        # Members with a head-independent ``shared_pattern(n, m, device)`` (Window,
+        # GlobalTokens) are OR-ed as one (n, m) mask and broadcast, instead of each allocating
+        # a (heads, n, m) copy: on CPU, fresh large buffers cost page faults on every call.
+        shared: Tensor | None = None
+        per_head: list[Predictor] = []
+        for p in self.predictors:
+            pattern = getattr(p, "shared_pattern", None)
+            if callable(pattern):
+                shared = (
+                    pattern(n, m, q.device) if shared is None else shared | pattern(n, m, q.device)
+                )
+            else:
+                per_head.append(p)
+        if shared is not None:
+            shared = apply_causal(shared, causal)
+        if not per_head:
+            return shared.expand(q.shape[0], -1, -1).contiguous()
+        # Members get ``causal`` themselves: a member's causal pattern need not be its
+        # non-causal pattern with the future cut off (e.g. a top-k over allowed keys only).
+        masks = (p.predict(q, k, causal=causal) for p in per_head)
+        mask = next(masks)
+        # Write into the first member's output only if it promises a fresh tensor (all the
+        # built-in predictors do): one fewer (heads, n, m) allocation per call. Otherwise the
+        # first OR allocates, so a member's output is never modified.
+        owned = getattr(per_head[0], "_fresh_mask", False)
+        for other in masks if shared is None else (shared, *masks):
+            if owned:
+                mask |= other
+            else:
+                mask, owned = mask | other, True
+        return mask

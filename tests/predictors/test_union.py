@@ -1,0 +1,109 @@
+"""Union: OR of the members' predictions (paper §4.7)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sparsefinder.predictors import Distance, GlobalTokens, KMeans, Predictor, Union, Window
+
+
+class Fixed:
+    """A predictor that returns one stored mask and records the calls it gets."""
+
+    def __init__(self, mask: torch.Tensor) -> None:
+        self.mask = mask
+        self.causal_seen: list[bool] = []
+        self.fitted = False
+
+    def predict(self, q, k, *, causal=False):
+        self.causal_seen.append(causal)
+        return self.mask & torch.ones_like(self.mask).tril() if causal else self.mask
+
+    def fit(self, q, k):
+        self.fitted = True
+        return self
+
+
+def _data(seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(3, 8, 4, generator=gen), torch.randn(3, 8, 4, generator=gen)
+
+
+def test_is_a_predictor_with_readable_repr() -> None:
+    union = Union(Window(3), GlobalTokens(last=False))
+    assert isinstance(union, Predictor)
+    assert repr(union) == "Union(Window(size=3), GlobalTokens(first=True, last=False))"
+
+
+def test_is_the_or_of_its_members() -> None:
+    q, k = _data()
+    members = [
+        Distance(1.5),
+        KMeans.from_centroids(torch.randn(3, 4, 4, generator=torch.Generator().manual_seed(1))),
+        Window(3),
+        GlobalTokens(),
+    ]
+    expected = torch.zeros(3, 8, 8, dtype=torch.bool)
+    for p in members:
+        expected |= p.predict(q, k)
+    assert torch.equal(Union(*members).predict(q, k), expected)
+    assert torch.equal(Union(*reversed(members)).predict(q, k), expected)
+    # fixed patterns only, and learned patterns only
+    assert torch.equal(
+        Union(Window(3), GlobalTokens()).predict(q, k),
+        Window(3).predict(q, k) | GlobalTokens().predict(q, k),
+    )
+    assert torch.equal(
+        Union(members[0], members[1]).predict(q, k),
+        members[0].predict(q, k) | members[1].predict(q, k),
+    )
+
+
+def test_hand_computed_three_tokens() -> None:
+    a = torch.tensor([[[True, False, False], [False, False, False], [False, False, True]]])
+    b = torch.tensor([[[False, False, False], [True, False, False], [False, False, True]]])
+    expected = torch.tensor([[[True, False, False], [True, False, False], [False, False, True]]])
+    q = k = torch.zeros(1, 3, 2)
+    assert torch.equal(Union(Fixed(a), Fixed(b)).predict(q, k), expected)
+    assert torch.equal(Union(Fixed(a)).predict(q, k), a)
+
+
+def test_never_modifies_a_members_output() -> None:
+    a = torch.eye(4, dtype=torch.bool)[None].repeat(2, 1, 1)
+    before = a.clone()
+    q = k = torch.zeros(2, 4, 2)
+    Union(Fixed(a), Fixed(~a)).predict(q, k)
+    Union(Fixed(a), Window(3)).predict(q, k)
+    assert torch.equal(a, before)
+
+
+def test_causal_is_passed_to_members_and_leaves_no_future() -> None:
+    fixed = Fixed(torch.ones(2, 5, 5, dtype=torch.bool))
+    q = k = torch.zeros(2, 5, 2)
+    mask = Union(fixed, Window(5), GlobalTokens()).predict(q, k, causal=True)
+    assert fixed.causal_seen == [True]
+    assert torch.equal(mask, torch.ones(2, 5, 5).tril().bool())
+
+
+def test_fit_reaches_members_that_have_fit() -> None:
+    q, k = _data()
+    kmeans, fixed = KMeans(n_clusters=2, n_init=1), Fixed(torch.zeros(3, 8, 8, dtype=torch.bool))
+    union = Union(kmeans, Window(1), fixed)
+    assert union.fit(q, k) is union
+    assert kmeans.centroids_ is not None and kmeans.centroids_.shape == (3, 2, 4)
+    assert fixed.fitted
+
+
+def test_nested_unions() -> None:
+    q, k = _data()
+    nested = Union(Union(Window(1), GlobalTokens()), Distance(1.0))
+    flat = Union(Window(1), GlobalTokens(), Distance(1.0))
+    assert torch.equal(nested.predict(q, k), flat.predict(q, k))
+
+
+def test_rejects_empty_and_non_predictors() -> None:
+    with pytest.raises(ValueError, match="at least one predictor"):
+        Union()
+    with pytest.raises(TypeError, match="predict"):
+        Union(Window(3), "window")
