@@ -4,10 +4,16 @@ Add new predictors (e.g. baselines) by importing them here and listing them in `
 """
 
 from sparsefinder.predictors.base import Predictor
+from sparsefinder.predictors.bigbird import BigBird
 from sparsefinder.predictors.distance import Distance
 from sparsefinder.predictors.global_tokens import GlobalTokens
 from sparsefinder.predictors.kmeans import KMeans
+from sparsefinder.predictors.longformer import Longformer
 from sparsefinder.predictors.quantization import Quantization
+from sparsefinder.predictors.reformer import Reformer
+from sparsefinder.predictors.routing import Routing
+from sparsefinder.predictors.sparsebert import NoDiagonal, StaticMask
+from sparsefinder.predictors.topk import TopK
 from sparsefinder.predictors.union import Union
 from sparsefinder.predictors.window import Window
 
@@ -19,4 +25,11 @@ __all__ = [
     "Window",
     "GlobalTokens",
     "Union",
+    "Longformer",
+    "BigBird",
+    "Reformer",
+    "Routing",
+    "TopK",
+    "NoDiagonal",
+    "StaticMask",
 ]
