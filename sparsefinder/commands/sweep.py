@@ -1,0 +1,110 @@
+"""`sparsefinder sweep`: sparsity–recall points, Pareto frontiers and a plot on held-out text.
+
+Writes DIR/points.csv, DIR/points.json (points plus gold sparsity), DIR/frontier.csv,
+DIR/recall_at_sparsity.csv and DIR/pareto.html (self-contained, opens offline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from sparsefinder.commands._common import add_corpus_arguments, add_model_arguments
+from sparsefinder.corpus import chunk_passages, load_corpus
+from sparsefinder.graphs import extract
+from sparsefinder.models import DEFAULT_MODEL, load_model
+from sparsefinder.pareto import (
+    pareto_figure,
+    pareto_frontier,
+    recall_at_sparsity,
+    resolve_methods,
+    sweep,
+    write_figure_html,
+)
+from sparsefinder.projections import HeadProjections
+
+_JSON_COLUMNS = ("params", "recall_per_layer", "sparsity_per_layer")
+BUNDLED = Path(__file__).resolve().parents[2] / "assets" / "default" / "projections.pt"
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "sweep", help="sparsity-recall sweep of predictors on held-out text, with Pareto plot"
+    )
+    add_model_arguments(parser)
+    add_corpus_arguments(parser, default_split="validation")
+    parser.add_argument(
+        "--projections", type=Path, default=None,
+        help="projections file from `sparsefinder train` (default: the bundled "
+             "assets/default/projections.pt for --model default)",
+    )
+    parser.add_argument("--out", required=True, type=Path, help="folder for the results")
+    parser.add_argument(
+        "--methods", default="sparsefinder",
+        help="'sparsefinder' (distance, kmeans, quantization, each +window, window), 'all', "
+             "or a comma list of method names",
+    )
+    parser.add_argument("--batch", type=int, default=8, help="texts per forward pass")
+    return parser
+
+
+def _projections_path(args: argparse.Namespace) -> Path:
+    if args.projections is not None:
+        return args.projections
+    if args.model == DEFAULT_MODEL:
+        return BUNDLED
+    raise ValueError(
+        f"--projections is required for model {args.model!r}; create them with "
+        f"`sparsefinder train --model {args.model} --out DIR` and pass DIR/projections.pt"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    methods = resolve_methods(args.methods)  # fail on a typo before loading anything
+    loaded = load_model(args.model, alpha=args.alpha, device=args.device)
+    projections = HeadProjections.load(
+        _projections_path(args), expected_model_id=loaded.model_id, expected_alpha=loaded.alpha
+    )
+    passages = load_corpus(args.corpus, args.split)
+    if args.max_passages is not None:
+        passages = passages[: max(args.max_passages, 0)]
+    if not passages:
+        raise ValueError(
+            f"the {args.split} split of corpus {args.corpus} has no passages to evaluate on; "
+            "use a larger corpus or raise --max-passages"
+        )
+    if args.split == "train" or projections.metadata.get("split") == args.split:
+        print(f"warning: evaluating on the {args.split} split the projections were trained on")
+    texts = chunk_passages(passages, loaded.tokenizer, loaded.max_length)
+    print(f"model {loaded.model_id}; {len(passages)} passages of the {args.split} split "
+          f"-> {len(texts)} texts; methods: {', '.join(methods)}")
+    records = extract(loaded, texts, batch_size=args.batch, progress=True)
+    points = sweep(records, projections, methods, progress=True)
+    frontier = pareto_frontier(points)
+    at = recall_at_sparsity(points)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    points.to_csv(out / "points.csv", index=False)
+    frontier.to_csv(out / "frontier.csv", index=False)
+    at.to_csv(out / "recall_at_sparsity.csv", index=False)
+    gold = points.attrs["gold_sparsity"]
+    gold_layers = points.attrs["gold_sparsity_per_layer"]
+    summary = {
+        "model": loaded.model_id, "alpha": loaded.alpha, "corpus": str(args.corpus),
+        "split": args.split, "n_texts": len(records), "gold_sparsity": gold,
+        "gold_sparsity_per_layer": gold_layers,
+        "points": [
+            {**row, **{key: json.loads(row[key]) for key in _JSON_COLUMNS}}
+            for row in json.loads(points.to_json(orient="records"))
+        ],
+    }
+    (out / "points.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    title = f"Sparsity–recall, {loaded.model_id}, {args.split} split ({len(records)} texts)"
+    write_figure_html(pareto_figure(points, gold, title=title), out / "pareto.html")
+    print(f"gold sparsity: {gold:.4f} (per layer: "
+          f"{', '.join(f'{x:.4f}' for x in gold_layers)})")
+    print(at.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    print(f"wrote {len(points)} points to {out}/ (points.csv, points.json, frontier.csv, "
+          "recall_at_sparsity.csv, pareto.html)")
+    return 0

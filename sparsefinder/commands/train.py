@@ -1,0 +1,95 @@
+"""`sparsefinder train`: learn per-head projections and k-means centroids, save one file.
+
+Gold graphs come from the corpus' train split (long passages are chunked to the model's
+maximum length, so nothing is silently truncated); the validation split is never read here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from sparsefinder.commands._common import add_corpus_arguments, add_model_arguments
+from sparsefinder.corpus import chunk_passages, load_corpus
+from sparsefinder.graphs import extract
+from sparsefinder.models import load_model
+from sparsefinder.projections import fit_centroids, train_projections
+
+DEFAULT_CLUSTERS = "2,4,6,8,10,12,16,20"
+
+
+def parse_int_list(text: str) -> list[int]:
+    """``"2,4,8"`` → [2, 4, 8]; argparse turns the ValueError into a usage error."""
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers like {DEFAULT_CLUSTERS}, got {text!r}"
+        ) from error
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected integers >= 1, got {text!r}")
+    return values
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "train", help="learn projections (paper Eq. 7) and k-means centroids on the train split"
+    )
+    add_model_arguments(parser)
+    add_corpus_arguments(parser, default_split="train")
+    parser.add_argument("--out", required=True, type=Path, help="folder for projections.pt")
+    parser.add_argument("--rank", type=int, default=4, help="projection dimension r")
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--lr", type=float, default=0.01, help="Adam learning rate")
+    parser.add_argument("--margin", type=float, default=1.0, help="hinge margin ω")
+    parser.add_argument("--batch-size", type=int, default=1024, help="positives per head per step")
+    parser.add_argument("--negatives", type=int, default=1, help="negatives per positive")
+    parser.add_argument("--init", default="discriminative", choices=["discriminative", "random"])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--clusters", type=parse_int_list, default=parse_int_list(DEFAULT_CLUSTERS),
+        help=f"numbers of k-means clusters B to fit (default {DEFAULT_CLUSTERS})",
+    )
+    parser.add_argument("--kmeans-max-points", type=int, default=10_000,
+                        help="points per head used to fit k-means")
+    parser.add_argument("--kmeans-n-init", type=int, default=10, help="k-means restarts")
+    parser.add_argument("--batch", type=int, default=8, help="texts per forward pass")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.split == "validation":
+        print("note: training on the validation split; evaluate on another split")
+    loaded = load_model(args.model, alpha=args.alpha, device=args.device)
+    passages = load_corpus(args.corpus, args.split)
+    if args.max_passages is not None:
+        if args.max_passages < 1:
+            raise ValueError(f"--max-passages must be >= 1, got {args.max_passages}")
+        passages = passages[: args.max_passages]
+    texts = chunk_passages(passages, loaded.tokenizer, loaded.max_length)
+    print(f"model {loaded.model_id} (alpha={loaded.alpha}, {loaded.device}); "
+          f"{len(passages)} passages of the {args.split} split -> {len(texts)} texts")
+    records = extract(loaded, texts, batch_size=args.batch, progress=True)
+    start = time.perf_counter()
+    projections = train_projections(
+        records, rank=args.rank, margin=args.margin, lr=args.lr, epochs=args.epochs,
+        batch_size=args.batch_size, negatives_per_positive=args.negatives, seed=args.seed,
+        init=args.init, progress=True, model_id=loaded.model_id, alpha=loaded.alpha,
+    )
+    trained = time.perf_counter() - start
+    fit_centroids(projections, records, args.clusters, max_points=args.kmeans_max_points,
+                  n_init=args.kmeans_n_init, seed=args.seed, progress=True)
+    projections.metadata.update({
+        "corpus": str(args.corpus), "split": args.split, "n_passages": len(passages),
+        "train_seconds": round(trained, 2),
+    })
+    path = projections.save(Path(args.out) / "projections.pt")
+    meta = projections.metadata
+    for layer, (first, last) in enumerate(zip(meta["loss_first"], meta["loss_last"],
+                                              strict=True)):
+        print(f"layer {layer}: {meta['positives_per_layer'][layer]} positives, "
+              f"hinge loss {first:.4f} -> {last:.4f}")
+    print(f"trained in {trained:.1f} s; wrote {path} ({path.stat().st_size / 1024:.0f} KiB, "
+          f"centroids for B={sorted(projections.centroids)})")
+    return 0

@@ -1,0 +1,89 @@
+"""`sparsefinder sweep` end to end on a tiny randomly initialised BERT (fast, offline)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from sparsefinder.cli import main
+from sparsefinder.corpus import split_of
+
+_spec = importlib.util.spec_from_file_location(
+    "_tiny_train", Path(__file__).with_name("test_train.py")
+)
+_helpers = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_helpers)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("sweep")
+    tiny = _helpers.make_tiny_bert(root / "tiny")
+    rc = main([
+        "train", "--model", str(tiny), "--max-passages", "3", "--out", str(root / "proj"),
+        "--kmeans-n-init", "1", "--kmeans-max-points", "500", "--device", "cpu",
+    ])
+    assert rc == 0
+    return tiny, root / "proj" / "projections.pt"
+
+
+def test_sweep_writes_all_outputs(trained, tmp_path: Path, capsys) -> None:
+    tiny, proj = trained
+    out = tmp_path / "sweep"
+    rc = main(["sweep", "--model", str(tiny), "--projections", str(proj), "--out", str(out),
+               "--max-passages", "2", "--device", "cpu"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "gold sparsity:" in text and "recall@0.75" in text
+    points = pd.read_csv(out / "points.csv")
+    assert {"distance", "kmeans", "quantization", "window", "kmeans+window"} <= set(
+        points["method"]
+    )
+    assert (points["n_texts"] == 2).all()
+    summary = json.loads((out / "points.json").read_text())
+    assert summary["split"] == "validation" and len(summary["points"]) == len(points)
+    assert len(summary["gold_sparsity_per_layer"]) == 2
+    assert len(summary["points"][0]["recall_per_layer"]) == 2
+    assert "threshold" in summary["points"][0]["params"]
+    frontier = pd.read_csv(out / "frontier.csv")
+    assert 0 < len(frontier) <= len(points)
+    at = pd.read_csv(out / "recall_at_sparsity.csv")
+    assert list(at.columns) == ["method", "recall@0.75", "recall@0.9", "recall@0.95"]
+    assert (out / "pareto.html").stat().st_size > 1_000_000  # plotly.js inlined
+
+
+def test_sweep_refuses_empty_validation(trained, tmp_path: Path, capsys) -> None:
+    tiny, proj = trained
+    passage = next(
+        f"Passage number {i} talks about attention graphs and sparse transformers."
+        for i in range(100)
+        if split_of(f"Passage number {i} talks about attention graphs and sparse transformers.")
+        == "train"
+    )
+    corpus = tmp_path / "one.txt"
+    corpus.write_text(passage + "\n", encoding="utf-8")
+    rc = main(["sweep", "--model", str(tiny), "--projections", str(proj), "--corpus",
+               str(corpus), "--out", str(tmp_path / "o"), "--device", "cpu"])
+    assert rc == 2
+    assert "'validation' split" in capsys.readouterr().err
+    rc = main(["sweep", "--model", str(tiny), "--projections", str(proj), "--out",
+               str(tmp_path / "o"), "--max-passages", "0", "--device", "cpu"])
+    assert rc == 2 and "no passages to evaluate" in capsys.readouterr().err
+
+
+def test_sweep_refuses_projections_of_another_model(trained, tmp_path: Path, capsys) -> None:
+    tiny, proj = trained
+    other = shutil.copytree(tiny, tmp_path / "other-model")
+    rc = main(["sweep", "--model", str(other), "--projections", str(proj), "--out",
+               str(tmp_path / "o"), "--max-passages", "1", "--device", "cpu"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "trained for model" in err and f"sparsefinder train --model {other}" in err
+    rc = main(["sweep", "--model", str(tiny), "--projections", str(proj), "--out",
+               str(tmp_path / "o"), "--methods", "distance,bogus"])
+    assert rc == 2 and "unknown method 'bogus'" in capsys.readouterr().err

@@ -1,0 +1,170 @@
+"""Sweeps, Pareto frontiers, recall at fixed sparsity and the Plotly figure."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from sparsefinder.graphs import AttentionRecord, LayerGraph
+from sparsefinder.pareto import (
+    METHODS,
+    pareto_figure,
+    pareto_frontier,
+    recall_at_sparsity,
+    register_method,
+    resolve_methods,
+    sweep,
+    write_figure_html,
+)
+from sparsefinder.projections import HeadProjections
+
+HEADS, D, R, LAYERS = 3, 8, 4, 2
+
+
+def _record(gen: torch.Generator, n: int) -> AttentionRecord:
+    layers = []
+    for _ in range(LAYERS):
+        q = torch.randn(HEADS, n, D, generator=gen)
+        k = torch.randn(HEADS, n, D, generator=gen)
+        scores = q @ k.transpose(-1, -2)
+        gold = scores >= scores.topk(3, dim=-1).values[..., -1:]
+        layers.append(LayerGraph(q, k, gold, torch.ones(int(gold.sum())) / 3, D**-0.5))
+    return AttentionRecord(text="x", tokens=["t"] * n, offsets=[(0, 0)] * n,
+                           special=[False] * n, causal=False, layers=layers)
+
+
+@pytest.fixture(scope="module")
+def records() -> list[AttentionRecord]:
+    gen = torch.Generator().manual_seed(0)
+    return [_record(gen, n) for n in (9, 14, 20)]
+
+
+@pytest.fixture(scope="module")
+def projections(records: list[AttentionRecord]) -> HeadProjections:
+    gen = torch.Generator().manual_seed(1)
+    centroids = {b: torch.randn(LAYERS, HEADS, b, R, generator=gen) * 3
+                 for b in (2, 4, 6, 8, 10, 12, 16, 20)}
+    return HeadProjections(
+        weight=torch.randn(LAYERS, HEADS, R, D, generator=gen),
+        bias=torch.zeros(LAYERS, HEADS, R), model_id="synthetic", alpha=1.5,
+        centroids=centroids,
+    )
+
+
+@pytest.fixture(scope="module")
+def points(records, projections) -> pd.DataFrame:
+    return sweep(records, projections, "all")
+
+
+def _df(rows: list[tuple[str, float, float]]) -> pd.DataFrame:
+    return pd.DataFrame(
+        [{"method": m, "params": json.dumps({"i": i}), "sparsity": s, "recall": r}
+         for i, (m, s, r) in enumerate(rows)]
+    )
+
+
+def test_frontier_on_hand_made_points() -> None:
+    df = _df([
+        ("a", 0.1, 0.9), ("a", 0.5, 0.8), ("a", 0.4, 0.7), ("a", 0.9, 0.2), ("a", 0.5, 0.8),
+        ("a", 0.9, 0.1), ("a", 0.5, 0.75), ("b", 0.3, 0.3), ("b", 0.2, 0.3),
+    ])
+    front = pareto_frontier(df)
+    got = {m: list(zip(g["sparsity"], g["recall"], strict=True))
+           for m, g in front.groupby("method")}
+    assert got == {"a": [(0.1, 0.9), (0.5, 0.8), (0.9, 0.2)], "b": [(0.3, 0.3)]}
+
+
+def test_recall_at_sparsity_step_and_linear() -> None:
+    df = _df([("a", 0.5, 0.9), ("a", 0.8, 0.7), ("a", 0.96, 0.3), ("b", 0.7, 1.0)])
+    step = recall_at_sparsity(df, levels=(0.75, 0.9, 0.99)).set_index("method")
+    assert step.loc["a", "recall@0.75"] == 0.7
+    assert step.loc["a", "recall@0.9"] == 0.3
+    assert math.isnan(step.loc["a", "recall@0.99"]) and math.isnan(step.loc["b", "recall@0.75"])
+    linear = recall_at_sparsity(df, levels=(0.4, 0.75, 0.9), how="linear").set_index("method")
+    assert linear.loc["a", "recall@0.4"] == 0.9  # below the frontier: step rule
+    assert linear.loc["a", "recall@0.75"] == pytest.approx(0.9 - 0.2 * 25 / 30)
+    assert linear.loc["a", "recall@0.9"] == pytest.approx(0.7 - 0.4 * 10 / 16)
+    with pytest.raises(ValueError, match="how"):
+        recall_at_sparsity(df, how="cubic")
+
+
+def test_sweep_one_row_per_config(points: pd.DataFrame, records) -> None:
+    expected = sum(len(spec.grid) for spec in METHODS.values())
+    assert len(points) == expected
+    assert points.groupby("method").size().to_dict() == {
+        name: len(spec.grid) for name, spec in METHODS.items()
+    }
+    assert (points["n_texts"] == len(records)).all()
+    assert points["recall"].between(0, 1).all() and points["sparsity"].between(0, 1).all()
+    assert len(json.loads(points["recall_per_layer"].iloc[0])) == LAYERS
+    assert 0 < points.attrs["gold_sparsity"] < 1
+    assert len(points.attrs["gold_sparsity_per_layer"]) == LAYERS
+
+
+def test_larger_threshold_never_lowers_recall(points: pd.DataFrame) -> None:
+    for method in ("distance", "distance+window"):
+        rows = points[points["method"] == method].copy()
+        rows["t"] = [json.loads(p)["threshold"] for p in rows["params"]]
+        rows = rows.sort_values("t")
+        assert rows["recall"].is_monotonic_increasing
+        assert rows["sparsity"].is_monotonic_decreasing
+
+
+def test_window_union_adds_edges(points: pd.DataFrame) -> None:
+    plain = points[points["method"] == "kmeans"].set_index("params")
+    union = points[points["method"] == "kmeans+window"].set_index("params")
+    assert (union["recall"] >= plain["recall"] - 1e-12).all()
+    assert (union["sparsity"] <= plain["sparsity"] + 1e-12).all()
+    window = points[points["method"] == "window"]
+    zero = window[window["params"] == json.dumps({"window": 0})].iloc[0]
+    assert zero["sparsity"] == 1.0 and zero["recall"] == 0.0
+
+
+def test_register_baseline_and_resolve(records) -> None:
+    class Full:
+        def predict(self, q, k, *, causal=False):
+            return torch.ones(q.shape[0], q.shape[1], k.shape[1], dtype=torch.bool)
+
+    register_method("full-test", [{}], lambda p, proj, layer: Full(), needs_projection=False)
+    try:
+        df = sweep(records, None, "full-test,window")
+        full = df[df["method"] == "full-test"].iloc[0]
+        assert full["recall"] == 1.0 and full["sparsity"] == 0.0
+        assert "full-test" in resolve_methods("all")
+        with pytest.raises(ValueError, match="needs learned projections"):
+            sweep(records, None, "distance")
+        with pytest.raises(ValueError, match="already registered"):
+            register_method("full-test", [{}], lambda p, proj, layer: Full())
+    finally:
+        METHODS.pop("full-test")
+    assert "distance" in resolve_methods("sparsefinder")
+    with pytest.raises(ValueError, match="unknown method 'nope'"):
+        resolve_methods("distance,nope")
+
+
+def test_figure_traces_vline_and_html(points: pd.DataFrame, tmp_path) -> None:
+    fig = pareto_figure(points)
+    frontier_names = {t.name for t in fig.data if t.mode == "lines+markers"}
+    assert frontier_names == set(points["method"])
+    assert len(fig.data) == 2 * points["method"].nunique()
+    vlines = [s for s in fig.layout.shapes if s.line.dash == "dash"]
+    assert len(vlines) == 1 and vlines[0].x0 == pytest.approx(points.attrs["gold_sparsity"])
+    assert "threshold" in str(fig.data[0].customdata[0])
+    path = write_figure_html(fig, tmp_path / "pareto.html")
+    html = path.read_text(encoding="utf-8")
+    assert '<script src="https://cdn.plot.ly' not in html  # plotly.js inlined
+    assert len(html) > 1_000_000
+
+
+def test_missing_centroids_are_skipped_with_a_warning(records, projections) -> None:
+    partial = HeadProjections(
+        weight=projections.weight, bias=projections.bias, model_id="synthetic", alpha=1.5,
+        centroids={2: projections.centroids[2]},
+    )
+    with pytest.warns(UserWarning, match="no k-means centroids for B=4"):
+        df = sweep(records, partial, "kmeans")
+    assert df["params"].tolist() == [json.dumps({"n_clusters": 2, "top_k": 1})]
