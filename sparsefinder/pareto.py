@@ -1,7 +1,10 @@
 """Sparsity–recall sweeps over hyperparameter grids and their Pareto frontiers (paper §5–6).
 
 A *method* is a registry entry (:data:`METHODS`): a grid of parameter dicts, a factory
-``factory(params, projections, layer) -> Predictor`` and whether it needs projected vectors.
+``factory(params, projections, layer) -> Predictor``, the input its predictors read
+(``inputs``: ``"projected"`` low-dimensional projections, ``"original"`` queries/keys of the
+model, or ``"shape"`` only the sizes) and, for methods learned from training graphs, a
+``fit(train_records) -> Factory`` that returns the factory to use.
 Baselines (Longformer, BigBird, Reformer, …) are added with :func:`register_method` without
 touching the sweep. :func:`sweep` predicts every head of every layer of every text for every
 configuration, scores recall and sparsity with :mod:`sparsefinder.metrics` and macro-averages
@@ -23,6 +26,23 @@ Grids (paper §5 and appendix C–D):
 - ``window``: w ∈ {0, 1, 3, 5, 7, 9, 11, 15, 19, 23, 27} (MT grid) followed by
   {31, 41, 51, 75, 101, 125, 151, 175, 201, 251} (512-token MLM grid). Both are always swept:
   texts of the default corpus range from ~40 to 512 tokens.
+Baselines (paper §5 and appendix C; each random one seeded with ``seed = layer``):
+
+- ``longformer``: window ``WITH_WINDOW_SIZE`` + n_global ∈ {4, 8, 12, 16, 20} random global
+  tokens; ``bigbird``: window + first/last tokens + n_random ∈ {2, 4, 6, 8, 10} random keys
+  per query. Both only read shapes.
+- ``reformer``: n_buckets ∈ {2, 4, …, 12} (one hashing round); ``routing``: n_clusters ∈
+  {2, 4, 6, 8, 10} (spherical k-means on each text's projections). Both read the projections
+  and have a ``+window`` variant.
+- ``topk``: k ∈ {1, 2, 4, 8, 16, 32} keys per query of the *full* score matrix QKᵀ over the
+  ORIGINAL queries and keys: an oracle that saves no work, not a practical predictor.
+- ``sparsebert-dams`` / ``sparsebert-damu``: SparseBERT's static structured (per offset) /
+  unstructured (per position pair) mask with target sparsity ∈ {0.5, 0.7, 0.8, 0.9, 0.95,
+  0.98}, fitted per layer on gold graphs of TRAINING texts (``sweep(train_records=...)``;
+  skipped with a warning without them). Each mask is fitted once per layer and re-targeted
+  per grid point.
+- ``distance-nodiag``: SparseBERT's no-diagonal variant of ``distance`` (same grid).
+
 - ``<method>+window``: the method ∪ ``Window(WITH_WINDOW_SIZE)``. The paper uses w = 11 (MT,
   ~35 tokens) or 25 (MLM, 512 tokens) in its per-head figures and w = 3 in its efficiency
   study; we use 3: it adds the diagonal and one neighbour each side, which recovers the
@@ -35,6 +55,7 @@ docstring for the interpolation rule.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import warnings
@@ -50,12 +71,27 @@ from tqdm.auto import tqdm
 
 from sparsefinder.graphs import AttentionRecord
 from sparsefinder.metrics import GraphScores, macro_average, recall, sparsity
-from sparsefinder.predictors import Distance, Quantization, Union, Window
+from sparsefinder.predictors import (
+    BigBird,
+    Distance,
+    Longformer,
+    NoDiagonal,
+    Quantization,
+    Reformer,
+    Routing,
+    StaticMask,
+    TopK,
+    Union,
+    Window,
+)
 from sparsefinder.predictors.base import Predictor
 from sparsefinder.projections import HeadProjections, ProjectionsError
 
 Params = dict[str, Any]
 Factory = Callable[[Params, HeadProjections | None, int], Predictor]
+#: ``fit(train_records) -> Factory``: learns from training gold graphs, returns the factory.
+Fitter = Callable[[Sequence[AttentionRecord]], Factory]
+INPUTS = ("projected", "original", "shape")
 
 DISTANCE_GRID = [0.25 * i for i in range(1, 21)]
 CLUSTER_GRID = [2, 4, 6, 8, 10, 12, 16, 20]
@@ -64,15 +100,40 @@ WINDOW_GRID = [0, 1, 3, 5, 7, 9, 11, 15, 19, 23, 27]
 WINDOW_GRID_LONG = [31, 41, 51, 75, 101, 125, 151, 175, 201, 251]
 WITH_WINDOW_SIZE = 3
 SPARSITY_LEVELS = (0.75, 0.9, 0.95)
+LONGFORMER_GRID = [4, 8, 12, 16, 20]
+BIGBIRD_GRID = [2, 4, 6, 8, 10]
+REFORMER_GRID = [2, 4, 6, 8, 10, 12]
+ROUTING_GRID = [2, 4, 6, 8, 10]
+TOPK_GRID = [1, 2, 4, 8, 16, 32]
+STATIC_MASK_GRID = [0.5, 0.7, 0.8, 0.9, 0.95, 0.98]
 
 
 @dataclass(frozen=True)
 class MethodSpec:
-    """One sweepable method: its grid, how to build a predictor, and what it needs."""
+    """One sweepable method: its grid, how to build a predictor, and what it needs.
+
+    ``inputs``: what ``predict`` gets — ``"projected"`` (the learned projections of q/k),
+    ``"original"`` (the model's q/k, e.g. the top-k oracle) or ``"shape"`` (only sizes are
+    read; given the original q/k). ``fit``: for methods learned from training gold graphs,
+    ``fit(train_records)`` returns the factory to use instead of ``factory``.
+    """
 
     grid: list[Params]
     factory: Factory
-    needs_projection: bool = True
+    inputs: str = "projected"
+    fit: Fitter | None = None
+
+    @property
+    def needs_projection(self) -> bool:
+        return self.inputs == "projected"
+
+    @property
+    def uses_projections(self) -> bool:
+        return self.inputs == "projected"
+
+    @property
+    def needs_training(self) -> bool:
+        return self.fit is not None
 
 
 METHODS: dict[str, MethodSpec] = {}
@@ -83,6 +144,10 @@ GROUPS: dict[str, list[str]] = {
         "distance", "kmeans", "quantization",
         "distance+window", "kmeans+window", "quantization+window", "window",
     ],
+    "baselines": [
+        "longformer", "bigbird", "reformer", "reformer+window", "routing", "routing+window",
+        "topk", "sparsebert-dams", "sparsebert-damu", "distance-nodiag",
+    ],
 }
 
 
@@ -92,9 +157,19 @@ def register_method(
     factory: Factory,
     *,
     needs_projection: bool = True,
+    inputs: str | None = None,
+    fit: Fitter | None = None,
     replace: bool = False,
 ) -> MethodSpec:
-    """Add a method to :data:`METHODS` (e.g. a baseline); returns its spec."""
+    """Add a method to :data:`METHODS` (e.g. a baseline); returns its spec.
+
+    ``inputs`` (see :class:`MethodSpec`) defaults to ``"projected"`` if ``needs_projection``
+    else ``"original"``.
+    """
+    if inputs is None:
+        inputs = "projected" if needs_projection else "original"
+    if inputs not in INPUTS:
+        raise ValueError(f"inputs must be one of {INPUTS}, got {inputs!r}")
     if not name or "," in name:
         raise ValueError(f"method name must be non-empty without commas, got {name!r}")
     if name in METHODS and not replace:
@@ -102,7 +177,7 @@ def register_method(
     grid = [dict(p) for p in grid]
     if not grid:
         raise ValueError(f"method {name!r} needs at least one parameter dict in its grid")
-    spec = MethodSpec(grid=grid, factory=factory, needs_projection=needs_projection)
+    spec = MethodSpec(grid=grid, factory=factory, inputs=inputs, fit=fit)
     METHODS[name] = spec
     return spec
 
@@ -139,6 +214,60 @@ def with_window(factory: Factory, size: int = WITH_WINDOW_SIZE) -> Factory:
     return build
 
 
+def _longformer(p: Params, projections: HeadProjections | None, layer: int) -> Predictor:
+    return Longformer(WITH_WINDOW_SIZE, int(p["n_global"]), seed=layer)
+
+
+def _bigbird(p: Params, projections: HeadProjections | None, layer: int) -> Predictor:
+    return BigBird(WITH_WINDOW_SIZE, int(p["n_random"]), seed=layer)
+
+
+def _reformer(p: Params, projections: HeadProjections | None, layer: int) -> Predictor:
+    return Reformer(int(p["n_buckets"]), seed=layer)
+
+
+def _routing(p: Params, projections: HeadProjections | None, layer: int) -> Predictor:
+    return Routing(int(p["n_clusters"]), seed=layer)
+
+
+def _topk(p: Params, projections: HeadProjections | None, layer: int) -> Predictor:
+    return TopK(int(p["k"]))
+
+
+def _distance_nodiag(p: Params, projections: HeadProjections | None, layer: int) -> Predictor:
+    return NoDiagonal(_distance(p, projections, layer))
+
+
+def _needs_training(p: Params, projections: HeadProjections | None, layer: int) -> Predictor:
+    raise ValueError("this method is learned from training graphs; pass train_records=...")
+
+
+def static_mask_fitter(kind: str) -> Fitter:
+    """``fit`` for SparseBERT's static mask: one ``StaticMask(kind)`` fitted per layer on the
+    training gold graphs; each grid point gets a copy re-targeted to its sparsity."""
+
+    def fit(train_records: Sequence[AttentionRecord]) -> Factory:
+        causal = train_records[0].causal
+        fitted = [
+            StaticMask(kind, STATIC_MASK_GRID[0]).fit(
+                [r.layers[layer].gold for r in train_records], causal=causal
+            )
+            for layer in range(train_records[0].num_layers)
+        ]
+
+        def build(p: Params, projections: HeadProjections | None, layer: int) -> Predictor:
+            # A shallow copy shares the learned (read-only) tensors; its keep() cache is keyed
+            # by the target, so the copy recomputes it for its own target.
+            mask = copy.copy(fitted[layer])
+            mask.target_sparsity = float(p["target_sparsity"])
+            mask._check_target()
+            return mask
+
+        return build
+
+    return fit
+
+
 def _register_defaults() -> None:
     base = {
         "distance": ([{"threshold": t} for t in DISTANCE_GRID], _distance),
@@ -153,8 +282,29 @@ def _register_defaults() -> None:
     register_method("kmeans-top2+window", top2, with_window(_kmeans), replace=True)
     register_method(
         "window", [{"window": w} for w in WINDOW_GRID + WINDOW_GRID_LONG], _window,
-        needs_projection=False, replace=True,
+        inputs="shape", replace=True,
     )
+    # Baselines (see the module docstring).
+    register_method("longformer", [{"n_global": g} for g in LONGFORMER_GRID], _longformer,
+                    inputs="shape", replace=True)
+    register_method("bigbird", [{"n_random": r} for r in BIGBIRD_GRID], _bigbird,
+                    inputs="shape", replace=True)
+    for name, grid, factory in (
+        ("reformer", [{"n_buckets": b} for b in REFORMER_GRID], _reformer),
+        ("routing", [{"n_clusters": c} for c in ROUTING_GRID], _routing),
+    ):
+        register_method(name, grid, factory, replace=True)
+        register_method(f"{name}+window", grid, with_window(factory), replace=True)
+    # An oracle: keeps each query's k best keys of the full QKᵀ on the ORIGINAL vectors.
+    register_method("topk", [{"k": k} for k in TOPK_GRID], _topk, inputs="original",
+                    replace=True)
+    for name, kind in (("sparsebert-dams", "structured"), ("sparsebert-damu", "unstructured")):
+        register_method(
+            name, [{"target_sparsity": t} for t in STATIC_MASK_GRID], _needs_training,
+            inputs="shape", fit=static_mask_fitter(kind), replace=True,
+        )
+    register_method("distance-nodiag", [{"threshold": t} for t in DISTANCE_GRID],
+                    _distance_nodiag, replace=True)
 
 
 _register_defaults()
@@ -191,9 +341,16 @@ def sweep(
     projections: HeadProjections | None,
     methods: str | Sequence[str] = "sparsefinder",
     *,
+    train_records: Sequence[AttentionRecord] | None = None,
     progress: bool = False,
 ) -> pd.DataFrame:
     """Score every configuration of ``methods`` on ``records`` → one row per configuration.
+
+    Each method's predictors get the input it declares (:class:`MethodSpec` ``inputs``):
+    the projections of q/k, or the original q/k (e.g. ``topk``) — also when other methods in
+    the same sweep need projections. Methods learned from training graphs (``fit``, e.g. the
+    SparseBERT static masks) are fitted once on ``train_records`` (gold graphs of TRAINING
+    texts, never the evaluation ones); without them they are skipped with a warning.
 
     Columns: ``method``, ``params`` (JSON), ``recall``, ``sparsity`` (macro averages),
     ``recall_per_layer``/``sparsity_per_layer`` (JSON lists), ``n_texts``. The gold sparsity
@@ -202,26 +359,45 @@ def sweep(
     if not records:
         raise ValueError("sweep needs at least one record (a text's gold graphs)")
     names = resolve_methods(methods)
-    needs_projection = any(METHODS[n].needs_projection for n in names)
-    if needs_projection:
-        _require(projections, f"methods {names}")
     num_layers = records[0].num_layers
     for record in records:
         if record.num_layers != num_layers:
             raise ValueError("records come from models with different numbers of layers")
-        if projections is not None:
+    if train_records is not None and not train_records:
+        train_records = None
+    if train_records is not None:
+        for record in train_records:
+            if record.num_layers != num_layers or record.num_heads != records[0].num_heads:
+                raise ValueError("train_records come from a differently shaped model")
+    untrained = [n for n in names if METHODS[n].needs_training and train_records is None]
+    if untrained:
+        warnings.warn(
+            f"skipping {', '.join(untrained)}: they are learned from training gold graphs; "
+            "pass train_records=... (sparsefinder sweep: --train-passages N > 0)",
+            UserWarning, stacklevel=2,
+        )
+        names = [n for n in names if n not in untrained]
+        if not names:
+            raise ValueError(f"no method of {untrained} can run without train_records")
+    needs_projection = any(METHODS[n].needs_projection for n in names)
+    if needs_projection:
+        _require(projections, f"methods {names}")
+    if projections is not None:
+        for record in records:
             projections.check_record(record)
-    configs, predictors, skipped = [], [], []
+    configs, predictors, projected_input, skipped = [], [], [], []
     for name in names:
-        for params in METHODS[name].grid:
+        spec = METHODS[name]
+        factory = spec.fit(train_records) if spec.fit is not None else spec.factory
+        for params in spec.grid:
             try:
-                built = [METHODS[name].factory(params, projections, layer)
-                         for layer in range(num_layers)]
+                built = [factory(params, projections, layer) for layer in range(num_layers)]
             except ProjectionsError as error:  # e.g. no centroids stored for this B
                 skipped.append(f"{name} {_params_json(params)}: {error}")
                 continue
             configs.append((name, params))
             predictors.append(built)
+            projected_input.append(spec.needs_projection)
     if skipped:
         warnings.warn(f"skipping {len(skipped)} configurations: " + "; ".join(skipped),
                       UserWarning, stacklevel=2)
@@ -234,9 +410,10 @@ def sweep(
         recalls: list[list[torch.Tensor]] = [[] for _ in configs]
         sparsities: list[list[torch.Tensor]] = [[] for _ in configs]
         for layer, graph in enumerate(record.layers):
-            q, k = projected[layer] if projected else (graph.queries, graph.keys)
+            original = (graph.queries, graph.keys)
             with torch.inference_mode():
                 for c, per_layer in enumerate(predictors):
+                    q, k = projected[layer] if projected_input[c] else original
                     mask = per_layer[layer].predict(q, k, causal=record.causal)
                     recalls[c].append(recall(mask, graph.gold))
                     sparsities[c].append(sparsity(mask, causal=record.causal))

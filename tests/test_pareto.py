@@ -10,8 +10,11 @@ import pytest
 import torch
 
 from sparsefinder.graphs import AttentionRecord, LayerGraph
+from sparsefinder.metrics import recall
 from sparsefinder.pareto import (
+    GROUPS,
     METHODS,
+    _topk,
     pareto_figure,
     pareto_frontier,
     recall_at_sparsity,
@@ -20,6 +23,7 @@ from sparsefinder.pareto import (
     sweep,
     write_figure_html,
 )
+from sparsefinder.predictors import TopK
 from sparsefinder.projections import HeadProjections
 
 HEADS, D, R, LAYERS = 3, 8, 4, 2
@@ -56,8 +60,14 @@ def projections(records: list[AttentionRecord]) -> HeadProjections:
 
 
 @pytest.fixture(scope="module")
-def points(records, projections) -> pd.DataFrame:
-    return sweep(records, projections, "all")
+def train_records() -> list[AttentionRecord]:
+    gen = torch.Generator().manual_seed(2)
+    return [_record(gen, n) for n in (12, 18)]
+
+
+@pytest.fixture(scope="module")
+def points(records, projections, train_records) -> pd.DataFrame:
+    return sweep(records, projections, "all", train_records=train_records)
 
 
 def _df(rows: list[tuple[str, float, float]]) -> pd.DataFrame:
@@ -168,3 +178,85 @@ def test_missing_centroids_are_skipped_with_a_warning(records, projections) -> N
     with pytest.warns(UserWarning, match="no k-means centroids for B=4"):
         df = sweep(records, partial, "kmeans")
     assert df["params"].tolist() == [json.dumps({"n_clusters": 2, "top_k": 1})]
+
+
+# ==================================================================== baselines
+
+
+def _scores(df: pd.DataFrame, method: str) -> pd.DataFrame:
+    return df[df["method"] == method].set_index("params")[["recall", "sparsity"]]
+
+
+def test_topk_gets_original_vectors_in_a_mixed_sweep(records, projections) -> None:
+    alone = sweep(records, None, "topk")
+    mixed = sweep(records, projections, "topk,distance")
+    pd.testing.assert_frame_equal(_scores(alone, "topk"), _scores(mixed, "topk"))
+    assert set(mixed["method"]) == {"topk", "distance"}
+    # Gold is the top-3 of the original scores, so top-4 of the original vectors covers it;
+    # on the projections (r=4 instead of d=8) it would not.
+    top4 = _scores(mixed, "topk").loc[json.dumps({"k": 4})]
+    assert top4["recall"] == 1.0
+    q, k = projections.project_record(records[0])[0]
+    assert recall(TopK(4).predict(q, k), records[0].layers[0].gold).mean() < 1
+
+
+def test_topk_with_k_n_has_recall_one(records, projections) -> None:
+    n_max = max(r.n_tokens for r in records)
+    register_method("topk-n-test", [{"k": n_max}], _topk, inputs="original")
+    try:
+        df = sweep(records, projections, "topk-n-test,kmeans")
+    finally:
+        METHODS.pop("topk-n-test")
+    row = df[df["method"] == "topk-n-test"].iloc[0]
+    assert row["recall"] == 1.0 and row["sparsity"] == 0.0
+    assert METHODS["topk"].inputs == "original" and not METHODS["topk"].needs_projection
+
+
+def test_static_masks_need_train_records(records, projections, train_records) -> None:
+    methods = "sparsebert-dams,sparsebert-damu,window"
+    with pytest.warns(UserWarning, match="skipping sparsebert-dams, sparsebert-damu"):
+        df = sweep(records, None, methods)
+    assert set(df["method"]) == {"window"}
+    with pytest.raises(ValueError, match="train_records"), pytest.warns(UserWarning):
+        sweep(records, None, "sparsebert-dams")
+    df = sweep(records, None, methods, train_records=train_records)
+    for name in ("sparsebert-dams", "sparsebert-damu"):
+        rows = df[df["method"] == name]
+        targets = [json.loads(p)["target_sparsity"] for p in rows["params"]]
+        assert targets == [0.5, 0.7, 0.8, 0.9, 0.95, 0.98]
+        assert rows["recall"].between(0, 1).all()
+        # Re-targeted copies of one fitted mask: sparser target → sparser prediction.
+        assert rows["sparsity"].is_monotonic_increasing
+        assert rows["recall"].is_monotonic_decreasing
+
+
+def test_resolve_all_includes_every_baseline() -> None:
+    everything = resolve_methods("all")
+    for name in GROUPS["baselines"] + GROUPS["sparsefinder"]:
+        assert name in everything
+    assert set(GROUPS["baselines"]) >= {
+        "longformer", "bigbird", "reformer", "reformer+window", "routing", "routing+window",
+        "topk", "sparsebert-dams", "sparsebert-damu", "distance-nodiag",
+    }
+    assert resolve_methods("baselines") == GROUPS["baselines"]
+
+
+def test_baselines_in_the_sweep(points: pd.DataFrame) -> None:
+    grids = points.groupby("method")["params"].apply(
+        lambda ps: [json.loads(p) for p in ps]
+    ).to_dict()
+    assert [p["n_global"] for p in grids["longformer"]] == [4, 8, 12, 16, 20]
+    assert [p["n_random"] for p in grids["bigbird"]] == [2, 4, 6, 8, 10]
+    assert [p["n_buckets"] for p in grids["reformer+window"]] == [2, 4, 6, 8, 10, 12]
+    assert [p["n_clusters"] for p in grids["routing"]] == [2, 4, 6, 8, 10]
+    assert [p["k"] for p in grids["topk"]] == [1, 2, 4, 8, 16, 32]
+    plain = _scores(points, "distance")
+    nodiag = _scores(points, "distance-nodiag")
+    assert (nodiag["recall"] <= plain["recall"] + 1e-12).all()
+    assert (nodiag["sparsity"] >= plain["sparsity"] - 1e-12).all()
+
+
+def test_figure_has_a_curve_per_method(points: pd.DataFrame) -> None:
+    fig = pareto_figure(points)
+    curves = [t.name for t in fig.data if t.mode == "lines+markers"]
+    assert sorted(curves) == sorted(resolve_methods("all"))

@@ -2,6 +2,10 @@
 
 Writes DIR/points.csv, DIR/points.json (points plus gold sparsity), DIR/frontier.csv,
 DIR/recall_at_sparsity.csv and DIR/pareto.html (self-contained, opens offline).
+
+Methods learned from training gold graphs (the SparseBERT static masks) are fitted on the
+first ``--train-passages`` passages of the TRAIN split of the same corpus, never on the
+split being evaluated.
 """
 
 from __future__ import annotations
@@ -11,10 +15,11 @@ import json
 from pathlib import Path
 
 from sparsefinder.commands._common import add_corpus_arguments, add_model_arguments
-from sparsefinder.corpus import chunk_passages, load_corpus
-from sparsefinder.graphs import extract
-from sparsefinder.models import DEFAULT_MODEL, load_model
+from sparsefinder.corpus import CorpusError, chunk_passages, load_corpus
+from sparsefinder.graphs import AttentionRecord, extract
+from sparsefinder.models import DEFAULT_MODEL, LoadedModel, load_model
 from sparsefinder.pareto import (
+    METHODS,
     pareto_figure,
     pareto_frontier,
     recall_at_sparsity,
@@ -42,10 +47,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--out", required=True, type=Path, help="folder for the results")
     parser.add_argument(
         "--methods", default="sparsefinder",
-        help="'sparsefinder' (distance, kmeans, quantization, each +window, window), 'all', "
+        help="'sparsefinder' (distance, kmeans, quantization, each +window, window), 'baselines' "
+             "(longformer, bigbird, reformer, routing, topk, sparsebert-*, ...), 'all', "
              "or a comma list of method names",
     )
     parser.add_argument("--batch", type=int, default=8, help="texts per forward pass")
+    parser.add_argument(
+        "--train-passages", type=int, default=60,
+        help="passages of the TRAIN split (first N) whose gold graphs fit methods learned "
+             "from training graphs (sparsebert-dams/-damu); 0 skips those methods",
+    )
     return parser
 
 
@@ -58,6 +69,24 @@ def _projections_path(args: argparse.Namespace) -> Path:
         f"--projections is required for model {args.model!r}; create them with "
         f"`sparsefinder train --model {args.model} --out DIR` and pass DIR/projections.pt"
     )
+
+
+def _train_records(
+    args: argparse.Namespace, loaded: LoadedModel, methods: list[str]
+) -> list[AttentionRecord] | None:
+    """Gold graphs of the first ``--train-passages`` TRAIN passages, if a method needs them."""
+    trained = [m for m in methods if METHODS[m].needs_training]
+    if not trained or args.train_passages <= 0:
+        return None
+    try:
+        passages = load_corpus(args.corpus, "train")[: args.train_passages]
+    except CorpusError as error:  # e.g. a tiny corpus whose passages are all validation
+        print(f"warning: {error}; skipping {', '.join(trained)}")
+        return None
+    texts = chunk_passages(passages, loaded.tokenizer, loaded.max_length)
+    print(f"fitting {', '.join(trained)} on {len(passages)} passages of the train split "
+          f"-> {len(texts)} texts")
+    return extract(loaded, texts, batch_size=args.batch, progress=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -80,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"model {loaded.model_id}; {len(passages)} passages of the {args.split} split "
           f"-> {len(texts)} texts; methods: {', '.join(methods)}")
     records = extract(loaded, texts, batch_size=args.batch, progress=True)
-    points = sweep(records, projections, methods, progress=True)
+    train_records = _train_records(args, loaded, methods)
+    points = sweep(records, projections, methods, train_records=train_records, progress=True)
     frontier = pareto_frontier(points)
     at = recall_at_sparsity(points)
     out = Path(args.out)
