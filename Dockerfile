@@ -1,0 +1,44 @@
+# GPU serving image for the Sparsefinder app (CUDA runtime + Python 3.11).
+#
+#   docker build -t sparsefinder .
+#   docker run --gpus all -p 8501:8501 sparsefinder        # then open http://localhost:8501
+#
+# The same requirements as `make install` (torch==2.13.0 from PyPI is the CUDA build on
+# Linux x86_64) and the same serve command as `make run`, plus --server.address 0.0.0.0 so
+# the port is reachable from outside the container. The app shows "Device: CUDA" when the
+# GPU is visible. The default model ships inside a wheel, so it runs offline (HF_HUB_OFFLINE
+# as in the Makefile); pass -e HF_HUB_OFFLINE=0 -e TRANSFORMERS_OFFLINE=0 to load hub ids.
+FROM nvidia/cuda:12.4.1-runtime-ubuntu22.04
+
+ENV DEBIAN_FRONTEND=noninteractive \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    HF_HUB_OFFLINE=1 \
+    TRANSFORMERS_OFFLINE=1 \
+    TOKENIZERS_PARALLELISM=false
+
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3.11 python3.11-venv curl make \
+    && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /srv/sparsefinder
+
+# Dependencies first (cached while only the code changes). Only named paths are copied, so a
+# local .venv or artifacts/ never enters the image.
+COPY requirements.txt pyproject.toml README.md ./
+RUN python3.11 -m venv .venv \
+    && .venv/bin/pip install --no-cache-dir -U pip setuptools \
+    && .venv/bin/pip install --no-cache-dir -r requirements.txt
+
+COPY Makefile ./
+COPY sparsefinder/ sparsefinder/
+COPY app/ app/
+COPY assets/ assets/
+RUN .venv/bin/pip install --no-cache-dir --no-deps --no-build-isolation -e .
+
+EXPOSE 8501
+
+HEALTHCHECK --interval=30s --timeout=5s --start-period=120s --retries=3 \
+    CMD curl -fsS http://localhost:8501/_stcore/health || exit 1
+
+CMD [".venv/bin/streamlit", "run", "app/main.py", "--server.port", "8501", "--server.headless", "true", "--server.address", "0.0.0.0"]

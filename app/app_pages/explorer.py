@@ -1,0 +1,127 @@
+"""Explorer: one head's gold graph, predicted graph and their diff, with live sliders.
+
+Everything below the page title is one ``st.fragment``: a slider move or a head change
+reruns only it, on cached gold graphs and projected vectors.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import streamlit as st
+
+from app import plots, shell
+from sparsefinder import views
+
+st.title("Explorer")
+
+
+def _step_head(delta: int, layers: int, heads: int) -> None:
+    """Previous/next head, wrapping into the neighbouring layer."""
+    state = shell.view_state()
+    flat = (state.layer * heads + state.head + delta) % (layers * heads)
+    layer, head = divmod(flat, heads)
+    shell.update_view(layer=layer, head=head)
+
+
+def _pick_from_grid() -> None:
+    """A click on the overview grid selects that (layer, head): x is the head, y the layer."""
+    selection = st.session_state.get("w_overview") or {}
+    points = selection.get("selection", {}).get("points", [])
+    if points:
+        shell.update_view(layer=int(points[0]["y"]), head=int(points[0]["x"]))
+
+
+def _head_picker(ctx: shell.AppContext) -> None:
+    layers, heads = ctx.prepared.num_layers, ctx.prepared.num_heads
+    cols = st.columns([2, 2, 1, 1, 3], vertical_alignment="bottom")
+    cols[0].selectbox("Layer", range(layers), **shell.bind("w_layer", "layer"))
+    cols[1].selectbox("Head", range(heads), **shell.bind("w_head", "head"))
+    cols[2].button("◀ Prev", key="w_prev", on_click=_step_head, args=(-1, layers, heads),
+                   width="stretch", help="Previous head")
+    cols[3].button("Next ▶", key="w_next", on_click=_step_head, args=(1, layers, heads),
+                   width="stretch", help="Next head")
+    shell.seed("w_colour_by", "recall")
+    cols[4].radio("Overview colour", ["recall", "sparsity"], key="w_colour_by",
+                  horizontal=True)
+
+
+def _metrics(summary: dict[str, views.Summary], layer: int, head: int) -> None:
+    scopes = {"head": f"Head L{layer}·H{head}", "layer": f"Layer {layer}", "model": "Model"}
+    for column, (scope, title) in zip(st.columns(3), scopes.items(), strict=True):
+        values = summary[scope]
+        column.markdown(f"**{title}**")
+        a, b, c = column.columns(3)
+        a.metric(f"{scope.title()} recall", f"{values.recall:.3f}")
+        b.metric(f"{scope.title()} sparsity", f"{values.sparsity:.3f}")
+        c.metric(f"{scope.title()} gold sparsity", f"{values.gold_sparsity:.3f}",
+                 help="Sparsity of the true α-entmax graph: what a perfect predictor reaches.")
+
+
+@st.fragment
+def explorer() -> None:
+    ctx = shell.context()
+    if not ctx.ready:
+        return
+    prepared = ctx.prepared
+    record = prepared.record
+    shell.method_sliders(ctx)
+    _head_picker(ctx)
+    state = shell.view_state()
+    layer, head = state.layer, state.head
+    preds, scores = shell.predictions(ctx, state)
+    summary = views.summarize(scores, layer, head)
+    _metrics(summary, layer, head)
+
+    labels = views.token_labels(record)
+    gold = record.layers[layer].gold[head]
+    pred = preds[layer][head]
+    codes = views.diff_codes(pred, gold)
+    counts = views.diff_counts(codes)
+    tag = f"L{layer}H{head}"
+    st.plotly_chart(
+        plots.head_figure(gold.numpy(), pred.numpy(), codes, labels, tag, counts),
+        config=plots.chart_config(f"head_{tag}"), key="w_fig_head")
+    st.caption(":green[■ TP] predicted gold edge · :red[■ FN] missed gold edge · "
+               ":orange[■ FP] extra predicted edge. Hover an edge for its tokens; zooming one "
+               "panel zooms all three.")
+    grid_col, dl_col = st.columns([2, 1])
+    metric = st.session_state["w_colour_by"]
+    with grid_col:
+        st.markdown(f"**All layers × heads** · coloured by {metric}; click a cell to open it")
+        values = (scores.recall if metric == "recall" else scores.sparsity).numpy()
+        st.plotly_chart(plots.overview_figure(values, metric, (layer, head)),
+                        config=plots.chart_config(f"overview_{metric}"), key="w_overview",
+                        on_select=_pick_from_grid, selection_mode="points")
+    with dl_col:
+        st.caption("Data behind the figures")
+        st.download_button(
+            "Edges of this head (CSV)",
+            functools.partial(_edges_csv, prepared, layer, head, pred),
+            file_name=f"edges_{tag}.csv", mime="text/csv", on_click="ignore",
+            key="w_dl_edges")
+        st.download_button(
+            "Metrics per head (CSV)",
+            functools.partial(lambda s: views.to_csv(views.metrics_frame(s)), scores),
+            file_name="metrics_per_head.csv", mime="text/csv", on_click="ignore",
+            key="w_dl_metrics")
+        st.download_button(
+            "View + metrics (JSON)",
+            functools.partial(
+                lambda: views.to_json(views.view_report(
+                    state, scores, ctx.loaded.model_id, ctx.loaded.alpha, record.n_tokens))),
+            file_name="view.json", mime="application/json", on_click="ignore",
+            key="w_dl_json")
+
+
+def _edges_csv(prepared: views.PreparedText, layer: int, head: int, pred) -> bytes:
+    return views.to_csv(views.edges_frame(prepared.record, layer, head, pred))
+
+
+ctx = shell.context()
+st.caption(
+    "Gold graph (α-entmax probability > 0), the predicted graph and their diff for one head. "
+    "Sliders recompute predictions on cached vectors; the model does not rerun."
+)
+if shell.show_messages(ctx):
+    explorer()

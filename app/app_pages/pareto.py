@@ -1,0 +1,83 @@
+"""Pareto: sparsity–recall curves of every available method, frontiers highlighted.
+
+On the current text at once (cached per text); on the validation corpus on request, since
+its gold graphs take a while on CPU. The current slider setting is marked on both.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import streamlit as st
+
+from app import plots, shell
+from sparsefinder import pareto, views
+
+st.title("Pareto")
+
+
+def _downloads(frame, prefix: str) -> None:
+    a, b = st.columns(2)
+    a.download_button(f"All points ({prefix}, CSV)", functools.partial(views.to_csv, frame),
+                      file_name=f"sweep_{prefix}.csv", mime="text/csv", on_click="ignore",
+                      key=f"w_dl_sweep_{prefix}")
+    b.download_button(
+        f"Frontiers ({prefix}, CSV)",
+        functools.partial(lambda f: views.to_csv(pareto.pareto_frontier(f)), frame),
+        file_name=f"frontier_{prefix}.csv", mime="text/csv", on_click="ignore",
+        key=f"w_dl_frontier_{prefix}")
+
+
+def _figure(frame, current: views.Summary, label: str, title: str, name: str) -> None:
+    fig = pareto.pareto_figure(frame, frame.attrs.get("gold_sparsity"), title=title)
+    plots.mark_current(fig, current.sparsity, current.recall, label)
+    st.plotly_chart(fig, config=plots.chart_config(name), key=f"w_fig_{name}")
+
+
+@st.fragment
+def pareto_view() -> None:
+    ctx = shell.context()
+    if not ctx.ready:
+        return
+    prepared = ctx.prepared
+    shell.method_sliders(ctx)
+    state = shell.view_state()
+    _, scores = shell.predictions(ctx, state)
+    label = views.describe_state(state, prepared)
+    methods, skipped = views.sweep_methods(prepared.projections)
+    if skipped:
+        st.caption("Not swept: " + "; ".join(f"{m} ({why})" for m, why in skipped.items()))
+
+    st.subheader(f"This text ({prepared.n_tokens} tokens)")
+    frame = shell.cached_text_sweep(ctx.cache_key, tuple(methods), prepared)
+    current = views.summarize(scores, state.layer, state.head)["model"]
+    _figure(frame, current, label, "Sparsity–recall on this text", "pareto_text")
+    _downloads(frame, "text")
+    with st.expander("Recall of each frontier at fixed sparsity"):
+        st.dataframe(pareto.recall_at_sparsity(frame), hide_index=True)
+
+    st.subheader("Validation corpus")
+    left, right = st.columns([1, 3], vertical_alignment="bottom")
+    shell.seed("w_val_passages", 24)
+    passages = left.number_input("Passages", 4, 200, step=4, key="w_val_passages",
+                                 help="Validation passages of the built-in corpus to use.")
+    clicked = right.button("Run on the validation corpus", key="w_val_run",
+                           help="Extracts gold graphs (slow on CPU), then sweeps every method.")
+    model_key = ctx.cache_key[:2] + ctx.cache_key[3:]
+    result = shell.corpus_sweep(model_key, ctx.loaded, prepared.projections, methods,
+                                int(passages), compute=clicked)
+    if result is None:
+        st.caption("Not computed yet for this model and number of passages.")
+        return
+    records, corpus_frame = result
+    corpus_current = views.score_state(records, prepared.projections, state)
+    _figure(corpus_frame, corpus_current, label,
+            f"Sparsity–recall on {len(records)} validation texts", "pareto_validation")
+    _downloads(corpus_frame, "validation")
+
+
+ctx = shell.context()
+st.caption("Each point is one hyperparameter setting, macro-averaged over layers and heads; "
+           "lines are each method's Pareto frontier; the star is your current setting.")
+if shell.show_messages(ctx):
+    pareto_view()

@@ -1,0 +1,64 @@
+"""Token view: for one query token, which keys each head of a layer attends to.
+
+Only the selected row of every (n × n) matrix is drawn, bertviz-style, so a 512-token text
+stays readable: bars are gold probabilities, ticks under them mark predicted (TP/FP) and
+missed (FN) keys.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import streamlit as st
+
+from app import plots, shell
+from sparsefinder import views
+
+st.title("Token view")
+
+
+def _step_query(delta: int, n: int) -> None:
+    shell.update_view(query=(shell.view_state().query + delta) % n)
+
+
+@st.fragment
+def token_view() -> None:
+    ctx = shell.context()
+    if not ctx.ready:
+        return
+    record = ctx.prepared.record
+    labels = views.token_labels(record)
+    shell.method_sliders(ctx)
+    cols = st.columns([1, 3, 1, 1], vertical_alignment="bottom")
+    cols[0].selectbox("Layer", range(record.num_layers), **shell.bind("w_layer", "layer"))
+    cols[1].selectbox("Query token", range(record.n_tokens), format_func=labels.__getitem__,
+                      **shell.bind("w_query", "query"))
+    cols[2].button("◀ Prev token", key="w_qprev", on_click=_step_query,
+                   args=(-1, record.n_tokens), width="stretch")
+    cols[3].button("Next token ▶", key="w_qnext", on_click=_step_query,
+                   args=(1, record.n_tokens), width="stretch")
+    state = shell.view_state()
+    preds, _ = shell.predictions(ctx, state)
+    frame = views.token_row_frame(record, preds, state.layer, state.query)
+    summary = views.token_row_summary(frame)
+    row_recall = float(summary["recall"].mean())
+    a, b, c = st.columns(3)
+    a.metric("Row recall (mean over heads)", f"{row_recall:.3f}")
+    b.metric("Gold keys per head", f"{summary['gold_edges'].mean():.1f}")
+    c.metric("Predicted keys per head", f"{summary['predicted_edges'].mean():.1f}")
+    heads = list(range(record.num_heads))
+    st.plotly_chart(plots.token_figure(frame, labels, state.query, heads),
+                    config=plots.chart_config(f"token_L{state.layer}_q{state.query}"),
+                    key="w_fig_tokens")
+    left, right = st.columns([3, 1])
+    left.dataframe(summary, hide_index=True, width="stretch")
+    right.download_button(
+        "This row, every head (CSV)", functools.partial(views.to_csv, frame),
+        file_name=f"token_L{state.layer}_q{state.query}.csv", mime="text/csv",
+        on_click="ignore", key="w_dl_tokens")
+
+
+ctx = shell.context()
+st.caption("Pick a query token: per head, which keys the gold graph and the predictor keep.")
+if shell.show_messages(ctx):
+    token_view()

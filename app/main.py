@@ -1,0 +1,49 @@
+"""Streamlit entrypoint: shared sidebar controls, then the page chosen in the navigation.
+
+Run with ``make run`` (``streamlit run app/main.py``). Every page reads what the sidebar
+produced through ``app.shell.context()``; to add a page, add one line to ``PAGES``.
+
+Pages live in ``app/app_pages/``, not ``app/pages/``: Streamlit treats a ``pages/`` folder next
+to the entrypoint as a legacy multipage app on a fresh server's first run, so a deep link such
+as ``/tokens`` would run that page without this script (no sidebar, no imports set up).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `streamlit run app/main.py` only puts app/ on the path
+    sys.path.insert(0, str(ROOT))
+
+import streamlit as st  # noqa: E402
+
+from app import shell  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+#: (file, title, icon). The first page is the default one.
+PAGES: list[tuple[str, str, str]] = [
+    ("app_pages/explorer.py", "Explorer", ":material/grid_view:"),
+    ("app_pages/pareto.py", "Pareto", ":material/show_chart:"),
+    ("app_pages/tokens.py", "Token view", ":material/segment:"),
+]
+
+
+def main() -> None:
+    st.set_page_config(page_title="Sparsefinder", page_icon=":material/hub:", layout="wide")
+    navigation = st.navigation([
+        st.Page(HERE / path, title=title, icon=icon, default=index == 0)
+        for index, (path, title, icon) in enumerate(PAGES)
+    ])
+    try:
+        shell.build_context()
+    except Exception as error:  # last resort: a message in the page, never a traceback
+        st.session_state[shell.CONTEXT_KEY] = shell.AppContext(
+            errors=[f"Unexpected error while preparing the view: {type(error).__name__}: "
+                    f"{error}"])
+    navigation.run()
+
+
+main()

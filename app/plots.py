@@ -1,0 +1,278 @@
+"""Plotly figures for the app: drawing only, the numbers come from ``sparsefinder.views``.
+
+Attention matrices are drawn as PNG image traces (a 512×512 float heatmap is ~1.5 MB of JSON
+per figure, a PNG a few KB) with a transparent scatter overlay on the edges only, which is
+what carries the token labels on hover. Axes are integer token positions with token strings as
+tick text: token strings as categories would merge repeated tokens ("the", ",").
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from PIL import Image
+
+#: Colours of the diff classes (index = views.DIFF_* code) and of plain graphs.
+DIFF_COLORS = {1: (46, 125, 50), 2: (211, 47, 47), 3: (245, 158, 11)}  # TP, FN, FP
+DIFF_LABELS = {1: "TP: predicted gold edge", 2: "FN: missed gold edge", 3: "FP: extra edge"}
+GOLD_COLOR = (33, 33, 33)
+PRED_COLOR = (25, 118, 210)
+#: A panel gets the token-label hover overlay when it has at most this many edges (else its
+#: image hover shows positions only): thousands of hover points cost the browser ~1 s per
+#: update, and at 500 tokens a panel has ~1 pixel per token, where labels are better read
+#: in the Token view.
+MAX_HOVER_EDGES = 3000
+MAX_TICKS = 20
+FIG_HEIGHT = 440
+TICK_CHARS = 10
+#: Longest matrix side drawn at one pixel per token; longer ones are pooled (see ``pool``).
+MAX_PIXELS = 300
+
+
+def chart_config(filename: str) -> dict:
+    """Modebar config: the camera button saves a PNG named after the view."""
+    return {
+        "displaylogo": False,
+        "toImageButtonOptions": {"format": "png", "filename": filename, "scale": 2},
+        "modeBarButtonsToRemove": ["lasso2d", "select2d"],
+    }
+
+
+def fast_figure(data: list[dict], layout: dict) -> go.Figure:
+    """A Figure from plain dicts without plotly's per-element validation.
+
+    Validation walks every hover string (~200 ms for a few thousand); these figures are built
+    by the code below from known-good keys, and ``st.plotly_chart`` does not validate a
+    Figure again.
+    """
+    return go.Figure({"data": data, "layout": layout}, _validate=False)
+
+
+def png_data_uri(codes: np.ndarray, palette: Sequence[tuple[int, int, int]]) -> str:
+    """uint8 class codes (h, w) + one RGB colour per code → ``data:image/png`` URI.
+
+    A palette PNG holds one byte per pixel: faster to encode and smaller than RGB.
+    """
+    image = Image.fromarray(np.ascontiguousarray(codes, dtype=np.uint8), mode="P")
+    image.putpalette([c for rgb in palette for c in rgb])
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", compress_level=1)
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _ticks(labels: Sequence[str]) -> tuple[list[int], list[str]]:
+    step = max(1, -(-len(labels) // MAX_TICKS))
+    positions = list(range(0, len(labels), step))
+    text = [labels[i].split(" · ", 1)[-1] for i in positions]
+    return positions, [t if len(t) <= TICK_CHARS else t[: TICK_CHARS - 1] + "…" for t in text]
+
+
+def _axes(labels: Sequence[str], index: int, domain: tuple[float, float]) -> dict:
+    """Layout of subplot ``index`` (1-based): integer positions with token tick text."""
+    n = len(labels)
+    tickvals, ticktext = _ticks(labels)
+    common = dict(tickmode="array", tickvals=tickvals, ticktext=ticktext, showgrid=False,
+                  tickfont=dict(size=9), zeroline=False)
+    suffix = "" if index == 1 else str(index)
+    x = dict(common, domain=list(domain), range=[-0.5, n - 0.5], tickangle=-90,
+             title=dict(text="key", standoff=2), constrain="domain", anchor=f"y{suffix}")
+    y = dict(common, range=[n - 0.5, -0.5], autorange=False, anchor=f"x{suffix}",
+             scaleanchor=f"x{suffix}", constrain="domain", constraintoward="top")
+    if index == 1:
+        y["title"] = dict(text="query", standoff=2)
+    else:  # zooming one panel zooms all three
+        x["matches"], y["matches"] = "x", "y"
+        y["showticklabels"] = False
+    return {f"xaxis{suffix}": x, f"yaxis{suffix}": y}
+
+
+def pool(codes: np.ndarray, factor: int, priority: Sequence[int]) -> np.ndarray:
+    """Shrink class codes by ``factor`` per axis, keeping the most important class per block.
+
+    A 500-token matrix drawn in ~300 screen pixels would lose isolated edges to the browser's
+    downscaling; pooling first keeps every edge visible (``priority[c]``: rank of class c).
+    """
+    if factor <= 1:
+        return codes
+    rank = np.asarray(priority, dtype=np.uint8)[codes]
+    n, m = codes.shape
+    pad = ((0, -n % factor), (0, -m % factor))
+    rank = np.pad(rank, pad)
+    blocks = rank.reshape(rank.shape[0] // factor, factor, rank.shape[1] // factor, factor)
+    pooled = blocks.max(axis=(1, 3))
+    back = np.argsort(priority).astype(np.uint8)  # rank -> class
+    return back[pooled]
+
+
+def _image(uri: str, index: int, factor: int = 1) -> dict:
+    """The matrix as a PNG; its own hover (positions only) costs the browser nothing.
+
+    A pooled image (``factor`` > 1) covers the same integer axis: pixel p spans tokens
+    [p·f, p·f + f).
+    """
+    suffix = "" if index == 1 else str(index)
+    offset = (factor - 1) / 2
+    return dict(type="image", source=uri, x0=offset, dx=factor, y0=offset, dy=factor,
+                hovertemplate="query %{y} · key %{x}<extra></extra>",
+                xaxis=f"x{suffix}", yaxis=f"y{suffix}")
+
+
+def _overlay(rows: np.ndarray, cols: np.ndarray, tokens: Sequence[str], name: str,
+             index: int) -> dict:
+    """Invisible markers on the edges: hover shows "q12 the -> k40 cat" (ASCII: no JSON
+    escapes)."""
+    text = [f"q{r} {tokens[r]} -> k{c} {tokens[c]}"
+            for r, c in zip(rows.tolist(), cols.tolist(), strict=True)]
+    suffix = "" if index == 1 else str(index)
+    return dict(
+        type="scattergl", x=cols.astype(np.int16), y=rows.astype(np.int16), text=text,
+        mode="markers", name=name, marker=dict(size=4, color="rgba(0,0,0,0)"),
+        hovertemplate=f"%{{text}}<extra>{name}</extra>", xaxis=f"x{suffix}",
+        yaxis=f"y{suffix}",
+    )
+
+
+def _ascii_tokens(labels: Sequence[str]) -> list[str]:
+    return [label.split(" · ", 1)[-1].encode("ascii", "replace").decode() for label in labels]
+
+
+def head_figure(gold: np.ndarray, pred: np.ndarray, codes: np.ndarray, labels: Sequence[str],
+                tag: str, counts: dict[str, int]) -> go.Figure:
+    """Gold graph, predicted graph and their diff for one head, side by side in ONE figure.
+
+    One figure instead of three: the browser lays out and creates a WebGL context once per
+    update, which is most of a slider move's cost on a CPU-only machine. The panels share
+    zoom. Panels with more than ``MAX_HOVER_EDGES`` edges hover with positions only.
+    Diff colours: TP green, missed gold edges (FN) red, extra predicted edges (FP) amber.
+    """
+    white = (255, 255, 255)
+    panels = [
+        (f"Gold {tag} · {int(gold.sum())} edges", gold.view(np.uint8), [white, GOLD_COLOR],
+         {1: "gold"}),
+        (f"Predicted {tag} · {int(pred.sum())} edges", pred.view(np.uint8),
+         [white, PRED_COLOR], {1: "predicted"}),
+        (f"Diff · TP {counts['TP']} · FN {counts['FN']} · FP {counts['FP']}", codes,
+         [white, *DIFF_COLORS.values()], {c: DIFF_LABELS[c].split(":")[0] for c in DIFF_COLORS}),
+    ]
+    tokens = _ascii_tokens(labels)
+    gap = 0.04
+    width = (1 - 2 * gap) / 3
+    data: list[dict] = []
+    layout: dict = dict(
+        height=FIG_HEIGHT, margin=dict(l=0, r=0, t=28, b=0), plot_bgcolor="white",
+        showlegend=False, hovermode="closest", uirevision="head", annotations=[],
+    )
+    for index, (title, image, palette, classes) in enumerate(panels, start=1):
+        left = (index - 1) * (width + gap)
+        layout.update(_axes(labels, index, (left, left + width)))
+        factor = -(-image.shape[0] // MAX_PIXELS)
+        # when pooling: FN over TP over FP over nothing; an edge over no edge
+        shown = pool(image, factor, [0, 2, 3, 1] if len(palette) == 4 else [0, 1])
+        data.append(_image(png_data_uri(shown, palette), index, factor))
+        if np.count_nonzero(image) <= MAX_HOVER_EDGES:
+            for code, name in classes.items():
+                rows, cols = np.nonzero(image == code)
+                if len(rows):
+                    data.append(_overlay(rows, cols, tokens, name, index))
+        layout["annotations"].append(dict(
+            text=f"<b>{title}</b>", x=left + width / 2, y=1.0, xref="paper", yref="paper",
+            yanchor="bottom", showarrow=False, font=dict(size=13)))
+    return fast_figure(data, layout)
+
+
+def overview_figure(values: np.ndarray, metric: str, selected: tuple[int, int]) -> go.Figure:
+    """Clickable layer × head grid coloured by a metric; the chosen head is outlined.
+
+    Drawn as square scatter markers rather than a heatmap: scatter points are selectable,
+    so a click reaches the app through ``on_select``.
+    """
+    layers, heads = values.shape
+    grid_l, grid_h = np.meshgrid(np.arange(layers), np.arange(heads), indexing="ij")
+    size = 28
+    data = [
+        dict(type="scatter", x=grid_h.ravel(), y=grid_l.ravel(), mode="markers",
+             marker=dict(symbol="square", size=size, color=values.ravel(),
+                         colorscale="Viridis", cmin=0.0, cmax=1.0,
+                         colorbar=dict(title=dict(text=metric), thickness=10)),
+             hovertemplate=f"layer %{{y}} · head %{{x}}<br>{metric} %{{marker.color:.3f}}"
+                           "<extra></extra>"),
+        dict(type="scatter", x=[selected[1]], y=[selected[0]], mode="markers",
+             hoverinfo="skip",
+             marker=dict(symbol="square-open", size=size + 6, color="crimson",
+                         line=dict(width=3))),
+    ]
+    layout = dict(
+        height=50 + layers * (size + 14),
+        margin=dict(l=10, r=10, t=10, b=10), showlegend=False,
+        xaxis=dict(title=dict(text="head"), tickmode="linear", dtick=1,
+                   range=[-0.6, heads - 0.4]),
+        yaxis=dict(title=dict(text="layer"), tickmode="linear", dtick=1,
+                   range=[layers - 0.4, -0.6]),
+        plot_bgcolor="white",
+    )
+    return fast_figure(data, layout)
+
+
+def token_figure(frame: pd.DataFrame, labels: Sequence[str], query: int,
+                 heads: Sequence[int]) -> go.Figure:
+    """One query token, every head: gold probability per key as bars, predictions as ticks.
+
+    Rows are heads (small multiples sharing the key axis), so a 512-token row stays readable.
+    Ticks under the bars: TP green, FN red (a gold key the predictor misses), FP amber.
+    """
+    tokens = _ascii_tokens(labels)
+    rows = len(heads)
+    gap = 0.012
+    band = (1 - gap * (rows - 1)) / rows
+    data: list[dict] = []
+    layout: dict = dict(
+        height=60 + 46 * rows, margin=dict(l=40, r=10, t=30, b=10), showlegend=False,
+        bargap=0.0, plot_bgcolor="white", hovermode="closest",
+        title=dict(text=f"query {labels[query]}: gold probability (bars); ticks: TP green · "
+                        "FN red · FP amber", font=dict(size=13)),
+    )
+    tickvals, ticktext = _ticks(labels)
+    layout["xaxis"] = dict(tickmode="array", tickvals=tickvals, ticktext=ticktext,
+                           tickangle=-90, tickfont=dict(size=9),
+                           range=[-0.5, len(labels) - 0.5], anchor=f"y{rows}")
+    for row, head in enumerate(heads, start=1):
+        axis = f"y{row}" if row > 1 else "y"
+        top = 1 - (row - 1) * (band + gap)
+        layout[f"yaxis{row}" if row > 1 else "yaxis"] = dict(
+            domain=[top - band, top], range=[-0.2, 1.0], showticklabels=False,
+            title=dict(text=f"h{head}", font=dict(size=10)), zeroline=False, anchor="x")
+        part = frame[frame["head"] == head]
+        keys = part["key"].to_numpy()
+        data.append(dict(type="bar", x=keys, y=part["gold_prob"].to_numpy(), yaxis=axis,
+                         marker=dict(color="rgb(33,33,33)"), text=[tokens[k] for k in keys],
+                         textposition="none",
+                         hovertemplate=f"k%{{x}} %{{text}}<br>gold p=%{{y:.3f}}"
+                                       f"<extra>head {head}</extra>"))
+        for code, status in ((1, "TP"), (2, "FN"), (3, "FP")):
+            mark = part[part["status"] == status]
+            if mark.empty:
+                continue
+            keys = mark["key"].to_numpy()
+            data.append(dict(
+                type="scatter", x=keys, y=np.full(len(keys), -0.1), yaxis=axis,
+                mode="markers", text=[tokens[k] for k in keys],
+                marker=dict(symbol="line-ns-open", size=8, line=dict(width=2),
+                            color="rgb({},{},{})".format(*DIFF_COLORS[code])),
+                hovertemplate=f"k%{{x}} %{{text}}<extra>{status} · head {head}</extra>"))
+    return fast_figure(data, layout)
+
+
+def mark_current(fig: go.Figure, sparsity: float, recall: float, label: str) -> go.Figure:
+    """The current slider setting as a star on a sparsity–recall figure."""
+    fig.add_trace(go.Scatter(
+        x=[sparsity], y=[recall], mode="markers", name="current setting",
+        marker=dict(symbol="star", size=16, color="gold", line=dict(color="black", width=1)),
+        hovertemplate=f"{label}<br>sparsity=%{{x:.4f}}<br>recall=%{{y:.4f}}"
+                      "<extra>current</extra>",
+    ))
+    return fig

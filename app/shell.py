@@ -1,0 +1,459 @@
+"""Shared controls and state of the app: sidebar inputs, cached resources, the view state.
+
+``main.py`` calls :func:`build_context` on every full rerun; pages read the result with
+:func:`context`. Expensive things are cached with ``st.cache_resource`` (shared, not copied)
+per (model, α, text, projections): a slider move never reruns the model.
+
+The view state (method, hyperparameters, layer, head, …) lives in ``st.session_state`` under
+``VIEW_KEY`` and is mirrored to ``st.query_params`` so a URL reproduces a view. Widgets get
+their initial value from it (``_seed``) instead of ``value=``, so their values survive page
+switches (Streamlit forgets the state of widgets a page did not draw).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+import torch
+
+from sparsefinder import views
+from sparsefinder.graphs import TextInputError
+from sparsefinder.metrics import GraphScores
+from sparsefinder.models import DEFAULT_MODEL, LoadedModel, ModelLoadError, load_model
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Projections of the bundled model; the environment variable points elsewhere (e.g. fresh
+#: ones from `sparsefinder train`) without touching assets/.
+DEFAULT_PROJECTIONS = Path(os.environ.get("SPARSEFINDER_DEFAULT_PROJECTIONS")
+                           or ROOT / "assets" / "default" / "projections.pt")
+VIEW_KEY = "_view"
+CONTEXT_KEY = "_context"
+PRED_CACHE_KEY = "_predictions"
+
+
+@dataclass
+class AppContext:
+    """What the sidebar produced in this run; pages draw from it (never from widgets)."""
+
+    loaded: LoadedModel | None = None
+    prepared: views.PreparedText | None = None
+    state: views.ViewState = field(default_factory=views.ViewState)
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    projections_note: str | None = None
+    projections_failed: bool = False  # a file was given but cannot be used (vs. none given)
+    cache_key: tuple = ()  # (model, α, text hash, projections digest): keys derived caches
+
+    @property
+    def ready(self) -> bool:
+        return self.loaded is not None and self.prepared is not None
+
+
+# ------------------------------------------------------------------------------------------
+# Cached resources (shared by all sessions; keys are plain values)
+# ------------------------------------------------------------------------------------------
+
+
+@st.cache_resource(max_entries=3, show_spinner="Loading the model…")
+def cached_model(name: str, alpha: float) -> LoadedModel:
+    return load_model(name, alpha=alpha, device="auto")
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def cached_projections(path: str, digest: str, model_id: str) -> Any:
+    """Loaded projections; ``digest`` (file content hash) keys the cache, not the path."""
+    from sparsefinder.projections import HeadProjections
+
+    return HeadProjections.load(path, expected_model_id=model_id)
+
+
+@st.cache_resource(max_entries=4, show_spinner="Computing gold graphs and projections…")
+def cached_prepared(
+    name: str, alpha: float, text: str, projections_key: str, _projections: Any
+) -> views.PreparedText:
+    """Gold graphs + projected vectors of one text (the only place the model runs).
+
+    At most 4 texts: a 512-token text holds ~20 MB of gold masks and, once the distance
+    method is used, ~66 MB of cached query–key distances.
+    """
+    loaded = cached_model(name, alpha)
+    record, notes = views.extract_one(loaded, text)
+    return views.prepare(record, _projections, notes)
+
+
+@st.cache_resource(max_entries=8, show_spinner="Sweeping every method on this text…")
+def cached_text_sweep(cache_key: tuple, methods: tuple[str, ...],
+                      _prepared: views.PreparedText) -> Any:
+    """Sparsity–recall of every grid point of ``methods`` on the current text."""
+    return views.sweep_records([_prepared.record], _prepared.projections, list(methods))
+
+
+@st.cache_resource(show_spinner=False)
+def _corpus_store() -> dict:
+    """Process-wide store of validation-corpus sweeps (computed with a progress bar, which a
+    cached function must not draw, so they are stored here by hand)."""
+    return {}
+
+
+def corpus_sweep(key: tuple, loaded: LoadedModel, projections: Any, methods: list[str],
+                 max_passages: int, compute: bool) -> tuple[list, Any] | None:
+    """Validation-split records and sweep for ``key``: from the store, or computed now with
+    an ``st.progress`` bar when ``compute``; None if not computed yet."""
+    store = _corpus_store()
+    full_key = (*key, max_passages, tuple(methods))
+    if full_key in store or not compute:
+        return store.get(full_key)
+    bar = st.progress(0.0, text="Validation corpus: starting…")
+
+    def report(fraction: float, message: str) -> None:
+        bar.progress(min(max(fraction, 0.0), 1.0), text=f"Validation corpus: {message}")
+
+    records = views.corpus_records(loaded, split="validation", max_passages=max_passages,
+                                   on_progress=lambda f, m: report(0.7 * f, m))
+    frame = views.sweep_records(records, projections, methods,
+                                on_progress=lambda f, m: report(0.7 + 0.3 * f, m))
+    bar.empty()
+    if len(store) >= 4:
+        store.pop(next(iter(store)))
+    store[full_key] = (records, frame)
+    return store[full_key]
+
+
+def clear_caches() -> None:
+    """Forget every cached model and text (tests; a fresh start)."""
+    st.cache_resource.clear()
+
+
+# ------------------------------------------------------------------------------------------
+# View state <-> widgets <-> URL
+# ------------------------------------------------------------------------------------------
+
+
+def view_state() -> views.ViewState:
+    """The current view state: session first, else the URL (first visit / shared link)."""
+    if VIEW_KEY not in st.session_state:
+        state, problems = views.parse_view_state(st.query_params.to_dict())
+        st.session_state[VIEW_KEY] = state
+        st.session_state["_url_problems"] = problems
+    return st.session_state[VIEW_KEY]
+
+
+def set_view_state(state: views.ViewState) -> None:
+    """Store the state and mirror it into the URL (only changed parameters are written)."""
+    st.session_state[VIEW_KEY] = state
+    params = views.view_state_to_params(state)
+    current = st.query_params.to_dict()
+    changed = {k: v for k, v in params.items() if current.get(k) != v}
+    if changed:
+        st.query_params.update(changed)
+
+
+def update_view(**changes: Any) -> views.ViewState:
+    state = replace(view_state(), **changes)
+    set_view_state(state)
+    return state
+
+
+def seed(key: str, value: Any) -> None:
+    """Give a widget that is drawn on every run (sidebar) its starting value once, without
+    ``value=`` (avoids the double-set warning and keeps what the user chose)."""
+    if key not in st.session_state:
+        st.session_state[key] = value
+
+
+def bind(key: str, field_name: str, to_widget: Any = None, from_widget: Any = None) -> dict:
+    """Two-way bind a page widget to a ViewState field: returns ``key``/``on_change`` kwargs.
+
+    The widget value is set from the view state before every draw, and a change writes back
+    through ``on_change`` (callbacks run before the script). Page widgets need this rather
+    than :func:`seed`: Streamlit drops a widget's state on a page switch, the view state and
+    URL keep it.
+    """
+    value = getattr(view_state(), field_name)
+    st.session_state[key] = to_widget(value) if to_widget else value
+    return {"key": key, "on_change": _sync, "args": (key, field_name, from_widget)}
+
+
+def _sync(key: str, field_name: str, from_widget: Any) -> None:
+    value = st.session_state[key]
+    update_view(**{field_name: from_widget(value) if from_widget else value})
+
+
+# ------------------------------------------------------------------------------------------
+# Sidebar
+# ------------------------------------------------------------------------------------------
+
+
+def _device_label(device: torch.device | None) -> str:
+    if device is not None and device.type == "cuda":
+        return f"CUDA ({torch.cuda.get_device_name(device)})"
+    if device is None and torch.cuda.is_available():
+        return "CUDA"
+    return "CPU"
+
+
+def _model_controls() -> tuple[str, Path | None, str | None]:
+    """Model name and projections file (path, or an upload saved to a temp file)."""
+    seed("w_model_kind", "default")
+    kind = st.sidebar.radio(
+        "Model", ["default", "custom"], key="w_model_kind", horizontal=True,
+        format_func=lambda k: "Bundled (MiniLM-L6)" if k == "default" else "Other",
+        help="The bundled all-MiniLM-L6-v2 runs offline; 'Other' takes a Hugging Face id or a "
+             "local folder.",
+    )
+    if kind == "default":
+        path = DEFAULT_PROJECTIONS if DEFAULT_PROJECTIONS.exists() else None
+        note = None if path else (
+            "Bundled projections (assets/default/projections.pt) are missing; run "
+            "`make assets` to train them."
+        )
+        return DEFAULT_MODEL, path, note
+    seed("w_model_name", "")
+    name = st.sidebar.text_input("Model id or folder", key="w_model_name",
+                                 placeholder="e.g. bert-base-uncased or /path/to/model")
+    seed("w_proj_path", "")
+    proj_path = st.sidebar.text_input("Projections file (.pt)", key="w_proj_path",
+                                      placeholder="path to projections.pt (optional)")
+    upload = st.sidebar.file_uploader("…or upload projections", type=["pt"], key="w_proj_upload")
+    if upload is not None:
+        data = upload.getvalue()
+        target = Path(tempfile.gettempdir()) / (
+            f"sparsefinder-proj-{hashlib.sha256(data).hexdigest()[:16]}.pt")
+        if not target.exists():
+            target.write_bytes(data)
+        return name.strip(), target, None
+    if proj_path.strip():
+        return name.strip(), Path(proj_path.strip()).expanduser(), None
+    return name.strip(), None, (
+        "No projections file for this model: the learned methods (distance, quantization, "
+        "k-means) are off; window and global patterns and the gold graphs still work."
+    )
+
+
+def _text_controls(state: views.ViewState) -> tuple[str | None, str | None]:
+    """The text to analyse, or (None, error message). Typed text stays in its widget key."""
+    seed("w_source", "example")
+    source = st.sidebar.radio(
+        "Text", ["example", "paste", "upload"], key="w_source", horizontal=True,
+        format_func={"example": "Example", "paste": "Paste", "upload": "Upload"}.get,
+    )
+    if source == "example":
+        example = st.sidebar.selectbox("Example text", views.list_examples(),
+                                       **bind("w_example", "example"))
+        return views.read_example(example), None
+    if source == "paste":
+        seed("w_paste", views.read_example(state.example))
+        text = st.sidebar.text_area("Paste a text", key="w_paste", height=180)
+        if not text.strip():
+            return None, "The text is empty: paste or type some text (one word or more)."
+        return text, None
+    upload = st.sidebar.file_uploader("Upload a .txt file (UTF-8)", type=["txt"],
+                                      key="w_text_upload")
+    if upload is None:
+        return None, "No file uploaded yet: choose a .txt file, or pick an example."
+    try:
+        text = views.decode_upload(upload.getvalue(), upload.name)
+    except TextInputError as error:
+        return None, str(error)
+    if not text.strip():
+        return None, f"{upload.name} is empty: upload a file with some text."
+    return text, None
+
+
+def _method_control(prepared: views.PreparedText | None) -> None:
+    st.sidebar.selectbox(
+        "Method", list(views.METHODS), format_func=views.METHODS.get,
+        help="Sparsefinder predictor; its hyperparameters are live sliders on each page. "
+             "Window and global tokens are added to any method (paper §4.7).",
+        **bind("w_method", "method"),
+    )
+
+
+def build_context() -> AppContext:
+    """Draw the sidebar and compute (or fetch from cache) everything pages need."""
+    ctx = AppContext()
+    state = view_state()
+    ctx.notes.extend(st.session_state.pop("_url_problems", []))
+    st.sidebar.title("Sparsefinder")
+    name, proj_path, ctx.projections_note = _model_controls()
+    seed("w_alpha", 1.5)
+    alpha = st.sidebar.number_input("α (entmax)", min_value=1.0, max_value=4.0, step=0.05,
+                                    key="w_alpha", format="%.2f",
+                                    help="1 = softmax (dense), 1.5 = entmax15, 2 = sparsemax")
+    text, text_error = _text_controls(state)
+    try:
+        if not name:
+            raise ModelLoadError("no model given: type a Hugging Face id or a local folder")
+        ctx.loaded = cached_model(name, float(alpha))
+    except (ModelLoadError, ValueError) as error:
+        ctx.errors.append(f"Model not loaded: {error}")
+    except Exception as error:  # e.g. a hub id that is a dataset: never a traceback
+        ctx.errors.append(f"Model not loaded: {type(error).__name__}: {error}")
+    projections, proj_key = None, "none"
+    if ctx.loaded is not None and proj_path is not None:
+        projections, proj_key = _load_projections(ctx, proj_path)
+    if text_error:
+        ctx.errors.append(text_error)
+    elif ctx.loaded is not None and text is not None:
+        text_hash = hashlib.sha256(text.encode()).hexdigest()
+        try:
+            try:
+                ctx.prepared = cached_prepared(name, float(alpha), text, proj_key, projections)
+            except TextInputError:
+                raise
+            except ValueError as error:  # projections whose shapes do not fit this model
+                ctx.projections_note = f"Projections not used: {error}. Learned methods are off."
+                ctx.projections_failed = True
+                proj_key = "none"
+                ctx.prepared = cached_prepared(name, float(alpha), text, proj_key, None)
+            ctx.cache_key = (name, float(alpha), text_hash, proj_key)
+        except TextInputError as error:
+            ctx.errors.append(str(error))
+    _method_control(ctx.prepared)
+    if ctx.prepared is not None:
+        clamped, notes = views.clamp(view_state(), ctx.prepared)
+        ctx.notes.extend(notes)
+        set_view_state(clamped)
+    ctx.state = view_state()
+    device = ctx.loaded.device if ctx.loaded else None
+    st.sidebar.caption(f"Device: **{_device_label(device)}**"
+                       + (f" · {ctx.loaded.model_id}" if ctx.loaded else ""))
+    st.session_state[CONTEXT_KEY] = ctx
+    return ctx
+
+
+def _load_projections(ctx: AppContext, path: Path) -> tuple[Any, str]:
+    """Projections for the loaded model, or (None, "none") with a note saying why not."""
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        ctx.projections_note = (f"Cannot read projections file {str(path)!r} ({error.strerror}); "
+                                "learned methods are off.")
+        ctx.projections_failed = True
+        return None, "none"
+    digest = hashlib.sha256(data).hexdigest()
+    try:
+        projections = cached_projections(str(path), digest, ctx.loaded.model_id)
+    except ValueError as error:  # ProjectionsError: wrong model, bad file
+        ctx.projections_note = f"Projections not used: {error}. Learned methods are off."
+        ctx.projections_failed = True
+        return None, "none"
+    return projections, digest
+
+
+# ------------------------------------------------------------------------------------------
+# Helpers for pages
+# ------------------------------------------------------------------------------------------
+
+
+def context() -> AppContext:
+    """The context of the last full run (pages and their fragments read it)."""
+    return st.session_state.get(CONTEXT_KEY) or AppContext(errors=["The app is starting."])
+
+
+def show_messages(ctx: AppContext) -> bool:
+    """Errors and notes at the top of a page; True when the page can draw graphs."""
+    for error in ctx.errors:
+        st.error(error, icon=":material/error:")
+    for note in ctx.notes:
+        st.warning(note, icon=":material/warning:")
+    if ctx.prepared is not None:
+        for note in ctx.prepared.notes:
+            st.warning(note, icon=":material/warning:")
+    if ctx.projections_note and ctx.projections_failed:
+        st.warning(ctx.projections_note, icon=":material/warning:")
+    elif ctx.projections_note and ctx.state.method in views.LEARNED_METHODS:
+        st.info(ctx.projections_note, icon=":material/info:")
+    if not ctx.ready:
+        st.info("Fix the input in the sidebar to see attention graphs; the rest of your "
+                "settings are kept.", icon=":material/arrow_back:")
+    return ctx.ready
+
+
+def predictions(ctx: AppContext, state: views.ViewState) -> tuple[list[torch.Tensor],
+                                                                  GraphScores]:
+    """Predicted masks and scores for ``state``; the last result is memoised per session so
+    changing layer/head/query (which don't change predictions) costs nothing."""
+    key = (id(ctx.prepared), state.method, state.t, state.bins, state.clusters, state.top_k,
+           state.window, state.global_tokens)
+    cached = st.session_state.get(PRED_CACHE_KEY)
+    if cached is not None and cached[0] == key:
+        return cached[1], cached[2]
+    with single_thread():
+        preds = views.predict_layers(ctx.prepared, state)
+        scores = views.score(ctx.prepared, preds)
+    st.session_state[PRED_CACHE_KEY] = (key, preds, scores)
+    return preds, scores
+
+
+@contextlib.contextmanager
+def single_thread():
+    """Run torch on one thread for the interactive path.
+
+    The masks of one slider move are small ops; on a busy 2-core CPU a second intra-op
+    thread mostly waits for the first (measured 3-20x slower), and Streamlit serves other
+    sessions on other threads anyway.
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def method_sliders(ctx: AppContext, columns: int = 4) -> views.ViewState:
+    """Live hyperparameter sliders of the current method plus window / global tokens.
+
+    Call inside an ``st.fragment``: moving one reruns only that fragment. Values are bound to
+    the view state (and so to the URL), shared by every page.
+    """
+    prepared, state = ctx.prepared, view_state()
+    method = views.effective_method(state, prepared)
+    col = iter(st.columns(columns))
+    if method == "distance":
+        next(col).slider(
+            "t (distance threshold)", 0.0, float(prepared.t_max),
+            step=float(prepared.t_max) / 200, format="%.3f",
+            help="Edge iff ‖q′−k′‖ ≤ t in the learned projection space (§4.3).",
+            **bind("w_t", "t", float, float))
+    elif method == "quantization":
+        next(col).slider(
+            "β (bins per dimension)", 1, views.MAX_BINS,
+            help="Each projected dimension cut into β equal-population bins (§4.4).",
+            **bind("w_bins", "bins", int, int))
+    elif method == "kmeans":
+        next(col).select_slider(
+            "B (clusters)", options=sorted(prepared.centroids),
+            help="Number of k-means centroids learned offline per head (§4.5).",
+            **bind("w_clusters", "clusters", int, int))
+        top = min(views.MAX_TOP_K, int(view_state().clusters))
+        if top > 1:
+            next(col).slider(
+                "k (nearest centroids)", 1, top,
+                help="Queries and keys join their k nearest centroids; larger k, more edges.",
+                **bind("w_top_k", "top_k", lambda k: min(int(k), top), int))
+    next(col).select_slider("Window size", options=views.WINDOW_CHOICES,
+                            help="Adds edges |i−j| ≤ size//2 (0 = off).",
+                            **bind("w_window", "window", views.snap_window, int))
+    box = next(col)
+    for choice in views.GLOBAL_CHOICES:
+        box.checkbox(
+            f"Global: {choice} token",
+            help="That token ([CLS] / [SEP]) attends and is attended everywhere.",
+            **bind(f"w_global_{choice}", "global_tokens",
+                   lambda chosen, c=choice: c in chosen,
+                   lambda on, c=choice: _toggle_global(c, on)))
+    return view_state()
+
+
+def _toggle_global(choice: str, on: bool) -> tuple[str, ...]:
+    chosen = set(view_state().global_tokens) - {choice} | ({choice} if on else set())
+    return tuple(c for c in views.GLOBAL_CHOICES if c in chosen)

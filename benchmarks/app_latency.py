@@ -1,0 +1,159 @@
+"""Latency of a live slider move in the real app, measured in a real headless browser.
+
+Serves the app (``streamlit run app/main.py``) on a free port, opens the Explorer on the
+~480-token example (assets/examples/long_report_512.txt) in Debian's chromium, then moves the
+window-size slider with the keyboard N times. Each sample is the time from the key press to
+the moment both the metric values and the predicted panel's title (its edge count) show the
+new setting in the page. Websocket bytes received per move are summed (Streamlit's deltas:
+figures, metrics), which is the payload of one update.
+
+Prints per-move timings, p50/p95, and last ``p50_ms=<x> p95_ms=<y> payload_kb=<z>``.
+Goal on the 2-core dev CPU: p50 <= 300 ms, p95 <= 600 ms.
+
+    .venv/bin/python benchmarks/app_latency.py [--moves 30] [--method kmeans]
+        [--projections PATH]   # default: assets/default/projections.pt when it exists
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+SNAPSHOT_JS = """() => {
+  const metrics = [...document.querySelectorAll('[data-testid="stMetricValue"]')]
+    .map(e => e.textContent).join('|');
+  const titles = [...document.querySelectorAll('.js-plotly-plot .annotation-text')]
+    .map(e => e.textContent).join('|');
+  return [metrics, titles];
+}"""
+CHANGED_JS = """([before]) => {
+  const metrics = [...document.querySelectorAll('[data-testid="stMetricValue"]')]
+    .map(e => e.textContent).join('|');
+  const titles = [...document.querySelectorAll('.js-plotly-plot .annotation-text')]
+    .map(e => e.textContent).join('|');
+  return metrics !== before[0] && titles !== before[1];
+}"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(port: int, projections: Path | None) -> subprocess.Popen:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               TOKENIZERS_PARALLELISM="false")
+    if projections is not None:
+        env["SPARSEFINDER_DEFAULT_PROJECTIONS"] = str(projections)
+    return subprocess.Popen(
+        [str(ROOT / ".venv" / "bin" / "streamlit"), "run", "app/main.py",
+         "--server.port", str(port), "--server.headless", "true",
+         "--browser.gatherUsageStats", "false"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def wait_healthy(port: int, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://localhost:{port}/_stcore/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.3)
+    raise RuntimeError(f"streamlit did not become healthy on port {port} in {timeout:.0f}s")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def measure(port: int, moves: int, method: str) -> tuple[list[float], list[int]]:
+    from playwright.sync_api import sync_playwright
+
+    received = [0]
+
+    def on_websocket(ws) -> None:
+        ws.on("framereceived", lambda payload: received.__setitem__(
+            0, received[0] + len(payload if isinstance(payload, bytes) else payload.encode())))
+
+    times, sizes = [], []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1600, "height": 1800})
+        page.on("websocket", on_websocket)
+        page.goto(f"http://localhost:{port}/?example=long_report_512&method={method}"
+                  "&window=3&layer=0&head=0", timeout=300_000)
+        page.wait_for_function(
+            "document.querySelectorAll('.js-plotly-plot').length >= 2 && "
+            "document.querySelectorAll('[data-testid=\"stMetricValue\"]').length >= 9",
+            timeout=300_000)
+        time.sleep(2)
+        thumb = (page.locator("[data-testid='stSlider']").filter(has_text="Window size")
+                 .get_by_role("slider"))
+        thumb.focus()
+        for move in range(moves + 2):  # two warm-up moves
+            key = "ArrowRight" if (move // 10) % 2 == 0 else "ArrowLeft"
+            before = page.evaluate(SNAPSHOT_JS)
+            received[0] = 0
+            start = time.perf_counter()
+            thumb.press(key)
+            page.wait_for_function(CHANGED_JS, arg=[before], polling="raf", timeout=60_000)
+            elapsed = (time.perf_counter() - start) * 1e3
+            time.sleep(0.3)  # let trailing frames of this update arrive before the next move
+            if move >= 2:
+                times.append(elapsed)
+                sizes.append(received[0])
+                print(f"move {move - 1:2d} {key:10s} {elapsed:7.1f} ms "
+                      f"{received[0] / 1024:7.1f} KB", flush=True)
+        browser.close()
+    return times, sizes
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--moves", type=int, default=30)
+    parser.add_argument("--method", default="kmeans",
+                        help="predictor shown while the window slider moves")
+    parser.add_argument("--projections", type=Path, default=None,
+                        help="projections for the default model (else the bundled ones)")
+    args = parser.parse_args()
+    if not Path(CHROMIUM).exists():
+        print(f"{CHROMIUM} is missing: `make browser` (apt-get install chromium) first",
+              file=sys.stderr)
+        return 2
+    port = free_port()
+    server = start_server(port, args.projections)
+    try:
+        wait_healthy(port)
+        times, sizes = measure(port, args.moves, args.method)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+    p50, p95 = statistics.median(times), percentile(times, 0.95)
+    payload_kb = statistics.median(sizes) / 1024
+    print(f"{len(times)} moves on the 512-token example: p50 {p50:.0f} ms, p95 {p95:.0f} ms, "
+          f"median websocket payload {payload_kb:.0f} KB per update")
+    print(f"p50_ms={p50:.0f} p95_ms={p95:.0f} payload_kb={payload_kb:.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,98 @@
+"""Bad input shows a clear message in the page, never a traceback, and keeps what was typed.
+
+Sidebar widgets are pre-set through session state before the first run (AppTest only sees
+the sidebar on the first run of an st.navigation app).
+"""
+
+from __future__ import annotations
+
+from apptest_helpers import assert_clean, assert_head_graphs, new_app
+
+
+def _pasted(text: str):
+    at = new_app()
+    at.session_state["w_source"] = "paste"
+    at.session_state["w_paste"] = text
+    return at.run()
+
+
+def _messages(at) -> str:
+    return " ".join(e.value for e in [*at.error, *at.warning, *at.info])
+
+
+def test_empty_text_is_an_error_and_the_text_box_keeps_its_content(without_projections):
+    at = _pasted("   \n ")
+    assert_clean(at)
+    assert any("empty" in e.value for e in at.error)
+    assert not at.get("plotly_chart")
+    assert at.session_state["w_paste"] == "   \n "
+    at.switch_page("app_pages/pareto.py").run()  # other pages say so too, no exception
+    assert_clean(at)
+    assert any("empty" in e.value for e in at.error)
+
+
+def test_very_long_text_is_truncated_with_a_warning(without_projections):
+    at = _pasted("lorem ipsum dolor " * 400)
+    assert_clean(at)
+    assert any("truncated to its first 512 tokens" in w.value for w in at.warning)
+    assert_head_graphs(at)  # still drawn, on the first 512 tokens
+
+
+def test_emoji_and_non_english_text_warn_about_unknown_tokens(without_projections):
+    at = _pasted("Zürich était magnifique 🎉🍕 — Привет, 東京! Dzięki 😀")
+    assert_clean(at)
+    assert any("unknown to the model's vocabulary" in w.value for w in at.warning)
+    assert_head_graphs(at)
+
+
+def test_unknown_model_is_an_error_and_the_app_keeps_working(without_projections):
+    at = new_app()
+    at.session_state["w_model_kind"] = "custom"
+    at.session_state["w_model_name"] = "no-such-org/no-such-model-xyz"
+    at.run()
+    assert_clean(at)
+    assert any("Model not loaded" in e.value and "no-such-model-xyz" in e.value
+               for e in at.error)
+    assert at.session_state["w_model_name"] == "no-such-org/no-such-model-xyz"
+    at.switch_page("app_pages/tokens.py").run()
+    assert_clean(at)
+
+
+def test_projections_for_another_model_disable_learned_methods(tmp_path, monkeypatch):
+    from apptest_helpers import random_projections
+
+    from app import shell
+
+    wrong = random_projections("someone/other-model").save(tmp_path / "other.pt")
+    monkeypatch.setattr(shell, "DEFAULT_PROJECTIONS", wrong)
+    at = new_app(method="kmeans").run()
+    assert_clean(at)
+    text = _messages(at)
+    assert "trained for model someone/other-model" in text and "Learned methods are off" in text
+    assert_head_graphs(at)  # gold graphs and window/global still work
+
+
+def test_custom_model_without_projections_runs_fixed_patterns(without_projections):
+    from sparsefinder.models import default_model_path
+
+    at = new_app(method="distance")
+    at.session_state["w_model_kind"] = "custom"
+    at.session_state["w_model_name"] = str(default_model_path())
+    at.run()
+    assert_clean(at)
+    assert not at.error
+    assert "learned methods" in _messages(at).lower()
+    assert_head_graphs(at)
+    assert not [s for s in at.slider if s.key == "w_t"]  # no t slider without projections
+
+
+def test_unreadable_projections_path_is_a_warning(tmp_path):
+    from sparsefinder.models import default_model_path
+
+    at = new_app()
+    at.session_state["w_model_kind"] = "custom"
+    at.session_state["w_model_name"] = str(default_model_path())
+    at.session_state["w_proj_path"] = str(tmp_path / "nope.pt")
+    at.run()
+    assert_clean(at)
+    assert "Cannot read projections file" in _messages(at)

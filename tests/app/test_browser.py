@@ -1,0 +1,146 @@
+"""The real app in a real browser: `streamlit run` + Debian's chromium through Playwright.
+
+Marked ``browser``; skipped (with the reason) only when /usr/bin/chromium is missing —
+`make test` installs it, so CI runs these. Screenshots go to artifacts/ (gitignored).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+ARTIFACTS = ROOT / "artifacts"
+METRIC_JS = """(label) => {
+  for (const m of document.querySelectorAll('[data-testid="stMetric"]')) {
+    const l = m.querySelector('[data-testid="stMetricLabel"]');
+    if (l && l.textContent.trim() === label) {
+      return m.querySelector('[data-testid="stMetricValue"]').textContent.trim();
+    }
+  }
+  return null;
+}"""
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not CHROMIUM.exists(),
+                       reason="/usr/bin/chromium is missing (`make browser` installs it)"),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(request) -> str:
+    """`streamlit run app/main.py` on a free port; terminated by the finaliser."""
+    port = _free_port()
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               TOKENIZERS_PARALLELISM="false")
+    process = subprocess.Popen(
+        [str(ROOT / ".venv" / "bin" / "streamlit"), "run", "app/main.py",
+         "--server.port", str(port), "--server.headless", "true",
+         "--browser.gatherUsageStats", "false"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+    def stop() -> None:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+
+    request.addfinalizer(stop)
+    url = f"http://localhost:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
+                if response.status == 200:
+                    return url
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("streamlit did not become healthy") from None
+            time.sleep(0.3)
+
+
+@pytest.fixture(scope="module")
+def page():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1600, "height": 1800})
+        yield page
+        browser.close()
+
+
+def _wait_for_explorer(page) -> None:
+    page.wait_for_function(
+        "document.querySelectorAll('[data-testid=\"stMetricValue\"]').length >= 9 && "
+        "document.querySelectorAll('.js-plotly-plot').length >= 2", timeout=240_000)
+
+
+def test_deep_link_to_a_page_works_on_first_load(server, page):
+    """First request of a fresh server (regression: a pages/ folder made it legacy MPA)."""
+    page.goto(f"{server}/tokens?method=fixed&window=3&query=5", timeout=240_000)
+    page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 1",
+                           timeout=240_000)
+    assert page.locator("[data-testid='stException']").count() == 0
+    assert page.evaluate(METRIC_JS, "Predicted keys per head") == "5.0"  # window + globals
+    page.screenshot(path=str(ARTIFACTS / "browser_tokens.png"))
+
+
+def test_slider_move_updates_metrics_in_the_browser(server, page):
+    page.goto(f"{server}/?method=fixed&window=3&global=none&layer=0&head=0",
+              timeout=240_000)
+    _wait_for_explorer(page)
+    assert page.locator("[data-testid='stException']").count() == 0
+    before = page.evaluate(METRIC_JS, "Model recall")
+    sparsity_before = float(page.evaluate(METRIC_JS, "Model sparsity"))
+    thumb = (page.locator("[data-testid='stSlider']").filter(has_text="Window size")
+             .get_by_role("slider"))
+    thumb.focus()
+    thumb.press("ArrowRight")  # window 3 -> 5
+    page.wait_for_function(f"(b) => ({METRIC_JS})('Model recall') !== b", arg=before,
+                           timeout=60_000)
+    after = page.evaluate(METRIC_JS, "Model recall")
+    assert float(after) > float(before)  # a wider window never lowers recall
+    assert float(page.evaluate(METRIC_JS, "Model sparsity")) < sparsity_before
+    assert "window=5" in page.url  # the URL reproduces the view
+    time.sleep(1.5)  # let the figures finish drawing
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "browser_explorer.png"))
+    assert page.locator("[data-testid='stException']").count() == 0
+
+
+def test_clicking_the_overview_grid_opens_that_head(server, page):
+    page.goto(f"{server}/?method=fixed&window=3&layer=0&head=0", timeout=240_000)
+    _wait_for_explorer(page)
+    grid = page.locator(".js-plotly-plot").nth(1)
+    cell = grid.locator("path.point").nth(1 * 12 + 3).bounding_box()  # layer 1, head 3
+    x, y = cell["x"] + cell["width"] / 2, cell["y"] + cell["height"] / 2
+    page.mouse.move(x, y)
+    time.sleep(0.5)  # plotly selects the hovered point on click
+    page.mouse.down()
+    page.mouse.up()
+    page.wait_for_function("() => location.search.includes('layer=1') && "
+                           "location.search.includes('head=3')", timeout=60_000)
+    page.wait_for_function("() => [...document.querySelectorAll('.annotation-text')]"
+                           ".some(e => e.textContent.includes('L1H3'))", timeout=60_000)

@@ -1,0 +1,121 @@
+"""Explorer page through AppTest: first screen, live sliders, head navigation, URL state."""
+
+from __future__ import annotations
+
+from apptest_helpers import assert_clean, assert_head_graphs, figures, metric, new_app
+
+
+def test_first_screen_shows_graphs_and_metrics(with_projections):
+    at = new_app().run()
+    assert_clean(at)
+    assert not at.error
+    figure = assert_head_graphs(at)
+    assert figure["layout"]["xaxis"]["tickmode"] == "array"  # integer axes, token tick text
+    assert all(isinstance(v, int) for v in figure["layout"]["xaxis"]["tickvals"])
+    assert any(t["type"] == "scattergl" for t in figure["data"])  # hover overlay (short text)
+    assert len(figures(at)) == 2  # + the layer × head overview grid
+    for scope in ("Head", "Layer", "Model"):
+        for what in ("recall", "sparsity", "gold sparsity"):
+            assert 0.0 <= metric(at, f"{scope} {what}") <= 1.0
+    assert any("Device:" in c.value for c in at.sidebar.caption)
+    assert at.query_params["example"] == "short_dialogue"
+
+
+def _model_scores(at) -> tuple[float, float]:
+    return metric(at, "Model recall"), metric(at, "Model sparsity")
+
+
+def _sweep_slider(at, kind: str, key: str, values) -> list[tuple[float, float]]:
+    """Set a slider to each value (a fragment rerun each time) and read model-level scores."""
+    out = []
+    for value in values:
+        getattr(at, kind)(key=key).set_value(value).run()
+        assert_clean(at)
+        out.append(_model_scores(at))
+    return out
+
+
+def _assert_monotone(scores: list[tuple[float, float]]) -> None:
+    """Recall never drops and sparsity never rises along the sweep, and something moved."""
+    recalls = [r for r, _ in scores]
+    sparsities = [s for _, s in scores]
+    assert recalls == sorted(recalls), recalls
+    assert sparsities == sorted(sparsities, reverse=True), sparsities
+    assert recalls[-1] > recalls[0] and sparsities[-1] < sparsities[0]
+
+
+# Window/global off (URL) so that each learned method is seen alone. Sidebar widgets can
+# only be driven on AppTest's first run with st.navigation, so each method gets its own app.
+ALONE = {"window": "0", "global": "none"}
+
+
+def test_larger_t_never_lowers_recall(with_projections):
+    at = new_app(method="distance", **ALONE).run()
+    assert_clean(at)
+    top = at.slider(key="w_t").max
+    _assert_monotone(_sweep_slider(at, "slider", "w_t", [0.0, top * 0.1, top * 0.3, top]))
+
+
+def test_larger_k_never_lowers_recall(with_projections):
+    at = new_app(method="kmeans", B="8", **ALONE).run()
+    scores = _sweep_slider(at, "slider", "w_top_k", [1, 2, 4, 8])
+    _assert_monotone(scores)
+    assert scores[-1] == (1.0, 0.0)  # k = B: every query and key shares every cluster
+
+
+def test_larger_window_never_lowers_recall(with_projections):
+    at = new_app(method="fixed", **ALONE).run()
+    assert _model_scores(at) == (0.0, 1.0)  # nothing switched on: the empty graph
+    _assert_monotone(_sweep_slider(at, "select_slider", "w_window", [1, 3, 9, 31]))
+
+
+def test_global_tokens_add_edges(with_projections):
+    at = new_app(method="fixed", **ALONE).run()
+    at.checkbox(key="w_global_first").check().run()
+    recall_first, sparsity_first = _model_scores(at)
+    assert recall_first > 0.0 and sparsity_first < 1.0
+    at.checkbox(key="w_global_last").check().run()
+    recall_both, sparsity_both = _model_scores(at)
+    assert recall_both >= recall_first and sparsity_both < sparsity_first
+
+
+def test_method_select_in_sidebar_switches_sliders(with_projections):
+    at = new_app().run()
+    at.sidebar.selectbox(key="w_method").set_value("distance").run()
+    assert_clean(at)
+    assert at.slider(key="w_t").value > 0
+    assert at.query_params["method"] == "distance"
+
+
+def test_quantization_slider_changes_scores(with_projections):
+    at = new_app(method="quantization", window="0", **{"global": "none"}).run()
+    before = _model_scores(at)
+    at.slider(key="w_bins").set_value(1).run()
+    after = _model_scores(at)
+    assert after == (1.0, 0.0)  # one bin: every pair shares it
+    assert before != after
+
+
+def test_head_navigation_and_url_state(with_projections):
+    at = new_app(layer="2", head="11", method="distance", t="0.3", window="5").run()
+    assert_clean(at)
+    assert (at.selectbox(key="w_layer").value, at.selectbox(key="w_head").value) == (2, 11)
+    assert at.slider(key="w_t").value == 0.3 and at.select_slider(key="w_window").value == 5
+    at.button(key="w_next").click().run()  # wraps into the next layer
+    assert (at.selectbox(key="w_layer").value, at.selectbox(key="w_head").value) == (3, 0)
+    assert at.query_params["layer"] == "3" and at.query_params["head"] == "0"
+    at.button(key="w_prev").click().run()
+    assert at.query_params["head"] == "11"
+    head_recall = metric(at, "Head recall")
+    at.selectbox(key="w_head").set_value(0).run()
+    assert at.query_params["head"] == "0"
+    assert metric(at, "Layer recall") == metric(at, "Layer recall")  # still drawn
+    assert head_recall >= 0
+
+
+def test_bad_url_parameters_are_reported_not_raised(with_projections):
+    at = new_app(method="magic", layer="99", window="-4").run()
+    assert_clean(at)
+    warnings = " ".join(w.value for w in at.warning)
+    assert "method='magic'" in warnings and "window='-4'" in warnings
+    assert at.selectbox(key="w_layer").value == 5  # clamped to the last layer

@@ -1,0 +1,35 @@
+"""app/plots.py helpers that carry logic of their own (pooling, overlay policy)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from app import plots
+
+
+def test_pool_keeps_every_edge_and_the_most_important_class():
+    codes = np.zeros((5, 5), dtype=np.uint8)
+    codes[0, 0], codes[0, 1] = 3, 2  # FP and FN in one 2×2 block: FN wins
+    codes[4, 4] = 1  # a lone TP in the padded corner block survives
+    pooled = plots.pool(codes, 2, [0, 2, 3, 1])
+    assert pooled.shape == (3, 3)
+    assert pooled[0, 0] == 2 and pooled[2, 2] == 1 and pooled.sum() == 3
+    edges = np.eye(7, dtype=np.uint8)
+    assert plots.pool(edges, 3, [0, 1]).diagonal().tolist() == [1, 1, 1]
+    assert plots.pool(edges, 1, [0, 1]) is edges
+
+
+def test_head_figure_pools_long_texts_and_keeps_integer_axes():
+    n = 480
+    labels = [f"{i} · t{i}" for i in range(n)]
+    gold = np.eye(n, dtype=bool)
+    pred = np.zeros((n, n), dtype=bool)
+    codes = gold.astype(np.uint8) * 2  # all FN
+    figure = plots.head_figure(gold, pred, codes, labels, "L0H0",
+                               {"TP": 0, "FN": n, "FP": 0})
+    images = [t for t in figure.to_dict()["data"] if t["type"] == "image"]
+    assert [t["dx"] for t in images] == [2, 2, 2] and images[0]["x0"] == 0.5
+    assert figure.layout.xaxis.range == (-0.5, n - 0.5)
+    # 480 gold edges fit the hover budget: labelled overlay; the empty prediction has none
+    names = [t["name"] for t in figure.to_dict()["data"] if t["type"] == "scattergl"]
+    assert names == ["gold", "FN"]
