@@ -28,6 +28,8 @@ PAGES: list[tuple[str, str, str]] = [
     ("app_pages/explorer.py", "Explorer", ":material/grid_view:"),
     ("app_pages/pareto.py", "Pareto", ":material/show_chart:"),
     ("app_pages/tokens.py", "Token view", ":material/segment:"),
+    ("app_pages/clusters.py", "Clusters", ":material/scatter_plot:"),
+    ("app_pages/coreference.py", "Coreference", ":material/link:"),
 ]
 
 

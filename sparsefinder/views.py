@@ -834,3 +834,102 @@ def describe_state(state: ViewState, prepared: PreparedText | None = None) -> st
     if state.global_tokens:
         pieces.append("global " + "+".join(state.global_tokens))
     return " ∪ ".join(pieces) or "empty graph"
+
+
+# ------------------------------------------------------------------------------------------
+# Clusters and coreference pages
+# ------------------------------------------------------------------------------------------
+
+
+def head_cluster_ids(prepared: PreparedText, layer: int, head: int, clusters: int,
+                     top_k: int) -> tuple[Tensor, Tensor]:
+    """Nearest-first k-means cluster ids ``(query (n, top_k), key (m, top_k))`` of one head
+    of the prepared text (its cached projected vectors and the B = ``clusters`` centroids)."""
+    from sparsefinder.clusters import head_assignments
+
+    if not prepared.has_projections or int(clusters) not in prepared.centroids:
+        raise ValueError(f"no projections with B={clusters} centroids for this text")
+    q, k = prepared.projected[layer]
+    return head_assignments(q, k, prepared.centroids[int(clusters)][layer], head, int(top_k))
+
+
+def cluster_masks(query_ids: Tensor, key_ids: Tensor, cluster: int,
+                  gold: Tensor) -> tuple[Tensor, Tensor]:
+    """One cluster's view of a head: ``(gold edges of the cluster's queries, the cluster's
+    predicted edges)``, both bool (n, m).
+
+    The predicted edges are the pairs whose query and key both join ``cluster``; the gold
+    edges are every gold edge of a query row in the cluster (so missed ones show as FN).
+    """
+    from sparsefinder.clusters import cluster_edges
+
+    q = query_ids if query_ids.dim() == 2 else query_ids[:, None]
+    rows = (q == cluster).any(-1)
+    return gold & rows[:, None], cluster_edges(query_ids, key_ids, cluster)
+
+
+def highlight_html(text: str, offsets: Sequence[tuple[int, int]],
+                   positions: Sequence[int]) -> str:
+    """``text`` as HTML with the characters of the tokens at ``positions`` in ``<mark>``.
+
+    Everything is escaped; overlapping or adjacent token spans merge into one mark; empty
+    spans (special tokens) mark nothing. Line breaks become ``<br>``.
+    """
+    import html
+
+    covered = np.zeros(len(text) + 1, dtype=bool)
+    for position in positions:
+        start, end = offsets[position]
+        covered[max(start, 0):min(end, len(text))] = True
+    pieces: list[str] = []
+    index = 0
+    while index < len(text):
+        end = index
+        while end < len(text) and covered[end] == covered[index]:
+            end += 1
+        chunk = html.escape(text[index:end]).replace("\n", "<br>")
+        pieces.append(f"<mark>{chunk}</mark>" if covered[index] else chunk)
+        index = end
+    return "".join(pieces)
+
+
+@torch.inference_mode()
+def kmeans_layer_mask(prepared: PreparedText, layer: int, clusters: int,
+                      top_k: int) -> Tensor:
+    """Sparsefinder k-means graph alone (no window/global) of one layer: bool (heads, n, m)."""
+    if not prepared.has_projections or int(clusters) not in prepared.centroids:
+        raise ValueError(f"no projections with B={clusters} centroids for this text")
+    q, k = prepared.projected[layer]
+    km = KMeans.from_centroids(prepared.centroids[int(clusters)][layer], top_k=int(top_k))
+    return km.predict(q, k, causal=prepared.record.causal)
+
+
+def pronoun_rows_frame(record: AttentionRecord, layer: int, head: int,
+                       pairs: Sequence[Any], pred: Tensor | None = None) -> pd.DataFrame:
+    """Only the pronoun rows of one head, tidy: one row per (pronoun token, key token).
+
+    ``pairs`` are :class:`sparsefinder.coref.PairTokens`; ``pred`` the predicted (n, m) mask
+    of the head (or None). Columns: pair, query, query_token, key, key_token, prob (gold
+    α-entmax probability), gold (edge), predicted, antecedent (key is the pair's antecedent).
+    """
+    probs = record.layers[layer].probs()[head]
+    frames = []
+    n = record.n_tokens
+    for index, pair in enumerate(pairs):
+        antecedent = np.zeros(n, dtype=bool)
+        antecedent[pair.antecedent] = True
+        for row in pair.pronoun:
+            values = probs[int(row)].float().numpy()
+            frames.append(pd.DataFrame({
+                "pair": index,
+                "query": int(row),
+                "query_token": record.tokens[int(row)],
+                "key": np.arange(n),
+                "key_token": record.tokens,
+                "prob": values,
+                "gold": values > 0,
+                "predicted": (pred[int(row)].numpy() if pred is not None
+                              else np.zeros(n, dtype=bool)),
+                "antecedent": antecedent,
+            }))
+    return pd.concat(frames, ignore_index=True)

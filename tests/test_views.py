@@ -309,3 +309,58 @@ def test_cached_distances_give_the_distance_predictor_masks(prepared):
         expected = Union(Distance(0.7), Window(3), GlobalTokens(first=False, last=True)).predict(
             q, k, causal=prepared.record.causal)
         assert torch.equal(preds[index], expected)
+
+
+# ---------------------------------------------------------------- clusters / coreference pages
+
+
+def test_head_cluster_ids_and_cluster_masks(prepared):
+    from sparsefinder.clusters import head_prediction
+
+    q_ids, k_ids = views.head_cluster_ids(prepared, 1, 3, 4, 2)
+    n = prepared.n_tokens
+    assert q_ids.shape == (n, 2) and k_ids.shape == (n, 2)
+    gold = prepared.record.layers[1].gold[3]
+    union = torch.zeros(n, n, dtype=torch.bool)
+    for cluster in range(4):
+        gold_c, pred_c = views.cluster_masks(q_ids, k_ids, cluster, gold)
+        assert not (gold_c & ~gold).any()
+        union |= pred_c
+    q, k = prepared.projected[1]
+    expected = head_prediction(q, k, prepared.centroids[4][1], 3, 2, prepared.record.causal)
+    assert torch.equal(union, expected)  # the clusters' edges make up the k-means graph
+    with pytest.raises(ValueError, match="B=5"):
+        views.head_cluster_ids(prepared, 0, 0, 5, 1)
+
+
+def test_kmeans_layer_mask_matches_predict_layers(prepared):
+    state = views.ViewState(method="kmeans", clusters=8, top_k=2, window=0, global_tokens=())
+    preds = views.predict_layers(prepared, state)
+    assert torch.equal(views.kmeans_layer_mask(prepared, 2, 8, 2), preds[2])
+
+
+def test_highlight_html_marks_and_escapes():
+    text = "a <b> & c"
+    offsets = [(0, 0), (0, 1), (2, 5), (6, 7), (8, 9), (0, 0)]
+    assert (views.highlight_html(text, offsets, [2, 3])
+            == "a <mark>&lt;b&gt;</mark> <mark>&amp;</mark> c")
+    merged = views.highlight_html(text, [(2, 4), (4, 5)], [0, 1])
+    assert merged == "a <mark>&lt;b&gt;</mark> &amp; c"
+    assert views.highlight_html(text, offsets, [0, 5]) == "a &lt;b&gt; &amp; c"
+    assert views.highlight_html("x\ny", [(0, 1), (2, 3)], [1]) == "x<br><mark>y</mark>"
+
+
+def test_pronoun_rows_frame(record):
+    from sparsefinder.coref import PairTokens
+
+    pairs = [PairTokens(np.array([8]), np.array([7])), PairTokens(np.array([9, 10]),
+                                                                  np.array([2]))]
+    pred = torch.zeros(record.n_tokens, record.n_tokens, dtype=torch.bool)
+    pred[8, 7] = True
+    frame = views.pronoun_rows_frame(record, 0, 1, pairs, pred)
+    assert len(frame) == 3 * record.n_tokens
+    assert frame.groupby("query")["prob"].sum().round(4).eq(1.0).all()
+    assert frame["predicted"].sum() == 1 and frame["antecedent"].sum() == 3
+    gold = record.layers[0].gold[1]
+    assert frame.loc[frame["query"] == 9, "gold"].tolist() == gold[9].tolist()
+    assert not views.pronoun_rows_frame(record, 0, 1, pairs)["predicted"].any()

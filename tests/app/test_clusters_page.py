@@ -1,0 +1,67 @@
+"""Clusters page through AppTest: POS × cluster bars, cluster tokens, highlight, per-tag recall."""
+
+from __future__ import annotations
+
+from apptest_helpers import assert_clean, figures, new_app
+
+
+def _breakdown(at) -> dict:
+    charts = [f for f in figures(at) if f["layout"].get("barmode") == "stack"]
+    assert charts, "no stacked POS × cluster chart"
+    return charts[0]
+
+
+def _open(**params):
+    at = new_app(**params).run()
+    at.switch_page("app_pages/clusters.py").run()
+    assert_clean(at)
+    return at
+
+
+def test_clusters_page_renders_and_follows_b_and_side(with_projections):
+    at = _open(B="4", k="1", layer="1", head="2")
+    assert not at.error
+    before = _breakdown(at)
+    assert len([t for t in before["data"] if t["type"] == "bar"]) == 4  # one trace a cluster
+    assert len(figures(at)) == 3  # breakdown, cluster edges, per-tag recall
+    assert any("<mark>" in m.value for m in at.markdown)
+    assert len(at.dataframe) >= 2
+    at.select_slider(key="w_clusters").set_value(8).run()
+    assert_clean(at)
+    assert len([t for t in _breakdown(at)["data"] if t["type"] == "bar"]) == 8
+    assert at.query_params["B"] == "8"
+    queries = _breakdown(at)
+    at.radio(key="w_cl_side").set_value("keys").run()
+    assert_clean(at)
+    keys = _breakdown(at)
+    assert "keys" in keys["layout"]["title"]["text"]
+    assert keys["data"] != queries["data"]
+
+
+def test_selecting_a_cluster_changes_the_highlight(with_projections):
+    at = _open(B="4", k="1")
+    options = at.selectbox(key="w_cl_cluster").options
+    marks = []
+    for option in range(len(options)):
+        at.selectbox(key="w_cl_cluster").set_value(option).run()
+        assert_clean(at)
+        marks.append(next(m.value for m in at.markdown if "border-radius" in m.value))
+    assert len(set(marks)) > 1
+
+
+def test_validation_corpus_on_request(with_projections):
+    at = _open(B="4")
+    at.radio(key="w_cl_corpus").set_value("validation").run()
+    assert_clean(at)
+    assert any("not computed yet" in c.value for c in at.caption)
+    at.number_input(key="w_cl_passages").set_value(4).run()
+    at.button(key="w_cl_run").click().run()
+    assert_clean(at)
+    assert any("validation texts" in c.value for c in at.caption)
+    assert "validation" in _breakdown(at)["layout"]["title"]["text"]
+
+
+def test_missing_projections_is_an_info_not_an_exception(without_projections):
+    at = _open()
+    assert any("needs learned projections" in i.value for i in at.info)
+    assert not at.get("plotly_chart")
