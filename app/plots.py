@@ -185,6 +185,30 @@ def head_figure(gold: np.ndarray, pred: np.ndarray, codes: np.ndarray, labels: S
     return fast_figure(data, layout)
 
 
+def outline_cluster(fig: go.Figure, edges: np.ndarray, rows: np.ndarray, cluster: int,
+                    labels: Sequence[str]) -> go.Figure:
+    """Outline one k-means cluster on the three panels of :func:`head_figure`: its edges as
+    open black squares and its query rows as ticks on the left edge of each panel."""
+    tokens = _ascii_tokens(labels)
+    e_rows, e_cols = np.nonzero(edges)
+    q_rows = np.nonzero(rows)[0]
+    name = f"cluster {cluster}"
+    for index in range(1, 4):
+        suffix = "" if index == 1 else str(index)
+        fig.add_trace(dict(
+            type="scattergl", x=e_cols.astype(np.int32), y=e_rows.astype(np.int32),
+            mode="markers", name=name, hoverinfo="skip",
+            marker=dict(symbol="square-open", size=5, color="black", line=dict(width=1)),
+            xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
+        fig.add_trace(dict(
+            type="scattergl", x=np.full(len(q_rows), -1.5), y=q_rows.astype(np.int32),
+            text=[f"q{r} {tokens[r]}" for r in q_rows.tolist()], mode="markers", name=name,
+            marker=dict(symbol="triangle-right", size=6, color="black"),
+            hovertemplate=f"%{{text}}<extra>{name}</extra>",
+            xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
+    return fig
+
+
 def overview_figure(values: np.ndarray, metric: str, selected: tuple[int, int]) -> go.Figure:
     """Clickable layer × head grid coloured by a metric; the chosen head is outlined.
 

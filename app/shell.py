@@ -36,6 +36,8 @@ DEFAULT_PROJECTIONS = Path(os.environ.get("SPARSEFINDER_DEFAULT_PROJECTIONS")
 VIEW_KEY = "_view"
 CONTEXT_KEY = "_context"
 PRED_CACHE_KEY = "_predictions"
+CLUSTER_KEY = "_cluster"  # the k-means cluster picked on the Clusters page (None: none)
+CLUSTER_PARAM = "cluster"
 
 
 @dataclass
@@ -159,6 +161,27 @@ def update_view(**changes: Any) -> views.ViewState:
     state = replace(view_state(), **changes)
     set_view_state(state)
     return state
+
+
+def selected_cluster() -> int | None:
+    """The k-means cluster picked on the Clusters page (shared by pages): session first, else
+    the URL's ``cluster``; the URL is kept in step (a page switch may drop it)."""
+    if CLUSTER_KEY not in st.session_state:
+        st.session_state[CLUSTER_KEY] = views.parse_cluster(st.query_params.get(CLUSTER_PARAM))
+    cluster = st.session_state[CLUSTER_KEY]
+    if cluster is not None and st.query_params.get(CLUSTER_PARAM) != str(cluster):
+        st.query_params[CLUSTER_PARAM] = str(cluster)
+    return cluster
+
+
+def set_cluster(cluster: int | None) -> None:
+    """Select (or with None clear) the shared cluster, mirrored into the URL."""
+    st.session_state[CLUSTER_KEY] = None if cluster is None else int(cluster)
+    if cluster is None:
+        if CLUSTER_PARAM in st.query_params:
+            del st.query_params[CLUSTER_PARAM]
+    elif st.query_params.get(CLUSTER_PARAM) != str(int(cluster)):
+        st.query_params[CLUSTER_PARAM] = str(int(cluster))
 
 
 def seed(key: str, value: Any) -> None:

@@ -868,6 +868,48 @@ def cluster_masks(query_ids: Tensor, key_ids: Tensor, cluster: int,
     return gold & rows[:, None], cluster_edges(query_ids, key_ids, cluster)
 
 
+def parse_cluster(value: str | Sequence[str] | None, clusters: int | None = None) -> int | None:
+    """The ``cluster`` URL parameter → a cluster id, or None when absent, malformed or (given
+    ``clusters`` = B) out of range: a hand-edited URL never raises."""
+    if value is not None and not isinstance(value, str):
+        value = value[-1] if len(value) else None
+    if value is None:
+        return None
+    try:
+        cluster = _parse_int(value.strip(), 0, None if clusters is None else int(clusters) - 1)
+    except (ValueError, OverflowError):
+        return None
+    return cluster
+
+
+def cluster_from_point(point: Mapping[str, Any], clusters: Sequence[Any]) -> int | None:
+    """The cluster of a clicked bar segment of the POS × cluster chart (one trace a cluster):
+    its ``legendgroup`` (the cluster id), else its ``curve_number`` into ``clusters`` (the
+    traces' order); None when the point names neither."""
+    group = point.get("legendgroup")
+    if group not in (None, ""):
+        try:
+            return int(group)
+        except (TypeError, ValueError):
+            pass
+    curve = point.get("curve_number")
+    if isinstance(curve, int) and 0 <= curve < len(clusters):
+        return int(clusters[curve])
+    return None
+
+
+def cluster_highlight(prepared: PreparedText, layer: int, head: int, clusters: int,
+                      top_k: int, cluster: int) -> tuple[Tensor, Tensor]:
+    """What the Explorer outlines for one k-means cluster of a head: ``(query rows in the
+    cluster (n,), the cluster's edges (n, m))``, both bool — the edges are the pairs whose
+    query and key both join ``cluster`` (see :func:`cluster_masks`)."""
+    from sparsefinder.clusters import cluster_edges
+
+    q_ids, k_ids = head_cluster_ids(prepared, layer, head, clusters, top_k)
+    q = q_ids if q_ids.dim() == 2 else q_ids[:, None]
+    return (q == cluster).any(-1), cluster_edges(q_ids, k_ids, cluster)
+
+
 def highlight_html(text: str, offsets: Sequence[tuple[int, int]],
                    positions: Sequence[int]) -> str:
     """``text`` as HTML with the characters of the tokens at ``positions`` in ``<mark>``.

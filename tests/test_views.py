@@ -364,3 +364,28 @@ def test_pronoun_rows_frame(record):
     gold = record.layers[0].gold[1]
     assert frame.loc[frame["query"] == 9, "gold"].tolist() == gold[9].tolist()
     assert not views.pronoun_rows_frame(record, 0, 1, pairs)["predicted"].any()
+
+
+def test_parse_cluster_and_cluster_from_point():
+    assert views.parse_cluster(None) is None
+    assert views.parse_cluster("3") == 3 and views.parse_cluster(["1", " 2 "]) == 2
+    assert views.parse_cluster("3", clusters=4) == 3
+    for bad in ("4", "-1", "x", "", "inf", "nan", []):
+        assert views.parse_cluster(bad, clusters=4) is None
+    columns = [0, 1, 2, 3]
+    assert views.cluster_from_point({"legendgroup": "2", "curve_number": 0}, columns) == 2
+    assert views.cluster_from_point({"curve_number": 3, "x": "NOUN"}, columns) == 3
+    assert views.cluster_from_point({"curve_number": 9}, columns) is None
+    assert views.cluster_from_point({"x": "NOUN"}, columns) is None
+
+
+def test_cluster_highlight_is_the_clusters_edges(prepared):
+    q_ids, k_ids = views.head_cluster_ids(prepared, 1, 3, 4, 2)
+    gold = prepared.record.layers[1].gold[3]
+    for cluster in range(4):
+        rows, edges = views.cluster_highlight(prepared, 1, 3, 4, 2, cluster)
+        gold_c, pred_c = views.cluster_masks(q_ids, k_ids, cluster, gold)
+        assert torch.equal(edges, pred_c)
+        assert rows.shape == (prepared.record.n_tokens,) and rows.dtype == torch.bool
+        assert torch.equal(rows, (q_ids == cluster).any(-1))
+        assert not (edges & ~rows[:, None]).any()  # every edge starts at a cluster query

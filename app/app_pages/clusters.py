@@ -7,6 +7,8 @@ edges, and the recall/sparsity of the k-means graph per POS tag of the query.
 
 from __future__ import annotations
 
+import functools
+
 import pandas as pd
 import streamlit as st
 
@@ -95,6 +97,15 @@ def _corpus_analysis(ctx: shell.AppContext, layer: int, head: int, clusters: int
     return analysis
 
 
+def _pick_from_bars(columns: list) -> None:
+    """A click on a bar segment selects its cluster (shared with the Explorer)."""
+    selection = st.session_state.get("w_fig_breakdown") or {}
+    points = selection.get("selection", {}).get("points", [])
+    cluster = views.cluster_from_point(points[0], columns) if points else None
+    if cluster is not None:
+        shell.set_cluster(cluster)
+
+
 @st.fragment
 def clusters_view() -> None:
     ctx = shell.context()
@@ -134,7 +145,10 @@ def clusters_view() -> None:
             cluster_plots.breakdown_figure(
                 table, counts=counts, title=f"POS tags of the {side} × cluster · {tag} · "
                                             f"{where}"),
-            config=plots.chart_config(f"clusters_{side}"), key="w_fig_breakdown")
+            config=plots.chart_config(f"clusters_{side}"), key="w_fig_breakdown",
+            on_select=functools.partial(_pick_from_bars, list(table.columns)),
+            selection_mode="points")
+        st.caption("Click a bar segment to highlight its cluster here and in the Explorer.")
 
     q_ids, k_ids = views.head_cluster_ids(prepared, layer, head, clusters, top_k)
     ids = q_ids if side == "queries" else k_ids
@@ -149,11 +163,14 @@ def clusters_view() -> None:
         }),
         hide_index=True, width="stretch")
     options = list(range(clusters))
-    if st.session_state.get("w_cl_cluster") not in options:
-        st.session_state["w_cl_cluster"] = next(iter(groups), 0)
+    shared = shell.selected_cluster()
+    st.session_state["w_cl_cluster"] = (shared if shared in options
+                                        else next(iter(groups), 0))
     chosen = st.selectbox(
         "Cluster to highlight", options, key="w_cl_cluster",
-        format_func=lambda c: f"cluster {c} · {len(groups.get(c, []))} {side}")
+        on_change=lambda: shell.set_cluster(st.session_state["w_cl_cluster"]),
+        format_func=lambda c: f"cluster {c} · {len(groups.get(c, []))} {side}",
+        help="Also highlighted in the Explorer's graphs (method k-means, same B).")
     positions = [p for p, _ in groups.get(chosen, [])]
     st.markdown(
         "<div style='line-height:1.9;padding:0.5em;border:1px solid #ddd;border-radius:4px'>"

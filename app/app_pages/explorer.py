@@ -79,9 +79,14 @@ def explorer() -> None:
     codes = views.diff_codes(pred, gold)
     counts = views.diff_counts(codes)
     tag = f"L{layer}H{head}"
-    st.plotly_chart(
-        plots.head_figure(gold.numpy(), pred.numpy(), codes, labels, tag, counts),
-        config=plots.chart_config(f"head_{tag}"), key="w_fig_head")
+    figure = plots.head_figure(gold.numpy(), pred.numpy(), codes, labels, tag, counts)
+    cluster = _cluster_outline(ctx, state, figure, labels)
+    st.plotly_chart(figure, config=plots.chart_config(f"head_{tag}"), key="w_fig_head")
+    if cluster is not None:
+        left, right = st.columns([4, 1], vertical_alignment="center")
+        left.caption(cluster)
+        right.button("Clear cluster", key="w_clear_cluster", on_click=shell.set_cluster,
+                     args=(None,), help="Stop highlighting the cluster picked on Clusters.")
     st.caption(":green[■ TP] predicted gold edge · :red[■ FN] missed gold edge · "
                ":orange[■ FP] extra predicted edge. Hover an edge for its tokens; zooming one "
                "panel zooms all three.")
@@ -112,6 +117,27 @@ def explorer() -> None:
                     state, scores, ctx.loaded.model_id, ctx.loaded.alpha, record.n_tokens))),
             file_name="view.json", mime="application/json", on_click="ignore",
             key="w_dl_json")
+
+
+def _cluster_outline(ctx: shell.AppContext, state: views.ViewState, figure,
+                     labels: list[str]) -> str | None:
+    """Outline the cluster picked on the Clusters page (k-means only); the caption to show,
+    or None when no cluster is picked."""
+    cluster = shell.selected_cluster()
+    if cluster is None:
+        return None
+    prepared = ctx.prepared
+    clusters = int(state.clusters)
+    if views.effective_method(state, prepared) != "kmeans":
+        return (f"Cluster {cluster} is selected on the Clusters page; choose the k-means "
+                "method to highlight its edges.")
+    if cluster >= clusters:
+        return f"Cluster {cluster} does not exist with B={clusters}; nothing highlighted."
+    rows, edges = views.cluster_highlight(prepared, state.layer, state.head, clusters,
+                                          state.top_k, cluster)
+    plots.outline_cluster(figure, edges.numpy(), rows.numpy(), cluster, labels)
+    return (f"highlighting cluster {cluster} (B={clusters}, k={state.top_k}): ▸ its queries, "
+            f"□ its {int(edges.sum())} edges (query and key both in cluster {cluster}).")
 
 
 def _edges_csv(prepared: views.PreparedText, layer: int, head: int, pred) -> bytes:

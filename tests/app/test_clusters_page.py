@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from apptest_helpers import assert_clean, figures, new_app
+from apptest_helpers import assert_clean, assert_head_graphs, figures, new_app
 
 
 def _breakdown(at) -> dict:
@@ -65,3 +65,30 @@ def test_missing_projections_is_an_info_not_an_exception(without_projections):
     at = _open()
     assert any("needs learned projections" in i.value for i in at.info)
     assert not at.get("plotly_chart")
+
+
+def test_selected_cluster_is_shared_and_highlighted_in_the_explorer(with_projections):
+    at = _open(method="kmeans", B="4", k="1", window="0", **{"global": "none"})
+    other = (at.selectbox(key="w_cl_cluster").value + 1) % 4
+    at.selectbox(key="w_cl_cluster").set_value(other).run()
+    assert_clean(at)
+    assert at.session_state["_cluster"] == other
+    assert at.query_params["cluster"] == str(other)
+    at.switch_page("app_pages/explorer.py").run()
+    assert_clean(at)
+    assert any(f"highlighting cluster {other}" in c.value for c in at.caption)
+    figure = assert_head_graphs(at)
+    assert sum(t.get("name") == f"cluster {other}" for t in figure["data"]) == 6
+    at.button(key="w_clear_cluster").click().run()
+    assert_clean(at)
+    assert not any("highlighting cluster" in c.value for c in at.caption)
+    assert at.session_state["_cluster"] is None
+    assert "cluster" not in at.query_params
+
+
+def test_cluster_from_the_url_outside_kmeans_is_a_caption(with_projections):
+    at = new_app(method="fixed", cluster="1").run()
+    at.switch_page("app_pages/explorer.py").run()
+    assert_clean(at)
+    assert any("choose the k-means" in c.value for c in at.caption)
+    assert not any(t.get("name") == "cluster 1" for t in assert_head_graphs(at)["data"])
