@@ -9,33 +9,7 @@ import pandas as pd
 import pytest
 
 from sparsefinder.cli import main
-from sparsefinder.commands.clusters import DEFAULT_PROJECTIONS
 from sparsefinder.coref import DEFAULT_PROBES
-
-
-@pytest.fixture(scope="module")
-def projections_file(default_model, tmp_path_factory) -> Path:
-    """The bundled projections, or (until they exist) random throwaway ones.
-
-    These tests check the command's plumbing, not the quality of the projections, so random
-    maps and centroids (seeded) stand in: training and k-means would cost ~1 min of CPU.
-    """
-    if DEFAULT_PROJECTIONS.is_file():
-        return DEFAULT_PROJECTIONS
-    import torch
-
-    from sparsefinder.projections import HeadProjections
-
-    gen = torch.Generator().manual_seed(0)
-    layers, heads, d, r = 6, 12, 32, 4
-    projections = HeadProjections(
-        weight=torch.randn(layers, heads, r, d, generator=gen) / d**0.5,
-        bias=torch.zeros(layers, heads, r),
-        model_id=default_model.model_id,
-        alpha=1.5,
-        centroids={b: torch.randn(layers, heads, b, r, generator=gen) for b in (4, 8)},
-    )
-    return projections.save(tmp_path_factory.mktemp("projections") / "projections.pt")
 
 
 @pytest.fixture(scope="module")
