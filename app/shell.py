@@ -27,12 +27,12 @@ from sparsefinder import views
 from sparsefinder.graphs import TextInputError
 from sparsefinder.metrics import GraphScores
 from sparsefinder.models import DEFAULT_MODEL, LoadedModel, ModelLoadError, load_model
+from sparsefinder.projections import BUNDLED_PROJECTIONS
 
-ROOT = Path(__file__).resolve().parents[1]
 #: Projections of the bundled model; the environment variable points elsewhere (e.g. fresh
 #: ones from `sparsefinder train`) without touching assets/.
 DEFAULT_PROJECTIONS = Path(os.environ.get("SPARSEFINDER_DEFAULT_PROJECTIONS")
-                           or ROOT / "assets" / "default" / "projections.pt")
+                           or BUNDLED_PROJECTIONS)
 VIEW_KEY = "_view"
 CONTEXT_KEY = "_context"
 PRED_CACHE_KEY = "_predictions"

@@ -62,11 +62,13 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from sparsefinder.graphs import AttentionRecord
+from sparsefinder.models import DEFAULT_MODEL_ID
 from sparsefinder.predictors.kmeans import KMeans
 
 FORMAT = "sparsefinder-projections"
 FORMAT_VERSION = 1
-_DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+#: The bundled projections and centroids of the default model (`make assets` rebuilds them).
+BUNDLED_PROJECTIONS = Path(__file__).resolve().parents[1] / "assets" / "default" / "projections.pt"
 _REJECTION_ROUNDS = 8
 _EXACT_CHUNK = 16_384  # rows sampled exactly at once after rejection sampling gave up
 _INIT_SAMPLE = 50_000  # pairs per head used to estimate the second moments of the init
@@ -77,7 +79,7 @@ class ProjectionsError(ValueError):
 
 
 def _train_hint(model_id: str | None, extra: str = "") -> str:
-    name = "default" if model_id in (None, "", _DEFAULT_MODEL_ID) else model_id
+    name = "default" if model_id in (None, "", DEFAULT_MODEL_ID) else model_id
     return f"`sparsefinder train --model {name} --out DIR{extra}`"
 
 

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from sparsefinder.graphs import AttentionRecord, LongTextWarning, TextInputError, extract
-from sparsefinder.metrics import GraphScores, n_allowed_pairs, score_layers, sparsity
+from sparsefinder.metrics import GraphScores, count_true, n_allowed_pairs, score_layers, sparsity
 from sparsefinder.predictors import Distance, GlobalTokens, KMeans, Quantization, Union, Window
 from sparsefinder.predictors.base import Predictor, apply_causal, causal_mask
 from sparsefinder.predictors.distance import pairwise_sq_dist
@@ -335,7 +335,7 @@ def prepare(
     (``t_range=False`` skips that when no slider will be drawn)."""
     prepared = PreparedText(record=record, notes=list(notes))
     golds = record.gold_masks()
-    prepared.gold_counts = torch.stack([count_per_head(g) for g in golds])
+    prepared.gold_counts = torch.stack([count_true(g) for g in golds])
     prepared.gold_sparsity = torch.stack([sparsity(g, causal=record.causal) for g in golds])
     if projections is None:
         return prepared
@@ -497,21 +497,6 @@ def _sq_dists(prepared: PreparedText, layer: int) -> Tensor:
     return prepared.sq_dists[layer]
 
 
-def count_per_head(mask: Tensor, other: Tensor | None = None) -> Tensor:
-    """|mask| (or |mask ∧ other|) per head of (heads, n, m) bool masks → int64 (heads,).
-
-    numpy's ``count_nonzero`` on a bool array is a vectorised popcount: ~50× faster on CPU
-    than summing the tensor, which matters when every slider move scores 72 heads.
-    """
-    a = mask.detach().cpu().numpy()
-    if other is None:
-        return torch.tensor([np.count_nonzero(h) for h in a], dtype=torch.int64)
-    b = other.detach().cpu().numpy()
-    return torch.tensor([np.count_nonzero(np.logical_and(x, y)) for x, y in zip(a, b,
-                                                                              strict=True)],
-                        dtype=torch.int64)
-
-
 def score(prepared: PreparedText, preds: Sequence[Tensor]) -> GraphScores:
     """Recall, sparsity and gold sparsity of every (layer, head) of this text.
 
@@ -527,8 +512,8 @@ def score(prepared: PreparedText, preds: Sequence[Tensor]) -> GraphScores:
     for pred, layer in zip(preds, record.layers, strict=True):
         if allowed is not None:
             pred = pred & allowed
-        hits.append(count_per_head(pred, layer.gold))
-        kept.append(count_per_head(pred))
+        hits.append(count_true(pred & layer.gold))
+        kept.append(count_true(pred))
     total = prepared.gold_counts
     recalls = torch.where(total > 0, torch.stack(hits).double() / total.clamp(min=1), 1.0)
     denom = n_allowed_pairs(n, m, causal=record.causal)

@@ -21,9 +21,9 @@ from sparsefinder.commands.extract import load_passages
 from sparsefinder.graphs import extract
 from sparsefinder.models import load_model
 from sparsefinder.pos import align_doc, load_nlp
-from sparsefinder.projections import HeadProjections
+from sparsefinder.projections import BUNDLED_PROJECTIONS, HeadProjections
 
-DEFAULT_PROJECTIONS = Path(__file__).resolve().parents[2] / "assets" / "default" / "projections.pt"
+DEFAULT_PROJECTIONS = BUNDLED_PROJECTIONS
 _CHUNK = 16  # passages extracted at once: bounds memory on long corpora
 
 

@@ -27,10 +27,10 @@ from sparsefinder.pareto import (
     sweep,
     write_figure_html,
 )
-from sparsefinder.projections import HeadProjections
+from sparsefinder.projections import BUNDLED_PROJECTIONS, HeadProjections
 
 _JSON_COLUMNS = ("params", "recall_per_layer", "sparsity_per_layer")
-BUNDLED = Path(__file__).resolve().parents[2] / "assets" / "default" / "projections.pt"
+BUNDLED = BUNDLED_PROJECTIONS
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
