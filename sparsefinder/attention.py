@@ -61,6 +61,25 @@ def capture(sink: AttentionSink) -> Iterator[None]:
         _sink.reset(token)
 
 
+#: ``restriction(module, query, key, allowed, causal, scaling) -> allowed``: narrows the keys
+#: each query may attend to before entmax (:mod:`sparsefinder.restricted` builds one).
+KeyRestriction = Callable[[nn.Module, Tensor, Tensor, Tensor, bool, float], Tensor]
+_restriction: ContextVar[KeyRestriction | None] = ContextVar(
+    "sparsefinder_restriction", default=None
+)
+
+
+@contextmanager
+def restrict_keys(restriction: KeyRestriction) -> Iterator[None]:
+    """Within this block, every entmax attention call attends only to the keys that
+    ``restriction`` leaves allowed (it gets, and returns, the bool allowed-mask)."""
+    token = _restriction.set(restriction)
+    try:
+        yield
+    finally:
+        _restriction.reset(token)
+
+
 def allowed_keys(attention_mask: Tensor | None, query: Tensor, key: Tensor, causal: bool) -> Tensor:
     """Bool mask (True = may attend) from whatever mask format the model handed us."""
     n, m = query.shape[-2], key.shape[-2]
@@ -95,6 +114,9 @@ def entmax_attention_forward(
         value = value.repeat_interleave(groups, dim=1)
     causal = bool(getattr(module, "is_causal", False)) and query.shape[-2] > 1
     allowed = allowed_keys(attention_mask, query, key, causal)
+    restriction = _restriction.get()
+    if restriction is not None:
+        allowed = restriction(module, query, key, allowed, causal, float(scaling))
     scores = torch.matmul(query, key.transpose(-1, -2)) * scaling
     probs = entmax_normalize(scores, alpha, allowed)
     current = _sink.get()
