@@ -107,16 +107,25 @@ def retrieval_agreement(
             f"expected two (texts, dim) embeddings of the same shape, got "
             f"{tuple(reference.shape)} and {tuple(restricted.shape)}"
         )
-    n = reference.shape[0]
-    if n < 2:
+    if reference.shape[0] < 2:
         raise ValueError("retrieval agreement needs at least 2 texts (each queries the others)")
-    ref_rank = _ranking(F.normalize(reference.float(), dim=-1))
-    res_rank = _ranking(F.normalize(restricted.float(), dim=-1))
-    k = min(k, n - 1)
+    return ranking_agreement(
+        _ranking(F.normalize(reference.float(), dim=-1)),
+        _ranking(F.normalize(restricted.float(), dim=-1)),
+        k,
+    )
+
+
+def ranking_agreement(ref_rank: Tensor, res_rank: Tensor, k: int = NDCG_K) -> dict[str, float]:
+    """Top-1 agreement and graded nDCG@k of rankings (queries, candidates) of candidate ids,
+    best first; the reference's r-th candidate has relevance ``k - r`` (r < k), others 0."""
+    queries, candidates = ref_rank.shape
+    k = min(k, candidates)
     top1 = float((ref_rank[:, 0] == res_rank[:, 0]).double().mean())
-    relevance = torch.zeros(n, n, dtype=torch.float64)
+    size = int(max(ref_rank.max(), res_rank.max())) + 1
+    relevance = torch.zeros(queries, size, dtype=torch.float64)
     gains = torch.arange(k, 0, -1, dtype=torch.float64)  # k, k-1, ..., 1
-    relevance.scatter_(1, ref_rank[:, :k], gains.expand(n, k))
+    relevance.scatter_(1, ref_rank[:, :k], gains.expand(queries, k))
     discount = 1.0 / torch.log2(torch.arange(k, dtype=torch.float64) + 2)
     dcg = (relevance.gather(1, res_rank[:, :k]) * discount).sum(-1)
     ideal = (gains * discount).sum()
