@@ -60,7 +60,7 @@ def token_cosine(a: Tensor, b: Tensor, mask: Tensor) -> Tensor:
     """Mean over real tokens of ``cos(a_t, b_t)``: (..., n, dim) × 2, bool (..., n) → (...).
 
     Bit-identical vectors count as exactly 1 (their float cosine may round to 1 - 1e-7)."""
-    cos = F.cosine_similarity(a.float(), b.float(), dim=-1, eps=1e-12)
+    cos = F.cosine_similarity(a.float(), b.float(), dim=-1, eps=1e-12).clamp(-1.0, 1.0)
     same = (a == b).all(-1)
     cos = torch.where(same, torch.ones_like(cos), cos)
     weights = mask.to(cos.dtype)
@@ -212,7 +212,9 @@ def compare(reference: EncodedTexts, restricted: EncodedTexts) -> dict[str, obje
     ref_emb, res_emb = reference.embeddings(), restricted.embeddings()
     result: dict[str, object] = {
         "output_cosine": sum(output) / len(output),
-        "embedding_cosine": float(F.cosine_similarity(ref_emb, res_emb, dim=-1).mean()),
+        "embedding_cosine": float(
+            token_cosine(ref_emb, res_emb, torch.ones(len(ref_emb), dtype=torch.bool))
+        ),
     }
     if len(output) >= 2:
         result.update(retrieval_agreement(ref_emb, res_emb))

@@ -152,39 +152,40 @@ def _diagonal(n: int, m: int, device: torch.device) -> Tensor:
 
 
 def _repair(
-    combined: Tensor, allowed: Tensor, layer: int, warn: bool, stats: RestrictionStats | None
+    combined: Tensor, allowed: Tensor, real_queries: Tensor, layer: int, warn: bool,
+    stats: RestrictionStats | None,
 ) -> Tensor:
     """Give every query row that has an allowed key at least one key (its diagonal).
 
     An all-masked row would make entmax's threshold undefined (all scores -inf). Rows with no
-    allowed key at all (none in practice) are left to the model's own mask.
+    allowed key at all (none in practice) are left to the model's own mask. Only rows of real
+    (non-padding) queries, ``real_queries`` (batch, n), are counted and warned about.
     """
     empty = ~combined.any(-1)  # (batch, heads, n)
     has_keys = allowed.any(-1).expand_as(empty)
+    counted = has_keys & real_queries[:, None, :]
     if stats is not None:
-        stats.rows += int(has_keys.sum())
-    if not bool(empty.any()):
-        return combined
-    n, m = combined.shape[-2:]
+        stats.rows += int(counted.sum())
     empty &= has_keys
     if not bool(empty.any()):
         return combined
-    if stats is not None:
-        stats.repaired_rows += int(empty.sum())
+    n, m = combined.shape[-2:]
     diag = _diagonal(n, m, combined.device) & allowed
     fix = empty.unsqueeze(-1) & diag
     # Where the diagonal itself is masked (e.g. a padding query), fall back to the allowed keys.
     still = empty & ~fix.any(-1)
     fix = fix | (still.unsqueeze(-1) & allowed)
-    if not warn:
-        return combined | fix
-    heads = sorted({int(h) for h in empty.nonzero()[:, 1].tolist()})
-    warnings.warn(
-        f"layer {layer}: {int(empty.sum())} query rows (heads {heads}) had no key in the "
-        "predicted graph; kept their diagonal so entmax stays defined",
-        RestrictionWarning,
-        stacklevel=2,
-    )
+    empty &= counted
+    if stats is not None:
+        stats.repaired_rows += int(empty.sum())
+    if warn and bool(empty.any()):
+        heads = sorted({int(h) for h in empty.nonzero()[:, 1].tolist()})
+        warnings.warn(
+            f"layer {layer}: {int(empty.sum())} query rows (heads {heads}) had no key in the "
+            "predicted graph; kept their diagonal so entmax stays defined",
+            RestrictionWarning,
+            stacklevel=2,
+        )
     return combined | fix
 
 
@@ -222,7 +223,8 @@ def restrict(
         valid = allowed.any(-2)[:, 0]  # a real key is allowed for some query
         inputs = LayerInputs(layer, query, key, causal, valid, scaling)
         graph = _as_graph(graph_fn(inputs), layer, batch, heads, n, m).to(allowed.device)
-        return _repair(allowed & graph, allowed, layer, warn_empty, stats)
+        real_queries = valid[:, m - n :]  # queries are the last n positions
+        return _repair(allowed & graph, allowed, real_queries, layer, warn_empty, stats)
 
     with restrict_keys(restriction):
         yield
