@@ -4,10 +4,11 @@ For each configuration of each method (the same registry and grids as the sparsi
 sweep, :data:`sparsefinder.pareto.METHODS`) the model runs on every text with attention
 restricted to that configuration's predicted graphs (:mod:`sparsefinder.restricted`: each
 layer predicts from its own restricted-run q/k), and the output is compared with one full
-α-entmax run (:mod:`sparsefinder.accuracy`). Sparsity here is measured on the graphs the
-restricted run actually used (macro over texts, heads, layers, as in
-:mod:`sparsefinder.metrics`); it differs slightly from the recall sweep's, which predicts
-from the full run's q/k.
+α-entmax run (:mod:`sparsefinder.accuracy`). Sparsity here is measured on the graphs entmax
+actually ran over in the restricted run (the prediction, plus the diagonal of any row it left
+empty; :class:`~sparsefinder.restricted.RestrictionStats`), macro over texts, heads, layers as
+in :mod:`sparsefinder.metrics`. It differs slightly from the recall sweep's, which predicts
+from the full run's q/k (``sweep_sparsity`` in the output files).
 
 Frontiers are per method and measure: the points that no other point of that method beats
 on both sparsity and the measure. :func:`dominance` asks, per measure and baseline, whether
@@ -26,13 +27,11 @@ from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
-import torch
 from plotly.subplots import make_subplots
 from tqdm.auto import tqdm
 
 from sparsefinder.accuracy import EncodedTexts, compare, encode
 from sparsefinder.graphs import AttentionRecord
-from sparsefinder.metrics import sparsity
 from sparsefinder.models import LoadedModel
 from sparsefinder.pareto import METHODS, resolve_methods
 from sparsefinder.predictors.base import Predictor
@@ -57,20 +56,6 @@ def is_sparsefinder(method: str) -> bool:
     return method.split("+")[0] in SPARSEFINDER_FAMILIES
 
 
-class _SparsityMeter:
-    """Per-head sparsity of every graph a restricted run used, macro-averaged at the end."""
-
-    def __init__(self) -> None:
-        self.per_layer: dict[int, list[torch.Tensor]] = {}
-
-    def __call__(self, layer: int, graph: torch.Tensor, causal: bool) -> None:
-        self.per_layer.setdefault(layer, []).append(sparsity(graph, causal=causal))
-
-    def result(self) -> tuple[float, list[float]]:
-        layers = [torch.stack(self.per_layer[i]).mean(0).mean() for i in sorted(self.per_layer)]
-        return float(torch.stack(layers).mean()), [round(float(x), 6) for x in layers]
-
-
 def config_graph(
     method: str,
     params: dict[str, Any],
@@ -79,7 +64,6 @@ def config_graph(
     *,
     factory: Callable[..., Predictor] | None = None,
     model_name: str = "MODEL",
-    observe: Callable[[int, torch.Tensor, bool], None] | None = None,
 ) -> GraphFn:
     """The restricted-attention graph function of one grid point of a registered method.
 
@@ -95,7 +79,7 @@ def config_graph(
     built = [build(params, projections, layer) for layer in range(num_layers)]
     return predictor_graph(
         built.__getitem__, spec.inputs, projections, model_name=model_name,
-        what=f"method {method!r}", observe=observe,
+        what=f"method {method!r}",
     )
 
 
@@ -136,17 +120,17 @@ def accuracy_sweep(
     bar = tqdm(configs, desc="accuracy", unit="config", disable=not progress)
     for name, params, factory in bar:
         bar.set_postfix_str(f"{name} {json.dumps(params, sort_keys=True)}")
-        meter = _SparsityMeter()
         try:
             graph_fn = config_graph(name, params, projections, loaded.num_layers,
-                                    factory=factory, model_name=model_name, observe=meter)
+                                    factory=factory, model_name=model_name)
         except ProjectionsError:  # e.g. no centroids stored for this B
             continue
         stats = RestrictionStats()
         restricted = encode(loaded.model, loaded.tokenizer, texts, graph_fn=graph_fn,
                             warn_empty=False, stats=stats, **run)
         scores = compare(reference, restricted)
-        overall, per_layer = meter.result()
+        overall, per_layer = stats.sparsity()
+        per_layer = [round(x, 6) for x in per_layer]
         rows.append({
             "method": name, "params": json.dumps(params, sort_keys=True), "sparsity": overall,
             **{m: scores.get(m, math.nan) for m in MEASURES},

@@ -28,15 +28,17 @@ model class is patched); other models running in the same block are not restrict
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
 
 from sparsefinder.attention import ENTMAX_ATTENTION, restrict_keys
+from sparsefinder.metrics import count_true
 from sparsefinder.predictors.base import Predictor
 from sparsefinder.projections import HeadProjections, ProjectionsError
 
@@ -69,15 +71,36 @@ class LayerInputs:
 
 @dataclass
 class RestrictionStats:
-    """Counts over a restricted run: query rows (per head, with an allowed key) and those of
-    them the graph left empty, which kept their diagonal instead."""
+    """What a restricted run actually computed, over real (non-padding) queries.
+
+    ``rows``: (head, query) rows with an allowed key; ``repaired_rows``: those the graph left
+    empty, which kept their diagonal. :meth:`sparsity` is the sparsity of the graphs entmax
+    really ran over (predicted ∧ allowed, plus repaired diagonals), per (text, head):
+    ``1 - |kept| / |allowed|`` — n·m, or n(n+1)/2 pairs for a causal text, as in
+    :mod:`sparsefinder.metrics` — macro-averaged over texts, then heads, then layers.
+    """
 
     rows: int = 0
     repaired_rows: int = 0
+    per_layer: dict[int, list[Tensor]] = field(default_factory=dict)  # (texts, heads) each
 
     @property
     def repaired_fraction(self) -> float:
         return self.repaired_rows / self.rows if self.rows else 0.0
+
+    def observe(self, layer: int, kept: Tensor, allowed: Tensor, real_queries: Tensor) -> None:
+        """Record one layer call: ``kept`` (batch, heads, n, m), ``allowed`` (batch, 1, n, m)."""
+        rows = real_queries[:, None, :, None]
+        total = count_true(allowed & rows).to(torch.float64)  # (batch, 1)
+        fraction = count_true(kept & rows).to(torch.float64) / total.clamp(min=1)
+        self.per_layer.setdefault(layer, []).append(torch.where(total > 0, 1 - fraction, 1.0))
+
+    def sparsity(self) -> tuple[float, list[float]]:
+        """(overall, per layer) macro sparsity; NaN when nothing was recorded."""
+        if not self.per_layer:
+            return math.nan, []
+        layers = [torch.cat(self.per_layer[i]).mean(0).mean() for i in sorted(self.per_layer)]
+        return float(torch.stack(layers).mean()), [float(x) for x in layers]
 
 
 GraphFn = Callable[[LayerInputs], "Tensor | Sequence[Tensor]"]
@@ -224,7 +247,10 @@ def restrict(
         inputs = LayerInputs(layer, query, key, causal, valid, scaling)
         graph = _as_graph(graph_fn(inputs), layer, batch, heads, n, m).to(allowed.device)
         real_queries = valid[:, m - n :]  # queries are the last n positions
-        return _repair(allowed & graph, allowed, real_queries, layer, warn_empty, stats)
+        kept = _repair(allowed & graph, allowed, real_queries, layer, warn_empty, stats)
+        if stats is not None:
+            stats.observe(layer, kept, allowed[:, :1], real_queries)
+        return kept
 
     with restrict_keys(restriction):
         yield
@@ -297,7 +323,6 @@ def predictor_graph(
     *,
     model_name: str = "MODEL",
     what: str = "this predictor",
-    observe: Callable[[int, Tensor, bool], None] | None = None,
 ) -> GraphFn:
     """A graph function from one predictor per layer (``build(layer)``, built once each).
 
@@ -305,8 +330,6 @@ def predictor_graph(
     ``projections.project(layer, ·)``, (heads, n, r); ``"original"`` — the model's q/k,
     (heads, n, d); ``"shape"`` — only the sizes (it gets the original q/k). A projected
     predictor without projections is an error naming the command that trains them.
-    ``observe(layer, graph, causal)``, if given, sees every predicted one-text graph (e.g. to
-    measure the sparsity the restricted run used).
     """
     if inputs not in INPUTS:
         raise ValueError(f"inputs must be one of {INPUTS}, got {inputs!r}")
@@ -331,9 +354,6 @@ def predictor_graph(
                     f"`sparsefinder train --model {model_name} --out DIR`"
                 )
             q, k = projections.project(layer, q), projections.project(layer, k)
-        graph = predictor.predict(q, k, causal=causal)
-        if observe is not None and isinstance(graph, Tensor) and graph.dtype == torch.bool:
-            observe(layer, graph, causal)
-        return graph
+        return predictor.predict(q, k, causal=causal)
 
     return per_text(fn)

@@ -142,7 +142,7 @@ def test_padding_and_batching_do_not_change_a_text(model, tokenizer) -> None:
 def test_empty_rows_keep_their_diagonal_with_a_warning(model, tokenizer) -> None:
     batch = _batch(tokenizer)
     stats = RestrictionStats()
-    with pytest.warns(RestrictionWarning, match=r"layer 0: .* no key in the predicted graph"):
+    with pytest.warns(RestrictionWarning, match=r"layer \d: \d+ query rows .* no key in the"):
         _, calls = _run(model, batch, per_text(
             lambda layer, q, k, causal: torch.zeros(q.shape[0], q.shape[1], k.shape[1],
                                                     dtype=torch.bool)), stats=stats)
@@ -157,6 +157,13 @@ def test_empty_rows_keep_their_diagonal_with_a_warning(model, tokenizer) -> None
                                        eye[keep][:, keep].expand(HEADS, -1, -1))
     assert stats.repaired_rows == 3 * HEADS * int(real.sum())  # every real row, every layer
     assert stats.rows == stats.repaired_rows  # padding query rows are not counted
+    # Entmax ran over the diagonal only: |kept| = L of L² (or L(L+1)/2 causal) allowed pairs.
+    lengths = real.sum(1).double()
+    causal = isinstance(model, GPT2Model)
+    expected = 1 - (2 / (lengths + 1) if causal else 1 / lengths)
+    overall, per_layer = stats.sparsity()
+    assert overall == pytest.approx(float(expected.mean()), rel=1e-12)
+    assert len(per_layer) == 3
     with warnings.catch_warnings():
         warnings.simplefilter("error", RestrictionWarning)
         _run(model, batch, lambda inputs: torch.zeros(HEADS, n, n, dtype=torch.bool),
