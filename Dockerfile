@@ -33,8 +33,7 @@ RUN python3.11 -m venv .venv \
 COPY Makefile ./
 COPY sparsefinder/ sparsefinder/
 COPY app/ app/
-COPY assets/ assets/
-RUN .venv/bin/pip install --no-cache-dir --no-deps --no-build-isolation -e .
+RUN .venv/bin/pip install --no-cache-dir --no-deps --no-build-isolation .
 
 EXPOSE 8501
 
