@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sparsefinder.explore.inputs import DEFAULT_EXAMPLE, list_examples
+from sparsefinder.explore.texts import is_text_id
 from sparsefinder.spec import GLOBAL_CHOICES, METHODS, PredictorSpec
 
 #: Methods the app's sliders drive (keys of the one registry, ``sparsefinder.spec.METHODS``).
@@ -34,12 +35,17 @@ def method_label(method: str) -> str:
 
 @dataclass(frozen=True)
 class ViewState:
-    """Everything a shared URL fixes: method, its hyperparameters and what is selected.
+    """Everything a shared URL fixes: model, α, the text, method, its hyperparameters and what
+    is selected. (The page is the URL's path, which Streamlit's navigation keeps.)
 
     ``t=None`` means "the default threshold of this text" (see :func:`default_threshold`),
     because a good distance threshold depends on the scale of the learned projections.
+    ``text_id`` names a custom (pasted or uploaded) text (see :mod:`.texts`); None means the
+    bundled ``example``.
     """
 
+    model: str = "default"
+    alpha: float = 1.5
     method: str = "kmeans"
     t: float | None = None
     bins: int = 4
@@ -51,6 +57,8 @@ class ViewState:
     head: int = 0
     query: int = 1  # the first word: query 0 is [CLS], which global tokens make all-True
     example: str = DEFAULT_EXAMPLE
+    text_id: str | None = None
+    overview: str = "recall"
 
     def with_(self, **changes: Any) -> ViewState:
         return replace(self, **changes)
@@ -58,6 +66,8 @@ class ViewState:
 
 #: Query-parameter names (short, URL-friendly) of each ViewState field.
 PARAM_NAMES: dict[str, str] = {
+    "model": "model",
+    "alpha": "alpha",
     "method": "method",
     "t": "t",
     "bins": "beta",
@@ -69,7 +79,13 @@ PARAM_NAMES: dict[str, str] = {
     "head": "head",
     "query": "query",
     "example": "example",
+    "text_id": "textid",
+    "overview": "overview",
 }
+#: The α range the app offers (1 = softmax, 1.5 = entmax15, 2 = sparsemax).
+ALPHA_RANGE = (1.0, 4.0)
+OVERVIEW_METRICS = ("recall", "sparsity")
+MAX_MODEL_NAME = 300
 
 
 def _parse_int(text: str, low: int, high: int | None) -> int:
@@ -101,6 +117,8 @@ def parse_view_state(
         return value.strip()
 
     parsers: dict[str, Callable[[str], Any]] = {
+        "model": _parse_model,
+        "alpha": _parse_alpha,
         "method": lambda s: s if s in APP_METHODS else _bad(f"one of {', '.join(APP_METHODS)}"),
         "t": lambda s: _finite_nonneg(float(s)),
         "bins": lambda s: _parse_int(s, 1, MAX_BINS),
@@ -112,6 +130,9 @@ def parse_view_state(
         "head": lambda s: _parse_int(s, 0, None),
         "query": lambda s: _parse_int(s, 0, None),
         "example": lambda s: s if s in list_examples() else _bad("a bundled example name"),
+        "text_id": lambda s: s if is_text_id(s) else _bad("16 hex digits (a text's name)"),
+        "overview": lambda s: s if s in OVERVIEW_METRICS else _bad(
+            f"one of {', '.join(OVERVIEW_METRICS)}"),
     }
     for name, parse in parsers.items():
         text = raw(name)
@@ -126,6 +147,20 @@ def parse_view_state(
 
 def _bad(expected: str) -> Any:
     raise ValueError(f"expected {expected}")
+
+
+def _parse_model(text: str) -> str:
+    if not text or len(text) > MAX_MODEL_NAME or any(ord(c) < 32 for c in text):
+        raise ValueError(f"expected a model name or path of 1–{MAX_MODEL_NAME} characters")
+    return text
+
+
+def _parse_alpha(text: str) -> float:
+    value = float(text)
+    low, high = ALPHA_RANGE
+    if not math.isfinite(value) or not low <= value <= high:
+        raise ValueError(f"expected a number in [{low:g}, {high:g}]")
+    return value
 
 
 def _finite_nonneg(value: float) -> float:
@@ -158,7 +193,7 @@ def view_state_to_params(state: ViewState) -> dict[str, str]:
         if name == "global_tokens":
             out[key] = ",".join(value) or "none"
         elif isinstance(value, float):
-            out[key] = f"{value:.4g}"
+            out[key] = repr(value)  # shortest text that reads back as the same float
         else:
             out[key] = str(value)
     return out

@@ -2,19 +2,45 @@
 
 from __future__ import annotations
 
+import pytest
+
 from sparsefinder.explore import clusters as exclusters
 from sparsefinder.explore import state as urlstate
+from sparsefinder.explore import texts
 
 
 def test_view_state_round_trips_through_query_params():
-    state = urlstate.ViewState(method="distance", t=1.25, bins=6, clusters=8, top_k=2, window=5,
-                            global_tokens=("last",), layer=3, head=7, query=4,
-                            example="science_news")
+    state = urlstate.ViewState(method="distance", t=0.123456789, bins=6, clusters=8, top_k=2,
+                               window=5, global_tokens=("last",), layer=3, head=7, query=4,
+                               example="science_news", model="/models/my-entmax-bert",
+                               alpha=2.0, text_id=texts.text_id("pasted"),
+                               overview="sparsity")
     params = urlstate.view_state_to_params(state)
     assert all(isinstance(v, str) for v in params.values())
     parsed, problems = urlstate.parse_view_state(params)
     assert problems == []
-    assert parsed == state
+    assert parsed == state  # every field, floats exactly
+
+
+@pytest.mark.parametrize(("key", "value", "field", "expected"), [
+    ("alpha", "1", "alpha", 1.0), ("alpha", "4", "alpha", 4.0), ("alpha", "1.5", "alpha", 1.5),
+    ("overview", "sparsity", "overview", "sparsity"), ("model", "bert-base-uncased", "model",
+                                                       "bert-base-uncased"),
+])
+def test_edge_values_are_accepted(key, value, field, expected):
+    state, problems = urlstate.parse_view_state({key: value})
+    assert problems == [] and getattr(state, field) == expected
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("alpha", "0.999"), ("alpha", "4.01"), ("alpha", "nan"), ("alpha", "inf"), ("alpha", "x"),
+    ("overview", "f1"), ("textid", "xyz"), ("textid", "0123456789abcdeF"),
+    ("model", ""), ("model", "a" * 301), ("model", "bad\nname"),
+])
+def test_bad_new_fields_fall_back_with_a_message(key, value):
+    state, problems = urlstate.parse_view_state({key: value})
+    assert len(problems) == 1 and f"{key}=" in problems[0]
+    assert state == urlstate.ViewState()
 
 
 def test_bad_query_params_fall_back_to_defaults_with_a_message():
