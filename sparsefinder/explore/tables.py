@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
 from torch import Tensor
 
 from sparsefinder.explore.live import summarize
@@ -47,6 +48,20 @@ def diff_codes(pred: Tensor, gold: Tensor) -> np.ndarray:
     g = gold.numpy().astype(np.uint8)
     # TP: 1·1 = 1; FN: 1·2 = 2; FP: 1·1·3 = 3; neither: 0
     return (g * (2 - p) + p * (1 - g) * 3).astype(np.uint8)
+
+
+def heads_codes(record: AttentionRecord, preds: Sequence[Tensor], kind: str) -> np.ndarray:
+    """uint8 (layers, heads, n, m) of every head for the model view: the gold graph, the
+    predicted graph (0/1) or their diff (:func:`diff_codes`)."""
+    gold = torch.stack(record.gold_masks())
+    if kind == "gold":
+        return gold.numpy().astype(np.uint8)
+    pred = torch.stack(list(preds))
+    if kind == "predicted":
+        return pred.numpy().astype(np.uint8)
+    if kind == "diff":
+        return diff_codes(pred, gold)
+    raise ValueError(f"kind must be gold, predicted or diff, got {kind!r}")
 
 
 def diff_counts(codes: np.ndarray) -> dict[str, int]:

@@ -60,15 +60,18 @@ def pool(codes: np.ndarray, factor: int, priority: Sequence[int]) -> np.ndarray:
 
     A 500-token matrix drawn in ~300 screen pixels would lose isolated edges to the browser's
     downscaling; pooling first keeps every edge visible (``priority[c]``: rank of class c).
+    Works on a stack of matrices too: ``codes`` (..., n, m).
     """
     if factor <= 1:
         return codes
     rank = np.asarray(priority, dtype=np.uint8)[codes]
-    n, m = codes.shape
-    pad = ((0, -n % factor), (0, -m % factor))
+    n, m = codes.shape[-2:]
+    pad = [(0, 0)] * (codes.ndim - 2) + [(0, -n % factor), (0, -m % factor)]
     rank = np.pad(rank, pad)
-    blocks = rank.reshape(rank.shape[0] // factor, factor, rank.shape[1] // factor, factor)
-    pooled = blocks.max(axis=(1, 3))
+    lead = rank.shape[:-2]
+    blocks = rank.reshape(*lead, rank.shape[-2] // factor, factor, rank.shape[-1] // factor,
+                          factor)
+    pooled = blocks.max(axis=(-3, -1))
     back = np.argsort(priority).astype(np.uint8)  # rank -> class
     return back[pooled]
 

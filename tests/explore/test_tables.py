@@ -72,3 +72,18 @@ def test_highlight_html_marks_and_escapes():
     assert merged == "a <mark>&lt;b&gt;</mark> &amp; c"
     assert tables.highlight_html(text, offsets, [0, 5]) == "a &lt;b&gt; &amp; c"
     assert tables.highlight_html("x\ny", [(0, 1), (2, 3)], [1]) == "x<br><mark>y</mark>"
+
+
+def test_heads_codes_stack_every_head(prepared):
+    preds = live.predict_layers(prepared, urlstate.ViewState(method="fixed", window=3))
+    record = prepared.record
+    n = record.n_tokens
+    for kind in ("gold", "predicted", "diff"):
+        codes = tables.heads_codes(record, preds, kind)
+        assert codes.shape == (record.num_layers, record.num_heads, n, n)
+    diff = tables.heads_codes(record, preds, "diff")
+    assert np.array_equal(diff[2, 5], tables.diff_codes(preds[2][5], record.layers[2].gold[5]))
+    assert np.array_equal(tables.heads_codes(record, preds, "gold")[1, 3],
+                          record.layers[1].gold[3].numpy())
+    with pytest.raises(ValueError, match="kind"):
+        tables.heads_codes(record, preds, "probs")
