@@ -117,3 +117,17 @@ def test_concurrent_loads_are_serialised(tiny_model_dirs, monkeypatch):
     for thread in threads:
         thread.join(timeout=60)
     assert len(results) == 3 and peak[0] == 1
+
+
+def test_gpu_memory_is_checked_too(tiny_model_dirs, monkeypatch):
+    """On a GPU the weights must also fit in free GPU memory (no GPU needed to test it)."""
+    from transformers import AutoConfig
+
+    from sparsefinder import models
+
+    folder = str(tiny_model_dirs["bert"])
+    config = AutoConfig.from_pretrained(folder)
+    monkeypatch.setattr(models.torch.cuda, "mem_get_info", lambda device=None: (1024, 2**34))
+    models._check_memory("tiny", folder, config, torch.device("cpu"))  # host memory: plenty
+    with pytest.raises(ModelLoadError, match="only 0 MB of GPU memory on cuda is free"):
+        models._check_memory("tiny", folder, config, torch.device("cuda"))
