@@ -9,8 +9,8 @@ the tests share one definition:
 * the server is *exposed* when it listens on anything but a loopback address (an empty
   address means every interface, Streamlit's default);
 * exposed, the model field only takes ``"default"`` and the names in
-  ``SPARSEFINDER_MODEL_ALLOWLIST``, and typed server-side projections paths are refused
-  (uploads still work); on localhost anything goes, as before;
+  ``SPARSEFINDER_MODEL_ALLOWLIST`` (the app then also hides its typed projections-path
+  field: uploads only); on localhost anything goes, as before;
 * texts and projections files have size caps far above what the app needs;
 * a model is loaded only when its weights (estimated from safetensors headers or the config,
   before any weight is read) fit in the free memory.
@@ -157,15 +157,6 @@ class ServingPolicy:
             f"served beyond localhost, so only listed models load; the server's operator can add "
             f"names to {ENV_ALLOWLIST} (comma-separated ids or folders)."
         )
-
-    def check_projections_path(self, path: str) -> str:
-        """Typed server-side paths are a localhost feature: exposed, only uploads are read."""
-        if self.exposed and path.strip():
-            raise InputRefused(
-                "server-side projections paths are off because the app is served beyond "
-                "localhost; upload the projections file instead."
-            )
-        return path
 
     def check_projections_size(
         self, source: str | Path | bytes, name: str = "the projections file"

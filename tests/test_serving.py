@@ -74,12 +74,7 @@ def test_localhost_loads_anything_exposed_only_the_allowlist(tmp_path):
     assert len(set(messages)) == 1  # an existing and a missing folder get the same answer
 
 
-def test_exposed_server_reads_no_typed_projections_path_and_caps_sizes(tmp_path):
-    assert ServingPolicy().check_projections_path("/srv/p.pt") == "/srv/p.pt"
-    exposed = ServingPolicy(exposed=True)
-    assert exposed.check_projections_path("  ") == "  "
-    with pytest.raises(InputRefused, match="upload the projections file"):
-        exposed.check_projections_path("/srv/p.pt")
+def test_projections_size_cap(tmp_path):
     small = ServingPolicy(max_projections_bytes=10)
     assert small.check_projections_size(b"0123456789") == 10
     big = tmp_path / "big.pt"
