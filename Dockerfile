@@ -38,8 +38,7 @@ COPY Makefile ./
 COPY .streamlit/ .streamlit/
 COPY sparsefinder/ sparsefinder/
 COPY app/ app/
-COPY assets/ assets/
-RUN .venv/bin/pip install --no-cache-dir --no-deps --no-build-isolation -e .
+RUN .venv/bin/pip install --no-cache-dir --no-deps --no-build-isolation .
 
 EXPOSE 8501
 

@@ -50,4 +50,4 @@ bench: install
 	$(BIN)/python benchmarks/predict.py
 
 assets: install
-	$(BIN)/sparsefinder train --model default --corpus default --out assets/default
+	$(BIN)/sparsefinder train --model default --corpus default --out sparsefinder/assets/default

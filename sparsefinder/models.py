@@ -15,7 +15,6 @@ from pathlib import Path
 import torch
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedTokenizerBase
-from transformers.utils import logging as transformers_logging
 
 from sparsefinder.attention import use_entmax
 from sparsefinder.entmax_ops import validate_alpha
@@ -208,7 +207,6 @@ def load_model(
         raise ModelLoadError("model name is empty; use 'default', a local folder or a hub id")
     name = name.strip()
     resolved_device = resolve_device(device)
-    transformers_logging.disable_progress_bar()  # keep CLI/app output to our own bars
     if name == DEFAULT_MODEL:
         source, model_id = str(default_model_path()), DEFAULT_MODEL_ID
     else:
