@@ -30,6 +30,7 @@ from sparsefinder.graphs import TextInputError
 from sparsefinder.metrics import GraphScores
 from sparsefinder.models import DEFAULT_MODEL, LoadedModel, ModelLoadError, load_model
 from sparsefinder.resources import BUNDLED_PROJECTIONS
+from sparsefinder.serving import InputRefused, ServingPolicy
 from sparsefinder.spec import METHODS
 
 #: Projections of the bundled model; the environment variable points elsewhere (e.g. fresh
@@ -41,6 +42,12 @@ CONTEXT_KEY = "_context"
 PRED_CACHE_KEY = "_predictions"
 CLUSTER_KEY = "_cluster"  # the k-means cluster picked on the Clusters page (None: none)
 CLUSTER_PARAM = "cluster"
+UPLOAD_DIR = Path(tempfile.gettempdir()) / "sparsefinder-uploads"  # <digest>/<upload name>
+
+
+def serving_policy() -> ServingPolicy:
+    """What this server accepts: exposed (allowlist only) unless bound to a loopback address."""
+    return ServingPolicy.from_env(st.get_option("server.address"))
 
 
 @dataclass
@@ -242,17 +249,23 @@ def _model_controls() -> tuple[str, Path | None, str | None]:
         )
         return DEFAULT_MODEL, path, note
     seed("w_model_name", "")
+    policy = serving_policy()
     name = st.sidebar.text_input("Model id or folder", key="w_model_name",
                                  placeholder="e.g. bert-base-uncased or /path/to/model")
+    if policy.exposed:  # served to others: only listed models, no server-side paths
+        st.sidebar.caption("Models on this server: "
+                           + ", ".join(("default", *policy.allowlist)))
     seed("w_proj_path", "")
-    proj_path = st.sidebar.text_input("Projections file (.pt)", key="w_proj_path",
-                                      placeholder="path to projections.pt (optional)")
+    proj_path = "" if policy.exposed else st.sidebar.text_input(
+        "Projections file (.pt)", key="w_proj_path",
+        placeholder="path to projections.pt (optional)")
     upload = st.sidebar.file_uploader("…or upload projections", type=["pt"], key="w_proj_upload")
     if upload is not None:
         data = upload.getvalue()
-        target = Path(tempfile.gettempdir()) / (
-            f"sparsefinder-proj-{hashlib.sha256(data).hexdigest()[:16]}.pt")
+        safe = "".join(c for c in Path(upload.name).name if c.isalnum() or c in "._- ")
+        target = UPLOAD_DIR / hashlib.sha256(data).hexdigest()[:16] / (safe or "upload.pt")
         if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
         return name.strip(), target, None
     if proj_path.strip():
@@ -279,14 +292,18 @@ def _text_controls(state: urlstate.ViewState) -> tuple[str | None, str | None]:
         text = st.sidebar.text_area("Paste a text", key="w_paste", height=180)
         if not text.strip():
             return None, "The text is empty: paste or type some text (one word or more)."
-        return text, None
+        try:
+            return serving_policy().check_text(text), None
+        except InputRefused as error:
+            return None, str(error)
     upload = st.sidebar.file_uploader("Upload a .txt file (UTF-8)", type=["txt"],
                                       key="w_text_upload")
     if upload is None:
         return None, "No file uploaded yet: choose a .txt file, or pick an example."
     try:
-        text = inputs.decode_upload(upload.getvalue(), upload.name)
-    except TextInputError as error:
+        serving_policy().check_text_bytes(upload.size, upload.name)
+        text = serving_policy().check_text(inputs.decode_upload(upload.getvalue(), upload.name))
+    except (TextInputError, InputRefused) as error:
         return None, str(error)
     if not text.strip():
         return None, f"{upload.name} is empty: upload a file with some text."
@@ -317,6 +334,7 @@ def build_context() -> AppContext:
     try:
         if not name:
             raise ModelLoadError("no model given: type a Hugging Face id or a local folder")
+        name = serving_policy().check_model_name(name)  # exposed: allowlist only
         ctx.loaded = cached_model(name, float(alpha))
     except (ModelLoadError, ValueError) as error:
         ctx.errors.append(f"Model not loaded: {error}")
@@ -357,18 +375,25 @@ def build_context() -> AppContext:
 
 def _load_projections(ctx: AppContext, path: Path) -> tuple[Any, str]:
     """Projections for the loaded model, or (None, "none") with a note saying why not."""
+    shown = path.name if UPLOAD_DIR in path.parents else str(path)  # never the temp path
     try:
+        serving_policy().check_projections_size(path)  # from its size, before reading it
         data = path.read_bytes()
     except OSError as error:
-        ctx.projections_note = (f"Cannot read projections file {str(path)!r} ({error.strerror}); "
+        ctx.projections_note = (f"Cannot read projections file {shown!r} ({error.strerror}); "
                                 "learned methods are off.")
+        ctx.projections_failed = True
+        return None, "none"
+    except InputRefused as error:
+        ctx.projections_note = f"Projections not used: {error} Learned methods are off."
         ctx.projections_failed = True
         return None, "none"
     digest = hashlib.sha256(data).hexdigest()
     try:
         projections = cached_projections(str(path), digest, ctx.loaded.model_id)
     except ValueError as error:  # ProjectionsError: wrong model, bad file
-        ctx.projections_note = f"Projections not used: {error}. Learned methods are off."
+        ctx.projections_note = (f"Projections not used: {str(error).replace(str(path), shown)}."
+                                " Learned methods are off.")
         ctx.projections_failed = True
         return None, "none"
     return projections, digest

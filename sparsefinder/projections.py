@@ -66,6 +66,7 @@ from sparsefinder.masks import allowed_per_row, apply_causal
 from sparsefinder.models import DEFAULT_MODEL, DEFAULT_MODEL_ID
 from sparsefinder.predictors.kmeans import KMeans
 from sparsefinder.resources import BUNDLED_PROJECTIONS  # noqa: F401  (re-exported)
+from sparsefinder.serving import InputRefused, check_projections_bytes
 
 FORMAT = "sparsefinder-projections"
 FORMAT_VERSION = 1
@@ -213,10 +214,12 @@ class HeadProjections:
         path: str | Path,
         expected_model_id: str | None = None,
         expected_alpha: float | None = None,
+        max_bytes: int | None = None,
     ) -> HeadProjections:
         """Read a file written by :meth:`save`; refuse files for another model or format.
 
         ``expected_alpha`` only warns: projections trained at another α still work, less well.
+        ``max_bytes`` refuses larger files before ``torch.load`` reads them (a served app).
         """
         path = Path(path)
         if not path.is_file():
@@ -224,14 +227,18 @@ class HeadProjections:
                 f"projections file {path} not found; create it with "
                 f"{_train_hint(expected_model_id)} (it writes DIR/projections.pt)"
             )
+        try:
+            check_projections_bytes(path.stat().st_size, max_bytes, path.name)
+        except InputRefused as error:
+            raise ProjectionsError(str(error)) from error
         regen = f"regenerate it with {_train_hint(expected_model_id)}"
         try:
             payload = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as error:  # torch raises many types for a bad zip/pickle
-            cause = str(error).splitlines()[0] if str(error) else type(error).__name__
+            # torch's own text (zip internals, unpickler hints) and the folder help nobody.
             raise ProjectionsError(
-                f"{path} is not a readable Sparsefinder projections file (corrupt or "
-                f"truncated?): {cause[:200]}; {regen}"
+                f"{path.name} is corrupt or truncated: it is not a readable Sparsefinder "
+                f"projections file; {regen}"
             ) from error
         if not isinstance(payload, dict) or payload.get("format") != FORMAT:
             raise ProjectionsError(

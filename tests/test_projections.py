@@ -238,3 +238,20 @@ def test_manual_gradient_matches_autograd() -> None:
     hinge.sum().backward()
     torch.testing.assert_close(weight.grad, reference.grad)
     torch.testing.assert_close(loss, hinge.mean().detach())
+
+
+def test_corrupt_message_has_no_torch_internals_and_size_is_checked_first(
+    tmp_path, records: list[AttentionRecord]
+) -> None:
+    good = train_projections(records, rank=2, model_id="m").save(tmp_path / "good.pt")
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(good.read_bytes()[:200])
+    with pytest.raises(ProjectionsError) as info:
+        HeadProjections.load(truncated)
+    message = str(info.value)
+    assert message.startswith("truncated.pt is corrupt or truncated")
+    assert str(tmp_path) not in message and "PytorchStreamReader" not in message
+    size = good.stat().st_size
+    assert HeadProjections.load(good, max_bytes=size).rank == 2
+    with pytest.raises(ProjectionsError, match="good.pt is too large for a projections file"):
+        HeadProjections.load(good, max_bytes=size - 1)
