@@ -6,6 +6,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BROWSER_STAMP := $(VENV)/.browser
+# `make run` serves on this machine only; `make run HOST=0.0.0.0` serves to the network (then
+# only allowlisted models load: see README, "Serving to others"). Set on the command line:
+# an environment variable HOST (set by some shells to the host name) is ignored.
+HOST := 127.0.0.1
+PORT := 8501
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
@@ -31,7 +36,7 @@ $(BROWSER_STAMP):
 browser: $(STAMP) $(BROWSER_STAMP)
 
 run: install
-	$(BIN)/streamlit run app/main.py --server.port 8501 --server.headless true
+	$(BIN)/streamlit run app/main.py --server.port $(PORT) --server.headless true --server.address $(HOST)
 
 lint: install
 	$(BIN)/ruff check .
@@ -45,4 +50,4 @@ bench: install
 	$(BIN)/python benchmarks/predict.py
 
 assets: install
-	$(BIN)/sparsefinder train --model default --corpus default --out assets/default
+	$(BIN)/sparsefinder train --model default --corpus default --out sparsefinder/assets/default

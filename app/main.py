@@ -14,12 +14,15 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # `streamlit run app/main.py` only puts app/ on the path
-    sys.path.insert(0, str(ROOT))
+# `streamlit run app/main.py` only puts app/ on the path. Appended, not prepended: an installed
+# sparsefinder (pip install .) is the one used; the checkout only supplies the `app` package.
+if str(ROOT) not in sys.path:
+    sys.path.append(str(ROOT))
 
 import streamlit as st  # noqa: E402
 
 from app import shell  # noqa: E402
+from sparsefinder import runtime  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
@@ -34,6 +37,9 @@ PAGES: list[tuple[str, str, str]] = [
 
 
 def main() -> None:
+    # The app is an entry point: it may opt in to process-wide settings (both idempotent).
+    runtime.tune_cpu_allocator()
+    runtime.set_torch_threads()
     st.set_page_config(page_title="Sparsefinder", page_icon=":material/hub:", layout="wide")
     navigation = st.navigation([
         st.Page(HERE / path, title=title, icon=icon, default=index == 0)

@@ -23,6 +23,7 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from sparsefinder.entmax_ops import entmax_normalize
+from sparsefinder.masks import shared_causal_mask
 
 ENTMAX_ATTENTION = "sparsefinder_entmax"
 DEFAULT_ALPHA = 1.5
@@ -84,10 +85,9 @@ def allowed_keys(attention_mask: Tensor | None, query: Tensor, key: Tensor, caus
     """Bool mask (True = may attend) from whatever mask format the model handed us."""
     n, m = query.shape[-2], key.shape[-2]
     if attention_mask is None:
-        allowed = torch.ones(1, 1, n, m, dtype=torch.bool, device=query.device)
         if causal:
-            allowed = allowed.tril(diagonal=m - n)
-        return allowed
+            return shared_causal_mask(n, m, query.device)[None, None]
+        return torch.ones(1, 1, n, m, dtype=torch.bool, device=query.device)
     if attention_mask.dtype == torch.bool:
         return attention_mask[..., -m:]
     # Additive float mask: 0 where allowed, a very negative number where not.

@@ -62,13 +62,14 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from sparsefinder.graphs import AttentionRecord
-from sparsefinder.models import DEFAULT_MODEL_ID
+from sparsefinder.masks import allowed_per_row, apply_causal
+from sparsefinder.models import DEFAULT_MODEL, DEFAULT_MODEL_ID
 from sparsefinder.predictors.kmeans import KMeans
+from sparsefinder.resources import BUNDLED_PROJECTIONS  # noqa: F401  (re-exported)
+from sparsefinder.serving import InputRefused, check_projections_bytes
 
 FORMAT = "sparsefinder-projections"
 FORMAT_VERSION = 1
-#: The bundled projections and centroids of the default model (`make assets` rebuilds them).
-BUNDLED_PROJECTIONS = Path(__file__).resolve().parents[1] / "assets" / "default" / "projections.pt"
 _REJECTION_ROUNDS = 8
 _EXACT_CHUNK = 16_384  # rows sampled exactly at once after rejection sampling gave up
 _INIT_SAMPLE = 50_000  # pairs per head used to estimate the second moments of the init
@@ -213,10 +214,12 @@ class HeadProjections:
         path: str | Path,
         expected_model_id: str | None = None,
         expected_alpha: float | None = None,
+        max_bytes: int | None = None,
     ) -> HeadProjections:
         """Read a file written by :meth:`save`; refuse files for another model or format.
 
         ``expected_alpha`` only warns: projections trained at another α still work, less well.
+        ``max_bytes`` refuses larger files before ``torch.load`` reads them (a served app).
         """
         path = Path(path)
         if not path.is_file():
@@ -224,14 +227,18 @@ class HeadProjections:
                 f"projections file {path} not found; create it with "
                 f"{_train_hint(expected_model_id)} (it writes DIR/projections.pt)"
             )
+        try:
+            check_projections_bytes(path.stat().st_size, max_bytes, path.name)
+        except InputRefused as error:
+            raise ProjectionsError(str(error)) from error
         regen = f"regenerate it with {_train_hint(expected_model_id)}"
         try:
             payload = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as error:  # torch raises many types for a bad zip/pickle
-            cause = str(error).splitlines()[0] if str(error) else type(error).__name__
+            # torch's own text (zip internals, unpickler hints) and the folder help nobody.
             raise ProjectionsError(
-                f"{path} is not a readable Sparsefinder projections file (corrupt or "
-                f"truncated?): {cause[:200]}; {regen}"
+                f"{path.name} is corrupt or truncated: it is not a readable Sparsefinder "
+                f"projections file; {regen}"
             ) from error
         if not isinstance(payload, dict) or payload.get("format") != FORMAT:
             raise ProjectionsError(
@@ -244,6 +251,8 @@ class HeadProjections:
                 f"sparsefinder reads version {FORMAT_VERSION}; {regen}"
             )
         model_id = payload.get("model_id")
+        if expected_model_id == DEFAULT_MODEL:  # the alias names the bundled model
+            expected_model_id = DEFAULT_MODEL_ID
         if expected_model_id is not None and model_id != expected_model_id:
             raise ProjectionsError(
                 f"projections in {path} were trained for model {model_id}, but the loaded model "
@@ -291,6 +300,7 @@ class _LayerPairs:
     n_allowed: Tensor  # (P,) keys this query may see (m, or the past only when causal)
     gold_base: Tensor  # (P,) index into gold_flat of (this head, this query, key 0)
     gold_flat: Tensor  # bool: every text's gold mask of this layer, flattened
+    gold_edges: Tensor  # (heads,) all gold edges of each head, with or without a non-edge
 
 
 def _layer_pairs(records: Sequence[AttentionRecord], layer: int) -> _LayerPairs:
@@ -301,13 +311,12 @@ def _layer_pairs(records: Sequence[AttentionRecord], layer: int) -> _LayerPairs:
     tk = sum(int(g.keys.shape[1]) for g in graphs)
     parts: dict[str, list[Tensor]] = {k: [] for k in ("h", "q", "k", "kb", "na", "gb")}
     q_off = k_off = g_off = 0
+    gold_edges = torch.zeros(heads, dtype=torch.long)
     for record, g in zip(records, graphs, strict=True):
         n, m = int(g.gold.shape[1]), int(g.gold.shape[2])
-        allowed = torch.full((n,), m, dtype=torch.long)
-        gold = g.gold
-        if record.causal:
-            allowed = (torch.arange(n) + (m - n) + 1).clamp(0, m)
-            gold = gold & torch.ones(n, m, dtype=torch.bool).tril(diagonal=m - n)
+        allowed = allowed_per_row(n, m, causal=record.causal)
+        gold = apply_causal(g.gold, record.causal)
+        gold_edges += gold.sum((-2, -1))
         has_negative = gold.sum(-1) < allowed  # (heads, n)
         h, i, j = (gold & has_negative[..., None]).nonzero(as_tuple=True)
         parts["h"].append(h)
@@ -331,6 +340,7 @@ def _layer_pairs(records: Sequence[AttentionRecord], layer: int) -> _LayerPairs:
         n_allowed=cat["na"],
         gold_base=cat["gb"],
         gold_flat=gold_flat,
+        gold_edges=gold_edges,
     )
 
 
@@ -436,9 +446,17 @@ def _schedule(pairs: _LayerPairs, heads: int, batch_size: int, generator: torch.
     counts = torch.bincount(pairs.head, minlength=heads)
     if int(counts.min()) == 0:
         empty = (counts == 0).nonzero()[:, 0].tolist()
+        dense = [h for h in empty if int(pairs.gold_edges[h]) > 0]
+        if dense:
+            raise ValueError(
+                f"heads {dense} attend to every key in every row of the training records: "
+                "they have no non-edge, and the contrastive loss needs one (a gold edge "
+                "against a non-edge of its row); such heads are dense at this α — raise α or "
+                "train on texts where they are sparse"
+            )
         raise ValueError(
-            f"heads {empty} have no gold edge with a non-edge in its row in the training "
-            "records; train on more (or longer) texts"
+            f"heads {empty} have no gold edge at all in the training records; train on "
+            "more (or longer) texts"
         )
     steps = math.ceil(int(counts.max()) / batch_size)
     order = torch.argsort(pairs.head, stable=True)

@@ -10,8 +10,13 @@ import functools
 
 import streamlit as st
 
-from app import plots, shell
-from sparsefinder import views
+from app import shell
+from sparsefinder.explore import clusters as exclusters
+from sparsefinder.explore import inputs, live, tables
+from sparsefinder.explore import prepared as prep
+from sparsefinder.explore import state as urlstate
+from sparsefinder.figures import common as common_figures
+from sparsefinder.figures import graphs as graph_figures
 
 st.title("Explorer")
 
@@ -46,7 +51,7 @@ def _head_picker(ctx: shell.AppContext) -> None:
                   horizontal=True)
 
 
-def _metrics(summary: dict[str, views.Summary], layer: int, head: int) -> None:
+def _metrics(summary: dict[str, live.Summary], layer: int, head: int) -> None:
     scopes = {"head": f"Head L{layer}·H{head}", "layer": f"Layer {layer}", "model": "Model"}
     for column, (scope, title) in zip(st.columns(3), scopes.items(), strict=True):
         values = summary[scope]
@@ -70,18 +75,18 @@ def explorer() -> None:
     state = shell.view_state()
     layer, head = state.layer, state.head
     preds, scores = shell.predictions(ctx, state)
-    summary = views.summarize(scores, layer, head)
+    summary = live.summarize(scores, layer, head)
     _metrics(summary, layer, head)
 
-    labels = views.token_labels(record)
+    labels = inputs.token_labels(record)
     gold = record.layers[layer].gold[head]
     pred = preds[layer][head]
-    codes = views.diff_codes(pred, gold)
-    counts = views.diff_counts(codes)
+    codes = tables.diff_codes(pred, gold)
+    counts = tables.diff_counts(codes)
     tag = f"L{layer}H{head}"
-    figure = plots.head_figure(gold.numpy(), pred.numpy(), codes, labels, tag, counts)
+    figure = graph_figures.head_figure(gold.numpy(), pred.numpy(), codes, labels, tag, counts)
     cluster = _cluster_outline(ctx, state, figure, labels)
-    st.plotly_chart(figure, config=plots.chart_config(f"head_{tag}"), key="w_fig_head")
+    st.plotly_chart(figure, config=common_figures.chart_config(f"head_{tag}"), key="w_fig_head")
     if cluster is not None:
         left, right = st.columns([4, 1], vertical_alignment="center")
         left.caption(cluster)
@@ -95,8 +100,8 @@ def explorer() -> None:
     with grid_col:
         st.markdown(f"**All layers × heads** · coloured by {metric}; click a cell to open it")
         values = (scores.recall if metric == "recall" else scores.sparsity).numpy()
-        st.plotly_chart(plots.overview_figure(values, metric, (layer, head)),
-                        config=plots.chart_config(f"overview_{metric}"), key="w_overview",
+        st.plotly_chart(graph_figures.overview_figure(values, metric, (layer, head)),
+                        config=common_figures.chart_config(f"overview_{metric}"), key="w_overview",
                         on_select=_pick_from_grid, selection_mode="points")
     with dl_col:
         st.caption("Data behind the figures")
@@ -107,19 +112,19 @@ def explorer() -> None:
             key="w_dl_edges")
         st.download_button(
             "Metrics per head (CSV)",
-            functools.partial(lambda s: views.to_csv(views.metrics_frame(s)), scores),
+            functools.partial(lambda s: tables.to_csv(tables.metrics_frame(s)), scores),
             file_name="metrics_per_head.csv", mime="text/csv", on_click="ignore",
             key="w_dl_metrics")
         st.download_button(
             "View + metrics (JSON)",
             functools.partial(
-                lambda: views.to_json(views.view_report(
+                lambda: tables.to_json(tables.view_report(
                     state, scores, ctx.loaded.model_id, ctx.loaded.alpha, record.n_tokens))),
             file_name="view.json", mime="application/json", on_click="ignore",
             key="w_dl_json")
 
 
-def _cluster_outline(ctx: shell.AppContext, state: views.ViewState, figure,
+def _cluster_outline(ctx: shell.AppContext, state: urlstate.ViewState, figure,
                      labels: list[str]) -> str | None:
     """Outline the cluster picked on the Clusters page (k-means only); the caption to show,
     or None when no cluster is picked."""
@@ -128,20 +133,20 @@ def _cluster_outline(ctx: shell.AppContext, state: views.ViewState, figure,
         return None
     prepared = ctx.prepared
     clusters = int(state.clusters)
-    if views.effective_method(state, prepared) != "kmeans":
+    if live.effective_method(state, prepared) != "kmeans":
         return (f"Cluster {cluster} is selected on the Clusters page; choose the k-means "
                 "method to highlight its edges.")
     if cluster >= clusters:
         return f"Cluster {cluster} does not exist with B={clusters}; nothing highlighted."
-    rows, edges = views.cluster_highlight(prepared, state.layer, state.head, clusters,
+    rows, edges = exclusters.cluster_highlight(prepared, state.layer, state.head, clusters,
                                           state.top_k, cluster)
-    plots.outline_cluster(figure, edges.numpy(), rows.numpy(), cluster, labels)
+    graph_figures.outline_cluster(figure, edges.numpy(), rows.numpy(), cluster, labels)
     return (f"highlighting cluster {cluster} (B={clusters}, k={state.top_k}): ▸ its queries, "
             f"□ its {int(edges.sum())} edges (query and key both in cluster {cluster}).")
 
 
-def _edges_csv(prepared: views.PreparedText, layer: int, head: int, pred) -> bytes:
-    return views.to_csv(views.edges_frame(prepared.record, layer, head, pred))
+def _edges_csv(prepared: prep.PreparedText, layer: int, head: int, pred) -> bytes:
+    return tables.to_csv(tables.edges_frame(prepared.record, layer, head, pred))
 
 
 ctx = shell.context()

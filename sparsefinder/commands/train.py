@@ -10,8 +10,12 @@ import argparse
 import time
 from pathlib import Path
 
-from sparsefinder.commands._common import add_corpus_arguments, add_model_arguments
-from sparsefinder.corpus import chunk_passages, load_corpus
+from sparsefinder.commands._common import (
+    add_corpus_arguments,
+    add_model_arguments,
+    passages_label,
+)
+from sparsefinder.corpus import corpus_texts
 from sparsefinder.graphs import extract
 from sparsefinder.models import load_model
 from sparsefinder.projections import fit_centroids, train_projections
@@ -62,14 +66,11 @@ def run(args: argparse.Namespace) -> int:
     if args.split == "validation":
         print("note: training on the validation split; evaluate on another split")
     loaded = load_model(args.model, alpha=args.alpha, device=args.device)
-    passages = load_corpus(args.corpus, args.split)
-    if args.max_passages is not None:
-        if args.max_passages < 1:
-            raise ValueError(f"--max-passages must be >= 1, got {args.max_passages}")
-        passages = passages[: args.max_passages]
-    texts = chunk_passages(passages, loaded.tokenizer, loaded.max_length)
+    texts = corpus_texts(args.corpus, args.split, loaded.tokenizer, loaded.max_length,
+                         args.max_passages)
     print(f"model {loaded.model_id} (alpha={loaded.alpha}, {loaded.device}); "
-          f"{len(passages)} passages of the {args.split} split -> {len(texts)} texts")
+          f"{passages_label(args.max_passages)} passages of the {args.split} split "
+          f"-> {len(texts)} texts")
     records = extract(loaded, texts, batch_size=args.batch, progress=True)
     start = time.perf_counter()
     projections = train_projections(
@@ -81,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
     fit_centroids(projections, records, args.clusters, max_points=args.kmeans_max_points,
                   n_init=args.kmeans_n_init, seed=args.seed, progress=True)
     projections.metadata.update({
-        "corpus": str(args.corpus), "split": args.split, "n_passages": len(passages),
+        "corpus": str(args.corpus), "split": args.split, "n_texts": len(texts),
+        "max_passages": args.max_passages,
         "train_seconds": round(trained, 2),
     })
     path = projections.save(Path(args.out) / "projections.pt")

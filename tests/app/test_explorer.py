@@ -106,11 +106,15 @@ def test_head_navigation_and_url_state(with_projections):
     assert at.query_params["layer"] == "3" and at.query_params["head"] == "0"
     at.button(key="w_prev").click().run()
     assert at.query_params["head"] == "11"
-    head_recall = metric(at, "Head recall")
+    layer_recall = metric(at, "Layer recall")
     at.selectbox(key="w_head").set_value(0).run()
     assert at.query_params["head"] == "0"
-    assert metric(at, "Layer recall") == metric(at, "Layer recall")  # still drawn
-    assert head_recall >= 0
+    assert metric(at, "Layer recall") == layer_recall  # a head switch changes no prediction
+    # the numbers shown are the library's for the same setting (layer 2, head 0)
+    expected = _library_scores(with_projections, "distance", t=0.3, window=5)
+    assert metric(at, "Head recall") == round(float(expected.recall[2, 0]), 3)
+    assert metric(at, "Head sparsity") == round(float(expected.sparsity[2, 0]), 3)
+    assert metric(at, "Layer recall") == round(float(expected.recall[2].mean()), 3)
 
 
 def test_bad_url_parameters_are_reported_not_raised(with_projections):
@@ -119,3 +123,18 @@ def test_bad_url_parameters_are_reported_not_raised(with_projections):
     warnings = " ".join(w.value for w in at.warning)
     assert "method='magic'" in warnings and "window='-4'" in warnings
     assert at.selectbox(key="w_layer").value == 5  # clamped to the last layer
+
+
+def _library_scores(projections_file, method: str, **values):
+    """Scores of the default example computed with the library alone (no app)."""
+    from sparsefinder.explore import inputs, live
+    from sparsefinder.explore import prepared as prep
+    from sparsefinder.explore.state import ViewState
+    from sparsefinder.models import load_model
+    from sparsefinder.projections import HeadProjections
+
+    loaded = load_model("default")
+    record, _ = inputs.extract_one(loaded, inputs.read_example(inputs.DEFAULT_EXAMPLE))
+    prepared = prep.prepare(record, HeadProjections.load(projections_file))
+    state = ViewState(method=method, **values)
+    return live.score(prepared, live.predict_layers(prepared, state))

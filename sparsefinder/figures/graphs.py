@@ -1,68 +1,32 @@
-"""Plotly figures for the app: drawing only, the numbers come from ``sparsefinder.views``.
+"""Attention-graph figures: one head (gold | predicted | diff), the layer × head overview and
+one query row over every head.
 
-Attention matrices are drawn as PNG image traces (a 512×512 float heatmap is ~1.5 MB of JSON
-per figure, a PNG a few KB) with a transparent scatter overlay on the edges only, which is
-what carries the token labels on hover. Axes are integer token positions with token strings as
-tick text: token strings as categories would merge repeated tokens ("the", ",").
+Axes are integer token positions with token strings as tick text: token strings as categories
+would merge repeated tokens ("the", ","). A transparent scatter overlay on the edges carries the
+token labels on hover.
 """
 
 from __future__ import annotations
 
-import base64
-import io
 from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from PIL import Image
 
-#: Colours of the diff classes (index = views.DIFF_* code) and of plain graphs.
-DIFF_COLORS = {1: (46, 125, 50), 2: (211, 47, 47), 3: (245, 158, 11)}  # TP, FN, FP
-DIFF_LABELS = {1: "TP: predicted gold edge", 2: "FN: missed gold edge", 3: "FP: extra edge"}
-GOLD_COLOR = (33, 33, 33)
-PRED_COLOR = (25, 118, 210)
-#: A panel gets the token-label hover overlay when it has at most this many edges (else its
-#: image hover shows positions only): thousands of hover points cost the browser ~1 s per
-#: update, and at 500 tokens a panel has ~1 pixel per token, where labels are better read
-#: in the Token view.
-MAX_HOVER_EDGES = 3000
-MAX_TICKS = 20
-FIG_HEIGHT = 440
-TICK_CHARS = 10
-#: Longest matrix side drawn at one pixel per token; longer ones are pooled (see ``pool``).
-MAX_PIXELS = 300
-
-
-def chart_config(filename: str) -> dict:
-    """Modebar config: the camera button saves a PNG named after the view."""
-    return {
-        "displaylogo": False,
-        "toImageButtonOptions": {"format": "png", "filename": filename, "scale": 2},
-        "modeBarButtonsToRemove": ["lasso2d", "select2d"],
-    }
-
-
-def fast_figure(data: list[dict], layout: dict) -> go.Figure:
-    """A Figure from plain dicts without plotly's per-element validation.
-
-    Validation walks every hover string (~200 ms for a few thousand); these figures are built
-    by the code below from known-good keys, and ``st.plotly_chart`` does not validate a
-    Figure again.
-    """
-    return go.Figure({"data": data, "layout": layout}, _validate=False)
-
-
-def png_data_uri(codes: np.ndarray, palette: Sequence[tuple[int, int, int]]) -> str:
-    """uint8 class codes (h, w) + one RGB colour per code → ``data:image/png`` URI.
-
-    A palette PNG holds one byte per pixel: faster to encode and smaller than RGB.
-    """
-    image = Image.fromarray(np.ascontiguousarray(codes, dtype=np.uint8), mode="P")
-    image.putpalette([c for rgb in palette for c in rgb])
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG", compress_level=1)
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+from sparsefinder.figures.common import (
+    DIFF_COLORS,
+    DIFF_LABELS,
+    FIG_HEIGHT,
+    GOLD_COLOR,
+    MAX_HOVER_EDGES,
+    MAX_PIXELS,
+    MAX_TICKS,
+    PRED_COLOR,
+    TICK_CHARS,
+    fast_figure,
+    png_data_uri,
+)
 
 
 def _ticks(labels: Sequence[str]) -> tuple[list[int], list[str]]:
@@ -96,15 +60,18 @@ def pool(codes: np.ndarray, factor: int, priority: Sequence[int]) -> np.ndarray:
 
     A 500-token matrix drawn in ~300 screen pixels would lose isolated edges to the browser's
     downscaling; pooling first keeps every edge visible (``priority[c]``: rank of class c).
+    Works on a stack of matrices too: ``codes`` (..., n, m).
     """
     if factor <= 1:
         return codes
     rank = np.asarray(priority, dtype=np.uint8)[codes]
-    n, m = codes.shape
-    pad = ((0, -n % factor), (0, -m % factor))
+    n, m = codes.shape[-2:]
+    pad = [(0, 0)] * (codes.ndim - 2) + [(0, -n % factor), (0, -m % factor)]
     rank = np.pad(rank, pad)
-    blocks = rank.reshape(rank.shape[0] // factor, factor, rank.shape[1] // factor, factor)
-    pooled = blocks.max(axis=(1, 3))
+    lead = rank.shape[:-2]
+    blocks = rank.reshape(*lead, rank.shape[-2] // factor, factor, rank.shape[-1] // factor,
+                          factor)
+    pooled = blocks.max(axis=(-3, -1))
     back = np.argsort(priority).astype(np.uint8)  # rank -> class
     return back[pooled]
 
@@ -289,14 +256,3 @@ def token_figure(frame: pd.DataFrame, labels: Sequence[str], query: int,
                             color="rgb({},{},{})".format(*DIFF_COLORS[code])),
                 hovertemplate=f"k%{{x}} %{{text}}<extra>{status} · head {head}</extra>"))
     return fast_figure(data, layout)
-
-
-def mark_current(fig: go.Figure, sparsity: float, recall: float, label: str) -> go.Figure:
-    """The current slider setting as a star on a sparsity–recall figure."""
-    fig.add_trace(go.Scatter(
-        x=[sparsity], y=[recall], mode="markers", name="current setting",
-        marker=dict(symbol="star", size=16, color="gold", line=dict(color="black", width=1)),
-        hovertemplate=f"{label}<br>sparsity=%{{x:.4f}}<br>recall=%{{y:.4f}}"
-                      "<extra>current</extra>",
-    ))
-    return fig
