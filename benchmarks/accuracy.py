@@ -23,8 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sparsefinder.models import load_model  # noqa: E402
 from sparsefinder.predictors import Distance, Union, Window  # noqa: E402
-from sparsefinder.projections import BUNDLED_PROJECTIONS, HeadProjections  # noqa: E402
+from sparsefinder.projections import HeadProjections  # noqa: E402
+from sparsefinder.resources import BUNDLED_PROJECTIONS  # noqa: E402
 from sparsefinder.restricted import predictor_graph, restrict  # noqa: E402
+from sparsefinder.runtime import tune_cpu_allocator  # noqa: E402
 
 N, REPEATS, WARMUP = 512, 7, 2
 
@@ -45,6 +47,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    tune_cpu_allocator()  # as the CLI does: both passes reuse freed (heads, n, n) blocks
     loaded = load_model("default", device="cpu")
     projections = HeadProjections.load(BUNDLED_PROJECTIONS, expected_model_id=loaded.model_id)
     gen = torch.Generator().manual_seed(0)

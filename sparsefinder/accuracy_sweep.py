@@ -1,7 +1,8 @@
 """Sparsity–accuracy sweeps: every grid point run through the restricted model, and frontiers.
 
-For each configuration of each method (the same registry and grids as the sparsity–recall
-sweep, :data:`sparsefinder.pareto.METHODS`) the model runs on every text with attention
+For each grid point of each curve (the same curves and grids as the sparsity–recall sweep,
+:data:`sparsefinder.pareto.CURVES`, each point a :class:`~sparsefinder.spec.PredictorSpec`)
+the model runs on every text with attention
 restricted to that configuration's predicted graphs (:mod:`sparsefinder.restricted`: each
 layer predicts from its own restricted-run q/k), and the output is compared with one full
 α-entmax run (:mod:`sparsefinder.accuracy`). Sparsity here is measured on the graphs entmax
@@ -26,17 +27,16 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
-from tqdm.auto import tqdm
 
 from sparsefinder.accuracy import EncodedTexts, compare, encode
 from sparsefinder.graphs import AttentionRecord
 from sparsefinder.models import LoadedModel
-from sparsefinder.pareto import METHODS, resolve_methods
-from sparsefinder.predictors.base import Predictor
+from sparsefinder.pareto import CURVES, resolve_methods
 from sparsefinder.projections import HeadProjections, ProjectionsError
-from sparsefinder.restricted import GraphFn, RestrictionStats, predictor_graph
+from sparsefinder.restricted import RestrictionStats, spec_graph
+from sparsefinder.spec import PredictorSpec
+
+ProgressFn = Callable[[float, str], None]
 
 MEASURES = ("output_cosine", "embedding_cosine", "retrieval_top1", "retrieval_ndcg10")
 MEASURE_LABELS = {
@@ -56,33 +56,6 @@ def is_sparsefinder(method: str) -> bool:
     return method.split("+")[0] in SPARSEFINDER_FAMILIES
 
 
-def config_graph(
-    method: str,
-    params: dict[str, Any],
-    projections: HeadProjections | None,
-    num_layers: int,
-    *,
-    factory: Callable[..., Predictor] | None = None,
-    model_name: str = "MODEL",
-) -> GraphFn:
-    """The restricted-attention graph function of one grid point of a registered method.
-
-    ``factory`` overrides the method's own (for methods fitted on training graphs). Every
-    layer's predictor is built up front, so a missing centroid set fails before any forward.
-    """
-    spec = METHODS[method]
-    if spec.inputs == "projected" and projections is None:
-        from sparsefinder.restricted import projections_required
-
-        raise projections_required(model_name, f"method {method!r}")
-    build = factory or spec.factory
-    built = [build(params, projections, layer) for layer in range(num_layers)]
-    return predictor_graph(
-        built.__getitem__, spec.inputs, projections, model_name=model_name,
-        what=f"method {method!r}",
-    )
-
-
 def accuracy_sweep(
     loaded: LoadedModel,
     texts: Sequence[str],
@@ -92,37 +65,33 @@ def accuracy_sweep(
     train_records: Sequence[AttentionRecord] | None = None,
     batch_size: int = 8,
     model_name: str = "MODEL",
-    progress: bool = False,
+    on_progress: ProgressFn | None = None,
     reference: EncodedTexts | None = None,
 ) -> pd.DataFrame:
-    """One row per configuration: in-run ``sparsity`` and every measure of
-    :func:`sparsefinder.accuracy.compare`. Methods needing training graphs are skipped
-    without ``train_records``; configurations the projections cannot build are skipped.
-    ``repaired_rows`` is the fraction of (head, query) rows the graph left empty, which kept
-    their diagonal (no warning per row here; the column reports them)."""
+    """One row per grid point: in-run ``sparsity`` and every measure of
+    :func:`sparsefinder.accuracy.compare`. Curves learned from training graphs are skipped
+    without ``train_records``; grid points the projections cannot build (k-means without
+    centroids for that B) are skipped. ``repaired_rows`` is the fraction of (head, query) rows
+    the graph left empty, which kept their diagonal (no warning per row here; the column
+    reports them). ``on_progress(fraction, message)`` is called after each grid point."""
     names = resolve_methods(methods)
     if not texts:
         raise ValueError("the accuracy sweep needs at least one text")
     run = dict(batch_size=batch_size, max_length=loaded.max_length)
     if reference is None:
         reference = encode(loaded.model, loaded.tokenizer, texts, **run)
-    configs: list[tuple[str, dict[str, Any], Callable[..., Predictor] | None]] = []
+    points: list[tuple[str, PredictorSpec, Any]] = []
     for name in names:
-        spec = METHODS[name]
-        if spec.fit is not None:
-            if not train_records:
-                continue
-            factory = spec.fit(train_records)
-        else:
-            factory = None
-        configs.extend((name, dict(p), factory) for p in spec.grid)
+        curve = CURVES[name]
+        if curve.needs_training and not train_records:
+            continue
+        fitted = curve.specs[0].fit(train_records) if curve.needs_training else None
+        points.extend((name, spec, fitted) for spec in curve.specs)
     rows = []
-    bar = tqdm(configs, desc="accuracy", unit="config", disable=not progress)
-    for name, params, factory in bar:
-        bar.set_postfix_str(f"{name} {json.dumps(params, sort_keys=True)}")
+    for index, (name, spec, fitted) in enumerate(points):
         try:
-            graph_fn = config_graph(name, params, projections, loaded.num_layers,
-                                    factory=factory, model_name=model_name)
+            graph_fn = spec_graph(spec, projections, loaded.num_layers, fitted=fitted,
+                                  model_name=model_name)
         except ProjectionsError:  # e.g. no centroids stored for this B
             continue
         stats = RestrictionStats()
@@ -130,15 +99,15 @@ def accuracy_sweep(
                             warn_empty=False, stats=stats, **run)
         scores = compare(reference, restricted)
         overall, per_layer = stats.sparsity()
-        per_layer = [round(x, 6) for x in per_layer]
         rows.append({
-            "method": name, "params": json.dumps(params, sort_keys=True), "sparsity": overall,
+            "method": name, "params": spec.params_json(), "sparsity": overall,
             **{m: scores.get(m, math.nan) for m in MEASURES},
             "layer_cosine": json.dumps(scores.get("layer_cosine", [])),
-            "sparsity_per_layer": json.dumps(per_layer),
+            "sparsity_per_layer": json.dumps([round(x, 6) for x in per_layer]),
             "repaired_rows": stats.repaired_fraction, "n_texts": len(texts),
         })
-    bar.close()
+        if on_progress is not None:
+            on_progress((index + 1) / len(points), f"{name} {spec.params_json()}")
     return pd.DataFrame(rows)
 
 
@@ -214,58 +183,7 @@ def dominance(
     return pd.DataFrame(rows)
 
 
-# ==================================================================== figure and files
-
-_PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
-            "#17becf", "#bcbd22", "#7f7f7f"]
-
-
-def accuracy_figure(
-    df: pd.DataFrame, gold_sparsity: float | None, title: str = "Sparsity–accuracy",
-    measures: Sequence[str] = MEASURES,
-) -> go.Figure:
-    """One panel per measure: every point (faint), each method's frontier (line), full
-    entmax as a star (accuracy 1 at the gold sparsity) and the gold sparsity as a line."""
-    cols = 2
-    rows = math.ceil(len(measures) / cols)
-    fig = make_subplots(rows=rows, cols=cols,
-                        subplot_titles=[MEASURE_LABELS.get(m, m) for m in measures])
-    families: dict[str, str] = {}
-    for index, measure in enumerate(measures):
-        r, c = index // cols + 1, index % cols + 1
-        front = frontier(df, measure)
-        for method in dict.fromkeys(df["method"]):
-            color = families.setdefault(method.split("+")[0],
-                                        _PALETTE[len(families) % len(_PALETTE)])
-            dash = "dash" if "+" in method else "solid"
-            hover = ("%{customdata}<br>sparsity=%{x:.4f}<br>" + measure + "=%{y:.4f}<extra>"
-                     + method + "</extra>")
-            points = df[df["method"] == method]
-            line = front[front["method"] == method]
-            fig.add_trace(go.Scatter(
-                x=points["sparsity"], y=points[measure], customdata=points["params"],
-                mode="markers", marker={"color": color, "opacity": 0.3, "size": 5},
-                legendgroup=method, showlegend=False, hovertemplate=hover,
-            ), row=r, col=c)
-            fig.add_trace(go.Scatter(
-                x=line["sparsity"], y=line[measure], customdata=line["params"],
-                mode="lines+markers", line={"color": color, "dash": dash},
-                marker={"color": color, "size": 7}, legendgroup=method, name=method,
-                showlegend=index == 0, hovertemplate=hover,
-            ), row=r, col=c)
-        if gold_sparsity is not None:
-            fig.add_trace(go.Scatter(
-                x=[gold_sparsity], y=[1.0], mode="markers", name="full entmax",
-                marker={"symbol": "star", "size": 15, "color": "black"},
-                legendgroup="full", showlegend=index == 0,
-                hovertemplate="full α-entmax<br>gold sparsity=%{x:.4f}<extra></extra>",
-            ), row=r, col=c)
-            fig.add_vline(x=gold_sparsity, line_dash="dash", line_color="black", row=r, col=c)
-        fig.update_xaxes(title_text="sparsity", range=[0, 1.0], row=r, col=c)
-    fig.update_layout(title=title, template="plotly_white", height=420 * rows,
-                      legend={"title": "method (frontier)"})
-    return fig
-
+# ==================================================================== files
 
 def write_outputs(
     df: pd.DataFrame, out: Path, *, gold_sparsity: float | None, title: str,
@@ -273,7 +191,8 @@ def write_outputs(
 ) -> dict[str, pd.DataFrame]:
     """Write accuracy_points.csv, accuracy_frontier.csv, accuracy_at_sparsity.csv,
     accuracy_dominance.csv, accuracy.json and pareto_accuracy.html into ``out``."""
-    from sparsefinder.pareto import write_figure_html
+    from sparsefinder.figures.accuracy import accuracy_figure
+    from sparsefinder.figures.common import write_figure_html
 
     out.mkdir(parents=True, exist_ok=True)
     if recall_points is not None and len(recall_points) and len(df):

@@ -20,7 +20,8 @@ Three layers of API, each a thin adapter over the one below:
   unpadded text (the shape of every predictor and of :class:`~sparsefinder.graphs.LayerGraph`)
   to batches with padding;
 * :func:`predictor_graph` ``(build, inputs, projections)``: a predictor per layer reading
-  projected q/k (``HeadProjections.project``), the original q/k, or only the shapes.
+  projected q/k (``HeadProjections.project``), the original q/k, or only the shapes;
+  :func:`spec_graph` does it for a :class:`~sparsefinder.spec.PredictorSpec`.
 
 Everything is scoped to the ``with`` block and to the given model (a context variable, no
 model class is patched); other models running in the same block are not restricted.
@@ -33,6 +34,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -41,6 +43,7 @@ from sparsefinder.attention import ENTMAX_ATTENTION, restrict_keys
 from sparsefinder.metrics import count_true
 from sparsefinder.predictors.base import Predictor
 from sparsefinder.projections import HeadProjections, ProjectionsError
+from sparsefinder.spec import PredictorSpec
 
 INPUTS = ("projected", "original", "shape")
 
@@ -317,7 +320,7 @@ def projections_required(model_name: str, what: str) -> ValueError:
 
 
 def predictor_graph(
-    build: Callable[[int], Predictor],
+    build: Callable[[int], Predictor | None],
     inputs: str = "projected",
     projections: HeadProjections | None = None,
     *,
@@ -329,18 +332,22 @@ def predictor_graph(
     ``inputs`` says what ``predict`` reads: ``"projected"`` — the layer's q/k through
     ``projections.project(layer, ·)``, (heads, n, r); ``"original"`` — the model's q/k,
     (heads, n, d); ``"shape"`` — only the sizes (it gets the original q/k). A projected
-    predictor without projections is an error naming the command that trains them.
+    predictor without projections is an error naming the command that trains them. A layer
+    whose ``build`` gives ``None`` predicts the empty graph (every row then keeps its diagonal).
     """
     if inputs not in INPUTS:
         raise ValueError(f"inputs must be one of {INPUTS}, got {inputs!r}")
     if inputs == "projected" and projections is None:
         raise projections_required(model_name, what)
-    built: dict[int, Predictor] = {}
+    built: dict[int, Predictor | None] = {}
 
     def fn(layer: int, q: Tensor, k: Tensor, causal: bool) -> Tensor:
-        predictor = built.get(layer)
+        if layer not in built:
+            built[layer] = build(layer)
+        predictor = built[layer]
         if predictor is None:
-            predictor = built[layer] = build(layer)
+            return torch.zeros(q.shape[0], q.shape[1], k.shape[1], dtype=torch.bool,
+                               device=q.device)
         if inputs == "projected":
             assert projections is not None
             if layer >= projections.num_layers or q.shape[0] != projections.num_heads or (
@@ -357,3 +364,22 @@ def predictor_graph(
         return predictor.predict(q, k, causal=causal)
 
     return per_text(fn)
+
+
+def spec_graph(
+    spec: PredictorSpec,
+    projections: HeadProjections | None,
+    num_layers: int,
+    *,
+    fitted: Any = None,
+    model_name: str = "MODEL",
+) -> GraphFn:
+    """The graph function of a :class:`~sparsefinder.spec.PredictorSpec` (the same setting
+    the app, the sweeps and the CLI name): its per-layer predictors, built up front (so a
+    missing centroid set fails before any forward), on the inputs its method declares.
+    ``fitted`` is ``spec.fit(train_records)`` for methods learned from training graphs."""
+    if spec.needs_projections and projections is None:
+        raise projections_required(model_name, f"method {spec.method!r}")
+    built = spec.build_layers(projections, num_layers, fitted)
+    return predictor_graph(built.__getitem__, spec.inputs, projections,
+                           model_name=model_name, what=f"method {spec.method!r}")

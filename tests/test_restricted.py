@@ -270,3 +270,22 @@ def test_projected_kmeans_and_original_inputs_run(model, tokenizer) -> None:
     ):
         out, calls = _run(model, batch, graph)
         assert torch.isfinite(out.last_hidden_state).all() and len(calls) == 3
+
+
+def test_a_predictor_spec_plugs_in(model, tokenizer) -> None:
+    """The settings the app and the sweeps name (PredictorSpec) run restricted as they are."""
+    from sparsefinder.restricted import spec_graph
+    from sparsefinder.spec import PredictorSpec
+
+    proj = _random_projections(model)
+    batch = _batch(tokenizer)
+    spec = PredictorSpec.of("distance", {"threshold": 2.0}, window=3)
+    out, calls = _run(model, batch, spec_graph(spec, proj, 3))
+    assert torch.isfinite(out.last_hidden_state).all() and len(calls) == 3
+    stats = RestrictionStats()  # "fixed" with no window builds no predictor: the empty graph
+    _run(model, batch, spec_graph(PredictorSpec.of("fixed"), None, 3), warn_empty=False,
+         stats=stats)
+    assert stats.repaired_rows == stats.rows > 0
+    with pytest.raises(ValueError, match=r"method 'kmeans' .*sparsefinder train --model m "):
+        spec_graph(PredictorSpec.of("kmeans", {"n_clusters": 2, "top_k": 1}), None, 3,
+                   model_name="m")

@@ -17,7 +17,8 @@ from sparsefinder.attention import AttentionCall, capture
 from sparsefinder.corpus import default_corpus
 from sparsefinder.entmax_ops import entmax_normalize, reference_mode
 from sparsefinder.predictors import Distance, Union, Window
-from sparsefinder.projections import BUNDLED_PROJECTIONS, HeadProjections
+from sparsefinder.projections import HeadProjections
+from sparsefinder.resources import BUNDLED_PROJECTIONS
 from sparsefinder.restricted import LayerInputs, predictor_graph, restrict
 
 pytestmark = pytest.mark.slow

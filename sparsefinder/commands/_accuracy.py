@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from sparsefinder.accuracy_sweep import accuracy_sweep, write_outputs
+from sparsefinder.commands._common import progress_bar
 from sparsefinder.graphs import AttentionRecord
 from sparsefinder.models import LoadedModel
 from sparsefinder.projections import HeadProjections
@@ -22,10 +23,11 @@ def run_accuracy(
     """Run every grid point through the restricted model and write the accuracy files."""
     print(f"accuracy: {len(texts)} texts, full α-entmax reference + one restricted run per "
           "configuration")
-    df = accuracy_sweep(
-        loaded, texts, projections, methods, train_records=train_records,
-        batch_size=args.batch, model_name=args.model, progress=True,
-    )
+    with progress_bar("accuracy") as on_progress:
+        df = accuracy_sweep(
+            loaded, texts, projections, methods, train_records=train_records,
+            batch_size=args.batch, model_name=args.model, on_progress=on_progress,
+        )
     gold = points.attrs.get("gold_sparsity")
     title = f"Sparsity–accuracy, {loaded.model_id}, {args.split} split ({len(texts)} texts)"
     summary = {"model": loaded.model_id, "alpha": loaded.alpha, "corpus": str(args.corpus),
