@@ -28,18 +28,22 @@ from sparsefinder.resources import BUNDLED_PROJECTIONS  # noqa: E402
 from sparsefinder.restricted import predictor_graph, restrict  # noqa: E402
 from sparsefinder.runtime import tune_cpu_allocator  # noqa: E402
 
-N, REPEATS, WARMUP = 512, 7, 2
+N, REPEATS, WARMUP = 512, 9, 2
 
 
-def median_ms(fn: Callable[[], object]) -> float:
+def interleaved_medians(fns: dict[str, Callable[[], object]]) -> dict[str, float]:
+    """Median ms of each function, timed in turn within every repeat (after a warm-up), so a
+    change in the load of a shared machine hits every function alike."""
     for _ in range(WARMUP):
-        fn()
-    times = []
+        for fn in fns.values():
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(REPEATS):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append((time.perf_counter() - t0) * 1e3)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def main() -> None:
@@ -74,13 +78,14 @@ def main() -> None:
 
         return run
 
-    full_ms = median_ms(full)
+    medians = interleaved_medians(
+        {"full": full, **{name: restricted(fn) for name, fn in graphs.items()}}
+    )
+    full_ms = medians.pop("full")
     print(f"full entmax forward, n={N}: {full_ms:.1f} ms")
-    worst = 0.0
-    for name, graph_fn in graphs.items():
-        ms = median_ms(restricted(graph_fn))
-        worst = max(worst, ms / full_ms)
+    for name, ms in medians.items():
         print(f"restricted ({name}): {ms:.1f} ms  ({ms / full_ms:.2f}x)")
+    worst = max(medians.values()) / full_ms
     print(f"full_ms={full_ms:.1f} ratio={worst:.3f}")
 
 
