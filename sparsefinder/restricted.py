@@ -172,6 +172,12 @@ def _as_graph(raw: object, layer: int, batch: int, heads: int, n: int, m: int) -
     return raw
 
 
+def _any(x: Tensor, dim: int) -> Tensor:
+    """``x.any(dim)`` for a bool tensor, as a max over its bytes: ~100× faster on a CPU for
+    (heads, n, n) masks (``any`` over the last axis costs ~12 ms at n=512, ``amax`` 0.1 ms)."""
+    return x.view(torch.uint8).amax(dim) > 0
+
+
 def _diagonal(n: int, m: int, device: torch.device) -> Tensor:
     """Bool (n, m): query i with its own key ``i + (m - n)`` (keys may include a prefix)."""
     return torch.ones(n, m, dtype=torch.bool, device=device).tril(m - n).triu(m - n)
@@ -187,8 +193,8 @@ def _repair(
     allowed key at all (none in practice) are left to the model's own mask. Only rows of real
     (non-padding) queries, ``real_queries`` (batch, n), are counted and warned about.
     """
-    empty = ~combined.any(-1)  # (batch, heads, n)
-    has_keys = allowed.any(-1).expand_as(empty)
+    empty = ~_any(combined, -1)  # (batch, heads, n)
+    has_keys = _any(allowed, -1).expand_as(empty)
     counted = has_keys & real_queries[:, None, :]
     if stats is not None:
         stats.rows += int(counted.sum())
@@ -199,7 +205,7 @@ def _repair(
     diag = _diagonal(n, m, combined.device) & allowed
     fix = empty.unsqueeze(-1) & diag
     # Where the diagonal itself is masked (e.g. a padding query), fall back to the allowed keys.
-    still = empty & ~fix.any(-1)
+    still = empty & ~_any(fix, -1)
     fix = fix | (still.unsqueeze(-1) & allowed)
     empty &= counted
     if stats is not None:
@@ -246,7 +252,7 @@ def restrict(
         batch, heads, n = query.shape[:3]
         m = key.shape[-2]
         allowed = allowed.expand(batch, -1, n, m)
-        valid = allowed.any(-2)[:, 0]  # a real key is allowed for some query
+        valid = _any(allowed, -2)[:, 0]  # a real key is allowed for some query
         inputs = LayerInputs(layer, query, key, causal, valid, scaling)
         graph = _as_graph(graph_fn(inputs), layer, batch, heads, n, m).to(allowed.device)
         real_queries = valid[:, m - n :]  # queries are the last n positions
