@@ -119,7 +119,8 @@ def explorer() -> None:
             "View + metrics (JSON)",
             functools.partial(
                 lambda: tables.to_json(tables.view_report(
-                    state, scores, ctx.loaded.model_id, ctx.loaded.alpha, record.n_tokens))),
+                    state, scores, ctx.loaded.model_id, state.alpha, record.n_tokens,
+                    live.describe(live.spec_for(state, prepared)), record.text))),
             file_name="view.json", mime="application/json", on_click="ignore",
             key="w_dl_json")
 
