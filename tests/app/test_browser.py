@@ -144,3 +144,35 @@ def test_clicking_the_overview_grid_opens_that_head(server, page):
                            "location.search.includes('head=3')", timeout=60_000)
     page.wait_for_function("() => [...document.querySelectorAll('.annotation-text')]"
                            ".some(e => e.textContent.includes('L1H3'))", timeout=60_000)
+
+
+PASTED = "The pilot thanked the mechanic because he had fixed the engine overnight."
+
+
+def _textarea_value(page) -> str | None:
+    return page.evaluate("() => { const t = document.querySelector("
+                         "'[data-testid=\"stSidebar\"] textarea'); return t ? t.value : null; }")
+
+
+def test_pasted_text_survives_mode_switches_and_a_reload(server, page):
+    page.goto(f"{server}/?method=fixed&window=3", timeout=240_000)
+    _wait_for_explorer(page)
+    sidebar = page.locator("[data-testid='stSidebar']")
+    sidebar.get_by_text("Paste", exact=True).click()
+    area = sidebar.locator("textarea")
+    area.wait_for(timeout=60_000)
+    area.fill(PASTED)
+    area.press("Control+Enter")  # a text area commits on Ctrl+Enter (or blur)
+    page.wait_for_function("() => location.search.includes('textid=')", timeout=120_000)
+    sidebar.get_by_text("Example", exact=True).click()
+    page.wait_for_function("() => !location.search.includes('textid=')", timeout=60_000)
+    sidebar.get_by_text("Paste", exact=True).click()
+    page.wait_for_function(f"() => {{ const t = document.querySelector("
+                           f"'[data-testid=\"stSidebar\"] textarea'); "
+                           f"return t && t.value === {PASTED!r}; }}", timeout=60_000)
+    page.wait_for_function("() => location.search.includes('textid=')", timeout=60_000)
+    page.reload(timeout=240_000)
+    _wait_for_explorer(page)
+    assert _textarea_value(page) == PASTED
+    assert "textid=" in page.url
+    assert page.locator("[data-testid='stException']").count() == 0
