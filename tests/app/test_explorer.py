@@ -162,7 +162,8 @@ def test_model_view_compare_and_token_range(with_projections):
     ticks = head["layout"]["xaxis"]["ticktext"]
     assert len(ticks) == 30  # every token of the window is labelled
     (gold_hover,) = [t for t in head["data"] if t.get("name") == "gold"]
-    assert gold_hover["text"] and all(re.search(r" p=[01]\.\d{3}$", text) for text in gold_hover["text"])
+    probability = re.compile(r" p=[01]\.\d{3}$")
+    assert gold_hover["text"] and all(probability.search(t) for t in gold_hover["text"])
     assert gold_hover["text"][0].startswith("q1")  # absolute positions inside the window
     at.radio(key="w_colour_by").set_value("recall").run()
     assert at.query_params["overview"] == "recall"
