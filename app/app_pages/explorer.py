@@ -58,8 +58,13 @@ def _metrics(summary: dict[str, live.Summary], layer: int, head: int) -> None:
         values = summary[scope]
         column.markdown(f"**{title}**")
         a, b, c = column.columns(3)
-        a.metric(f"{scope.title()} recall", f"{values.recall:.3f}")
-        b.metric(f"{scope.title()} sparsity", f"{values.sparsity:.3f}")
+        a.metric(f"{scope.title()} recall", f"{values.recall:.3f}",
+                 help="Share of gold edges (α-entmax probability > 0) the prediction keeps, "
+                      "|Ĝ ∧ G| / |G|. Recall 1 means exactly the true attention "
+                      "(sparse-consistency). Macro: texts → heads → layers.")
+        b.metric(f"{scope.title()} sparsity", f"{values.sparsity:.3f}",
+                 help="Share of query–key pairs the prediction drops, 1 − |Ĝ| / (n·m) "
+                      "(decoders: over the n(n+1)/2 allowed pairs).")
         c.metric(f"{scope.title()} gold sparsity", f"{values.gold_sparsity:.3f}",
                  help="Sparsity of the true α-entmax graph: what a perfect predictor reaches.")
 

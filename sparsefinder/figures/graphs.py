@@ -28,7 +28,6 @@ from sparsefinder.figures.common import (
     png_data_uri,
 )
 
-
 #: Up to this many tokens every one is labelled (e.g. a windowed range of a long text).
 ALL_TICKS = 64
 
