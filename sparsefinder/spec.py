@@ -234,6 +234,11 @@ class PredictorSpec:
         return cls(method, tuple(sorted(dict(params or {}).items())), int(window), chosen)
 
     @property
+    def key(self) -> tuple:
+        """Plain values that name the spec (for caches that pickle or hash their keys)."""
+        return (self.method, self.params, self.window, self.global_tokens)
+
+    @property
     def param_dict(self) -> dict[str, Any]:
         return dict(self.params)
 

@@ -131,3 +131,16 @@ def test_gpu_memory_is_checked_too(tiny_model_dirs, monkeypatch):
     models._check_memory("tiny", folder, config, torch.device("cpu"))  # host memory: plenty
     with pytest.raises(ModelLoadError, match="only 0 MB of GPU memory on cuda is free"):
         models._check_memory("tiny", folder, config, torch.device("cuda"))
+
+
+def test_a_local_folder_holding_the_bundled_weights_is_the_default_model(tmp_path):
+    from sparsefinder.models import DEFAULT_MODEL_ID, default_model_path
+    from sparsefinder.projections import HeadProjections
+    from sparsefinder.resources import BUNDLED_PROJECTIONS
+
+    link = tmp_path / "my-minilm"
+    link.symlink_to(default_model_path(), target_is_directory=True)
+    loaded = load_model(str(link), device="cpu")
+    assert loaded.model_id == DEFAULT_MODEL_ID
+    # so the bundled projections are accepted for it (the id, not the spelling, is compared)
+    HeadProjections.load(BUNDLED_PROJECTIONS, expected_model_id=loaded.model_id)

@@ -59,6 +59,13 @@ def clamp(state: ViewState, prepared: PreparedText) -> tuple[ViewState, list[str
     ):
         if getattr(state, name) >= size:
             changes[name] = size - 1
+            notes.append(f"{name}={getattr(state, name)} is beyond this text and model "
+                         f"(0–{size - 1}): showing {name} {size - 1} instead.")
+    clusters = changes.get("clusters", state.clusters)
+    top_k = changes.get("top_k", state.top_k)
+    if state.method == "kmeans" and clusters and 2 * int(top_k) > int(clusters):
+        notes.append(f"k={top_k} of B={clusters} clusters: every query and key joins more than "
+                     "half of the clusters, so every pair shares one and the graph is full.")
     return replace(state, **changes), notes
 
 

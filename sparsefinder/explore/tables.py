@@ -161,16 +161,18 @@ def _plain(value: Any) -> Any:
 
 def view_report(
     state: ViewState, scores: GraphScores, model_id: str, alpha: float, n_tokens: int,
-    setting: str = "",
+    setting: str = "", text: str | None = None,
 ) -> dict[str, Any]:
-    """The metrics behind the explorer as one JSON-able dict (reproducible: it has the state
-    and, in ``setting``, the predictor that ran)."""
+    """The metrics behind the explorer as one JSON-able dict, reproducible: it has the view
+    state, in ``setting`` the predictor that ran, and the text itself when it is a custom
+    one (a bundled example is named by ``state.example``)."""
     return {
         "model": model_id,
         "alpha": alpha,
         "n_tokens": n_tokens,
         "state": asdict(state),
         "setting": setting,
+        "text": text if state.text_id is not None else None,
         "summary": summarize(scores, state.layer, state.head),
         "per_head": metrics_frame(scores),
     }

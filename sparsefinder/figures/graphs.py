@@ -28,9 +28,12 @@ from sparsefinder.figures.common import (
     png_data_uri,
 )
 
+#: Up to this many tokens every one is labelled (e.g. a windowed range of a long text).
+ALL_TICKS = 64
+
 
 def _ticks(labels: Sequence[str]) -> tuple[list[int], list[str]]:
-    step = max(1, -(-len(labels) // MAX_TICKS))
+    step = 1 if len(labels) <= ALL_TICKS else max(1, -(-len(labels) // MAX_TICKS))
     positions = list(range(0, len(labels), step))
     text = [labels[i].split(" · ", 1)[-1] for i in positions]
     return positions, [t if len(t) <= TICK_CHARS else t[: TICK_CHARS - 1] + "…" for t in text]
@@ -90,10 +93,12 @@ def _image(uri: str, index: int, factor: int = 1) -> dict:
 
 
 def _overlay(rows: np.ndarray, cols: np.ndarray, tokens: Sequence[str], name: str,
-             index: int) -> dict:
-    """Invisible markers on the edges: hover shows "q12 the -> k40 cat" (ASCII: no JSON
-    escapes)."""
-    text = [f"q{r} {tokens[r]} -> k{c} {tokens[c]}"
+             index: int, probs: np.ndarray | None = None) -> dict:
+    """Invisible markers on the edges: hover shows "q12 the -> k40 cat p=0.132" (the gold
+    probability when ``probs`` is given; ASCII: no JSON escapes). ``tokens`` are the labels
+    "12 the" (positions stay absolute in a windowed range)."""
+    text = [f"q{tokens[r]} -> k{tokens[c]}"
+            + (f" p={probs[r, c]:.3f}" if probs is not None else "")
             for r, c in zip(rows.tolist(), cols.tolist(), strict=True)]
     suffix = "" if index == 1 else str(index)
     return dict(
@@ -105,11 +110,14 @@ def _overlay(rows: np.ndarray, cols: np.ndarray, tokens: Sequence[str], name: st
 
 
 def _ascii_tokens(labels: Sequence[str]) -> list[str]:
-    return [label.split(" · ", 1)[-1].encode("ascii", "replace").decode() for label in labels]
+    """"12 · the" → "12 the", ASCII only (hover texts stay plain JSON strings)."""
+    return [label.replace(" · ", " ", 1).encode("ascii", "replace").decode()
+            for label in labels]
 
 
 def head_figure(gold: np.ndarray, pred: np.ndarray, codes: np.ndarray, labels: Sequence[str],
-                tag: str, counts: dict[str, int]) -> go.Figure:
+                tag: str, counts: dict[str, int], probs: np.ndarray | None = None
+                ) -> go.Figure:
     """Gold graph, predicted graph and their diff for one head, side by side in ONE figure.
 
     One figure instead of three: the browser lays out and creates a WebGL context once per
@@ -145,7 +153,7 @@ def head_figure(gold: np.ndarray, pred: np.ndarray, codes: np.ndarray, labels: S
             for code, name in classes.items():
                 rows, cols = np.nonzero(image == code)
                 if len(rows):
-                    data.append(_overlay(rows, cols, tokens, name, index))
+                    data.append(_overlay(rows, cols, tokens, name, index, probs))
         layout["annotations"].append(dict(
             text=f"<b>{title}</b>", x=left + width / 2, y=1.0, xref="paper", yref="paper",
             yanchor="bottom", showarrow=False, font=dict(size=13)))
@@ -169,7 +177,7 @@ def outline_cluster(fig: go.Figure, edges: np.ndarray, rows: np.ndarray, cluster
             xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
         fig.add_trace(dict(
             type="scattergl", x=np.full(len(q_rows), -1.5), y=q_rows.astype(np.int32),
-            text=[f"q{r} {tokens[r]}" for r in q_rows.tolist()], mode="markers", name=name,
+            text=[f"q{tokens[r]}" for r in q_rows.tolist()], mode="markers", name=name,
             marker=dict(symbol="triangle-right", size=6, color="black"),
             hovertemplate=f"%{{text}}<extra>{name}</extra>",
             xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
@@ -242,7 +250,7 @@ def token_figure(frame: pd.DataFrame, labels: Sequence[str], query: int,
         data.append(dict(type="bar", x=keys, y=part["gold_prob"].to_numpy(), yaxis=axis,
                          marker=dict(color="rgb(33,33,33)"), text=[tokens[k] for k in keys],
                          textposition="none",
-                         hovertemplate=f"k%{{x}} %{{text}}<br>gold p=%{{y:.3f}}"
+                         hovertemplate=f"k%{{text}}<br>gold p=%{{y:.3f}}"
                                        f"<extra>head {head}</extra>"))
         for code, status in ((1, "TP"), (2, "FN"), (3, "FP")):
             mark = part[part["status"] == status]
@@ -254,5 +262,5 @@ def token_figure(frame: pd.DataFrame, labels: Sequence[str], query: int,
                 mode="markers", text=[tokens[k] for k in keys],
                 marker=dict(symbol="line-ns-open", size=8, line=dict(width=2),
                             color="rgb({},{},{})".format(*DIFF_COLORS[code])),
-                hovertemplate=f"k%{{x}} %{{text}}<extra>{status} · head {head}</extra>"))
+                hovertemplate=f"k%{{text}}<extra>{status} · head {head}</extra>"))
     return fast_figure(data, layout)

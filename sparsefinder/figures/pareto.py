@@ -4,12 +4,13 @@ setting as a star (the numbers come from ``sparsefinder.pareto``)."""
 from __future__ import annotations
 
 import pandas as pd
+import plotly.colors as pc
 import plotly.graph_objects as go
 
 from sparsefinder.pareto import pareto_frontier
 
-_PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
-            "#17becf", "#bcbd22", "#7f7f7f"]
+#: 24 distinct colours (plotly's Dark24): one per method family, no repeats below 24.
+_PALETTE = list(pc.qualitative.Dark24)
 
 
 def pareto_figure(
@@ -52,7 +53,8 @@ def pareto_figure(
     fig.update_layout(
         title=title, xaxis_title="sparsity (1 − |Ĝ| / nm)", yaxis_title="recall (|Ĝ ∩ G| / |G|)",
         xaxis_range=[0, 1.0], yaxis_range=[0, 1.02], template="plotly_white",
-        legend={"title": "method (frontier)"},
+        legend={"title": "method (frontier)", "font": {"size": 10}, "tracegroupgap": 0},
+        height=max(460, 30 + 18 * df["method"].nunique()),  # the legend never gets cut
     )
     return fig
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from apptest_helpers import assert_clean, assert_head_graphs, figures, metric, new_app
 
 
@@ -138,3 +140,30 @@ def _library_scores(projections_file, method: str, **values):
     prepared = prep.prepare(record, HeadProjections.load(projections_file))
     state = ViewState(method=method, **values)
     return live.score(prepared, live.predict_layers(prepared, state))
+
+
+def test_model_view_compare_and_token_range(with_projections):
+    at = new_app(method="fixed", window="3", example="long_report_512", overview="sparsity",
+                 layer="1", head="2").run()
+    assert_clean(at)
+    assert at.radio(key="w_colour_by").value == "sparsity"
+    at.toggle(key="w_model_view_on").set_value(True).run()
+    assert_clean(at)
+    mosaics = [f for f in figures(at) if f["data"] and f["data"][0].get("type") == "image"
+               and len(f["data"]) == 2 and len(f["data"][1]["x"]) == 72]
+    assert len(mosaics) == 1 and "sparsity" in mosaics[0]["data"][1]["text"][0]
+    at.selectbox(key="w_compare").set_value((4, 5)).run()
+    titles = [a["text"] for f in figures(at) for a in f["layout"].get("annotations", [])]
+    assert any("L1H2" in t for t in titles) and any("L4H5" in t for t in titles)
+    at.slider(key="w_token_range").set_value((10, 40)).run()
+    assert_clean(at)
+    head = assert_head_graphs(at)
+    assert any("tokens 10–39" in a["text"] for a in head["layout"]["annotations"])
+    ticks = head["layout"]["xaxis"]["ticktext"]
+    assert len(ticks) == 30  # every token of the window is labelled
+    (gold_hover,) = [t for t in head["data"] if t.get("name") == "gold"]
+    probability = re.compile(r" p=[01]\.\d{3}$")
+    assert gold_hover["text"] and all(probability.search(t) for t in gold_hover["text"])
+    assert gold_hover["text"][0].startswith("q1")  # absolute positions inside the window
+    at.radio(key="w_colour_by").set_value("recall").run()
+    assert at.query_params["overview"] == "recall"

@@ -14,12 +14,24 @@ from sparsefinder.metrics import recall, sparsity
 def test_clamp_fits_state_to_text(prepared):
     state = urlstate.ViewState(layer=99, head=99, query=999, clusters=5, top_k=8, t=None)
     clamped, notes = live.clamp(state, prepared)
-    assert notes == []
+    said = " ".join(notes)
+    assert "layer=99" in said and "head=99" in said and "query=999" in said
+    assert "graph is full" in said  # k=4 of B=4: every pair shares a cluster
     assert (clamped.layer, clamped.head) == (prepared.num_layers - 1, prepared.num_heads - 1)
     assert clamped.query == prepared.n_tokens - 1
     assert clamped.clusters in (4, 8) and clamped.top_k <= clamped.clusters
     assert clamped.t == prep.default_threshold(prepared)
     assert 0 < clamped.t <= prepared.t_max
+
+
+def test_k_over_half_of_b_is_named_and_really_full(prepared):
+    state = urlstate.ViewState(method="kmeans", clusters=4, top_k=3, window=0,
+                               global_tokens=())
+    clamped, notes = live.clamp(state, prepared)
+    assert any("graph is full" in n for n in notes)
+    assert all(mask.all() for mask in live.predict_layers(prepared, clamped))
+    _, notes = live.clamp(state.with_(top_k=2), prepared)
+    assert not any("graph is full" in n for n in notes)
 
 
 def test_without_projections_learned_methods_are_off_but_fixed_patterns_work(record):

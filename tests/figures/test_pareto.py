@@ -53,3 +53,12 @@ def test_mark_current_adds_one_star(points: pd.DataFrame) -> None:
     fig = mark_current(pareto_figure(points), 0.9, 0.5, "setting")
     star = fig.data[-1]
     assert star.marker.symbol == "star" and (star.x[0], star.y[0]) == (0.9, 0.5)
+
+
+def test_seventeen_methods_get_seventeen_colours_and_room_for_the_legend() -> None:
+    rows = [{"method": f"m{i}", "params": "{}", "sparsity": 0.5, "recall": 0.5}
+            for i in range(17)]
+    fig = pareto_figure(pd.DataFrame(rows))
+    colours = {t.line.color for t in fig.data if t.mode == "lines+markers"}
+    assert len(colours) == 17
+    assert fig.layout.height >= 30 + 18 * 17
