@@ -56,6 +56,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="passages of the TRAIN split (first N) whose gold graphs fit methods learned "
              "from training graphs (sparsebert-dams/-damu); 0 skips those methods",
     )
+    parser.add_argument(
+        "--accuracy", action="store_true",
+        help="also run the model restricted to every grid point's predicted graphs and write "
+             "sparsity-accuracy frontiers (accuracy_*.csv, accuracy.json, pareto_accuracy.html)",
+    )
     return parser
 
 
@@ -137,4 +142,8 @@ def run(args: argparse.Namespace) -> int:
     print(at.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
     print(f"wrote {len(points)} points to {out}/ (points.csv, points.json, frontier.csv, "
           "recall_at_sparsity.csv, pareto.html)")
+    if args.accuracy:
+        from sparsefinder.commands._accuracy import run_accuracy
+
+        run_accuracy(args, loaded, texts, projections, methods, train_records, points, out)
     return 0
