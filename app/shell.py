@@ -134,6 +134,30 @@ def cached_predictions(cache_key: tuple, spec_key: tuple, _spec: Any,
     return preds, live.score(_prepared, preds)
 
 
+@st.cache_resource(max_entries=64, show_spinner="Running the model on the predicted graph…")
+def cached_accuracy(cache_key: tuple, spec_key: tuple, _spec: Any,
+                    _prepared: prep.PreparedText) -> Any:
+    """Output/embedding cosine of one setting on the text (a restricted forward pass against
+    the full-entmax run), shared by sessions; ``spec_key`` = ``_spec.key``."""
+    from sparsefinder.explore import accuracy
+
+    name, alpha = cache_key[0], cache_key[1]
+    loaded = cached_model(name)
+    text = _prepared.record.text
+    with model_lock():
+        set_alpha(loaded, alpha)
+        full = _reference(cache_key, loaded, text)
+        return accuracy.setting_accuracy(loaded, text, _spec, _prepared.projections, full)
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def _reference(cache_key: tuple, _loaded: LoadedModel, text: str) -> Any:
+    """The full α-entmax run of the text (the accuracy reference), once per text."""
+    from sparsefinder.explore import accuracy
+
+    return accuracy.reference(_loaded, text)
+
+
 @st.cache_resource(max_entries=8, show_spinner="Sweeping every method on this text…")
 def cached_text_sweep(cache_key: tuple, methods: tuple[str, ...],
                       _prepared: prep.PreparedText) -> Any:

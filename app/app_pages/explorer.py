@@ -7,6 +7,7 @@ reruns only it, on cached gold graphs and projected vectors.
 from __future__ import annotations
 
 import functools
+import time
 
 import streamlit as st
 
@@ -83,6 +84,7 @@ def explorer() -> None:
     preds, scores = shell.predictions(ctx, state)
     summary = live.summarize(scores, layer, head)
     _metrics(summary, layer, head)
+    _accuracy(ctx, state)
 
     labels = inputs.token_labels(record)
     shown = _token_range(record.n_tokens)
@@ -135,6 +137,33 @@ def explorer() -> None:
                  key="w_model_view_on", help="bertviz's model view, with gold vs predicted; "
                  "off by default to keep slider moves fast."):
         _model_view(prepared, preds, scores, state)
+
+
+def _accuracy(ctx: shell.AppContext, state: urlstate.ViewState) -> None:
+    """What the setting costs the model: one restricted forward pass per slider release
+    (cached per setting), compared with the full α-entmax run of the same text."""
+    if not st.toggle("Output accuracy: run the model restricted to the predicted graph",
+                     key="w_accuracy_on",
+                     help="Later layers see the effect of earlier layers' misses (the paper's "
+                          "model-level simulation). Retrieval agreement on the validation "
+                          "split: `sparsefinder sweep --accuracy`."):
+        return
+    spec = live.spec_for(state, ctx.prepared)
+    start = time.perf_counter()
+    result = shell.cached_accuracy(ctx.cache_key, spec.key, spec, ctx.prepared)
+    took = time.perf_counter() - start
+    a, b, c, d = st.columns(4)
+    a.metric("Output cosine", f"{result.output_cosine:.4f}",
+             help="Cosine of the last hidden states (per token, averaged) with and without "
+                  "the restriction; 1 = the model's output is unchanged.")
+    b.metric("Embedding cosine", f"{result.embedding_cosine:.4f}",
+             help="Cosine of the mean-pooled sentence embeddings (the default model's task).")
+    c.metric("Sparsity run", f"{result.sparsity:.3f}",
+             help="Sparsity of the graphs entmax ran over (repaired rows included).")
+    d.metric("Rows repaired", f"{result.repaired_rows:.3f}",
+             help="Share of query rows the graph left empty; they keep their diagonal.")
+    st.caption(f"Accuracy of this setting: {took:.2f} s (cached per setting; the first time "
+               "runs the model twice: full and restricted).")
 
 
 def _token_range(n: int) -> slice:

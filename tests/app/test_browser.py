@@ -202,3 +202,16 @@ def test_model_view_hover_names_a_head_and_a_click_opens_it(server, page):
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "browser_model_view.png"), full_page=True)
     assert page.locator("[data-testid='stException']").count() == 0
+
+
+def test_explorer_shows_the_output_accuracy_of_the_setting(server, page):
+    page.goto(f"{server}/?method=fixed&window=5&layer=0&head=0", timeout=240_000)
+    _wait_for_explorer(page)
+    page.get_by_text("Output accuracy: run the model restricted", exact=False).click()
+    page.wait_for_function(f"() => ({METRIC_JS})('Output cosine') !== null", timeout=120_000)
+    cosine = float(page.evaluate(METRIC_JS, "Output cosine"))
+    assert -1.0 <= cosine <= 1.0
+    assert page.locator("text=Accuracy of this setting").count() == 1
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "browser_accuracy.png"))
+    assert page.locator("[data-testid='stException']").count() == 0

@@ -167,3 +167,17 @@ def test_model_view_compare_and_token_range(with_projections):
     assert gold_hover["text"][0].startswith("q1")  # absolute positions inside the window
     at.radio(key="w_colour_by").set_value("recall").run()
     assert at.query_params["overview"] == "recall"
+
+
+def test_output_accuracy_of_the_setting(with_projections):
+    at = new_app(method="fixed", window="0", **{"global": "none"}).run()
+    at.toggle(key="w_accuracy_on").set_value(True).run()
+    assert_clean(at)
+    # nothing switched on: every row is repaired to its diagonal, the output moves a lot
+    empty = metric(at, "Output cosine")
+    assert metric(at, "Rows repaired") == 1.0
+    assert any("Accuracy of this setting" in c.value for c in at.caption)
+    at.select_slider(key="w_window").set_value(31).run()
+    wide = metric(at, "Output cosine")
+    assert metric(at, "Rows repaired") == 0.0 and wide > empty
+    assert -1.0 <= empty <= 1.0 and wide <= 1.0
