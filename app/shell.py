@@ -196,6 +196,31 @@ def corpus_sweep(key: tuple, loaded: LoadedModel, projections: Any, methods: lis
     return store[full_key]
 
 
+def text_accuracy_sweep(ctx: AppContext, methods: list[str], compute: bool) -> Any:
+    """Sparsity–accuracy points of ``methods`` on the current text (one restricted forward
+    per grid point), from the store, or computed now with a progress bar; None if not yet."""
+    from sparsefinder.accuracy_sweep import accuracy_sweep
+
+    store = _corpus_store()
+    key = ("accuracy", *ctx.cache_key, tuple(methods))
+    if key in store or not compute:
+        return store.get(key)
+    bar = st.progress(0.0, text="Accuracy axis: starting…")
+    loaded = cached_model(ctx.cache_key[0])
+    with model_lock():
+        set_alpha(loaded, ctx.cache_key[1])
+        frame = accuracy_sweep(
+            loaded, [ctx.prepared.record.text], ctx.prepared.projections, methods,
+            model_name=ctx.cache_key[0],
+            on_progress=lambda f, m: bar.progress(min(max(f, 0.0), 1.0),
+                                                  text=f"Accuracy axis: {m}"))
+    bar.empty()
+    if len(store) >= 8:
+        store.pop(next(iter(store)))
+    store[key] = frame
+    return frame
+
+
 def clear_caches() -> None:
     """Forget every cached model and text (tests; a fresh start)."""
     st.cache_resource.clear()

@@ -13,6 +13,7 @@ import streamlit as st
 from app import shell
 from sparsefinder import pareto
 from sparsefinder.explore import live, tables
+from sparsefinder.figures import accuracy as accuracy_figures
 from sparsefinder.figures import common as common_figures
 from sparsefinder.figures import pareto as pareto_figures
 
@@ -37,6 +38,31 @@ def _figure(frame, current: live.Summary, label: str, title: str, name: str) -> 
     st.plotly_chart(fig, config=common_figures.chart_config(name), key=f"w_fig_{name}")
 
 
+#: Curves drawn on the accuracy axis: Sparsefinder's and the cheap patterns it must beat.
+ACCURACY_CURVES = ("distance", "distance+window", "kmeans", "kmeans-top2+window",
+                   "quantization", "window", "longformer", "bigbird")
+
+
+def _accuracy_axis(ctx: shell.AppContext, methods: list[str], gold: float | None) -> None:
+    """The sparsity–accuracy view of this text: the model's output under each setting."""
+    if not st.toggle("Accuracy axis: how much each setting changes the model's output "
+                     "(runs the model once per grid point)", key="w_pareto_accuracy"):
+        return
+    curves = [m for m in ACCURACY_CURVES if m in methods]
+    clicked = st.button("Compute the accuracy axis for this text", key="w_accuracy_run")
+    frame = shell.text_accuracy_sweep(ctx, curves, compute=clicked)
+    if frame is None:
+        st.caption(f"Not computed yet: {', '.join(curves)} on this text.")
+        return
+    fig = accuracy_figures.accuracy_figure(
+        frame, gold, title="Sparsity–accuracy on this text",
+        measures=("output_cosine", "embedding_cosine"))
+    st.plotly_chart(fig, config=common_figures.chart_config("pareto_accuracy_text"),
+                    key="w_fig_pareto_accuracy")
+    st.caption("Full α-entmax is the star (accuracy 1 at the gold sparsity); retrieval "
+               "agreement on the validation split: `sparsefinder sweep --accuracy`.")
+
+
 @st.fragment
 def pareto_view() -> None:
     ctx = shell.context()
@@ -58,6 +84,8 @@ def pareto_view() -> None:
     _downloads(frame, "text")
     with st.expander("Recall of each frontier at fixed sparsity"):
         st.dataframe(pareto.recall_at_sparsity(frame), hide_index=True)
+
+    _accuracy_axis(ctx, methods, frame.attrs.get("gold_sparsity"))
 
     st.subheader("Validation corpus")
     left, right = st.columns([1, 3], vertical_alignment="bottom")

@@ -81,3 +81,19 @@ def test_token_view_follows_query_and_sliders(with_projections):
     assert at.query_params["query"] == "10"
     assert metric(at, "Predicted keys per head") == 9.0
     assert 0.0 <= before <= 1.0
+
+
+def test_pareto_accuracy_axis_on_this_text(with_projections):
+    at = new_app(method="fixed", window="3", example="short_dialogue").run()
+    at.switch_page("app_pages/pareto.py").run()
+    at.toggle(key="w_pareto_accuracy").set_value(True).run()
+    assert_clean(at)
+    assert any("Not computed yet" in c.value for c in at.caption)
+    at.button(key="w_accuracy_run").click().run()
+    assert_clean(at)
+    (accuracy,) = [f for f in figures(at) if "Sparsity–accuracy" in
+                   str(f["layout"].get("title", {}).get("text", ""))]
+    names = {t.get("name") for t in accuracy["data"]}
+    assert {"window", "distance", "longformer", "bigbird"} <= names
+    stars = [t for t in accuracy["data"] if t.get("marker", {}).get("symbol") == "star"]
+    assert stars  # full α-entmax
