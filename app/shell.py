@@ -150,11 +150,38 @@ def cached_accuracy(cache_key: tuple, spec_key: tuple, _spec: Any,
         return accuracy.setting_accuracy(loaded, text, _spec, _prepared.projections, full)
 
 
-@st.cache_resource(max_entries=8, show_spinner=False)
-def _reference(cache_key: tuple, _loaded: LoadedModel, text: str) -> Any:
-    """The full α-entmax run of the text (the accuracy reference), once per text."""
+#: Validation passages of the Explorer's task measure (retrieval agreement).
+TASK_PASSAGES = 24
+
+
+@st.cache_resource(max_entries=32, show_spinner="Retrieval agreement on validation passages…")
+def cached_task_accuracy(model_key: tuple, spec_key: tuple, _spec: Any, _projections: Any
+                         ) -> Any:
+    """Retrieval agreement of a setting on ``TASK_PASSAGES`` validation passages (restricted
+    forward passes vs the cached full run), shared by sessions; ``model_key`` = (name, α,
+    projections digest)."""
+    from sparsefinder.corpus import corpus_texts
     from sparsefinder.explore import accuracy
 
+    name, alpha = model_key[0], model_key[1]
+    loaded = cached_model(name)
+    texts = corpus_texts("default", "validation", loaded.tokenizer, loaded.max_length,
+                         TASK_PASSAGES)
+    with model_lock():
+        set_alpha(loaded, alpha)
+        full = _reference(("task", name, alpha), loaded, "\n\n".join(texts), texts)
+        return accuracy.task_accuracy(loaded, texts, _spec, _projections, full)
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def _reference(cache_key: tuple, _loaded: LoadedModel, text: str,
+               _texts: list[str] | None = None) -> Any:
+    """The full α-entmax run of the text (or of ``_texts``): the accuracy reference, once."""
+    from sparsefinder.accuracy import encode
+    from sparsefinder.explore import accuracy
+
+    if _texts is not None:
+        return encode(_loaded.model, _loaded.tokenizer, _texts, max_length=_loaded.max_length)
     return accuracy.reference(_loaded, text)
 
 

@@ -164,6 +164,19 @@ def _accuracy(ctx: shell.AppContext, state: urlstate.ViewState) -> None:
              help="Share of query rows the graph left empty; they keep their diagonal.")
     st.caption(f"Accuracy of this setting: {took:.2f} s (cached per setting; the first time "
                "runs the model twice: full and restricted).")
+    passages = shell.TASK_PASSAGES
+    if st.button(f"Task measure: retrieval agreement on {passages} validation passages",
+                 key="w_task_run", help="Does each passage keep its nearest neighbours among "
+                 "the others when attention is restricted to this setting's graphs?"):
+        model_key = ctx.cache_key[:2] + ctx.cache_key[3:]
+        start = time.perf_counter()
+        task = shell.cached_task_accuracy(model_key, spec.key, spec, ctx.prepared.projections)
+        took = time.perf_counter() - start
+        a, b, c = st.columns(3)
+        a.metric("Retrieval top-1 agreement", f"{task.retrieval_top1:.3f}")
+        b.metric("Retrieval nDCG@10", f"{task.retrieval_ndcg10:.3f}")
+        c.metric("Embedding cosine (passages)", f"{task.embedding_cosine:.4f}")
+        st.caption(f"Task measure on {task.n_texts} validation texts: {took:.1f} s.")
 
 
 def _token_range(n: int) -> slice:

@@ -57,3 +57,36 @@ def setting_accuracy(
         sparsity=stats.sparsity()[0],
         repaired_rows=stats.repaired_fraction,
     )
+
+
+@dataclass(frozen=True)
+class TaskAccuracy:
+    """The default model's task under a setting: do passages keep their nearest neighbours?"""
+
+    retrieval_top1: float
+    retrieval_ndcg10: float
+    embedding_cosine: float
+    n_texts: int
+
+
+def task_accuracy(
+    loaded: LoadedModel,
+    texts: list[str],
+    spec: PredictorSpec,
+    projections: HeadProjections | None,
+    full: EncodedTexts | None = None,
+) -> TaskAccuracy:
+    """Retrieval agreement of ``texts`` (e.g. validation passages) restricted to ``spec``'s
+    graphs against their full α-entmax run (``full``, cache it): each passage's nearest
+    neighbours among the others, top-1 agreement and nDCG@10 (:mod:`sparsefinder.accuracy`)."""
+    if len(texts) < 2:
+        raise ValueError("retrieval agreement needs at least two texts")
+    if full is None:
+        full = encode(loaded.model, loaded.tokenizer, texts, max_length=loaded.max_length)
+    graph = spec_graph(spec, projections, loaded.num_layers, model_name=loaded.model_id)
+    restricted = encode(loaded.model, loaded.tokenizer, texts, graph_fn=graph,
+                        max_length=loaded.max_length, warn_empty=False)
+    scores = compare(full, restricted)
+    return TaskAccuracy(retrieval_top1=float(scores["retrieval_top1"]),
+                        retrieval_ndcg10=float(scores["retrieval_ndcg10"]),
+                        embedding_cosine=float(scores["embedding_cosine"]), n_texts=len(texts))

@@ -181,3 +181,7 @@ def test_output_accuracy_of_the_setting(with_projections):
     wide = metric(at, "Output cosine")
     assert metric(at, "Rows repaired") == 0.0 and wide > empty
     assert -1.0 <= empty <= 1.0 and wide <= 1.0
+    at.button(key="w_task_run").click().run()
+    assert_clean(at)
+    assert 0.0 <= metric(at, "Retrieval top-1 agreement") <= 1.0
+    assert any("Task measure on" in c.value for c in at.caption)

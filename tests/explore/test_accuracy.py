@@ -39,3 +39,18 @@ def test_setting_accuracy_on_one_text(tiny: LoadedModel) -> None:
     assert empty.repaired_rows == 1.0 and empty.sparsity == narrow.sparsity
     with pytest.raises(ValueError, match="sparsefinder train --model tiny --out DIR"):
         setting_accuracy(tiny, TEXT, PredictorSpec.of("distance", {"threshold": 1.0}), None)
+
+
+def test_task_accuracy_is_perfect_at_recall_one_and_needs_two_texts(default_model):
+    from sparsefinder.explore.accuracy import task_accuracy
+    from sparsefinder.spec import PredictorSpec
+
+    texts = ["The cat sat on the mat.", "Stocks fell sharply on Monday.",
+             "A kitten slept on the rug."]
+    full_graph = PredictorSpec.of("window", {"window": 999})  # every pair kept
+    result = task_accuracy(default_model, texts, full_graph, None)
+    assert (result.retrieval_top1, result.n_texts) == (1.0, 3)
+    assert result.retrieval_ndcg10 == pytest.approx(1.0)
+    assert result.embedding_cosine == pytest.approx(1.0, abs=1e-5)
+    with pytest.raises(ValueError, match="two texts"):
+        task_accuracy(default_model, texts[:1], full_graph, None)
