@@ -103,17 +103,25 @@ def edges_frame(
 
 
 def token_row_frame(
-    record: AttentionRecord, preds: Sequence[Tensor], layer: int, query: int
+    record: AttentionRecord, preds: Sequence[Tensor], layer: int, query: int,
+    direction: str = "row",
 ) -> pd.DataFrame:
-    """Token view: for one query token, every head's gold probability and prediction per key.
+    """Token view: for one token, every head's gold probability and prediction per partner.
 
-    Only one row of each (n × n) matrix, so it stays readable (and small) at 512 tokens.
-    Columns: head, key, key_token, gold_prob, gold, predicted, status.
+    ``direction="row"``: the token as a query, its keys (what it attends to);
+    ``"column"``: the token as a key, the queries that attend to it (bertviz's "both
+    directions"). Only one row/column of each (n × n) matrix, so it stays readable (and
+    small) at 512 tokens. Columns: head, key (the partner's position), key_token, gold_prob,
+    gold, predicted, status.
     """
+    if direction not in ("row", "column"):
+        raise ValueError(f"direction must be 'row' or 'column', got {direction!r}")
     graph = record.layers[layer]
-    gold = graph.gold[:, query, :]  # (heads, m)
-    pred = preds[layer][:, query, :]
-    probs = graph.probs()[:, query, :]
+    pick = (slice(None), query, slice(None)) if direction == "row" else (
+        slice(None), slice(None), query)
+    gold = graph.gold[pick]  # (heads, partners)
+    pred = preds[layer][pick]
+    probs = graph.probs()[pick]
     heads, m = gold.shape
     head_ids, key_ids = np.meshgrid(np.arange(heads), np.arange(m), indexing="ij")
     g = gold.numpy().ravel()

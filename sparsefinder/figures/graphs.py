@@ -218,8 +218,9 @@ def overview_figure(values: np.ndarray, metric: str, selected: tuple[int, int]) 
 
 
 def token_figure(frame: pd.DataFrame, labels: Sequence[str], query: int,
-                 heads: Sequence[int]) -> go.Figure:
-    """One query token, every head: gold probability per key as bars, predictions as ticks.
+                 heads: Sequence[int], direction: str = "row") -> go.Figure:
+    """One token, every head: gold probability per key (``direction="row"``) or per query
+    that attends to it (``"column"``) as bars, predictions as ticks.
 
     Rows are heads (small multiples sharing the key axis), so a 512-token row stays readable.
     Ticks under the bars: TP green, FN red (a gold key the predictor misses), FP amber.
@@ -232,8 +233,10 @@ def token_figure(frame: pd.DataFrame, labels: Sequence[str], query: int,
     layout: dict = dict(
         height=60 + 46 * rows, margin=dict(l=40, r=10, t=30, b=10), showlegend=False,
         bargap=0.0, plot_bgcolor="white", hovermode="closest",
-        title=dict(text=f"query {labels[query]}: gold probability (bars); ticks: TP green · "
-                        "FN red · FP amber", font=dict(size=13)),
+        title=dict(text=(f"query {labels[query]}" if direction == "row" else
+                         f"queries attending to key {labels[query]}")
+                   + ": gold probability (bars); ticks: TP green · FN red · FP amber",
+                   font=dict(size=13)),
     )
     tickvals, ticktext = _ticks(labels)
     layout["xaxis"] = dict(tickmode="array", tickvals=tickvals, ticktext=ticktext,

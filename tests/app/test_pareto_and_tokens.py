@@ -97,3 +97,13 @@ def test_pareto_accuracy_axis_on_this_text(with_projections):
     assert {"window", "distance", "longformer", "bigbird"} <= names
     stars = [t for t in accuracy["data"] if t.get("marker", {}).get("symbol") == "star"]
     assert stars  # full α-entmax
+
+
+def test_token_view_shows_the_column_too(with_projections):
+    at = new_app(method="fixed", window="3", query="5", **{"global": "none"}).run()
+    at.switch_page("app_pages/tokens.py").run()
+    at.radio(key="w_direction").set_value("column").run()
+    assert_clean(at)
+    (figure,) = figures(at)
+    assert "queries attending to key 5" in figure["layout"]["title"]["text"]
+    assert metric(at, "Predicted keys per head") == 3.0  # the window is symmetric

@@ -87,3 +87,15 @@ def test_heads_codes_stack_every_head(prepared):
                           record.layers[1].gold[3].numpy())
     with pytest.raises(ValueError, match="kind"):
         tables.heads_codes(record, preds, "probs")
+
+
+def test_token_column_frame_is_the_transposed_view(prepared):
+    preds = live.predict_layers(prepared, urlstate.ViewState(method="fixed", window=3))
+    record = prepared.record
+    column = tables.token_row_frame(record, preds, 1, 4, direction="column")
+    gold = record.layers[1].gold[:, :, 4]
+    assert column["gold"].to_numpy().reshape(gold.shape).tolist() == gold.tolist()
+    probs = record.layers[1].probs()[:, :, 4].numpy()
+    assert np.allclose(column["gold_prob"].to_numpy().reshape(probs.shape), probs)
+    with pytest.raises(ValueError, match="direction"):
+        tables.token_row_frame(record, preds, 1, 4, direction="diagonal")
