@@ -69,6 +69,7 @@ import plotly.graph_objects as go
 import torch
 from tqdm.auto import tqdm
 
+from sparsefinder.calibrated_sweep import DISTANCE_FINE_GRID, calibrated_methods
 from sparsefinder.graphs import AttentionRecord
 from sparsefinder.metrics import GraphScores, macro_average, recall, sparsity
 from sparsefinder.predictors import (
@@ -305,6 +306,12 @@ def _register_defaults() -> None:
         )
     register_method("distance-nodiag", [{"threshold": t} for t in DISTANCE_GRID],
                     _distance_nodiag, replace=True)
+    # Issue 10: a finer raw grid, and distance driven by a target sparsity/recall with
+    # per-head thresholds fitted on TRAIN graphs (sparsefinder.calibrated_sweep).
+    register_method("distance-fine", [{"threshold": t} for t in DISTANCE_FINE_GRID], _distance,
+                    replace=True)
+    for name, grid, fit in calibrated_methods():
+        register_method(name, grid, _needs_training, fit=fit, replace=True)
 
 
 _register_defaults()
