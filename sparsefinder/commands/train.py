@@ -2,6 +2,13 @@
 
 Gold graphs come from the corpus' train split (long passages are chunked to the model's
 maximum length, so nothing is silently truncated); the validation split is never read here.
+
+``--objective`` picks how the projections are obtained (recorded in the file's metadata):
+``paper`` (Eq. 7 hinge, :func:`sparsefinder.projections.train_projections`), ``logistic``
+(pointwise logistic with a per-head bias, :mod:`sparsefinder.logistic`) or ``lowrank``
+(training-free low-rank approximation of each head's scores with the distance augmentation,
+:mod:`sparsefinder.lowrank`). ``make assets-projections`` rebuilds the bundled
+``assets/default/projections-r{4,8}-<objective>.pt`` files.
 """
 
 from __future__ import annotations
@@ -13,10 +20,13 @@ from pathlib import Path
 from sparsefinder.commands._common import add_corpus_arguments, add_model_arguments
 from sparsefinder.corpus import chunk_passages, load_corpus
 from sparsefinder.graphs import extract
+from sparsefinder.logistic import train_logistic
+from sparsefinder.lowrank import fit_lowrank
 from sparsefinder.models import load_model
 from sparsefinder.projections import fit_centroids, train_projections
 
 DEFAULT_CLUSTERS = "2,4,6,8,10,12,16,20"
+OBJECTIVES = ("paper", "logistic", "lowrank")
 
 
 def parse_int_list(text: str) -> list[int]:
@@ -27,6 +37,8 @@ def parse_int_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated integers like {DEFAULT_CLUSTERS}, got {text!r}"
         ) from error
+    if text.strip().lower() == "none":
+        return []
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"expected integers >= 1, got {text!r}")
     return values
@@ -38,8 +50,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     add_model_arguments(parser)
     add_corpus_arguments(parser, default_split="train")
-    parser.add_argument("--out", required=True, type=Path, help="folder for projections.pt")
-    parser.add_argument("--rank", type=int, default=4, help="projection dimension r")
+    parser.add_argument("--out", required=True, type=Path, help="folder for the projections file")
+    parser.add_argument("--filename", default="projections.pt",
+                        help="name of the file written in --out (default projections.pt)")
+    parser.add_argument(
+        "--objective", default="paper", choices=OBJECTIVES,
+        help="paper: Eq. 7 hinge; logistic: pointwise logistic with a per-head bias; "
+             "lowrank: training-free rank-r approximation of each head's scores "
+             "(projected vectors then have r + 3 coordinates, see sparsefinder.lowrank)",
+    )
+    parser.add_argument("--rank", type=int, default=4,
+                        help="projection dimension r (lowrank: rank of the score approximation)")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--lr", type=float, default=0.01, help="Adam learning rate")
     parser.add_argument("--margin", type=float, default=1.0, help="hinge margin ω")
@@ -49,7 +70,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--clusters", type=parse_int_list, default=parse_int_list(DEFAULT_CLUSTERS),
-        help=f"numbers of k-means clusters B to fit (default {DEFAULT_CLUSTERS})",
+        help=f"numbers of k-means clusters B to fit (default {DEFAULT_CLUSTERS}; 'none': skip)",
     )
     parser.add_argument("--kmeans-max-points", type=int, default=10_000,
                         help="points per head used to fit k-means")
@@ -72,24 +93,38 @@ def run(args: argparse.Namespace) -> int:
           f"{len(passages)} passages of the {args.split} split -> {len(texts)} texts")
     records = extract(loaded, texts, batch_size=args.batch, progress=True)
     start = time.perf_counter()
-    projections = train_projections(
-        records, rank=args.rank, margin=args.margin, lr=args.lr, epochs=args.epochs,
-        batch_size=args.batch_size, negatives_per_positive=args.negatives, seed=args.seed,
-        init=args.init, progress=True, model_id=loaded.model_id, alpha=loaded.alpha,
-    )
+    common = {"rank": args.rank, "model_id": loaded.model_id, "alpha": loaded.alpha}
+    if args.objective == "lowrank":
+        projections = fit_lowrank(records, **common)
+    elif args.objective == "logistic":
+        projections = train_logistic(
+            records, lr=args.lr, epochs=args.epochs, batch_size=args.batch_size,
+            negatives_per_positive=args.negatives, seed=args.seed, progress=True, **common,
+        )
+    else:
+        projections = train_projections(
+            records, margin=args.margin, lr=args.lr, epochs=args.epochs,
+            batch_size=args.batch_size, negatives_per_positive=args.negatives, seed=args.seed,
+            init=args.init, progress=True, **common,
+        )
     trained = time.perf_counter() - start
-    fit_centroids(projections, records, args.clusters, max_points=args.kmeans_max_points,
-                  n_init=args.kmeans_n_init, seed=args.seed, progress=True)
+    if args.clusters:
+        fit_centroids(projections, records, args.clusters, max_points=args.kmeans_max_points,
+                      n_init=args.kmeans_n_init, seed=args.seed, progress=True)
     projections.metadata.update({
         "corpus": str(args.corpus), "split": args.split, "n_passages": len(passages),
         "train_seconds": round(trained, 2),
     })
-    path = projections.save(Path(args.out) / "projections.pt")
+    path = projections.save(Path(args.out) / args.filename)
     meta = projections.metadata
-    for layer, (first, last) in enumerate(zip(meta["loss_first"], meta["loss_last"],
-                                              strict=True)):
-        print(f"layer {layer}: {meta['positives_per_layer'][layer]} positives, "
-              f"hinge loss {first:.4f} -> {last:.4f}")
+    for layer, (first, last) in enumerate(zip(meta.get("loss_first", []),
+                                              meta.get("loss_last", []), strict=True)):
+        positives = meta.get("positives_per_layer")
+        count = f"{positives[layer]} positives, " if positives else ""
+        loss = "hinge" if args.objective == "paper" else args.objective
+        print(f"layer {layer}: {count}{loss} loss {first:.4f} -> {last:.4f}")
+    for layer, kept in enumerate(meta.get("energy_kept_per_layer", [])):
+        print(f"layer {layer}: rank-{args.rank} approximation keeps {kept:.1%} of the score energy")
     print(f"trained in {trained:.1f} s; wrote {path} ({path.stat().st_size / 1024:.0f} KiB, "
           f"centroids for B={sorted(projections.centroids)})")
     return 0

@@ -238,7 +238,9 @@ class CalibratedDistance:
         if count == 0:
             return values[..., 0] - 1.0  # below every sample: keeps (almost) nothing
         t2 = values[..., count - 1]
-        return torch.where(torch.isfinite(t2), t2, values[..., -1])  # all -inf: heads w/o gold
+        # -inf: a head whose quantile falls among texts without gold edges (recall 1 at any
+        # threshold) needs nothing: keep (almost) nothing.
+        return torch.where(torch.isfinite(t2), t2, samples.pairs[..., 0] - 1.0)
 
     def _budget(self, samples: DistanceSamples) -> Tensor:
         layers, heads = samples.shape
