@@ -30,15 +30,15 @@ OBJECTIVES = ("paper", "logistic", "lowrank")
 
 
 def parse_int_list(text: str) -> list[int]:
-    """``"2,4,8"`` → [2, 4, 8]; argparse turns the ValueError into a usage error."""
+    """``"2,4,8"`` → [2, 4, 8] (``"none"`` → []); argparse turns errors into usage errors."""
+    if text.strip().lower() == "none":
+        return []
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError as error:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated integers like {DEFAULT_CLUSTERS}, got {text!r}"
         ) from error
-    if text.strip().lower() == "none":
-        return []
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"expected integers >= 1, got {text!r}")
     return values
