@@ -10,9 +10,11 @@ from sparsefinder.metrics import macro_average, recall, score_layers, sparsity
 from sparsefinder.predictors import Distance
 from sparsefinder.predictors.calibrated import (
     CalibratedDistance,
+    CalibratedRowFraction,
     DistanceSamples,
     ThresholdDistance,
 )
+from sparsefinder.predictors.row_fraction import RowFraction
 from sparsefinder.projections import HeadProjections
 
 HEADS, D, LAYERS = 3, 6, 2
@@ -209,3 +211,52 @@ def test_errors(samples) -> None:
         fitted.predict(torch.zeros(2, 4, D), torch.zeros(2, 4, D))
     with pytest.raises(ValueError, match="NaN"):
         ThresholdDistance(torch.tensor([float("nan")]))
+
+
+# ---------------------------------------------------------------- per-row keep fraction
+
+
+def test_row_fraction_keeps_the_nearest_keys_of_every_row() -> None:
+    gen = torch.Generator().manual_seed(7)
+    q, k = torch.randn(HEADS, 9, 4, generator=gen), torch.randn(HEADS, 10, 4, generator=gen)
+    mask = RowFraction(torch.tensor([0.0, 0.35, 1.0])).predict(q, k)
+    assert not mask[0].any() and mask[2].all()
+    assert (mask[1].sum(-1) == 3).all()  # floor(0.35 * 10)
+    dist = torch.cdist(q, k)[1]
+    kept_max = dist.masked_fill(~mask[1], -1).amax(-1)
+    dropped_min = dist.masked_fill(mask[1], torch.inf).amin(-1)
+    assert (kept_max <= dropped_min).all()
+    causal = RowFraction(torch.full((HEADS,), 0.5)).predict(q, q, causal=True)
+    assert torch.equal(causal.sum(-1)[0], torch.arange(1, 10) // 2)
+    assert not (causal & ~torch.ones(9, 9, dtype=torch.bool).tril()).any()
+    with pytest.raises(ValueError, match=r"fractions must lie in \[0, 1\]"):
+        RowFraction(torch.tensor([1.5]))
+
+
+def test_row_fraction_sparsity_does_not_drift_with_length(held_out) -> None:
+    model = CalibratedRowFraction(target_sparsity=0.9).fit(
+        DistanceSamples.from_records(held_out[:3], _identity(), 64, rank_fractions=True))
+    for record in held_out:
+        q, k = _identity().project_record(record)[0]
+        s = sparsity(model.predict(q, k))
+        assert (s >= 0.9 - 1e-9).all() and (s < 0.9 + 1 / record.n_tokens + 1e-9).all()
+
+
+def test_calibrated_row_fraction_recall_target_and_budget(held_out) -> None:
+    train = _records(8, 40)
+    fractions = DistanceSamples.from_records(train, _identity(), 256, rank_fractions=True)
+    assert fractions.gold_fraction.shape == fractions.gold.shape
+    assert (fractions.gold_fraction[torch.isfinite(fractions.gold_fraction)] <= 1).all()
+    by_recall = CalibratedRowFraction(target_recall=0.8).fit(fractions)
+    # rank fractions are discrete (1/m steps): the quantile reaches the target, a little over
+    assert (by_recall.train_recall_ >= 0.8).all() and (by_recall.train_recall_ < 0.83).all()
+    assert abs(_scores(by_recall, held_out)["recall"] - 0.8) < 0.05
+    equal = CalibratedRowFraction(target_sparsity=0.85).fit(fractions)
+    budget = CalibratedRowFraction(target_sparsity=0.85, allocation="budget").fit(fractions)
+    assert abs(float(budget.train_sparsity_.mean()) - 0.85) < 0.005
+    ours, theirs = _scores(budget, held_out), _scores(equal, held_out)
+    assert 0.85 <= ours["sparsity"] < 0.87 and 0.85 <= theirs["sparsity"] < 0.87
+    assert ours["recall"] > theirs["recall"]
+    with pytest.raises(TypeError, match="rank_fractions=True"):
+        CalibratedRowFraction(target_sparsity=0.9).fit(
+            DistanceSamples.from_records(train[:2], _identity(), 8))
