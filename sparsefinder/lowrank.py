@@ -144,14 +144,7 @@ def fit_lowrank(
             b = torch.cat([b, torch.zeros(heads, 1, d, dtype=b.dtype)], 1)
             bias_q = torch.cat([bias_q, -coef[:, d:]], 1)
             bias_k = torch.cat([bias_k, torch.ones(heads, 1, dtype=b.dtype)], 1)
-        q_norm = torch.zeros(heads, dtype=torch.float64)
-        k_norm = torch.zeros(heads, dtype=torch.float64)
-        for record in records:
-            graph = record.layers[layer]
-            zq = torch.baddbmm(bias_q[:, None], graph.queries.double(), a.transpose(1, 2))
-            zk = torch.baddbmm(bias_k[:, None], graph.keys.double(), b.transpose(1, 2))
-            q_norm = torch.maximum(q_norm, zq.norm(dim=-1).amax(-1))
-            k_norm = torch.maximum(k_norm, zk.norm(dim=-1).amax(-1))
+        q_norm, k_norm = max_norms(records, layer, a, bias_q, b, bias_k)
         weights.append(a)
         key_weights.append(b)
         biases.append(bias_q)
@@ -170,6 +163,23 @@ def fit_lowrank(
         key_weight=torch.stack(key_weights), key_bias=torch.stack(key_biases),
         query_radius=torch.stack(q_radii), key_radius=torch.stack(k_radii),
     )
+
+
+def max_norms(
+    records: Sequence[AttentionRecord], layer: int, wq: Tensor, bq: Tensor, wk: Tensor, bk: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Largest ``‖q̂‖`` and ``‖k̂‖`` per head over the train tokens of one layer → (heads,) ×2."""
+    heads = wq.shape[0]
+    q_norm = torch.zeros(heads, dtype=torch.float64)
+    k_norm = torch.zeros(heads, dtype=torch.float64)
+    for record in records:
+        graph = record.layers[layer]
+        zq = torch.baddbmm(bq.double()[:, None], graph.queries.double(),
+                           wq.double().transpose(1, 2))
+        zk = torch.baddbmm(bk.double()[:, None], graph.keys.double(), wk.double().transpose(1, 2))
+        q_norm = torch.maximum(q_norm, zq.norm(dim=-1).amax(-1))
+        k_norm = torch.maximum(k_norm, zk.norm(dim=-1).amax(-1))
+    return q_norm, k_norm
 
 
 def approximate_scores(projections: HeadProjections, layer: int, q: Tensor, k: Tensor) -> Tensor:

@@ -220,3 +220,29 @@ def test_logistic_training_learns_a_per_head_threshold() -> None:
         assert tpr > 0.9 and tnr > 0.9, (tpr, tnr)
     again = train_logistic(clusters, rank=2, batch_size=64, epochs=8, lr=0.05, model_id="s")
     assert torch.equal(again.weight, proj.weight)
+
+
+# ---------------------------------------------------------------- low rank, refined
+
+
+def test_refine_lowrank_trains_the_bilinear_logit(records) -> None:
+    from sparsefinder.bilinear import refine_lowrank
+
+    start = fit_lowrank(records, rank=1, model_id="synthetic")  # under capacity: room to learn
+    refined = refine_lowrank(start, records, lr=0.02, epochs=6, batch_size=64)
+    meta = refined.metadata
+    assert refined.kind == "augmented" and refined.objective == "lowrank-logistic"
+    assert meta["rank"] == 1 and len(meta["logistic_bias"]) == LAYERS
+    assert all(b < a for a, b in zip(meta["loss_first"], meta["loss_last"], strict=True))
+    assert not torch.equal(refined.weight, start.weight)
+    assert torch.equal(start.weight, fit_lowrank(records, rank=1).weight)  # input untouched
+    for record in records:  # radii recomputed: train tokens stay inside them
+        for layer, (q, k) in enumerate(refined.project_record(record)):
+            assert torch.allclose(q.norm(dim=-1), refined.query_radius[layer][:, None]
+                                  .expand_as(q[..., 0]), rtol=1e-4)
+            assert torch.allclose(k.norm(dim=-1), refined.key_radius[layer][:, None]
+                                  .expand_as(k[..., 0]), rtol=1e-4)
+    again = refine_lowrank(start, records, lr=0.02, epochs=6, batch_size=64)
+    assert torch.equal(again.key_weight, refined.key_weight)
+    with pytest.raises(ValueError, match="augmented projections"):
+        refine_lowrank(HeadProjections.load(BUNDLED_PROJECTIONS), records)

@@ -7,7 +7,8 @@ maximum length, so nothing is silently truncated); the validation split is never
 ``paper`` (Eq. 7 hinge, :func:`sparsefinder.projections.train_projections`), ``logistic``
 (pointwise logistic with a per-head bias, :mod:`sparsefinder.logistic`) or ``lowrank``
 (training-free low-rank approximation of each head's scores with the distance augmentation,
-:mod:`sparsefinder.lowrank`). ``make assets-projections`` rebuilds the bundled
+:mod:`sparsefinder.lowrank`) or ``lowrank-logistic`` (that fit refined with a logistic loss,
+:mod:`sparsefinder.bilinear`). ``make assets-projections`` rebuilds the bundled
 ``assets/default/projections-r{4,8}-<objective>.pt`` files.
 """
 
@@ -17,6 +18,7 @@ import argparse
 import time
 from pathlib import Path
 
+from sparsefinder.bilinear import refine_lowrank
 from sparsefinder.commands._common import add_corpus_arguments, add_model_arguments
 from sparsefinder.corpus import chunk_passages, load_corpus
 from sparsefinder.graphs import extract
@@ -26,7 +28,8 @@ from sparsefinder.models import load_model
 from sparsefinder.projections import fit_centroids, train_projections
 
 DEFAULT_CLUSTERS = "2,4,6,8,10,12,16,20"
-OBJECTIVES = ("paper", "logistic", "lowrank")
+OBJECTIVES = ("paper", "logistic", "lowrank", "lowrank-logistic")
+DEFAULT_LR = {"paper": 0.01, "logistic": 0.01, "lowrank-logistic": 0.003}
 
 
 def parse_int_list(text: str) -> list[int]:
@@ -57,12 +60,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--objective", default="paper", choices=OBJECTIVES,
         help="paper: Eq. 7 hinge; logistic: pointwise logistic with a per-head bias; "
              "lowrank: training-free rank-r approximation of each head's scores "
-             "(projected vectors then have r + 3 coordinates, see sparsefinder.lowrank)",
+             "(projected vectors then have r + 3 coordinates, see sparsefinder.lowrank); "
+             "lowrank-logistic: lowrank refined with a logistic loss",
     )
     parser.add_argument("--rank", type=int, default=4,
                         help="projection dimension r (lowrank: rank of the score approximation)")
     parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--lr", type=float, default=0.01, help="Adam learning rate")
+    parser.add_argument("--lr", type=float, default=None,
+                        help="Adam learning rate (default 0.01; 0.003 for lowrank-logistic)")
     parser.add_argument("--margin", type=float, default=1.0, help="hinge margin ω")
     parser.add_argument("--batch-size", type=int, default=1024, help="positives per head per step")
     parser.add_argument("--negatives", type=int, default=1, help="negatives per positive")
@@ -94,16 +99,22 @@ def run(args: argparse.Namespace) -> int:
     records = extract(loaded, texts, batch_size=args.batch, progress=True)
     start = time.perf_counter()
     common = {"rank": args.rank, "model_id": loaded.model_id, "alpha": loaded.alpha}
-    if args.objective == "lowrank":
+    lr = args.lr if args.lr is not None else DEFAULT_LR.get(args.objective, 0.01)
+    if args.objective in ("lowrank", "lowrank-logistic"):
         projections = fit_lowrank(records, **common)
+        if args.objective == "lowrank-logistic":
+            projections = refine_lowrank(
+                projections, records, lr=lr, epochs=args.epochs, batch_size=args.batch_size,
+                negatives_per_positive=args.negatives, seed=args.seed, progress=True,
+            )
     elif args.objective == "logistic":
         projections = train_logistic(
-            records, lr=args.lr, epochs=args.epochs, batch_size=args.batch_size,
+            records, lr=lr, epochs=args.epochs, batch_size=args.batch_size,
             negatives_per_positive=args.negatives, seed=args.seed, progress=True, **common,
         )
     else:
         projections = train_projections(
-            records, margin=args.margin, lr=args.lr, epochs=args.epochs,
+            records, margin=args.margin, lr=lr, epochs=args.epochs,
             batch_size=args.batch_size, negatives_per_positive=args.negatives, seed=args.seed,
             init=args.init, progress=True, **common,
         )
@@ -121,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
                                               meta.get("loss_last", []), strict=True)):
         positives = meta.get("positives_per_layer")
         count = f"{positives[layer]} positives, " if positives else ""
-        loss = "hinge" if args.objective == "paper" else args.objective
+        loss = "hinge" if args.objective == "paper" else "logistic"
         print(f"layer {layer}: {count}{loss} loss {first:.4f} -> {last:.4f}")
     for layer, kept in enumerate(meta.get("energy_kept_per_layer", [])):
         print(f"layer {layer}: rank-{args.rank} approximation keeps {kept:.1%} of the score energy")

@@ -62,7 +62,7 @@ def test_train_rejects_bad_arguments(tiny: Path, tmp_path: Path, capsys) -> None
     assert rc == 2 and "rank must be an integer" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("objective", ["lowrank", "logistic"])
+@pytest.mark.parametrize("objective", ["lowrank", "logistic", "lowrank-logistic"])
 def test_train_objectives(tiny: Path, tmp_path: Path, capsys, objective: str) -> None:
     rc = main([
         "train", "--model", str(tiny), "--corpus", "default", "--max-passages", "3",
@@ -74,8 +74,9 @@ def test_train_objectives(tiny: Path, tmp_path: Path, capsys, objective: str) ->
     proj = HeadProjections.load(tmp_path / f"p-{objective}.pt", expected_model_id=str(tiny))
     assert proj.objective == objective and proj.metadata["split"] == "train"
     assert proj.centroids == {}
-    if objective == "lowrank":
+    if objective.startswith("lowrank"):
         assert proj.kind == "augmented" and proj.rank == 3 and proj.dim == 5  # + row threshold
         assert "score energy" in text
+        assert ("logistic loss" in text) == (objective == "lowrank-logistic")
     else:
         assert proj.kind == "shared" and proj.rank == 2 and "logistic loss" in text
