@@ -260,6 +260,12 @@ class HeadProjections:
 
     def kmeans(self, layer: int, n_clusters: int, top_k: int = 1) -> KMeans:
         """A k-means predictor for one layer from the stored centroids."""
+        if n_clusters not in self.centroids and self.kind == "augmented":
+            raise ProjectionsError(
+                "augmented (low-rank) projections hold no k-means centroids: the augmentation "
+                "puts queries and keys in different coordinates, so clusters separate them; "
+                "use shared projections (e.g. the bundled projections.pt) for k-means"
+            )
         if n_clusters not in self.centroids:
             stored = ", ".join(map(str, sorted(self.centroids))) or "none"
             raise ProjectionsError(
@@ -685,8 +691,16 @@ def fit_centroids(
 
     Uses the predictors' :class:`KMeans` (scikit-learn k-means++, ``n_init`` restarts; each
     head subsampled to ``max_points`` points). Stores them in ``projections.centroids`` and
-    returns the same object.
+    returns the same object. Augmented projections are refused: their queries and keys sit in
+    different coordinates, so clusters separate queries from keys (measured: k-means recall
+    ≈ 0 on the low-rank files).
     """
+    if projections.kind == "augmented":
+        raise ValueError(
+            "k-means centroids are not fitted on augmented (low-rank) projections: queries and "
+            "keys sit in different coordinates, so clusters would separate them; fit them on "
+            "shared projections (objective 'paper' or 'logistic')"
+        )
     if not records:
         raise ValueError("fit_centroids needs at least one record")
     clusters = sorted({int(b) for b in clusters})

@@ -104,10 +104,12 @@ def test_row_threshold_recovers_the_gold_rule(records) -> None:
     assert sum(agree_with) > sum(agree_without)
 
 
-def test_lowrank_file_round_trip_and_centroids(tmp_path, records) -> None:
+def test_lowrank_file_round_trip_and_no_centroids(tmp_path, records) -> None:
     proj = fit_lowrank(records, rank=2, model_id="synthetic")
-    fit_centroids(proj, records, clusters=(2, 3), n_init=1)
-    assert proj.centroids[3].shape == (LAYERS, HEADS, 3, proj.dim)
+    with pytest.raises(ValueError, match="separate them"):
+        fit_centroids(proj, records, clusters=(2, 3), n_init=1)
+    with pytest.raises(ProjectionsError, match="use shared projections"):
+        proj.kmeans(0, 2)
     path = proj.save(tmp_path / "p.pt")
     payload = torch.load(path, weights_only=True)
     assert payload["format_version"] == 2 and payload["kind"] == "augmented"

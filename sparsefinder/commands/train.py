@@ -119,7 +119,10 @@ def run(args: argparse.Namespace) -> int:
             init=args.init, progress=True, **common,
         )
     trained = time.perf_counter() - start
-    if args.clusters:
+    if args.clusters and projections.kind == "augmented":
+        print("note: no k-means centroids for augmented (low-rank) projections: queries and "
+              "keys sit in different coordinates, clusters would separate them")
+    elif args.clusters:
         fit_centroids(projections, records, args.clusters, max_points=args.kmeans_max_points,
                       n_init=args.kmeans_n_init, seed=args.seed, progress=True)
     projections.metadata.update({
