@@ -15,7 +15,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test lint browser bench assets
+.PHONY: install run test lint browser bench assets assets-projections
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -51,3 +51,11 @@ bench: install
 
 assets: install
 	$(BIN)/sparsefinder train --model default --corpus default --out sparsefinder/assets/default
+
+# The alternative projections of issue 10 (r = 4 and 8; lowrank, logistic, lowrank-logistic),
+# written next to the default file, which stays as it is.
+assets-projections: install
+	for r in 4 8; do for o in lowrank logistic lowrank-logistic; do \
+	  $(BIN)/sparsefinder train --model default --corpus default --out sparsefinder/assets/default \
+	    --objective $$o --rank $$r --filename projections-r$$r-$$o.pt || exit 1; \
+	done; done
