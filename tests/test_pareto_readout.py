@@ -13,9 +13,8 @@ import pandas as pd
 import pytest
 import torch
 
-from sparsefinder.calibrated_sweep import calibrated_fitter
 from sparsefinder.graphs import AttentionRecord, LayerGraph
-from sparsefinder.pareto import METHODS, _needs_training, recall_at_sparsity, register_method, sweep
+from sparsefinder.pareto import CURVES, recall_at_sparsity, register_curve, sweep
 from sparsefinder.projections import HeadProjections
 
 LEVELS = (0.75, 0.9, 0.95)
@@ -75,14 +74,14 @@ def test_calibrated_readout_does_not_depend_on_the_target_grid() -> None:
         "_test-cal-coarse": [0.5, 0.75, 0.9, 0.95],
         "_test-cal-fine": [round(0.5 + 0.005 * i, 3) for i in range(91)],
     }
-    try:
+    try:  # two grids over the registered "distance-calibrated" method
         for name, targets in grids.items():
-            register_method(name, [{"target_sparsity": t} for t in targets], _needs_training,
-                            fit=calibrated_fitter("equal", "target_sparsity"))
+            register_curve(name, "distance-calibrated",
+                           [{"target_sparsity": t} for t in targets])
         points = sweep(held_out, projections, list(grids), train_records=train)
     finally:
         for name in grids:
-            METHODS.pop(name, None)
+            CURVES.pop(name, None)
     at = recall_at_sparsity(points, LEVELS, how="linear").set_index("method")
     for level in LEVELS:
         key = f"recall@{level:g}"
