@@ -10,33 +10,40 @@ import pytest
 import torch
 
 from sparsefinder.graphs import AttentionRecord, LayerGraph
-from sparsefinder.metrics import recall
+from sparsefinder.masks import causal_mask
+from sparsefinder.metrics import recall, sparsity
 from sparsefinder.pareto import (
     CURVES,
     GROUPS,
+    curve_spec,
     pareto_frontier,
     recall_at_sparsity,
     register_curve,
     resolve_methods,
+    score_spec,
     sweep,
 )
 from sparsefinder.predictors import TopK
 from sparsefinder.projections import HeadProjections
-from sparsefinder.spec import METHODS, Method, register_method
+from sparsefinder.spec import METHODS, Method, RecordInputs, predict_record, register_method
 
 HEADS, D, R, LAYERS = 3, 8, 4, 2
 
 
-def _record(gen: torch.Generator, n: int) -> AttentionRecord:
+def _record(gen: torch.Generator, n: int, causal: bool = False) -> AttentionRecord:
+    """Gold = each query's top-3 keys (of its non-future keys for a decoder)."""
     layers = []
     for _ in range(LAYERS):
         q = torch.randn(HEADS, n, D, generator=gen)
         k = torch.randn(HEADS, n, D, generator=gen)
         scores = q @ k.transpose(-1, -2)
+        if causal:
+            scores = scores.masked_fill(~causal_mask(n, n), -math.inf)
         gold = scores >= scores.topk(3, dim=-1).values[..., -1:]
+        gold &= scores > -math.inf
         layers.append(LayerGraph(q, k, gold, torch.ones(int(gold.sum())) / 3, D**-0.5))
     return AttentionRecord(text="x", tokens=["t"] * n, offsets=[(0, 0)] * n,
-                           special=[False] * n, causal=False, layers=layers)
+                           special=[False] * n, causal=causal, layers=layers)
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +114,6 @@ def test_sweep_one_row_per_config(points: pd.DataFrame, records) -> None:
         name: len(curve.specs) for name, curve in CURVES.items()
     }
     assert (points["n_texts"] == len(records)).all()
-    assert points["recall"].between(0, 1).all() and points["sparsity"].between(0, 1).all()
     assert len(json.loads(points["recall_per_layer"].iloc[0])) == LAYERS
     assert 0 < points.attrs["gold_sparsity"] < 1
     assert len(points.attrs["gold_sparsity_per_layer"]) == LAYERS
@@ -242,3 +248,100 @@ def test_baselines_in_the_sweep(points: pd.DataFrame) -> None:
     nodiag = _scores(points, "distance-nodiag")
     assert (nodiag["recall"] <= plain["recall"] + 1e-12).all()
     assert (nodiag["sparsity"] >= plain["sparsity"] - 1e-12).all()
+
+
+# ==================================================================== exact numbers
+
+
+def _expected(records, projections, spec) -> tuple[float, float, list[float], list[float]]:
+    """Macro averages recomputed with the plain metrics: texts, then heads, then layers."""
+    built = spec.build_layers(projections, LAYERS)
+    rec, spa = [], []
+    for record in records:
+        preds = predict_record(spec, built, RecordInputs(record, projections))
+        golds = record.gold_masks()
+        rec.append(torch.stack([recall(p, g) for p, g in zip(preds, golds, strict=True)]))
+        spa.append(torch.stack([sparsity(p, causal=record.causal) for p in preds]))
+    rec_layer = torch.stack(rec).mean(0).mean(-1)  # (texts, layers, heads) → (layers,)
+    spa_layer = torch.stack(spa).mean(0).mean(-1)
+    return (float(rec_layer.mean()), float(spa_layer.mean()), rec_layer.tolist(),
+            spa_layer.tolist())
+
+
+def _check_rows(df: pd.DataFrame, records, projections, names) -> None:
+    for name in names:
+        rows = df[df["method"] == name]
+        assert len(rows) == len(CURVES[name].specs)
+        for _, row in rows.iterrows():
+            spec = curve_spec(name, json.loads(row["params"]))
+            r, s, r_layer, s_layer = _expected(records, projections, spec)
+            assert row["recall"] == pytest.approx(r, abs=1e-12), (name, row["params"])
+            assert row["sparsity"] == pytest.approx(s, abs=1e-12), (name, row["params"])
+            assert json.loads(row["recall_per_layer"]) == pytest.approx(r_layer, abs=1e-6)
+            assert json.loads(row["sparsity_per_layer"]) == pytest.approx(s_layer, abs=1e-6)
+
+
+def test_sweep_numbers_equal_the_plain_metrics(points, records, projections) -> None:
+    """Every row of these curves is the macro average of recall/sparsity of its predictions."""
+    _check_rows(points, records, projections,
+                ["distance", "kmeans+window", "quantization", "window", "topk", "routing"])
+    gold = [torch.stack([sparsity(g) for g in r.gold_masks()]) for r in records]
+    per_layer = torch.stack(gold).mean(0).mean(-1)
+    assert points.attrs["gold_sparsity_per_layer"] == pytest.approx(per_layer.tolist())
+    assert points.attrs["gold_sparsity"] == pytest.approx(float(per_layer.mean()))
+
+
+@pytest.fixture(scope="module")
+def causal_records() -> list[AttentionRecord]:
+    gen = torch.Generator().manual_seed(3)
+    return [_record(gen, n, causal=True) for n in (5, 8)]
+
+
+def test_causal_sweep_uses_the_decoder_denominator(causal_records, projections) -> None:
+    """A decoder's sparsity counts only non-future pairs: n(n+1)/2, not n²."""
+    df = sweep(causal_records, projections, "window,distance,kmeans")
+    _check_rows(df, causal_records, projections, ["window", "distance", "kmeans"])
+    window = df[df["method"] == "window"].set_index("params")
+    # w = 1 keeps the diagonal: n of n(n+1)/2 pairs, sparsity 1 - 2/(n+1) per text.
+    one = window.loc[json.dumps({"window": 1})]
+    assert one["sparsity"] == pytest.approx(((1 - 2 / 6) + (1 - 2 / 9)) / 2, abs=1e-12)
+    # Every key a decoder may see, and nothing of the future counted: sparsity exactly 0.
+    everything = window.loc[json.dumps({"window": 251})]
+    assert everything["sparsity"] == pytest.approx(0.0, abs=1e-12)
+    assert everything["recall"] == 1.0
+    # Gold: top-3 non-future keys per query: min(i + 1, 3) edges in row i.
+    edges = {n: sum(min(i + 1, 3) for i in range(n)) for n in (5, 8)}
+    gold = ((1 - edges[5] / 15) + (1 - edges[8] / 36)) / 2
+    assert df.attrs["gold_sparsity"] == pytest.approx(gold, abs=1e-12)
+    assert df.attrs["gold_sparsity_per_layer"] == pytest.approx([gold] * LAYERS, abs=1e-12)
+    # The app's single-setting path gives the same numbers.
+    spec = curve_spec("distance", {"threshold": 1.0})
+    single = score_spec(causal_records, projections, spec)
+    row = df[(df["method"] == "distance") & (df["params"] == spec.params_json())].iloc[0]
+    assert (single.recall, single.sparsity) == (row["recall"], row["sparsity"])
+    assert single.n_texts == 2
+
+
+def test_recall_at_sparsity_with_a_point_exactly_at_a_level() -> None:
+    df = _df([("a", 0.5, 0.9), ("a", 0.75, 0.8), ("a", 0.9, 0.6), ("a", 0.95, 0.3),
+              ("b", 0.9, 0.7)])
+    step = recall_at_sparsity(df, levels=(0.5, 0.75, 0.9, 0.95)).set_index("method")
+    assert step.loc["a"].tolist() == [0.9, 0.8, 0.6, 0.3]  # a point at the level counts
+    assert step.loc["b"].tolist()[2] == 0.7 and math.isnan(step.loc["b"].tolist()[3])
+    linear = recall_at_sparsity(df, levels=(0.5, 0.75, 0.9, 0.95), how="linear")
+    assert linear.set_index("method").loc["a"].tolist() == [0.9, 0.8, 0.6, 0.3]
+    assert linear.columns.tolist() == ["method", "recall@0.5", "recall@0.75", "recall@0.9",
+                                       "recall@0.95"]
+    mid = recall_at_sparsity(df, levels=(0.8,), how="linear").set_index("method")
+    assert mid.loc["a", "recall@0.8"] == pytest.approx(0.8 - 0.2 * 0.05 / 0.15)
+    assert recall_at_sparsity(df).columns.tolist() == ["method", "recall@0.75", "recall@0.9",
+                                                       "recall@0.95"]
+
+
+def test_frontier_ties_and_empty() -> None:
+    df = _df([("a", 0.5, 0.8), ("a", 0.5, 0.8), ("a", 0.5, 0.7), ("a", 0.6, 0.8)])
+    front = pareto_frontier(df)
+    assert list(zip(front["sparsity"], front["recall"], strict=True)) == [(0.6, 0.8)]
+    assert pareto_frontier(df.iloc[:0]).empty
+    same = pareto_frontier(_df([("a", 0.5, 0.8), ("a", 0.5, 0.8)]))
+    assert len(same) == 1 and same["params"].tolist() == [json.dumps({"i": 0})]
