@@ -15,6 +15,7 @@ from sparsefinder.metrics import recall, sparsity
 from sparsefinder.pareto import (
     CURVES,
     GROUPS,
+    available_curves,
     curve_spec,
     pareto_frontier,
     recall_at_sparsity,
@@ -345,3 +346,174 @@ def test_frontier_ties_and_empty() -> None:
     assert pareto_frontier(df.iloc[:0]).empty
     same = pareto_frontier(_df([("a", 0.5, 0.8), ("a", 0.5, 0.8)]))
     assert len(same) == 1 and same["params"].tolist() == [json.dumps({"i": 0})]
+
+
+# ==================================================================== the registry, exactly
+
+
+@pytest.fixture
+def default_curves():
+    """The default registrations, run again: the check covers the registering function
+    itself (mutation testing forks after import), not only what import left behind."""
+    from sparsefinder import pareto
+
+    pareto._register_defaults()
+    yield CURVES
+    pareto._register_defaults()
+
+
+def _grid(name: str) -> tuple[str, int, list[dict]]:
+    curve = CURVES[name]
+    assert {s.method for s in curve.specs} == {curve.method} and curve.name == name
+    assert {s.window for s in curve.specs} == {curve.specs[0].window}
+    assert all(s.global_tokens == () for s in curve.specs)
+    return curve.method, curve.specs[0].window, [s.param_dict for s in curve.specs]
+
+
+def test_default_curves_exactly(default_curves) -> None:
+    distance = [{"threshold": 0.25 * i} for i in range(1, 21)]
+    clusters = [2, 4, 6, 8, 10, 12, 16, 20]
+    bins = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32]
+    expected = {
+        "distance": ("distance", 0, distance),
+        "kmeans": ("kmeans", 0, [{"n_clusters": b, "top_k": 1} for b in clusters]),
+        "quantization": ("quantization", 0, [{"bins": b} for b in bins]),
+        "kmeans-top2": ("kmeans", 0, [{"n_clusters": b, "top_k": 2} for b in clusters[1:]]),
+        "window": ("window", 0, [{"window": w} for w in (
+            0, 1, 3, 5, 7, 9, 11, 15, 19, 23, 27, 31, 41, 51, 75, 101, 125, 151, 175, 201,
+            251)]),
+        "longformer": ("longformer", 0, [{"n_global": g} for g in (4, 8, 12, 16, 20)]),
+        "bigbird": ("bigbird", 0, [{"n_random": r} for r in (2, 4, 6, 8, 10)]),
+        "reformer": ("reformer", 0, [{"n_buckets": b} for b in (2, 4, 6, 8, 10, 12)]),
+        "routing": ("routing", 0, [{"n_clusters": c} for c in (2, 4, 6, 8, 10)]),
+        "topk": ("topk", 0, [{"k": k} for k in (1, 2, 4, 8, 16, 32)]),
+        "sparsebert-dams": ("sparsebert-dams", 0,
+                            [{"target_sparsity": t} for t in (0.5, 0.7, 0.8, 0.9, 0.95, 0.98)]),
+        "sparsebert-damu": ("sparsebert-damu", 0,
+                            [{"target_sparsity": t} for t in (0.5, 0.7, 0.8, 0.9, 0.95, 0.98)]),
+        "distance-nodiag": ("distance-nodiag", 0, distance),
+    }
+    for name in ("distance", "kmeans", "quantization", "kmeans-top2", "reformer", "routing"):
+        method, _, grid = expected[name]
+        expected[f"{name}+window"] = (method, 3, grid)
+    assert set(default_curves) >= set(expected)
+    for name, want in expected.items():
+        assert _grid(name) == want, name
+    for name in ("distance", "distance+window", "kmeans", "window"):
+        assert all(isinstance(next(iter(s.param_dict.values())), int | float)
+                   for s in default_curves[name].specs)
+    assert default_curves["topk"].specs[0].oracle
+    assert default_curves["sparsebert-dams"].needs_training
+    assert not default_curves["window"].needs_projections
+
+
+def test_register_curve_checks_names_grids_and_windows() -> None:
+    with pytest.raises(ValueError, match=r"^curve name must be non-empty without commas, "
+                                         r"got 'a,b'$"):
+        register_curve("a,b", "window", [{"window": 1}])
+    with pytest.raises(ValueError, match=r"^curve name must be non-empty without commas, "):
+        register_curve("", "window", [{"window": 1}])
+    with pytest.raises(ValueError, match=r"^curve 'empty-test' needs at least one parameter "
+                                         r"dict in its grid$"):
+        register_curve("empty-test", "window", [])
+    assert "empty-test" not in CURVES
+    try:
+        curve = register_curve("w-test", "distance", [{"threshold": 1.0}], window=5)
+        assert curve is CURVES["w-test"] and curve.name == "w-test"
+        assert curve.specs[0].window == 5 and curve.method == "distance"
+        again = register_curve("w-test", "window", [{"window": 1}], replace=True)
+        assert CURVES["w-test"] is again and again.method == "window"
+    finally:
+        CURVES.pop("w-test", None)
+
+
+def test_resolve_methods_messages_and_order() -> None:
+    assert resolve_methods(" window , ,distance,window") == ["window", "distance"]
+    assert resolve_methods(["window", "topk"]) == ["window", "topk"]
+    with pytest.raises(ValueError, match=r"^no methods given; use 'sparsefinder', 'all' or a "
+                                         r"comma list$"):
+        resolve_methods(" , ")
+    with pytest.raises(ValueError, match=r"^unknown method 'nope'; choose from: all, "
+                                         r"sparsefinder, baselines, distance, "):
+        resolve_methods("nope")
+
+
+def test_available_curves_and_why_the_others_are_not(projections) -> None:
+    names = ["window", "distance", "kmeans", "sparsebert-dams", "topk"]
+    available, skipped = available_curves(None, names)
+    assert available == ["window", "topk"]
+    assert skipped == {
+        "distance": "needs learned projections",
+        "kmeans": "needs learned projections",
+        "sparsebert-dams": "learned from training graphs (sparsefinder sweep --train-passages)",
+    }
+    partial = HeadProjections(
+        weight=projections.weight, bias=projections.bias, model_id="synthetic", alpha=1.5,
+        centroids={2: projections.centroids[2]},
+    )
+    available, skipped = available_curves(partial, ["kmeans", "distance", "routing"])
+    assert available == ["distance", "routing"]
+    assert skipped["kmeans"].startswith("no k-means centroids for B=4")
+    assert ";" not in skipped["kmeans"]
+    everything, _ = available_curves(projections)
+    assert "distance" in everything and "sparsebert-dams" not in everything
+    assert len(everything) + len(_) == len(CURVES)
+
+
+def test_scoring_errors_name_the_problem(records, projections) -> None:
+    from sparsefinder.pareto import score_specs
+    from sparsefinder.spec import PredictorSpec
+
+    window = PredictorSpec.of("window", {"window": 1})
+    with pytest.raises(ValueError, match=r"^scoring needs at least one record \(a text's gold "
+                                         r"graphs\)$"):
+        score_specs([], None, [window])
+    one_layer = AttentionRecord(text="x", tokens=["t"] * 9, offsets=[(0, 0)] * 9,
+                                special=[False] * 9, causal=False,
+                                layers=records[0].layers[:1])
+    with pytest.raises(ValueError, match=r"^records come from models with different numbers "
+                                         r"of layers$"):
+        score_specs([records[0], one_layer], None, [window])
+    with pytest.raises(ValueError, match=r"^these methods need learned projections; pass "
+                                         r"projections=\.\.\. \(train them with `sparsefinder "
+                                         r"train --model NAME --out DIR`\)$"):
+        score_specs(records, None, [PredictorSpec.of("distance", {"threshold": 1.0})])
+    with pytest.raises(ValueError, match=r"^sweep needs at least one record \(a text's gold "
+                                         r"graphs\)$"):
+        sweep([], None, "window")
+    with pytest.raises(ValueError, match=r"^train_records come from a differently shaped "
+                                         r"model$"):
+        sweep(records, None, "window", train_records=[one_layer])
+    with pytest.raises(ValueError, match=r"^methods \['window', 'distance'\] need learned "
+                                         r"projections; pass projections=\.\.\.$"):
+        sweep(records, None, "window,distance")
+    # An empty train_records list means none: the static masks are skipped with a warning.
+    with pytest.warns(UserWarning, match=r"^skipping sparsebert-dams: they are learned from "
+                                         r"training gold graphs; pass train_records=\.\.\. "):
+        df = sweep(records, None, "sparsebert-dams,window", train_records=[])
+    assert set(df["method"]) == {"window"}
+
+
+def test_progress_is_reported_after_each_text(records) -> None:
+    from sparsefinder.pareto import score_specs
+    from sparsefinder.spec import PredictorSpec
+
+    seen = []
+    specs = [PredictorSpec.of("window", {"window": w}) for w in (1, 3)]
+    results, gold = score_specs(records, None, specs, on_progress=lambda f, m: seen.append((f, m)))
+    assert seen == [(1 / 3, "text 1 of 3 (2 settings)"), (2 / 3, "text 2 of 3 (2 settings)"),
+                    (1.0, "text 3 of 3 (2 settings)")]
+    assert [r.n_texts for r in results] == [3, 3]
+    assert gold.recall.tolist() == [1.0] * LAYERS
+    assert len(gold.sparsity) == LAYERS
+    frame = sweep(records, None, "window", on_progress=lambda f, m: seen.append((f, m)))
+    assert seen[-1] == (1.0, f"text 3 of 3 ({len(frame)} settings)")
+
+
+def test_sweep_defaults_to_the_sparsefinder_group(records, projections) -> None:
+    with pytest.warns(UserWarning, match="no k-means centroids"):
+        partial = HeadProjections(weight=projections.weight, bias=projections.bias,
+                                  model_id="synthetic", alpha=1.5, centroids={})
+        df = sweep(records, partial)
+    assert list(dict.fromkeys(df["method"])) == ["distance", "quantization", "distance+window",
+                                                 "quantization+window", "window"]
