@@ -138,12 +138,19 @@ def test_fit_is_deterministic_under_random_state_even_when_subsampling() -> None
 
 
 def test_fitted_model_predicts() -> None:
-    q, k = _training_data()
+    gen = torch.Generator().manual_seed(0)
+    centres = torch.tensor([[0.0, 0.0, 0.0, 0.0], [5.0, 5.0, 0.0, 0.0], [0.0, 5.0, 5.0, 5.0]])
+    q_blob = torch.randint(0, 3, (2, 60), generator=gen)
+    k_blob = torch.randint(0, 3, (2, 40), generator=gen)
+    q = centres[q_blob] + 0.3 * torch.randn(2, 60, 4, generator=gen)
+    k = centres[k_blob] + 0.3 * torch.randn(2, 40, 4, generator=gen)
     model = KMeans(n_clusters=3, top_k=1).fit(q, k)
     mask = model.predict(q, k)
     assert mask.shape == (2, 60, 40)
     # three well-separated blobs: each query meets exactly the keys of its own blob
-    assert mask.float().mean() < 0.6
+    assert torch.equal(mask, q_blob[:, :, None] == k_blob[:, None, :])
+    # top_k = 3 of 3 clusters: every query meets every key
+    assert KMeans(n_clusters=3, top_k=3).fit(q, k).predict(q, k).all()
 
 
 @pytest.mark.parametrize(
