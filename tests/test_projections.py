@@ -417,3 +417,122 @@ def test_dense_and_empty_heads_messages(records: list[AttentionRecord]) -> None:
     one = torch.zeros(HEADS, 5, 5, dtype=torch.bool)
     one[:, 2, 1] = True  # a single gold edge per head is enough
     assert train_projections([_fixed_record([one, one], causal=False)], rank=2).rank == 2
+
+
+# ---------------------------------------------------------------- the file and its checks
+
+
+def _tiny(centroids: dict | None = None, **kw) -> HeadProjections:
+    return HeadProjections(weight=torch.ones(2, 3, 2, 4), bias=torch.zeros(2, 3, 2),
+                           model_id="m", alpha=1.5, centroids=centroids or {}, **kw)
+
+
+def test_constructor_messages() -> None:
+    with pytest.raises(ValueError, match=r"^weight must be a tensor \(layers, heads, r, d\), "
+                                         r"got \(2, 3, 4\)$"):
+        HeadProjections(weight=torch.ones(2, 3, 4), bias=torch.zeros(2, 3), model_id="m",
+                        alpha=1.5)
+    with pytest.raises(ValueError, match=r"^weight must be a tensor .*, got list$"):
+        HeadProjections(weight=[1.0], bias=torch.zeros(2, 3), model_id="m", alpha=1.5)
+    with pytest.raises(ValueError, match=r"^bias must be a tensor \(layers, heads, r\) = "
+                                         r"\(2, 3, 2\), got \(2, 3\)$"):
+        HeadProjections(weight=torch.ones(2, 3, 2, 4), bias=torch.zeros(2, 3), model_id="m",
+                        alpha=1.5)
+    with pytest.raises(ValueError, match=r"^bias must be a tensor .*, got NoneType$"):
+        HeadProjections(weight=torch.ones(2, 3, 2, 4), bias=None, model_id="m", alpha=1.5)
+    with pytest.raises(ValueError, match=r"^centroids\[4\] must have shape \(2, 3, 4, 2\), "
+                                         r"got \(2, 3, 5, 2\)$"):
+        _tiny({4: torch.zeros(2, 3, 5, 2)})
+    with pytest.raises(ValueError, match=r"^centroids\[4\] must have shape .*, got str$"):
+        _tiny({4: "x"})
+    ok = _tiny({4: torch.zeros(2, 3, 4, 2, dtype=torch.float64)})
+    assert ok.weight.dtype == torch.float32 and ok.head_dim == 4 and ok.num_heads == 3
+
+
+def test_project_checks_layer_and_shape() -> None:
+    proj = _tiny()
+    x = torch.ones(3, 5, 4)
+    assert proj.project(1, x).shape == (3, 5, 2)
+    assert torch.equal(proj.project(1, x), torch.full((3, 5, 2), 4.0))
+    for layer in (-1, 2):
+        with pytest.raises(ValueError, match=rf"^layer must be in \[0, 2\), got {layer}$"):
+            proj.project(layer, x)
+    for bad in (torch.ones(3, 5), torch.ones(2, 5, 4), torch.ones(3, 5, 3)):
+        with pytest.raises(ValueError, match=r"^expected x of shape \(heads=3, n, d=4\), got "):
+            proj.project(0, bad)
+    meta = proj.project(0, torch.ones(3, 5, 4, device="meta"))
+    assert meta.device.type == "meta"
+
+
+def test_check_record_messages(records: list[AttentionRecord]) -> None:
+    bare = AttentionRecord(text="x", tokens=[], offsets=[], special=[], causal=False, layers=[])
+    with pytest.raises(ValueError, match=r"^the record has no layers$"):
+        _tiny().check_record(bare)
+    one = AttentionRecord(text="x", tokens=records[0].tokens, offsets=records[0].offsets,
+                          special=records[0].special, causal=False,
+                          layers=records[0].layers[:1])
+    with pytest.raises(ProjectionsError, match=r"^projections for m expect \(layers, heads, "
+                                               r"head_dim\) = \(2, 3, 4\), but the text's "
+                                               r"attention has \(1, 2, 8\); train projections "
+                                               r"for this model with `sparsefinder train "
+                                               r"--model default"):
+        _tiny().check_record(one)
+
+
+def test_kmeans_from_stored_centroids_and_the_hint() -> None:
+    centroids = torch.randn(2, 3, 4, 2, generator=torch.Generator().manual_seed(0))
+    proj = _tiny({4: centroids})
+    km = proj.kmeans(1, 4)
+    assert km.top_k == 1 and torch.equal(km.centroids_, centroids[1])
+    assert proj.kmeans(0, 4, top_k=2).top_k == 2
+    with pytest.raises(ProjectionsError, match=r"^no k-means centroids for B=5 in these "
+                                               r"projections \(stored: 4\); retrain with "
+                                               r"`sparsefinder train --model m --out DIR "
+                                               r"--clusters 5`$"):
+        proj.kmeans(0, 5)
+    with pytest.raises(ProjectionsError, match=r"\(stored: none\)"):
+        _tiny().kmeans(0, 5)
+    with pytest.raises(ProjectionsError, match=r"\(stored: 2, 4\)"):
+        _tiny({4: centroids, 2: torch.zeros(2, 3, 2, 2)}).kmeans(0, 3)
+
+
+def test_payload_and_atomic_save(tmp_path) -> None:
+    proj = _tiny({2: torch.zeros(2, 3, 2, 2)}, metadata={"a": 1})
+    payload = proj.to_payload()
+    assert payload["rank"] == 2 and payload["model_id"] == "m" and payload["alpha"] == 1.5
+    assert payload["metadata"] == {"a": 1} and list(payload["centroids"]) == [2]
+    assert payload["format"] == "sparsefinder-projections"
+    path = proj.save(tmp_path / "a" / "b" / "p.pt")
+    assert path == tmp_path / "a" / "b" / "p.pt" and sorted(p.name for p in path.parent.iterdir()) \
+        == ["p.pt"]  # the temporary file is renamed away
+    loaded = HeadProjections.load(str(path))
+    assert loaded.metadata == {"a": 1} and loaded.rank == 2
+
+
+def test_load_messages(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"^projections file .*missing.pt not found; "
+                                                r"create it with `sparsefinder train --model "
+                                                r"x/y"):
+        HeadProjections.load(tmp_path / "missing.pt", expected_model_id="x/y")
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"")
+    with pytest.raises(ProjectionsError, match=r"garbage.pt is not a readable Sparsefinder "
+                                               r"projections file \(corrupt or truncated\?\): "
+                                               r".+; regenerate it with `sparsefinder train "
+                                               r"--model default"):
+        HeadProjections.load(garbage)
+    good = _tiny().save(tmp_path / "good.pt")
+    damaged = tmp_path / "damaged.pt"
+    payload = torch.load(good, weights_only=True)
+    del payload["bias"]
+    torch.save(payload, damaged)
+    with pytest.raises(ProjectionsError, match=r"damaged.pt is damaged \('bias'\); regenerate"):
+        HeadProjections.load(damaged)
+    with pytest.warns(UserWarning, match=r"trained at alpha=1.5, the model runs at alpha=2.0; "
+                                         r"predictions will be less accurate"):
+        HeadProjections.load(good, expected_alpha=2.0)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert HeadProjections.load(good, expected_alpha=1.5 + 1e-12).alpha == 1.5
