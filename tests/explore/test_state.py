@@ -144,3 +144,18 @@ def test_parse_cluster_bounds():
     assert urlstate.parse_cluster("999") == 999  # no B given: no upper bound
     assert urlstate.parse_cluster(" 1 ", clusters=2) == 1
     assert urlstate.method_label("distance") == "Distance (t)"
+
+
+def test_problem_messages_name_what_is_expected():
+    _, problems = urlstate.parse_view_state({"method": "magic", "example": "nope",
+                                             "global": "first,middle"})
+    assert problems == [
+        "ignored URL parameter method='magic': expected one of distance, quantization, "
+        "kmeans, fixed",
+        "ignored URL parameter global='first,middle': expected a comma list of "
+        "('first', 'last') or 'none'",
+        "ignored URL parameter example='nope': expected a bundled example name",
+    ]
+    state, problems = urlstate.parse_view_state({"global": " last , first ,none"})
+    assert problems == [] and state.global_tokens == ("first", "last")
+    assert urlstate.parse_view_state({"global": "last"})[0].global_tokens == ("last",)
