@@ -324,3 +324,14 @@ def test_macro_average_is_float64_whatever_the_input() -> None:
     out = macro_average([GraphScores(recall=third, sparsity=third)] * 3)
     assert out["recall_per_head"].dtype == torch.float64
     assert out["recall_per_layer"].tolist() == [third.double().mean().item()]
+
+
+def test_scorer_keeps_a_decoder_record_on_its_device() -> None:
+    """The meta device stands in for a GPU: the causal cut is built where the masks live."""
+    from sparsefinder.metrics import Scorer
+
+    gold = torch.ones(2, 3, 3, dtype=torch.bool, device="meta")
+    scorer = Scorer(_record_of([gold], causal=True))
+    assert scorer.gold_counts.device.type == "meta"
+    out = scorer.score([gold])
+    assert out.sparsity.device.type == "meta" and out.recall.device.type == "meta"
