@@ -328,10 +328,13 @@ def test_macro_average_is_float64_whatever_the_input() -> None:
 
 def test_scorer_keeps_a_decoder_record_on_its_device() -> None:
     """The meta device stands in for a GPU: the causal cut is built where the masks live."""
+    from sparsefinder.graphs import AttentionRecord, LayerGraph
     from sparsefinder.metrics import Scorer
 
     gold = torch.ones(2, 3, 3, dtype=torch.bool, device="meta")
-    scorer = Scorer(_record_of([gold], causal=True))
+    layer = LayerGraph(torch.zeros(2, 3, 2), torch.zeros(2, 3, 2), gold, torch.ones(6), 1.0)
+    scorer = Scorer(AttentionRecord(text="x", tokens=["t"] * 3, offsets=[(0, 0)] * 3,
+                                    special=[False] * 3, causal=True, layers=[layer]))
     assert scorer.gold_counts.device.type == "meta"
     out = scorer.score([gold])
     assert out.sparsity.device.type == "meta" and out.recall.device.type == "meta"
