@@ -139,3 +139,12 @@ def test_threshold_exactly_at_a_distance_keeps_the_pair() -> None:
                                          r"non-negative distance$"):
         Distance(float("nan"))
     assert Distance(-0.0).predict(q, k).tolist() == Distance(0.0).predict(q, k).tolist()
+
+
+def test_half_precision_inputs_are_compared_in_float32() -> None:
+    gen = torch.Generator().manual_seed(9)
+    q = (torch.randn(2, 30, 4, generator=gen) * 30).to(torch.bfloat16)
+    k = (torch.randn(2, 20, 4, generator=gen) * 30).to(torch.bfloat16)
+    for t in (5.0, 20.0, 40.0):
+        assert torch.equal(Distance(t).predict(q, k), Distance(t).predict(q.float(), k.float()))
+    assert pairwise_sq_dist(q, k).dtype == torch.float32
