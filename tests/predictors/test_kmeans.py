@@ -232,3 +232,27 @@ def test_more_than_eight_clusters_and_top_k() -> None:
         expected = (mq.float() @ mk.float().transpose(1, 2)) > 0
         assert torch.equal(mask, expected), top_k
         assert mask.dtype == torch.bool and set(mask.view(torch.uint8).unique().tolist()) <= {0, 1}
+
+
+def test_fit_boundaries_dtypes_and_messages() -> None:
+    gen = torch.Generator().manual_seed(5)
+    q, k = torch.randn(2, 2, 3, generator=gen), torch.randn(2, 2, 3, generator=gen)
+    model = KMeans(n_clusters=4, n_init=1).fit(q, k)  # exactly B points per head
+    assert model.centroids_.shape == (2, 4, 3)
+    assert model.inertia_.dtype == torch.float64
+    with pytest.raises(ValueError, match="n_clusters"):
+        KMeans(n_clusters=5, n_init=1).fit(q, k)
+    from sklearn.exceptions import NotFittedError
+
+    with pytest.raises(NotFittedError, match=r"^this KMeans predictor has no centroids; call "
+                                           r"fit\(\) or from_centroids\(\) first$"):
+        KMeans(n_clusters=2).predict(q, k)
+    with pytest.raises(ValueError, match=r"^expected x of shape \(heads=2, N, r=3\)"):
+        model.predict(torch.zeros(3, 4, 3), torch.zeros(3, 4, 3))
+    centroids = torch.randn(2, 6, 3, generator=gen) * 3
+    big_q, big_k = torch.randn(2, 40, 3, generator=gen) * 3, torch.randn(2, 30, 3, generator=gen)
+    fitted = KMeans.from_centroids(centroids, top_k=2)
+    half_q, half_k = big_q.to(torch.bfloat16), big_k.to(torch.bfloat16)
+    assert torch.equal(fitted.predict(half_q, half_k),
+                       fitted.predict(half_q.float(), half_k.float()))
+    assert torch.equal(fitted.assign(half_q), fitted.assign(half_q.float()))
