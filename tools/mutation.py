@@ -214,6 +214,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.sample is not None:
         print(f"sampling: at most {args.sample} mutants per module (sha1 order, deterministic)")
     failed: list[str] = []
+    not_equivalent: list[str] = []
     for module in modules:
         out = run_module(module, CORE[module], args.sample, args.children,
                          rerun=not args.report_only)
@@ -225,10 +226,12 @@ def main(argv: list[str] | None = None) -> None:
         for name, code in sorted(out["results"].items()):
             seen.add(name)
             status = _status(code)
-            if name in equivalent:
-                eq += 1
-            elif status in KILLED:
+            if status in KILLED:
                 killed += 1
+                if name in equivalent:  # a test tells it apart: it is not equivalent
+                    not_equivalent.append(name)
+            elif name in equivalent:
+                eq += 1
             elif status in SURVIVED:
                 survived += 1
                 survivors.append((out["work"], module, name, status))
@@ -258,6 +261,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"survivors with diffs: {report.relative_to(ROOT)}")
     for _, _, name, status in survivors:
         print(f"  survivor: {name} ({status})")
+    if not_equivalent:
+        print(f"listed as equivalent but killed (remove them from {EQUIVALENT_FILE.name}): "
+              f"{not_equivalent}")
     if stale:
         print(f"equivalent_mutants.txt entries no longer generated (stale): {stale}")
     module_seconds = sum(float((_work_dir(m) / "seconds.txt").read_text())
