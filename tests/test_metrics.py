@@ -338,3 +338,10 @@ def test_scorer_keeps_a_decoder_record_on_its_device() -> None:
     assert scorer.gold_counts.device.type == "meta"
     out = scorer.score([gold])
     assert out.sparsity.device.type == "meta" and out.recall.device.type == "meta"
+
+
+def test_score_layers_is_not_causal_by_default() -> None:
+    future = torch.ones(1, 3, 3, dtype=torch.bool).triu(1)  # only future pairs
+    scores = score_layers([future], [future])
+    assert scores.sparsity.tolist() == [[pytest.approx(1 - 3 / 9)]]
+    assert score_layers([future], [future], causal=True).sparsity.tolist() == [[1.0]]
