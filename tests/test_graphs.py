@@ -143,3 +143,11 @@ def test_dense_probabilities_keep_their_dtype():
     dense = graph.probs()
     assert dense.dtype == torch.float64
     assert dense.tolist() == [[[1.0, 0.0], [0.25, 0.75]]]
+
+
+def test_long_text_warning_points_at_the_caller(tiny_model_dirs):
+    """Not at torch's inference_mode wrapper: a user sees which call truncated."""
+    loaded = load_model(str(tiny_model_dirs["bert"]), device="cpu")
+    with pytest.warns(LongTextWarning) as caught:
+        extract(loaded, " ".join(["the"] * 70))
+    assert caught[0].filename == __file__
