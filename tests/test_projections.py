@@ -334,7 +334,13 @@ def test_one_step_per_batch_and_loss_windows(records: list[AttentionRecord]) -> 
     assert one.metadata["loss_first"] != two.metadata["loss_first"]
 
 
-def test_progress_bars_count_layers_and_fits(records: list[AttentionRecord], capsys) -> None:
+def test_progress_bars_count_layers_and_fits(records: list[AttentionRecord], capsys,
+                                            monkeypatch) -> None:
+    import tqdm
+
+    # No tqdm monitor thread: a thread holding tqdm's lock would deadlock a later fork
+    # (mutation testing forks one process per mutant after running this test).
+    monkeypatch.setattr(tqdm.tqdm, "monitor_interval", 0)
     proj = train_projections(records[:2], rank=2, epochs=2, progress=True)
     err = capsys.readouterr().err
     assert "projections" in err and "4/4" in err and "layer·epoch" in err

@@ -222,12 +222,13 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{module:28s} FAILED: {out['error']}", flush=True)
             failed.append(module)
             continue
-        killed = survived = eq = 0
+        killed = survived = eq = timeouts = 0
         for name, code in sorted(out["results"].items()):
             seen.add(name)
             status = _status(code)
             if status in KILLED:
                 killed += 1
+                timeouts += status == "timeout"
                 if name in equivalent:  # a test tells it apart: it is not equivalent
                     not_equivalent.append(name)
             elif name in equivalent:
@@ -240,7 +241,7 @@ def main(argv: list[str] | None = None) -> None:
         score = killed / max(killed + survived, 1)
         print(
             f"{module:28s} killed={killed:4d} survived={survived:3d} equivalent={eq:3d} "
-            f"score={score:.3f} ({out['seconds']:.0f} s)",
+            f"score={score:.3f} timeouts={timeouts} ({out['seconds']:.0f} s)",
             flush=True,
         )
         total_killed += killed
