@@ -169,7 +169,11 @@ def run_module(module: str, tests: list[str], sample: int | None, children: int,
     if not rerun:
         work = _work_dir(module)
         timing = work / "seconds.txt"
-        return {"work": work, "results": _results(work, module),
+        try:
+            results = _results(work, module)
+        except (FileNotFoundError, KeyError, ValueError) as error:
+            return {"work": work, "error": f"no results in {work}: {error}", "seconds": 0.0}
+        return {"work": work, "results": results,
                 "seconds": float(timing.read_text()) if timing.exists() else math.nan}
     work = _prepare(module, tests)
     log_path = work / "mutmut.log"
@@ -222,7 +226,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{module:28s} FAILED: {out['error']}", flush=True)
             failed.append(module)
             continue
-        killed = survived = eq = timeouts = 0
+        killed = survived = eq = timeouts = unchecked = 0
         for name, code in sorted(out["results"].items()):
             seen.add(name)
             status = _status(code)
@@ -236,12 +240,15 @@ def main(argv: list[str] | None = None) -> None:
             elif status in SURVIVED:
                 survived += 1
                 survivors.append((out["work"], module, name, status))
+            elif status == "not checked":  # an interrupted run: say so, count nothing
+                unchecked += 1
             else:
                 raise SystemExit(f"{name}: unexpected mutmut status {status!r} (exit {code})")
         score = killed / max(killed + survived, 1)
         print(
             f"{module:28s} killed={killed:4d} survived={survived:3d} equivalent={eq:3d} "
-            f"score={score:.3f} timeouts={timeouts} ({out['seconds']:.0f} s)",
+            f"score={score:.3f} timeouts={timeouts} ({out['seconds']:.0f} s)"
+            + (f" NOT CHECKED={unchecked} (interrupted run)" if unchecked else ""),
             flush=True,
         )
         total_killed += killed
