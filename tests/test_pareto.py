@@ -357,9 +357,14 @@ def default_curves():
     itself (mutation testing forks after import), not only what import left behind."""
     from sparsefinder import pareto
 
+    saved = dict(CURVES)
+    CURVES.clear()
     pareto._register_defaults()
-    yield CURVES
-    pareto._register_defaults()
+    try:
+        yield CURVES
+    finally:
+        CURVES.clear()
+        CURVES.update(saved)
 
 
 def _grid(name: str) -> tuple[str, int, list[dict]]:
@@ -396,7 +401,7 @@ def test_default_curves_exactly(default_curves) -> None:
     for name in ("distance", "kmeans", "quantization", "kmeans-top2", "reformer", "routing"):
         method, _, grid = expected[name]
         expected[f"{name}+window"] = (method, 3, grid)
-    assert set(default_curves) >= set(expected)
+    assert set(default_curves) == set(expected)
     for name, want in expected.items():
         assert _grid(name) == want, name
     for name in ("distance", "distance+window", "kmeans", "window"):
@@ -517,3 +522,19 @@ def test_sweep_defaults_to_the_sparsefinder_group(records, projections) -> None:
         df = sweep(records, partial)
     assert list(dict.fromkeys(df["method"])) == ["distance", "quantization", "distance+window",
                                                  "quantization+window", "window"]
+
+
+def test_one_record_sweeps_and_fitted_of_the_wrong_length(records, train_records) -> None:
+    from sparsefinder.pareto import score_specs
+    from sparsefinder.spec import PredictorSpec
+
+    one = score_spec(records[:1], None, PredictorSpec.of("window", {"window": 1}))
+    assert one.n_texts == 1
+    df = sweep(records[:1], None, "sparsebert-dams,window", train_records=train_records[:1])
+    assert set(df["method"]) == {"sparsebert-dams", "window"}
+    with pytest.raises(ValueError, match="zip"):
+        score_specs(records, None, [PredictorSpec.of("window", {"window": 1})], fitted=[])
+    with pytest.warns(UserWarning) as caught:
+        sweep(records, None, "sparsebert-dams,window")
+    assert caught[0].filename == __file__
+    assert "(sparsefinder sweep: --train-passages N > 0)" in str(caught[0].message)

@@ -147,13 +147,18 @@ def registered():
     itself (mutation testing forks after import), not only what import left behind."""
     from sparsefinder import spec
 
+    saved = dict(METHODS)
+    METHODS.clear()
     spec._register_defaults()
-    yield METHODS
-    spec._register_defaults()
+    try:
+        yield METHODS
+    finally:
+        METHODS.clear()
+        METHODS.update(saved)
 
 
 def test_default_registry_exactly(registered):
-    assert list(registered)[: len(REGISTRY)] == list(REGISTRY)
+    assert list(registered) == list(REGISTRY)
     for name, (label, params, inputs, oracle, learned) in REGISTRY.items():
         method = registered[name]
         assert (method.name, method.label, method.params, method.inputs, method.oracle,
@@ -266,3 +271,24 @@ def test_spec_values_labels_and_build_layers():
         PredictorSpec("fixed", (), 0, ("middle",))
     with pytest.raises(ValueError, match=r"unknown \['bins'\]"):
         PredictorSpec.of("distance", {"threshold": 1, "bins": 2})
+
+
+def test_spec_edges_single_training_record_and_messages():
+    from sparsefinder.predictors import GlobalTokens
+
+    one = PredictorSpec.of("sparsebert-damu", {"target_sparsity": 0.5}).fit([_record(n=6)])
+    assert len(one) == 2  # one mask per layer, from a single training record
+    spec = PredictorSpec.of("fixed", window=1, global_tokens=["last"])
+    union = spec.build(None, 0)
+    assert isinstance(union, Union) and Window(1) in union.predictors
+    assert GlobalTokens(first=False, last=True) in union.predictors
+    assert PredictorSpec.of("distance", {"threshold": 0.123456}).label() == (
+        "distance threshold=0.1235")
+    with pytest.raises(ValueError, match=r"^window must be an integer >= 0, got 2.5$"):
+        PredictorSpec("fixed", (), 2.5)
+    kmeans = PredictorSpec.of("kmeans", {"n_clusters": 4, "top_k": 1})
+    assert len(kmeans.build_layers(_projections(2), 2)) == 2
+    with pytest.raises(ValueError, match=r"^this method needs learned projections for this "
+                                         r"model; train them with `sparsefinder train --model "
+                                         r"NAME --out DIR` and pass the projections file$"):
+        RecordInputs(_record()).get(0, "projected")
