@@ -536,5 +536,10 @@ def test_one_record_sweeps_and_fitted_of_the_wrong_length(records, train_records
         score_specs(records, None, [PredictorSpec.of("window", {"window": 1})], fitted=[])
     with pytest.warns(UserWarning) as caught:
         sweep(records, None, "sparsebert-dams,window")
-    assert caught[0].filename == __file__
     assert "(sparsefinder sweep: --train-passages N > 0)" in str(caught[0].message)
+
+
+def test_the_skip_warning_points_at_the_caller(records) -> None:
+    with pytest.warns(UserWarning) as caught:
+        sweep(records, None, "sparsebert-dams,window")
+    assert caught[0].filename == __file__
