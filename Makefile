@@ -15,7 +15,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test lint browser bench assets assets-projections
+.PHONY: install run test lint browser bench assets assets-projections mutation
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -48,6 +48,12 @@ test: install browser
 bench: install
 	$(BIN)/python benchmarks/extract.py
 	$(BIN)/python benchmarks/predict.py
+
+# Mutation testing of the core modules (mutmut, each module judged by the tests that mirror
+# it; not part of `make test`): last line `killed=K survived=S score=K/(K+S)`. CPU heavy:
+# about half an hour on two cores; survivors with diffs go to build/mutation/survivors.txt.
+mutation: install
+	OMP_NUM_THREADS=1 $(BIN)/python tools/mutation.py
 
 assets: install
 	$(BIN)/sparsefinder train --model default --corpus default --out sparsefinder/assets/default

@@ -148,7 +148,7 @@ def parse_view_state(
             continue
         try:
             changes[name] = parse(text)
-        except (ValueError, TypeError) as error:
+        except (ValueError, TypeError, OverflowError) as error:  # int(inf): OverflowError
             problems.append(f"ignored URL parameter {PARAM_NAMES[name]}={text!r}: {error}")
     return replace(state, **changes), problems
 
