@@ -210,13 +210,17 @@ def test_a_decoder_is_scored_over_its_non_future_pairs(causal_prepared):
 
 def test_clamp_at_the_boundaries(causal_prepared):
     p = causal_prepared
-    at_edge = urlstate.ViewState(layer=2, head=2, query=7, clusters=2, top_k=3, t=p.t_max)
+    at_edge = urlstate.ViewState(method="kmeans", layer=2, head=2, query=7, clusters=2,
+                                 top_k=3, t=p.t_max)
     clamped, notes = live.clamp(at_edge, p)
-    assert notes == []
+    said = " ".join(notes)  # every change is said
+    assert "layer=2" in said and "head=2" in said and "query=7" in said
+    assert "graph is full" in said  # k=2 of B=2
     assert (clamped.layer, clamped.head, clamped.query) == (1, 1, 6)
     assert clamped.clusters == 2 and clamped.top_k == 2  # B kept, k cut to B
     assert clamped.t == p.t_max
-    inside = urlstate.ViewState(layer=1, head=1, query=6, clusters=8, top_k=8, t=0.0)
+    inside = urlstate.ViewState(method="kmeans", layer=1, head=1, query=6, clusters=8,
+                                top_k=4, t=0.0)
     assert live.clamp(inside, p) == (inside, [])
     over = live.clamp(urlstate.ViewState(t=p.t_max + 1, clusters=5), p)[0]
     assert over.t == p.t_max and over.clusters == 4  # nearest stored B to 5
