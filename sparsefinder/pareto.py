@@ -268,6 +268,37 @@ def static_mask_fitter(kind: str) -> Fitter:
     return fit
 
 
+ROUTED_BUDGET_GRID = [
+    {"n_clusters": b, "budget": f} for b in (64, 128)
+    for f in (0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.1, 0.12, 0.15, 0.2, 0.25, 0.3)
+]
+ROUTED_TOP_GRID = [{"n_clusters": 128, "mode": "top", "n_routes": t}
+                   for t in (2, 4, 6, 8, 9, 10, 11, 12, 14, 16, 20, 24, 32)]
+TOPP_GRID = [0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99, 1.0]
+
+
+def _routed(p: Params, projections: HeadProjections | None, layer: int) -> Predictor:
+    from sparsefinder.key_codebooks import CodebooksError, bundled_codebooks
+
+    try:
+        books = bundled_codebooks()
+        if projections is not None and projections.model_id != books.model_id:
+            raise CodebooksError(
+                f"the bundled key codebooks are for {books.model_id!r}, not "
+                f"{projections.model_id!r}; fit some with `sparsefinder fit-codebooks`"
+            )
+        params = {key: value for key, value in p.items() if key != "n_clusters"}
+        return books.predictor(layer, int(p["n_clusters"]), **params)
+    except CodebooksError as error:  # the sweep skips this configuration with a warning
+        raise ProjectionsError(str(error)) from error
+
+
+def _topp(p: Params, projections: HeadProjections | None, layer: int) -> Predictor:
+    from sparsefinder.predictors.topp import TopP
+
+    return TopP(float(p["p"]))
+
+
 def _register_defaults() -> None:
     base = {
         "distance": ([{"threshold": t} for t in DISTANCE_GRID], _distance),
@@ -305,6 +336,14 @@ def _register_defaults() -> None:
         )
     register_method("distance-nodiag", [{"threshold": t} for t in DISTANCE_GRID],
                     _distance_nodiag, replace=True)
+    # Issue 10: k-means on KEYS, queries routed by q·c (predictors/routed_kmeans.py) and
+    # the top-p oracle (predictors/topp.py); grids chosen on the TRAIN split.
+    register_method("kmeans-routed", ROUTED_BUDGET_GRID, _routed, inputs="original",
+                    replace=True)
+    register_method("kmeans-routed-top", ROUTED_TOP_GRID, _routed, inputs="original",
+                    replace=True)
+    register_method("topp", [{"p": p} for p in TOPP_GRID], _topp, inputs="original",
+                    replace=True)
 
 
 _register_defaults()
