@@ -178,9 +178,9 @@ class RoutedKMeans:
             take = torch.zeros(heads, n, n_clusters, dtype=torch.bool, device=q.device)
             take[..., : self.n_routes] = True
             return torch.zeros_like(take).scatter_(2, order, take)
-        one_hot = torch.zeros(heads, m, n_clusters, dtype=torch.int32, device=q.device)
-        one_hot.scatter_(2, key_ids[..., None], 1)
         if causal:  # query i sees keys j <= i + (m - n): count only those
+            one_hot = torch.zeros(heads, m, n_clusters, dtype=torch.int32, device=q.device)
+            one_hot.scatter_(2, key_ids[..., None], 1)
             seen = one_hot.cumsum(1)  # (heads, m, B): keys 0..j per cluster
             last = (torch.arange(n, device=q.device) + (m - n)).clamp(-1, m - 1)
             counts = torch.where(
@@ -188,7 +188,9 @@ class RoutedKMeans:
             )  # (heads, n, B)
             visible = (last + 1).to(score.dtype)[None, :, None]
         else:
-            counts = one_hot.sum(1, keepdim=True).expand(heads, n, n_clusters)
+            counts = torch.zeros(heads, n_clusters, dtype=torch.int32, device=q.device)
+            counts.scatter_add_(1, key_ids, torch.ones_like(key_ids, dtype=torch.int32))
+            counts = counts[:, None, :].expand(heads, n, n_clusters)
             visible = torch.tensor(float(m), dtype=score.dtype, device=q.device)
         sorted_counts = counts.gather(2, order).to(score.dtype)
         before = sorted_counts.cumsum(-1) - sorted_counts  # keys in the better centroids
