@@ -24,8 +24,10 @@ An edge (i, j) is predicted iff key j's cluster is among query i's routes: the g
 union over centroids b of the blocks {queries routed to b} × {keys in b}. Assignment costs
 O((n + m)·B·d) plus sorting B scores per query, never n·m scores; only writing the output
 mask is n·m. It works on any vectors of matching dimension: we use the ORIGINAL queries and
-keys (head dimension 32 for the default model), which measured better than the 4-dimensional
-projections (the projections are trained for Euclidean nearness, not inner products).
+keys (head dimension 32 for the default model). On 60 texts of the train split, B = 128,
+budget 0.08: recall 0.73 at sparsity 0.90 on the original vectors, against 0.65 on the
+bundled 4-dimensional projections with centroids ranked by ‖q' − c‖ (what the projections
+are trained for) and 0.59 with q'·c.
 
 Learned attributes: ``centroids_`` (heads, B, d) and, after ``fit``, ``inertia_`` (heads,).
 """
