@@ -281,8 +281,11 @@ def _routed(p: Params, projections: HeadProjections | None, layer: int) -> Predi
     from sparsefinder.key_codebooks import CodebooksError, bundled_codebooks
 
     try:
+        if projections is None:  # its model_id tells which model's codebooks apply
+            raise CodebooksError("kmeans-routed needs the model's projections to know its "
+                                 "model id; pass projections=...")
         books = bundled_codebooks()
-        if projections is not None and projections.model_id != books.model_id:
+        if projections.model_id != books.model_id:
             raise CodebooksError(
                 f"the bundled key codebooks are for {books.model_id!r}, not "
                 f"{projections.model_id!r}; fit some with `sparsefinder fit-codebooks`"

@@ -17,6 +17,7 @@ from sparsefinder.key_codebooks import (
 from sparsefinder.models import DEFAULT_MODEL_ID
 from sparsefinder.pareto import METHODS, sweep
 from sparsefinder.predictors.routed_kmeans import RoutedKMeans
+from sparsefinder.projections import HeadProjections
 
 LAYERS, HEADS, D = 2, 3, 8
 
@@ -78,10 +79,17 @@ def test_registered_for_sweeps_and_sweepable():
         assert METHODS[name].inputs == "original"
     # records shaped like the default model (6 layers × 12 heads, d = 32): bundled codebooks
     records = _records(n_texts=2, n=20, layers=6, heads=12, d=32)
-    df = sweep(records, None, "kmeans-routed,topp")
+    projections = HeadProjections(weight=torch.randn(6, 12, 4, 32), bias=torch.zeros(6, 12, 4),
+                                  model_id=DEFAULT_MODEL_ID, alpha=1.5)
+    df = sweep(records, projections, "kmeans-routed,topp")
     routed = df[df["method"] == "kmeans-routed"]
     assert len(routed) == len(METHODS["kmeans-routed"].grid)
     assert routed["recall"].between(0, 1).all() and routed["sparsity"].between(0, 1).all()
     topp = df[df["method"] == "topp"]
     # p = 1: the entmax support = gold, up to float rounding of borderline tiny probabilities
     assert topp["recall"].max() > 0.999
+    # codebooks of another model are not used: the configurations are skipped with a reason
+    other = HeadProjections(weight=torch.randn(6, 12, 4, 32), bias=torch.zeros(6, 12, 4),
+                            model_id="other/model", alpha=1.5)
+    with pytest.warns(UserWarning, match="fit-codebooks"), pytest.raises(ValueError):
+        sweep(records, other, "kmeans-routed")

@@ -103,10 +103,13 @@ def test_recall_at_sparsity_step_and_linear() -> None:
 
 
 def test_sweep_one_row_per_config(points: pd.DataFrame, records) -> None:
-    expected = sum(len(spec.grid) for spec in METHODS.values())
+    # kmeans-routed* read the bundled key codebooks of the default model: skipped for the
+    # synthetic model here (tests/test_key_codebooks.py sweeps them)
+    runnable = {n: s for n, s in METHODS.items() if not n.startswith("kmeans-routed")}
+    expected = sum(len(spec.grid) for spec in runnable.values())
     assert len(points) == expected
     assert points.groupby("method").size().to_dict() == {
-        name: len(spec.grid) for name, spec in METHODS.items()
+        name: len(spec.grid) for name, spec in runnable.items()
     }
     assert (points["n_texts"] == len(records)).all()
     assert points["recall"].between(0, 1).all() and points["sparsity"].between(0, 1).all()
@@ -259,4 +262,5 @@ def test_baselines_in_the_sweep(points: pd.DataFrame) -> None:
 def test_figure_has_a_curve_per_method(points: pd.DataFrame) -> None:
     fig = pareto_figure(points)
     curves = [t.name for t in fig.data if t.mode == "lines+markers"]
-    assert sorted(curves) == sorted(resolve_methods("all"))
+    assert sorted(curves) == sorted(points["method"].unique())
+    assert set(resolve_methods("all")) - set(curves) <= {"kmeans-routed", "kmeans-routed-top"}
