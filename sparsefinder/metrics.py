@@ -18,6 +18,7 @@ overall value equals the plain mean of all (layer, head) values.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -121,7 +122,13 @@ def exact_fraction(pred: Tensor, gold: Tensor) -> Tensor:
     n = gold.shape[-2]
     if n == 0:
         return torch.ones(gold.shape[:-2], dtype=_DTYPE, device=gold.device)
-    missed_row = (gold > pred).any(-1)  # bool "gold and not pred" in one pass
+    m = gold.shape[-1]
+    if m % 8 == 0 and gold.is_contiguous() and pred.is_contiguous():
+        # 8 keys per int64 word: one AND-NOT per word instead of a bool kernel per key
+        g, p = gold.view(torch.int64), pred.view(torch.int64)
+        missed_row = (g & ~p).ne_(0).any(-1)
+    else:
+        missed_row = (gold & ~pred).any(-1)
     return 1.0 - missed_row.sum(-1, dtype=torch.int64).to(_DTYPE) / n
 
 
@@ -140,7 +147,16 @@ def mass_recall(pred: Tensor, probs: Tensor) -> Tensor:
                          "records give them via record.layers[l].probs()")
     if pred.shape != probs.shape:
         raise ValueError(f"pred {tuple(pred.shape)} and probs {tuple(probs.shape)} must match")
-    kept = torch.where(pred, probs, 0.0).sum((-2, -1), dtype=_DTYPE)
+    lead = pred.shape[:-2]
+    rows = (math.prod(lead), pred.shape[-2] * pred.shape[-1])
+    # Only the predicted entries are read twice: select them (row-major, so grouped by head)
+    # and sum each head's run; a dense where(pred, probs, 0) would write n·m floats per head.
+    values = probs.reshape(rows).masked_select(pred.reshape(rows)).to(_DTYPE)
+    counts = count_true(pred).reshape(-1).tolist()
+    kept = torch.zeros(rows[0], dtype=_DTYPE)
+    if rows[0]:
+        kept = torch.stack([v.sum() for v in values.split(counts)])
+    kept = kept.reshape(lead).to(pred.device)
     total = probs.sum((-2, -1), dtype=_DTYPE)
     return torch.where(total > 0, kept / torch.where(total > 0, total, 1.0), 1.0)
 
@@ -157,8 +173,16 @@ def block_graph(mask: Tensor, block: int) -> Tensor:
     nb, mb = -(-n // block), -(-m // block)
     if nb * block != n or mb * block != m:  # pad with False to whole tiles
         mask = torch.nn.functional.pad(mask, (0, mb * block - m, 0, nb * block - n))
-    tiles = mask.reshape(*mask.shape[:-2], nb, block, mb, block)
-    return tiles.any(-1).any(-2)
+    lead = mask.shape[:-2]
+    if block % 8 == 0 and mask.is_contiguous():
+        # 8 keys per int64 word: reduce the key axis on words, not on single bools
+        words = mask.view(torch.int64).reshape(*lead, nb * block, mb, block // 8)
+        cols = words.ne(0).any(-1)  # (..., N, mb)
+    else:
+        cols = mask.reshape(*lead, nb * block, mb, block).any(-1)
+    # the query axis: max over the block's rows of 0/1 bytes
+    rows = cols.view(torch.uint8).reshape(*lead, nb, block, mb).amax(-2)
+    return rows.view(torch.bool)
 
 
 def block_recall(pred: Tensor, gold: Tensor, block: int, *, causal: bool = False) -> Tensor:

@@ -122,3 +122,36 @@ def test_metrics_reject_mismatched_shapes():
             fn(GOLD, GOLD[..., :2])
     with pytest.raises(ValueError, match="bool"):
         precision(GOLD.float(), GOLD)
+
+
+def test_exact_fraction_word_path_matches_the_definition():
+    gen = torch.Generator().manual_seed(2)
+    for m in (8, 24, 64):  # multiples of 8 take the int64-word path
+        gold = torch.rand(3, 11, m, generator=gen) < 0.2
+        pred = gold & (torch.rand(3, 11, m, generator=gen) < 0.97)
+        expected = 1.0 - (gold & ~pred).any(-1).double().mean(-1)
+        assert torch.allclose(exact_fraction(pred, gold), expected)
+        wide = torch.zeros(3, 11, m + 1, dtype=torch.bool)
+        wide[..., 1:] = pred
+        assert torch.allclose(exact_fraction(wide[..., 1:], gold), expected)  # not contiguous
+
+
+def test_block_graph_word_path_matches_the_definition():
+    gen = torch.Generator().manual_seed(4)
+    for n, m, block in ((32, 64, 16), (30, 50, 16), (64, 64, 64), (20, 24, 8), (9, 13, 4)):
+        mask = torch.rand(2, n, m, generator=gen) < 0.01
+        nb, mb = -(-n // block), -(-m // block)
+        expected = torch.zeros(2, nb, mb, dtype=torch.bool)
+        for h, i, j in mask.nonzero().tolist():
+            expected[h, i // block, j // block] = True
+        assert torch.equal(block_graph(mask, block), expected)
+        assert torch.equal(block_graph(mask.transpose(1, 2).transpose(1, 2), block), expected)
+
+
+def test_mass_recall_matches_a_dense_sum():
+    gen = torch.Generator().manual_seed(5)
+    probs = torch.rand(4, 6, 9, generator=gen) * (torch.rand(4, 6, 9, generator=gen) < 0.5)
+    pred = torch.rand(4, 6, 9, generator=gen) < 0.4
+    expected = (probs * pred).sum((-2, -1)).double() / probs.sum((-2, -1)).double()
+    assert torch.allclose(mass_recall(pred, probs), expected)
+    assert mass_recall(pred[:, :0], probs[:, :0]).tolist() == [1.0] * 4
