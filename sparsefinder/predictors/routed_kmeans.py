@@ -194,8 +194,8 @@ class RoutedKMeans:
             counts.scatter_add_(1, key_ids, torch.ones_like(key_ids, dtype=torch.int32))
             counts = counts[:, None, :].expand(heads, n, n_clusters)
             visible = torch.tensor(float(m), dtype=score.dtype, device=q.device)
-        sorted_counts = counts.gather(2, order).to(score.dtype)
-        before = sorted_counts.cumsum(-1) - sorted_counts  # keys in the better centroids
+        sorted_counts = counts.gather(2, order)  # int32: exact and half the bytes of int64
+        before = sorted_counts.cumsum(-1, dtype=torch.int32) - sorted_counts  # better centroids
         take = before < self.budget * visible  # the best centroid is always taken
         return torch.zeros_like(take).scatter_(2, order, take)
 
