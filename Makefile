@@ -46,3 +46,4 @@ bench: install
 
 assets: install
 	$(BIN)/sparsefinder train --model default --corpus default --out assets/default
+	$(BIN)/sparsefinder fit-codebooks --model default --corpus default --out assets/default/key_codebooks.pt
