@@ -147,17 +147,16 @@ def mass_recall(pred: Tensor, probs: Tensor) -> Tensor:
                          "records give them via record.layers[l].probs()")
     if pred.shape != probs.shape:
         raise ValueError(f"pred {tuple(pred.shape)} and probs {tuple(probs.shape)} must match")
-    lead = pred.shape[:-2]
-    rows = (math.prod(lead), pred.shape[-2] * pred.shape[-1])
-    # Only the predicted entries are read twice: select them (row-major, so grouped by head)
-    # and sum each head's run; a dense where(pred, probs, 0) would write n·m floats per head.
-    values = probs.reshape(rows).masked_select(pred.reshape(rows)).to(_DTYPE)
-    counts = count_true(pred).reshape(-1).tolist()
-    kept = torch.zeros(rows[0], dtype=_DTYPE)
-    if rows[0]:
-        kept = torch.stack([v.sum() for v in values.split(counts)])
-    kept = kept.reshape(lead).to(pred.device)
-    total = probs.sum((-2, -1), dtype=_DTYPE)
+    lead, (n, m) = pred.shape[:-2], pred.shape[-2:]
+    # One head at a time, so the product stays in cache; sums in the probabilities' dtype
+    # (torch's cascaded float32 sum: relative error ~1e-6), widened only for the ratio.
+    heads = math.prod(lead)
+    flat_probs, flat_pred = probs.reshape(heads, n, m), pred.reshape(heads, n, m)
+    kept = torch.zeros(heads, dtype=_DTYPE, device=pred.device)
+    for h in range(heads):  # a loop over heads, not tokens
+        kept[h] = (flat_probs[h] * flat_pred[h]).sum()
+    kept = kept.reshape(lead)
+    total = probs.sum((-2, -1)).to(_DTYPE)
     return torch.where(total > 0, kept / torch.where(total > 0, total, 1.0), 1.0)
 
 
