@@ -4,10 +4,14 @@
 #   docker run --gpus all -p 8501:8501 sparsefinder        # then open http://localhost:8501
 #
 # The same requirements as `make install` (torch==2.13.0 from PyPI is the CUDA build on
-# Linux x86_64) and the same serve command as `make run`, plus --server.address 0.0.0.0 so
-# the port is reachable from outside the container. The app shows "Device: CUDA" when the
-# GPU is visible. The default model ships inside a wheel, so it runs offline (HF_HUB_OFFLINE
-# as in the Makefile); pass -e HF_HUB_OFFLINE=0 -e TRANSFORMERS_OFFLINE=0 to load hub ids.
+# Linux x86_64) and the same serve command as `make run HOST=0.0.0.0`: the container listens
+# on every interface so the published port reaches it (`make run` alone binds 127.0.0.1).
+# Publish it on the host's loopback only with `-p 127.0.0.1:8501:8501`. The app counts as
+# served beyond localhost, so visitors can load only "default" and the models listed in
+# -e SPARSEFINDER_MODEL_ALLOWLIST=id,/models/folder (README, "Serving to others").
+# The app shows "Device: CUDA" when the GPU is visible. The default model ships inside a
+# wheel, so it runs offline (HF_HUB_OFFLINE as in the Makefile); pass -e HF_HUB_OFFLINE=0
+# -e TRANSFORMERS_OFFLINE=0 to load (allowlisted) hub ids.
 FROM nvidia/cuda:12.4.1-runtime-ubuntu22.04
 
 ENV DEBIAN_FRONTEND=noninteractive \
@@ -31,10 +35,10 @@ RUN python3.11 -m venv .venv \
     && .venv/bin/pip install --no-cache-dir -r requirements.txt
 
 COPY Makefile ./
+COPY .streamlit/ .streamlit/
 COPY sparsefinder/ sparsefinder/
 COPY app/ app/
-COPY assets/ assets/
-RUN .venv/bin/pip install --no-cache-dir --no-deps --no-build-isolation -e .
+RUN .venv/bin/pip install --no-cache-dir --no-deps --no-build-isolation .
 
 EXPOSE 8501
 

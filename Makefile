@@ -6,11 +6,16 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BROWSER_STAMP := $(VENV)/.browser
+# `make run` serves on this machine only; `make run HOST=0.0.0.0` serves to the network (then
+# only allowlisted models load: see README, "Serving to others"). Set on the command line:
+# an environment variable HOST (set by some shells to the host name) is ignored.
+HOST := 127.0.0.1
+PORT := 8501
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test lint browser bench assets
+.PHONY: install run test lint browser bench assets assets-projections
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,7 +36,7 @@ $(BROWSER_STAMP):
 browser: $(STAMP) $(BROWSER_STAMP)
 
 run: install
-	$(BIN)/streamlit run app/main.py --server.port 8501 --server.headless true
+	$(BIN)/streamlit run app/main.py --server.port $(PORT) --server.headless true --server.address $(HOST)
 
 lint: install
 	$(BIN)/ruff check .
@@ -45,5 +50,13 @@ bench: install
 	$(BIN)/python benchmarks/predict.py
 
 assets: install
-	$(BIN)/sparsefinder train --model default --corpus default --out assets/default
-	$(BIN)/sparsefinder fit-codebooks --model default --corpus default --out assets/default/key_codebooks.pt
+	$(BIN)/sparsefinder train --model default --corpus default --out sparsefinder/assets/default
+	$(BIN)/sparsefinder fit-codebooks --model default --corpus default --out sparsefinder/assets/default/key_codebooks.pt
+
+# The alternative projections of issue 10 (r = 4 and 8; lowrank, logistic, lowrank-logistic),
+# written next to the default file, which stays as it is.
+assets-projections: install
+	for r in 4 8; do for o in lowrank logistic lowrank-logistic; do \
+	  $(BIN)/sparsefinder train --model default --corpus default --out sparsefinder/assets/default \
+	    --objective $$o --rank $$r --filename projections-r$$r-$$o.pt || exit 1; \
+	done; done

@@ -14,12 +14,23 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # `streamlit run app/main.py` only puts app/ on the path
-    sys.path.insert(0, str(ROOT))
+# `streamlit run app/main.py` only puts app/ on the path. Appended, not prepended: an installed
+# sparsefinder (pip install .) is the one used; the checkout only supplies the `app` package.
+if str(ROOT) not in sys.path:
+    sys.path.append(str(ROOT))
 
 import streamlit as st  # noqa: E402
 
+# A cold start spends seconds importing torch/transformers and loading the model: say so at
+# once instead of a blank page (the message is replaced by the app when it is ready).
+st.set_page_config(page_title="Sparsefinder", page_icon=":material/hub:", layout="wide")
+_starting = st.empty()
+if "_started" not in st.session_state:  # a session's first run only (no flash on reruns)
+    _starting.info("Starting Sparsefinder: loading PyTorch and the model (a few seconds on "
+                   "the first visit)…", icon=":material/hourglass_top:")
+
 from app import shell  # noqa: E402
+from sparsefinder import runtime  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
@@ -34,7 +45,9 @@ PAGES: list[tuple[str, str, str]] = [
 
 
 def main() -> None:
-    st.set_page_config(page_title="Sparsefinder", page_icon=":material/hub:", layout="wide")
+    # The app is an entry point: it may opt in to process-wide settings (both idempotent).
+    runtime.tune_cpu_allocator()
+    runtime.set_torch_threads()
     navigation = st.navigation([
         st.Page(HERE / path, title=title, icon=icon, default=index == 0)
         for index, (path, title, icon) in enumerate(PAGES)
@@ -45,6 +58,8 @@ def main() -> None:
         st.session_state[shell.CONTEXT_KEY] = shell.AppContext(
             errors=[f"Unexpected error while preparing the view: {type(error).__name__}: "
                     f"{error}"])
+    _starting.empty()
+    st.session_state["_started"] = True
     navigation.run()
 
 

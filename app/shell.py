@@ -12,10 +12,10 @@ switches (Streamlit forgets the state of widgets a page did not draw).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import tempfile
+import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -23,14 +23,25 @@ from typing import Any
 import streamlit as st
 import torch
 
-from sparsefinder import views
+from sparsefinder.explore import corpus as excorpus
+from sparsefinder.explore import inputs, live, texts
+from sparsefinder.explore import prepared as prep
+from sparsefinder.explore import state as urlstate
 from sparsefinder.graphs import TextInputError
 from sparsefinder.metrics import GraphScores
-from sparsefinder.models import DEFAULT_MODEL, LoadedModel, ModelLoadError, load_model
-from sparsefinder.projections import BUNDLED_PROJECTIONS
+from sparsefinder.models import (
+    DEFAULT_MODEL,
+    LoadedModel,
+    ModelLoadError,
+    load_model,
+    set_alpha,
+)
+from sparsefinder.resources import BUNDLED_PROJECTIONS
+from sparsefinder.serving import InputRefused, ServingPolicy
+from sparsefinder.spec import METHODS
 
 #: Projections of the bundled model; the environment variable points elsewhere (e.g. fresh
-#: ones from `sparsefinder train`) without touching assets/.
+#: ones from `sparsefinder train`) without touching the package's assets.
 DEFAULT_PROJECTIONS = Path(os.environ.get("SPARSEFINDER_DEFAULT_PROJECTIONS")
                            or BUNDLED_PROJECTIONS)
 VIEW_KEY = "_view"
@@ -38,6 +49,13 @@ CONTEXT_KEY = "_context"
 PRED_CACHE_KEY = "_predictions"
 CLUSTER_KEY = "_cluster"  # the k-means cluster picked on the Clusters page (None: none)
 CLUSTER_PARAM = "cluster"
+TEXT_PARAM = "text"  # a short custom text itself, compressed (see explore.texts)
+UPLOAD_DIR = Path(tempfile.gettempdir()) / "sparsefinder-uploads"  # <digest>/<upload name>
+
+
+def serving_policy() -> ServingPolicy:
+    """What this server accepts: exposed (allowlist only) unless bound to a loopback address."""
+    return ServingPolicy.from_env(st.get_option("server.address"))
 
 
 @dataclass
@@ -45,8 +63,8 @@ class AppContext:
     """What the sidebar produced in this run; pages draw from it (never from widgets)."""
 
     loaded: LoadedModel | None = None
-    prepared: views.PreparedText | None = None
-    state: views.ViewState = field(default_factory=views.ViewState)
+    prepared: prep.PreparedText | None = None
+    state: urlstate.ViewState = field(default_factory=urlstate.ViewState)
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     projections_note: str | None = None
@@ -63,9 +81,24 @@ class AppContext:
 # ------------------------------------------------------------------------------------------
 
 
-@st.cache_resource(max_entries=3, show_spinner="Loading the model…")
-def cached_model(name: str, alpha: float) -> LoadedModel:
-    return load_model(name, alpha=alpha, device="auto")
+@st.cache_resource(max_entries=2, show_spinner="Loading the model…")
+def cached_model(name: str) -> LoadedModel:
+    """One copy per model, whatever α: the attention function reads α at each call, and
+    :func:`cached_prepared` sets it under :func:`model_lock` before running the model."""
+    return load_model(name, alpha=1.5, device="auto")
+
+
+@st.cache_resource(show_spinner=False)
+def model_lock() -> threading.Lock:
+    """Serialises model runs of all sessions: two forward passes at once would only thrash
+    the CPU's cores (and they share one model object, whose α is set per run)."""
+    return threading.Lock()
+
+
+@st.cache_resource(show_spinner=False)
+def text_store() -> texts.TextStore:
+    """Custom texts this server has seen, by content hash: links and reloads find them."""
+    return texts.TextStore()
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
@@ -79,22 +112,84 @@ def cached_projections(path: str, digest: str, model_id: str) -> Any:
 @st.cache_resource(max_entries=4, show_spinner="Computing gold graphs and projections…")
 def cached_prepared(
     name: str, alpha: float, text: str, projections_key: str, _projections: Any
-) -> views.PreparedText:
+) -> prep.PreparedText:
     """Gold graphs + projected vectors of one text (the only place the model runs).
 
     At most 4 texts: a 512-token text holds ~20 MB of gold masks and, once the distance
     method is used, ~66 MB of cached query–key distances.
     """
-    loaded = cached_model(name, alpha)
-    record, notes = views.extract_one(loaded, text)
-    return views.prepare(record, _projections, notes)
+    loaded = cached_model(name)
+    with model_lock():
+        set_alpha(loaded, alpha)
+        record, notes = inputs.extract_one(loaded, text)
+    return prep.prepare(record, _projections, notes)
+
+
+@st.cache_resource(max_entries=64, show_spinner=False)
+def cached_predictions(cache_key: tuple, spec_key: tuple, _spec: Any,
+                       _prepared: prep.PreparedText) -> tuple[list[torch.Tensor], GraphScores]:
+    """Masks and scores of one setting on one prepared text, shared by every session: ten
+    users on the same link and sliders cost one prediction (``spec_key`` = ``_spec.key``)."""
+    preds = live.predict(_prepared, _spec)
+    return preds, live.score(_prepared, preds)
+
+
+@st.cache_resource(max_entries=64, show_spinner="Running the model on the predicted graph…")
+def cached_accuracy(cache_key: tuple, spec_key: tuple, _spec: Any,
+                    _prepared: prep.PreparedText) -> Any:
+    """Output/embedding cosine of one setting on the text (a restricted forward pass against
+    the full-entmax run), shared by sessions; ``spec_key`` = ``_spec.key``."""
+    from sparsefinder.explore import accuracy
+
+    name, alpha = cache_key[0], cache_key[1]
+    loaded = cached_model(name)
+    text = _prepared.record.text
+    with model_lock():
+        set_alpha(loaded, alpha)
+        full = _reference(cache_key, loaded, text)
+        return accuracy.setting_accuracy(loaded, text, _spec, _prepared.projections, full)
+
+
+#: Validation passages of the Explorer's task measure (retrieval agreement).
+TASK_PASSAGES = 24
+
+
+@st.cache_resource(max_entries=32, show_spinner="Retrieval agreement on validation passages…")
+def cached_task_accuracy(model_key: tuple, spec_key: tuple, _spec: Any, _projections: Any
+                         ) -> Any:
+    """Retrieval agreement of a setting on ``TASK_PASSAGES`` validation passages (restricted
+    forward passes vs the cached full run), shared by sessions; ``model_key`` = (name, α,
+    projections digest)."""
+    from sparsefinder.corpus import corpus_texts
+    from sparsefinder.explore import accuracy
+
+    name, alpha = model_key[0], model_key[1]
+    loaded = cached_model(name)
+    texts = corpus_texts("default", "validation", loaded.tokenizer, loaded.max_length,
+                         TASK_PASSAGES)
+    with model_lock():
+        set_alpha(loaded, alpha)
+        full = _reference(("task", name, alpha), loaded, "\n\n".join(texts), texts)
+        return accuracy.task_accuracy(loaded, texts, _spec, _projections, full)
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def _reference(cache_key: tuple, _loaded: LoadedModel, text: str,
+               _texts: list[str] | None = None) -> Any:
+    """The full α-entmax run of the text (or of ``_texts``): the accuracy reference, once."""
+    from sparsefinder.accuracy import encode
+    from sparsefinder.explore import accuracy
+
+    if _texts is not None:
+        return encode(_loaded.model, _loaded.tokenizer, _texts, max_length=_loaded.max_length)
+    return accuracy.reference(_loaded, text)
 
 
 @st.cache_resource(max_entries=8, show_spinner="Sweeping every method on this text…")
 def cached_text_sweep(cache_key: tuple, methods: tuple[str, ...],
-                      _prepared: views.PreparedText) -> Any:
+                      _prepared: prep.PreparedText) -> Any:
     """Sparsity–recall of every grid point of ``methods`` on the current text."""
-    return views.sweep_records([_prepared.record], _prepared.projections, list(methods))
+    return excorpus.sweep_records([_prepared.record], _prepared.projections, list(methods))
 
 
 @st.cache_resource(show_spinner=False)
@@ -117,15 +212,40 @@ def corpus_sweep(key: tuple, loaded: LoadedModel, projections: Any, methods: lis
     def report(fraction: float, message: str) -> None:
         bar.progress(min(max(fraction, 0.0), 1.0), text=f"Validation corpus: {message}")
 
-    records = views.corpus_records(loaded, split="validation", max_passages=max_passages,
+    records = excorpus.corpus_records(loaded, split="validation", max_passages=max_passages,
                                    on_progress=lambda f, m: report(0.7 * f, m))
-    frame = views.sweep_records(records, projections, methods,
+    frame = excorpus.sweep_records(records, projections, methods,
                                 on_progress=lambda f, m: report(0.7 + 0.3 * f, m))
     bar.empty()
     if len(store) >= 4:
         store.pop(next(iter(store)))
     store[full_key] = (records, frame)
     return store[full_key]
+
+
+def text_accuracy_sweep(ctx: AppContext, methods: list[str], compute: bool) -> Any:
+    """Sparsity–accuracy points of ``methods`` on the current text (one restricted forward
+    per grid point), from the store, or computed now with a progress bar; None if not yet."""
+    from sparsefinder.accuracy_sweep import accuracy_sweep
+
+    store = _corpus_store()
+    key = ("accuracy", *ctx.cache_key, tuple(methods))
+    if key in store or not compute:
+        return store.get(key)
+    bar = st.progress(0.0, text="Accuracy axis: starting…")
+    loaded = cached_model(ctx.cache_key[0])
+    with model_lock():
+        set_alpha(loaded, ctx.cache_key[1])
+        frame = accuracy_sweep(
+            loaded, [ctx.prepared.record.text], ctx.prepared.projections, methods,
+            model_name=ctx.cache_key[0],
+            on_progress=lambda f, m: bar.progress(min(max(f, 0.0), 1.0),
+                                                  text=f"Accuracy axis: {m}"))
+    bar.empty()
+    if len(store) >= 8:
+        store.pop(next(iter(store)))
+    store[key] = frame
+    return frame
 
 
 def clear_caches() -> None:
@@ -138,26 +258,29 @@ def clear_caches() -> None:
 # ------------------------------------------------------------------------------------------
 
 
-def view_state() -> views.ViewState:
+def view_state() -> urlstate.ViewState:
     """The current view state: session first, else the URL (first visit / shared link)."""
     if VIEW_KEY not in st.session_state:
-        state, problems = views.parse_view_state(st.query_params.to_dict())
+        state, problems = urlstate.parse_view_state(st.query_params.to_dict())
         st.session_state[VIEW_KEY] = state
         st.session_state["_url_problems"] = problems
     return st.session_state[VIEW_KEY]
 
 
-def set_view_state(state: views.ViewState) -> None:
+def set_view_state(state: urlstate.ViewState) -> None:
     """Store the state and mirror it into the URL (only changed parameters are written)."""
     st.session_state[VIEW_KEY] = state
-    params = views.view_state_to_params(state)
+    params = urlstate.view_state_to_params(state)
     current = st.query_params.to_dict()
     changed = {k: v for k, v in params.items() if current.get(k) != v}
     if changed:
         st.query_params.update(changed)
+    for key in set(urlstate.PARAM_NAMES.values()) - set(params):
+        if key in current:  # e.g. textid after switching back to an example
+            del st.query_params[key]
 
 
-def update_view(**changes: Any) -> views.ViewState:
+def update_view(**changes: Any) -> urlstate.ViewState:
     state = replace(view_state(), **changes)
     set_view_state(state)
     return state
@@ -167,7 +290,7 @@ def selected_cluster() -> int | None:
     """The k-means cluster picked on the Clusters page (shared by pages): session first, else
     the URL's ``cluster``; the URL is kept in step (a page switch may drop it)."""
     if CLUSTER_KEY not in st.session_state:
-        st.session_state[CLUSTER_KEY] = views.parse_cluster(st.query_params.get(CLUSTER_PARAM))
+        st.session_state[CLUSTER_KEY] = urlstate.parse_cluster(st.query_params.get(CLUSTER_PARAM))
     cluster = st.session_state[CLUSTER_KEY]
     if cluster is not None and st.query_params.get(CLUSTER_PARAM) != str(cluster):
         st.query_params[CLUSTER_PARAM] = str(cluster)
@@ -223,8 +346,10 @@ def _device_label(device: torch.device | None) -> str:
 
 
 def _model_controls() -> tuple[str, Path | None, str | None]:
-    """Model name and projections file (path, or an upload saved to a temp file)."""
-    seed("w_model_kind", "default")
+    """Model name and projections file (path, or an upload saved to a temp file); the first
+    run takes the model from the URL (a shared link)."""
+    linked = view_state().model
+    seed("w_model_kind", "default" if linked == DEFAULT_MODEL else "custom")
     kind = st.sidebar.radio(
         "Model", ["default", "custom"], key="w_model_kind", horizontal=True,
         format_func=lambda k: "Bundled (MiniLM-L6)" if k == "default" else "Other",
@@ -234,22 +359,28 @@ def _model_controls() -> tuple[str, Path | None, str | None]:
     if kind == "default":
         path = DEFAULT_PROJECTIONS if DEFAULT_PROJECTIONS.exists() else None
         note = None if path else (
-            "Bundled projections (assets/default/projections.pt) are missing; run "
+            "Bundled projections (sparsefinder/assets/default/projections.pt) are missing; run "
             "`make assets` to train them."
         )
         return DEFAULT_MODEL, path, note
-    seed("w_model_name", "")
+    seed("w_model_name", "" if linked == DEFAULT_MODEL else linked)
+    policy = serving_policy()
     name = st.sidebar.text_input("Model id or folder", key="w_model_name",
                                  placeholder="e.g. bert-base-uncased or /path/to/model")
+    if policy.exposed:  # served to others: only listed models, no server-side paths
+        st.sidebar.caption("Models on this server: "
+                           + ", ".join(("default", *policy.allowlist)))
     seed("w_proj_path", "")
-    proj_path = st.sidebar.text_input("Projections file (.pt)", key="w_proj_path",
-                                      placeholder="path to projections.pt (optional)")
+    proj_path = "" if policy.exposed else st.sidebar.text_input(
+        "Projections file (.pt)", key="w_proj_path",
+        placeholder="path to projections.pt (optional)")
     upload = st.sidebar.file_uploader("…or upload projections", type=["pt"], key="w_proj_upload")
     if upload is not None:
         data = upload.getvalue()
-        target = Path(tempfile.gettempdir()) / (
-            f"sparsefinder-proj-{hashlib.sha256(data).hexdigest()[:16]}.pt")
+        safe = "".join(c for c in Path(upload.name).name if c.isalnum() or c in "._- ")
+        target = UPLOAD_DIR / hashlib.sha256(data).hexdigest()[:16] / (safe or "upload.pt")
         if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
         return name.strip(), target, None
     if proj_path.strip():
@@ -260,39 +391,82 @@ def _model_controls() -> tuple[str, Path | None, str | None]:
     )
 
 
-def _text_controls(state: views.ViewState) -> tuple[str | None, str | None]:
-    """The text to analyse, or (None, error message). Typed text stays in its widget key."""
+PASTED_KEY = "_pasted_text"  # the last pasted text: survives mode and page switches
+
+
+def _linked_text(state: urlstate.ViewState) -> tuple[str | None, str | None]:
+    """The custom text a link names (``textid`` + ``text``), or (None, why not)."""
+    payload = st.query_params.get(TEXT_PARAM)
+    try:
+        return texts.resolve_text(state.text_id, payload, text_store()), None
+    except texts.TextLinkError as error:
+        return None, f"This link's text: {error}"
+
+
+def _text_controls(state: urlstate.ViewState) -> tuple[str | None, str | None]:
+    """The text to analyse, or (None, error message). Pasted text is kept in the session
+    (``PASTED_KEY``), the server's text store and the link, so switching modes or pages,
+    or reloading, never loses it."""
+    if PASTED_KEY not in st.session_state and state.text_id is not None:
+        linked, problem = _linked_text(state)
+        if linked is None:
+            return None, problem
+        st.session_state[PASTED_KEY] = linked
+        seed("w_source", "paste")
     seed("w_source", "example")
     source = st.sidebar.radio(
         "Text", ["example", "paste", "upload"], key="w_source", horizontal=True,
         format_func={"example": "Example", "paste": "Paste", "upload": "Upload"}.get,
     )
     if source == "example":
-        example = st.sidebar.selectbox("Example text", views.list_examples(),
+        example = st.sidebar.selectbox("Example text", inputs.list_examples(),
                                        **bind("w_example", "example"))
-        return views.read_example(example), None
+        return inputs.read_example(example), None
     if source == "paste":
-        seed("w_paste", views.read_example(state.example))
+        seed("w_paste", st.session_state.get(PASTED_KEY) or inputs.read_example(state.example))
         text = st.sidebar.text_area("Paste a text", key="w_paste", height=180)
+        st.session_state[PASTED_KEY] = text
         if not text.strip():
             return None, "The text is empty: paste or type some text (one word or more)."
-        return text, None
+        try:
+            return serving_policy().check_text(text), None
+        except InputRefused as error:
+            return None, str(error)
     upload = st.sidebar.file_uploader("Upload a .txt file (UTF-8)", type=["txt"],
                                       key="w_text_upload")
     if upload is None:
         return None, "No file uploaded yet: choose a .txt file, or pick an example."
     try:
-        text = views.decode_upload(upload.getvalue(), upload.name)
-    except TextInputError as error:
+        serving_policy().check_text_bytes(upload.size, upload.name)
+        text = serving_policy().check_text(inputs.decode_upload(upload.getvalue(), upload.name))
+    except (TextInputError, InputRefused) as error:
         return None, str(error)
     if not text.strip():
         return None, f"{upload.name} is empty: upload a file with some text."
     return text, None
 
 
-def _method_control(prepared: views.PreparedText | None) -> None:
+def _link_text(text: str | None, custom: bool) -> None:
+    """Name the analysed text in the view state and the link: a bundled example by its name
+    (already bound), a custom text by ``textid`` plus, when short, the text itself."""
+    if not custom or text is None:
+        update_view(text_id=None)
+        if TEXT_PARAM in st.query_params:
+            del st.query_params[TEXT_PARAM]
+        return
+    key = text_store().put(text)
+    update_view(text_id=key)
+    payload = texts.encode_text(text)
+    if payload is None:
+        if TEXT_PARAM in st.query_params:
+            del st.query_params[TEXT_PARAM]
+    elif st.query_params.get(TEXT_PARAM) != payload:
+        st.query_params[TEXT_PARAM] = payload
+
+
+def _method_control(prepared: prep.PreparedText | None) -> None:
     st.sidebar.selectbox(
-        "Method", list(views.METHODS), format_func=views.METHODS.get,
+        "Method", list(urlstate.APP_METHODS), format_func=urlstate.method_label,
         help="Sparsefinder predictor; its hyperparameters are live sliders on each page. "
              "Window and global tokens are added to any method (paper §4.7).",
         **bind("w_method", "method"),
@@ -306,15 +480,20 @@ def build_context() -> AppContext:
     ctx.notes.extend(st.session_state.pop("_url_problems", []))
     st.sidebar.title("Sparsefinder")
     name, proj_path, ctx.projections_note = _model_controls()
-    seed("w_alpha", 1.5)
-    alpha = st.sidebar.number_input("α (entmax)", min_value=1.0, max_value=4.0, step=0.05,
+    low, high = urlstate.ALPHA_RANGE
+    seed("w_alpha", float(state.alpha))
+    alpha = st.sidebar.number_input("α (entmax)", min_value=low, max_value=high, step=0.05,
                                     key="w_alpha", format="%.2f",
                                     help="1 = softmax (dense), 1.5 = entmax15, 2 = sparsemax")
     text, text_error = _text_controls(state)
+    if text_error is None or not text_error.startswith("This link's text"):
+        _link_text(text, st.session_state.get("w_source") != "example")
     try:
         if not name:
             raise ModelLoadError("no model given: type a Hugging Face id or a local folder")
-        ctx.loaded = cached_model(name, float(alpha))
+        name = serving_policy().check_model_name(name)  # exposed: allowlist only
+        ctx.loaded = cached_model(name)
+        update_view(model=name, alpha=float(alpha))  # the link names what is shown
     except (ModelLoadError, ValueError) as error:
         ctx.errors.append(f"Model not loaded: {error}")
     except Exception as error:  # e.g. a hub id that is a dataset: never a traceback
@@ -341,7 +520,7 @@ def build_context() -> AppContext:
             ctx.errors.append(str(error))
     _method_control(ctx.prepared)
     if ctx.prepared is not None:
-        clamped, notes = views.clamp(view_state(), ctx.prepared)
+        clamped, notes = live.clamp(view_state(), ctx.prepared)
         ctx.notes.extend(notes)
         set_view_state(clamped)
     ctx.state = view_state()
@@ -354,18 +533,25 @@ def build_context() -> AppContext:
 
 def _load_projections(ctx: AppContext, path: Path) -> tuple[Any, str]:
     """Projections for the loaded model, or (None, "none") with a note saying why not."""
+    shown = path.name if UPLOAD_DIR in path.parents else str(path)  # never the temp path
     try:
+        serving_policy().check_projections_size(path)  # from its size, before reading it
         data = path.read_bytes()
     except OSError as error:
-        ctx.projections_note = (f"Cannot read projections file {str(path)!r} ({error.strerror}); "
+        ctx.projections_note = (f"Cannot read projections file {shown!r} ({error.strerror}); "
                                 "learned methods are off.")
+        ctx.projections_failed = True
+        return None, "none"
+    except InputRefused as error:
+        ctx.projections_note = f"Projections not used: {error} Learned methods are off."
         ctx.projections_failed = True
         return None, "none"
     digest = hashlib.sha256(data).hexdigest()
     try:
         projections = cached_projections(str(path), digest, ctx.loaded.model_id)
     except ValueError as error:  # ProjectionsError: wrong model, bad file
-        ctx.projections_note = f"Projections not used: {error}. Learned methods are off."
+        ctx.projections_note = (f"Projections not used: {str(error).replace(str(path), shown)}."
+                                " Learned methods are off.")
         ctx.projections_failed = True
         return None, "none"
     return projections, digest
@@ -392,7 +578,7 @@ def show_messages(ctx: AppContext) -> bool:
             st.warning(note, icon=":material/warning:")
     if ctx.projections_note and ctx.projections_failed:
         st.warning(ctx.projections_note, icon=":material/warning:")
-    elif ctx.projections_note and ctx.state.method in views.LEARNED_METHODS:
+    elif ctx.projections_note and METHODS[ctx.state.method].needs_projections:
         st.info(ctx.projections_note, icon=":material/info:")
     if not ctx.ready:
         st.info("Fix the input in the sidebar to see attention graphs; the rest of your "
@@ -400,46 +586,29 @@ def show_messages(ctx: AppContext) -> bool:
     return ctx.ready
 
 
-def predictions(ctx: AppContext, state: views.ViewState) -> tuple[list[torch.Tensor],
-                                                                  GraphScores]:
-    """Predicted masks and scores for ``state``; the last result is memoised per session so
+def predictions(ctx: AppContext, state: urlstate.ViewState) -> tuple[list[torch.Tensor],
+                                                                     GraphScores]:
+    """Predicted masks and scores for ``state`` (``live.predict`` + the prepared scorer: the
+    calls a sweep makes). The last result is memoised per session, keyed by the spec, so
     changing layer/head/query (which don't change predictions) costs nothing."""
-    key = (id(ctx.prepared), state.method, state.t, state.bins, state.clusters, state.top_k,
-           state.window, state.global_tokens)
+    spec = live.spec_for(state, ctx.prepared)
+    key = (id(ctx.prepared), spec)
     cached = st.session_state.get(PRED_CACHE_KEY)
     if cached is not None and cached[0] == key:
         return cached[1], cached[2]
-    with single_thread():
-        preds = views.predict_layers(ctx.prepared, state)
-        scores = views.score(ctx.prepared, preds)
+    preds, scores = cached_predictions(ctx.cache_key, spec.key, spec, ctx.prepared)
     st.session_state[PRED_CACHE_KEY] = (key, preds, scores)
     return preds, scores
 
 
-@contextlib.contextmanager
-def single_thread():
-    """Run torch on one thread for the interactive path.
-
-    The masks of one slider move are small ops; on a busy 2-core CPU a second intra-op
-    thread mostly waits for the first (measured 3-20x slower), and Streamlit serves other
-    sessions on other threads anyway.
-    """
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def method_sliders(ctx: AppContext, columns: int = 4) -> views.ViewState:
+def method_sliders(ctx: AppContext, columns: int = 4) -> urlstate.ViewState:
     """Live hyperparameter sliders of the current method plus window / global tokens.
 
     Call inside an ``st.fragment``: moving one reruns only that fragment. Values are bound to
     the view state (and so to the URL), shared by every page.
     """
     prepared, state = ctx.prepared, view_state()
-    method = views.effective_method(state, prepared)
+    method = live.effective_method(state, prepared)
     col = iter(st.columns(columns))
     if method == "distance":
         next(col).slider(
@@ -449,25 +618,25 @@ def method_sliders(ctx: AppContext, columns: int = 4) -> views.ViewState:
             **bind("w_t", "t", float, float))
     elif method == "quantization":
         next(col).slider(
-            "β (bins per dimension)", 1, views.MAX_BINS,
+            "β (bins per dimension)", 1, urlstate.MAX_BINS,
             help="Each projected dimension cut into β equal-population bins (§4.4).",
             **bind("w_bins", "bins", int, int))
     elif method == "kmeans":
         next(col).select_slider(
-            "B (clusters)", options=sorted(prepared.centroids),
+            "B (clusters)", options=prepared.cluster_choices,
             help="Number of k-means centroids learned offline per head (§4.5).",
             **bind("w_clusters", "clusters", int, int))
-        top = min(views.MAX_TOP_K, int(view_state().clusters))
+        top = min(urlstate.MAX_TOP_K, int(view_state().clusters))
         if top > 1:
             next(col).slider(
                 "k (nearest centroids)", 1, top,
                 help="Queries and keys join their k nearest centroids; larger k, more edges.",
                 **bind("w_top_k", "top_k", lambda k: min(int(k), top), int))
-    next(col).select_slider("Window size", options=views.WINDOW_CHOICES,
+    next(col).select_slider("Window size", options=urlstate.WINDOW_CHOICES,
                             help="Adds edges |i−j| ≤ size//2 (0 = off).",
-                            **bind("w_window", "window", views.snap_window, int))
+                            **bind("w_window", "window", urlstate.snap_window, int))
     box = next(col)
-    for choice in views.GLOBAL_CHOICES:
+    for choice in urlstate.GLOBAL_CHOICES:
         box.checkbox(
             f"Global: {choice} token",
             help="That token ([CLS] / [SEP]) attends and is attended everywhere.",
@@ -479,4 +648,4 @@ def method_sliders(ctx: AppContext, columns: int = 4) -> views.ViewState:
 
 def _toggle_global(choice: str, on: bool) -> tuple[str, ...]:
     chosen = set(view_state().global_tokens) - {choice} | ({choice} if on else set())
-    return tuple(c for c in views.GLOBAL_CHOICES if c in chosen)
+    return tuple(c for c in urlstate.GLOBAL_CHOICES if c in chosen)

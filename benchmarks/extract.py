@@ -13,9 +13,10 @@ same captured scores (float32, and float64 for scale), plus support mismatches a
 rows the solver handed to its sort-based fallback. The last line is
 ``ratio=<entmax fast / faster softmax> max_abs_diff=<fast vs entmax15, all layers>``.
 
-Importing sparsefinder tunes glibc malloc (see ``entmax_ops._tune_cpu_allocator``) for every
-configuration alike; ``SPARSEFINDER_MALLOC_TUNING=0`` measures without it. The machine's load
-average is printed because timings on a shared machine are only as good as its quiet.
+The benchmark tunes glibc malloc (``sparsefinder.runtime.tune_cpu_allocator``, as the CLI and
+the app do) for every configuration alike; ``SPARSEFINDER_MALLOC_TUNING=0`` measures without
+it. The machine's load average is printed because timings on a shared machine are only as
+good as its quiet.
 
 Run: ``HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/extract.py``
 """
@@ -36,12 +37,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sparsefinder.attention import ENTMAX_ATTENTION, AttentionCall, capture  # noqa: E402
 from sparsefinder.entmax_ops import (  # noqa: E402
-    CPU_ALLOCATOR_TUNED,
     SolverStats,
     entmax15_fast,
     reference_mode,
 )
 from sparsefinder.models import load_model  # noqa: E402
+from sparsefinder.runtime import tune_cpu_allocator  # noqa: E402
+
+CPU_ALLOCATOR_TUNED = tune_cpu_allocator()
 
 N_TOKENS = 512
 ROUNDS, REFERENCE_ROUNDS, WARMUP = 9, 7, 2

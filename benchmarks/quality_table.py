@@ -33,7 +33,7 @@ from sparsefinder.metrics import (  # noqa: E402
     sparsity,
 )
 from sparsefinder.models import load_model  # noqa: E402
-from sparsefinder.pareto import METHODS, pareto_frontier, recall_at_sparsity  # noqa: E402
+from sparsefinder.pareto import CURVES, pareto_frontier, recall_at_sparsity  # noqa: E402
 from sparsefinder.projections import BUNDLED_PROJECTIONS, HeadProjections  # noqa: E402
 
 LEVELS = (0.75, 0.9, 0.95)
@@ -65,18 +65,19 @@ def main() -> None:
     projected = [projections.project_record(r) for r in records]
     rows, summary = [], []
     for method in dict.fromkeys(points["method"]):
-        spec = METHODS[method]
         params = _config_at(points, method, AT)
         row = {"method": method, **{f"R@{lv:g}": at.loc[method, f"recall@{lv:g}"]
                                     for lv in LEVELS}}
-        if params is not None and spec.fit is None:
-            predictors = [spec.factory(params, projections, layer)
-                          for layer in range(records[0].num_layers)]
+        chosen = [s for s in CURVES[method].specs if s.param_dict == params]
+        if chosen and not chosen[0].needs_training:
+            spec = chosen[0]
+            predictors = spec.build_layers(projections, records[0].num_layers)
             per_text: dict[str, list[torch.Tensor]] = {}
             for r, proj in zip(records, projected, strict=True):
                 scores: dict[str, list[torch.Tensor]] = {}
                 for layer, graph in enumerate(r.layers):
-                    q, k = proj[layer] if spec.needs_projection else (graph.queries, graph.keys)
+                    q, k = proj[layer] if spec.inputs == "projected" else (graph.queries,
+                                                                            graph.keys)
                     with torch.inference_mode():
                         pred = predictors[layer].predict(q, k, causal=r.causal)
                     gold = graph.gold

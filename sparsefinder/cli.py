@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 
 import sparsefinder.commands as commands_package
+from sparsefinder import runtime
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,6 +39,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; library errors become one-line messages, not tracebacks."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    runtime.tune_cpu_allocator()  # an entry point may opt in to process-wide settings
+    runtime.quiet_hub_progress_bars()
     args = build_parser().parse_args(argv)
     try:
         return int(args.handler(args) or 0)

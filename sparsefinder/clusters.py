@@ -34,7 +34,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from sparsefinder.predictors.base import causal_mask
+from sparsefinder.masks import allowed_per_row, apply_causal
 from sparsefinder.predictors.kmeans import KMeans
 
 if TYPE_CHECKING:
@@ -133,9 +133,7 @@ def corpus_breakdown(
 
 
 def _rows_allowed(n: int, m: int, causal: bool) -> np.ndarray:
-    if not causal:
-        return np.full(n, m, dtype=np.int64)
-    return causal_mask(n, m).sum(-1).numpy().astype(np.int64)
+    return allowed_per_row(n, m, causal=causal).numpy()
 
 
 def tag_edge_counts(
@@ -152,8 +150,7 @@ def tag_edge_counts(
     if pred.shape != gold.shape:
         raise ValueError(f"pred {tuple(pred.shape)} and gold {tuple(gold.shape)} must match")
     n, m = pred.shape
-    if causal:
-        pred = pred & causal_mask(n, m, pred.device)
+    pred = apply_causal(pred, causal)
     names, codes = _encode_tags(tags, n)
     per_row = np.stack(
         [
@@ -279,8 +276,8 @@ class HeadClusterAnalysis:
         """Count one :class:`~sparsefinder.graphs.AttentionRecord` with its POS tags."""
         self._projections.check_record(record)
         graph = record.layers[self.layer]
-        q = self._projections.project(self.layer, graph.queries)
-        k = self._projections.project(self.layer, graph.keys)
+        q = self._projections.project_queries(self.layer, graph.queries)
+        k = self._projections.project_keys(self.layer, graph.keys)
         q_ids, k_ids = head_assignments(q, k, self._centroids, self.head, self.top_k)
         self._queries.append(tag_cluster_counts(tags, q_ids, self.n_clusters, top_k=None))
         self._keys.append(tag_cluster_counts(tags, k_ids, self.n_clusters, top_k=None))

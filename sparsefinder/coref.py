@@ -38,8 +38,9 @@ import torch
 from torch import Tensor
 
 from sparsefinder.metrics import count_true, recall, sparsity
+from sparsefinder.resources import COREF_PROBES
 
-DEFAULT_PROBES = Path(__file__).resolve().parents[1] / "assets" / "coref_probes.json"
+DEFAULT_PROBES = COREF_PROBES
 
 
 class ProbeFileError(ValueError):

@@ -43,6 +43,7 @@ __all__ = [
     "SPLITS",
     "VALIDATION_FRACTION",
     "chunk_passages",
+    "corpus_texts",
     "default_corpus",
     "load_corpus",
     "load_texts",
@@ -384,3 +385,22 @@ def chunk_passages(texts: list[str], tokenizer: Any, max_tokens: int, stride: in
         it = iter(replacements)
         segments = [seg for old in segments for seg in ([old] if old[1] else next(it))]
     raise ValueError(f"could not split passages into chunks of at most {max_tokens} tokens")
+
+
+def corpus_texts(
+    source: str | Path,
+    split: str | None,
+    tokenizer: Any,
+    max_tokens: int,
+    max_passages: int | None = None,
+) -> list[str]:
+    """Texts ready for extraction: the passages of ``split`` (see :func:`load_corpus`), the
+    first ``max_passages`` of them, chunked to ``max_tokens`` (:func:`chunk_passages`), so
+    nothing is truncated by the model. The one way the CLI, the app and benchmarks read a
+    corpus."""
+    passages = load_corpus(source, None if split == "all" else split)
+    if max_passages is not None:
+        if max_passages < 1:
+            raise ValueError(f"max_passages must be >= 1, got {max_passages}")
+        passages = passages[:max_passages]
+    return chunk_passages(passages, tokenizer, max_tokens)

@@ -47,16 +47,13 @@ and rounding-level mass there) and probabilities within ~1e-6 of it — closer t
 
 Speed (MiniLM, one 512-token text, 2-core CPU, 2 threads): 6-20 ms a layer instead of ~100
 ms for the package, against ~2 ms for softmax; much of what is left is the fixed cost of ~200
-small tensor operations a call rather than arithmetic. Importing this module also tunes glibc
-malloc (:func:`_tune_cpu_allocator`).
+small tensor operations a call rather than arithmetic. Entry points also tune glibc malloc
+(:func:`sparsefinder.runtime.tune_cpu_allocator`); importing this module changes nothing.
 """
 
 from __future__ import annotations
 
-import ctypes
 import math
-import os
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -93,39 +90,6 @@ _TAIL_ROWS = 8
 _reference_mode: ContextVar[bool] = ContextVar("sparsefinder_entmax_reference", default=False)
 
 
-def _tune_cpu_allocator() -> bool:
-    """Keep freed tensor memory in the process instead of handing it back to the kernel.
-
-    Why: attention materialises several (heads, n, n) tensors per layer (12.6 MB each at
-    n=512 for MiniLM). glibc serves blocks that size with ``mmap`` or trims them off the
-    heap when freed, so every layer maps fresh pages again, and a first touch costs ~3.5 µs
-    per 4 KiB page here: up to ~100 ms of page faults per forward pass — more than all of
-    entmax, and 0 for fused ``sdpa``, which never materialises the scores. Raising the mmap
-    threshold to its maximum (32 MiB) and the trim threshold to 1 GiB makes the heap keep
-    and reuse those blocks: the same fix as running on jemalloc/tcmalloc, which PyTorch's
-    CPU tuning guide recommends. Eager softmax attention gains from it as much as entmax.
-
-    Process-wide, so: Linux/glibc only, once, at import; skipped when the user configured
-    malloc (``MALLOC_*`` or ``GLIBC_TUNABLES`` in the environment) or set
-    ``SPARSEFINDER_MALLOC_TUNING=0``. Returns whether it was applied.
-    """
-    if os.environ.get("SPARSEFINDER_MALLOC_TUNING", "1").lower() in {"0", "false", "no", ""}:
-        return False
-    if not sys.platform.startswith("linux") or "GLIBC_TUNABLES" in os.environ:
-        return False
-    if any(key.startswith("MALLOC_") for key in os.environ):
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        m_trim_threshold, m_mmap_threshold = -1, -3  # from <malloc.h>
-        return bool(libc.mallopt(m_mmap_threshold, 32 << 20)) and bool(
-            libc.mallopt(m_trim_threshold, 1 << 30)
-        )
-    except (OSError, AttributeError):  # not glibc
-        return False
-
-
-CPU_ALLOCATOR_TUNED = _tune_cpu_allocator()
 
 
 @contextmanager

@@ -19,6 +19,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from sparsefinder.attention import AttentionCall, capture
+from sparsefinder.masks import shared_causal_mask
 from sparsefinder.models import LoadedModel
 
 
@@ -51,8 +52,7 @@ class LayerGraph:
         scores = torch.matmul(self.queries, self.keys.transpose(-1, -2)) * self.scaling
         if causal:
             n, m = scores.shape[-2:]
-            future = ~torch.ones(n, m, dtype=torch.bool).tril(diagonal=m - n)
-            scores = scores.masked_fill(future, float("-inf"))
+            scores = scores.masked_fill(~shared_causal_mask(n, m), float("-inf"))
         return scores
 
 

@@ -4,7 +4,7 @@ A codebook file holds, for every number of clusters B fitted, float32 centroids
 (layers, heads, B, d) of the model's ORIGINAL keys, fitted on the TRAIN split, plus plain
 metadata (model id, α, corpus, split, number of texts). It is one small ``torch.save`` of
 plain tensors, loaded with ``weights_only=True`` (no code runs on load). The default model's
-codebooks are bundled (``assets/default/key_codebooks.pt``, ~2 MB for B ∈ {64, 128});
+codebooks are bundled (``sparsefinder/assets/default/key_codebooks.pt``, ~2 MB for B ∈ {64, 128});
 ``sparsefinder fit-codebooks`` rebuilds them.
 """
 
@@ -21,10 +21,11 @@ from torch import Tensor
 
 from sparsefinder.graphs import AttentionRecord
 from sparsefinder.predictors.routed_kmeans import RoutedKMeans
+from sparsefinder.resources import asset_path
 
 FORMAT = "sparsefinder-key-codebooks"
 FORMAT_VERSION = 1
-BUNDLED_CODEBOOKS = Path(__file__).resolve().parents[1] / "assets" / "default" / "key_codebooks.pt"
+BUNDLED_CODEBOOKS = asset_path("default", "key_codebooks.pt")
 DEFAULT_CLUSTERS = (64, 128)
 
 

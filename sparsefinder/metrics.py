@@ -19,14 +19,18 @@ overall value equals the plain mean of all (layer, head) values.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from sparsefinder.predictors.base import causal_mask
+from sparsefinder.masks import n_allowed_pairs, shared_causal_mask
+
+if TYPE_CHECKING:
+    from sparsefinder.graphs import AttentionRecord
 
 _DTYPE = torch.float64  # averages over many texts; counts stay exact
 def count_true(x: Tensor) -> Tensor:
@@ -44,11 +48,6 @@ def count_true(x: Tensor) -> Tensor:
     return torch.tensor(counts, dtype=torch.int64).reshape(lead)
 
 
-@lru_cache(maxsize=32)
-def _cached_causal_mask(n: int, m: int, device: torch.device) -> Tensor:
-    return causal_mask(n, m, device)  # read-only by convention: never modified in place
-
-
 def _check_mask(name: str, x: Tensor) -> None:
     if not isinstance(x, Tensor) or x.dtype != torch.bool:
         got = x.dtype if isinstance(x, Tensor) else type(x).__name__
@@ -58,19 +57,6 @@ def _check_mask(name: str, x: Tensor) -> None:
         )
     if x.dim() < 2:
         raise ValueError(f"{name} must have shape (heads, n, m), got {tuple(x.shape)}")
-
-
-def n_allowed_pairs(n: int, m: int, *, causal: bool = False) -> int:
-    """Denominator of Eq. 5: n·m, or the number of non-future pairs when ``causal``.
-
-    Uses the convention of ``predictors.base.causal_mask`` (query i sees keys
-    j <= i + (m - n)), which gives n(n+1)/2 for n == m.
-    """
-    if not causal:
-        return n * m
-    offset = m - n
-    # row i allows min(m, max(0, i + offset + 1)) keys
-    return int(torch.arange(n).add(offset + 1).clamp(0, m).sum())
 
 
 def recall(pred: Tensor, gold: Tensor) -> Tensor:
@@ -104,7 +90,7 @@ def precision(pred: Tensor, gold: Tensor, *, causal: bool = False) -> Tensor:
     """
     _check_pair(pred, gold)
     if causal:
-        pred = pred & _cached_causal_mask(*pred.shape[-2:], pred.device)
+        pred = pred & shared_causal_mask(*pred.shape[-2:], pred.device)
     hit = count_true(pred & gold)
     total = count_true(pred)
     return torch.where(total > 0, hit.to(_DTYPE) / total.clamp(min=1), 1.0)
@@ -196,7 +182,7 @@ def block_recall(pred: Tensor, gold: Tensor, block: int, *, causal: bool = False
     """
     _check_pair(pred, gold)
     if causal:
-        pred = pred & _cached_causal_mask(*pred.shape[-2:], pred.device)
+        pred = pred & shared_causal_mask(*pred.shape[-2:], pred.device)
     tp, tg = block_graph(pred, block), block_graph(gold, block)
     hit = (tp & tg).sum((-2, -1), dtype=torch.int64)
     total = tg.sum((-2, -1), dtype=torch.int64)
@@ -212,7 +198,7 @@ def sparsity(pred: Tensor, *, causal: bool = False) -> Tensor:
     _check_mask("pred", pred)
     n, m = pred.shape[-2:]
     if causal:
-        pred = pred & _cached_causal_mask(n, m, pred.device)
+        pred = pred & shared_causal_mask(n, m, pred.device)
     denom = n_allowed_pairs(n, m, causal=causal)
     if denom == 0:
         return torch.ones(pred.shape[:-2], dtype=_DTYPE, device=pred.device)
@@ -245,6 +231,63 @@ def score_layers(preds: list[Tensor], golds: list[Tensor], causal: bool = False)
         sparsity=torch.stack([sparsity(p, causal=causal) for p in preds]),
         gold_sparsity=torch.stack([gold_sparsity(g, causal=causal) for g in golds]),
     )
+
+
+class Scorer:
+    """Recall, sparsity and gold sparsity of predictions for ONE record: the one scoring path.
+
+    Built once per record, it caches what does not depend on the prediction — each layer's
+    gold mask, |G| per (layer, head), the gold sparsity and the denominator of Eq. 5 — and
+    takes ``causal`` from the record, so a decoder is never scored with the n·m denominator
+    by mistake. A prediction then costs two popcounts per layer: |Ĝ ∧ G| and |Ĝ|.
+    The numbers are exactly those of :func:`recall` and :func:`sparsity`.
+    """
+
+    def __init__(self, record: AttentionRecord) -> None:
+        if not record.layers:
+            raise ValueError("the record has no layers; extract it with graphs.extract()")
+        self.causal: bool = bool(record.causal)
+        self.golds: list[Tensor] = record.gold_masks()
+        n, m = self.golds[0].shape[-2:]
+        self.shape: tuple[int, int] = (int(n), int(m))
+        self.denominator: int = n_allowed_pairs(int(n), int(m), causal=self.causal)
+        self.gold_counts: Tensor = torch.stack([count_true(self._allowed(g)) for g in self.golds])
+        self.gold_sparsity: Tensor = self._sparsity(self.gold_counts)
+
+    def _allowed(self, mask: Tensor) -> Tensor:
+        if not self.causal:
+            return mask
+        return mask & shared_causal_mask(*self.shape, mask.device)
+
+    def _sparsity(self, kept: Tensor) -> Tensor:
+        if self.denominator == 0:
+            return torch.ones(kept.shape, dtype=_DTYPE)
+        return 1.0 - kept.to(_DTYPE) / self.denominator
+
+    def layer(self, layer: int, pred: Tensor) -> tuple[Tensor, Tensor]:
+        """(recall, sparsity) per head of one layer's prediction bool (heads, n, m)."""
+        _check_mask("pred", pred)
+        gold = self.golds[layer]
+        if pred.shape != gold.shape:
+            raise ValueError(
+                f"layer {layer}: pred {tuple(pred.shape)} and gold {tuple(gold.shape)} must match"
+            )
+        pred = self._allowed(pred)
+        total = self.gold_counts[layer]
+        hit = count_true(pred & gold)
+        recall_ = torch.where(total > 0, hit.to(_DTYPE) / total.clamp(min=1), 1.0)
+        return recall_, self._sparsity(count_true(pred))
+
+    def score(self, preds: Sequence[Tensor]) -> GraphScores:
+        """Scores of every (layer, head) from per-layer predictions bool (heads, n, m)."""
+        if len(preds) != len(self.golds):
+            raise ValueError(f"got {len(preds)} predicted layers but {len(self.golds)} gold layers")
+        pairs = [self.layer(index, pred) for index, pred in enumerate(preds)]
+        return GraphScores(
+            recall=torch.stack([r for r, _ in pairs]),
+            sparsity=torch.stack([s for _, s in pairs]),
+            gold_sparsity=self.gold_sparsity,
+        )
 
 
 def macro_average(scores: list[GraphScores]) -> dict[str, Tensor | float | int]:

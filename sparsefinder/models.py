@@ -8,19 +8,30 @@ a local folder, or a hub id where the user has a network.
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedTokenizerBase
-from transformers.utils import logging as transformers_logging
 
 from sparsefinder.attention import use_entmax
 from sparsefinder.entmax_ops import validate_alpha
+from sparsefinder.serving import (
+    InputRefused,
+    available_memory_bytes,
+    check_fits,
+    estimate_model_bytes,
+    looks_like_path,
+)
 
 DEFAULT_MODEL = "default"
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+#: One load at a time per process: two visitors loading big models at once would both pass
+#: the free-memory check and then together exceed it.
+_LOAD_LOCK = threading.Lock()
 
 
 class ModelLoadError(ValueError):
@@ -81,6 +92,17 @@ def default_model_path() -> Path:
     return Path(get_model_path())
 
 
+def _same_folder(source: str, folder: Callable[[], Path]) -> bool:
+    """Whether ``source`` is an existing folder that is ``folder()`` (links resolved)."""
+    path = Path(source)
+    if not path.is_dir():
+        return False
+    try:
+        return path.resolve() == folder().resolve()
+    except ModelLoadError:
+        return False
+
+
 def resolve_device(device: str | torch.device) -> torch.device:
     """``"auto"`` means CUDA when available, else CPU."""
     if str(device) == "auto":
@@ -118,6 +140,76 @@ def _is_causal(model: nn.Module) -> bool:
     )
 
 
+def _check_local_folder(name: str) -> None:
+    """A name that is a path must be an existing folder (else transformers would try it as a
+    hub id and answer "Repo id must be in the form…")."""
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return
+    if path.exists():
+        raise ModelLoadError(
+            f"{name!r} is a file, not a model folder; give the folder that holds config.json, "
+            "the tokenizer files and the weights"
+        )
+    if looks_like_path(name):
+        raise ModelLoadError(
+            f"model folder not found: {name!r}; check the path (a folder written by "
+            "`save_pretrained`), or use 'default' or a hub id such as 'org/name'"
+        )
+
+
+def _load_error(name: str, source: str, error: Exception) -> ModelLoadError:
+    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in {"", "0", "false", "False"}
+    is_local = Path(name).exists()
+    hint = (
+        "check that the folder holds config.json, the tokenizer files and the weights"
+        if is_local
+        else "use 'default', a local folder with a saved model, or a hub id"
+        + (
+            " (HF_HUB_OFFLINE=1 is set: hub ids only work if already cached; unset it "
+            "where you have a network)"
+            if offline
+            else " and check your network"
+        )
+    )
+    return ModelLoadError(
+        f"could not load model {name!r} from {source!r}: {hint}. "
+        f"Cause: {type(error).__name__}: {str(error).splitlines()[0]}"
+    )
+
+
+def _check_memory(name: str, source: str, config: object, device: torch.device) -> None:
+    """Refuse a model whose weights would not fit, before any weight is read.
+
+    Weights are first materialised in host memory, then moved to the GPU, so both must fit.
+    """
+    needed = estimate_model_bytes(source, config)
+    try:
+        check_fits(name, needed, available_memory_bytes())
+        if device.type == "cuda":
+            free_gpu, _total = torch.cuda.mem_get_info(device)
+            check_fits(name, needed, int(free_gpu), where=f"GPU memory on {device}")
+    except InputRefused as error:
+        raise ModelLoadError(str(error)) from error
+
+
+def _load_checked(
+    name: str, source: str, device: torch.device
+) -> tuple[object, PreTrainedTokenizerBase, nn.Module]:
+    """Config, memory check, then tokenizer and weights; every failure a ModelLoadError."""
+    try:
+        config = AutoConfig.from_pretrained(source)
+    except (OSError, ValueError, KeyError) as error:
+        raise _load_error(name, source, error) from error
+    _check_memory(name, source, config, device)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        model = AutoModel.from_pretrained(source, config=config)
+    except (OSError, ValueError, KeyError) as error:
+        raise _load_error(name, source, error) from error
+    return config, tokenizer, model
+
+
 def load_model(
     name: str = DEFAULT_MODEL, alpha: float = 1.5, device: str | torch.device = "auto"
 ) -> LoadedModel:
@@ -127,38 +219,20 @@ def load_model(
         raise ModelLoadError("model name is empty; use 'default', a local folder or a hub id")
     name = name.strip()
     resolved_device = resolve_device(device)
-    transformers_logging.disable_progress_bar()  # keep CLI/app output to our own bars
     if name == DEFAULT_MODEL:
         source, model_id = str(default_model_path()), DEFAULT_MODEL_ID
     else:
-        source, model_id = name, name
-    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in {"", "0", "false", "False"}
-    try:
-        config = AutoConfig.from_pretrained(source)
-        tokenizer = AutoTokenizer.from_pretrained(source)
-        model = AutoModel.from_pretrained(source, config=config)
-    except (OSError, ValueError, KeyError) as error:
-        is_local = Path(name).exists()
-        hint = (
-            "check that the folder holds config.json, the tokenizer files and the weights"
-            if is_local
-            else "use 'default', a local folder with a saved model, or a hub id"
-            + (
-                " (HF_HUB_OFFLINE=1 is set: hub ids only work if already cached; unset it "
-                "where you have a network)"
-                if offline
-                else " and check your network"
-            )
-        )
-        raise ModelLoadError(
-            f"could not load model {name!r} from {source!r}: {hint}. "
-            f"Cause: {type(error).__name__}: {str(error).splitlines()[0]}"
-        ) from error
+        source, model_id = os.path.expanduser(name), name
+        _check_local_folder(name)
+        if _same_folder(source, default_model_path):  # the bundled weights, by another name
+            model_id = DEFAULT_MODEL_ID
+    with _LOAD_LOCK:  # until the weights sit on their device (the memory check must hold)
+        config, tokenizer, model = _load_checked(name, source, resolved_device)
+        use_entmax(model, alpha)
+        model.eval().to(resolved_device)
     if tokenizer.pad_token is None:  # GPT-2 style tokenizers: padding is masked out anyway
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "right"
-    use_entmax(model, alpha)
-    model.eval().to(resolved_device)
     return LoadedModel(
         model=model,
         tokenizer=tokenizer,

@@ -1,15 +1,14 @@
 """Sparsity–recall sweeps over hyperparameter grids and their Pareto frontiers (paper §5–6).
 
-A *method* is a registry entry (:data:`METHODS`): a grid of parameter dicts, a factory
-``factory(params, projections, layer) -> Predictor``, the input its predictors read
-(``inputs``: ``"projected"`` low-dimensional projections, ``"original"`` queries/keys of the
-model, or ``"shape"`` only the sizes) and, for methods learned from training graphs, a
-``fit(train_records) -> Factory`` that returns the factory to use.
-Baselines (Longformer, BigBird, Reformer, …) are added with :func:`register_method` without
-touching the sweep. :func:`sweep` predicts every head of every layer of every text for every
-configuration, scores recall and sparsity with :mod:`sparsefinder.metrics` and macro-averages
-them (texts, then heads, then layers). Each text is projected once and its projections are
-reused by every configuration; predictors are built once per (configuration, layer).
+A *curve* (:data:`CURVES`) is a grid over one predictor family of the method registry
+(:mod:`sparsefinder.spec`): a list of :class:`~sparsefinder.spec.PredictorSpec`, e.g.
+``distance`` (the thresholds) or ``distance+window`` (the same ∪ a window of 3). New families
+are registered in :mod:`sparsefinder.spec`, new grids with :func:`register_curve`.
+:func:`sweep` scores every spec of the chosen curves with :func:`score_specs`: for each text
+it builds a :class:`~sparsefinder.metrics.Scorer` once, runs the per-layer predictors of each
+spec through :func:`~sparsefinder.spec.predict_record` (projections computed once per text and
+layer) and macro-averages recall and sparsity (texts, then heads, then layers). The app's live
+view scores a setting with the very same two calls, so its numbers equal the sweep's.
 
 Grids (paper §5 and appendix C–D):
 
@@ -55,43 +54,24 @@ docstring for the interpolation rule.
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import plotly.graph_objects as go
 import torch
-from tqdm.auto import tqdm
 
+from sparsefinder.calibrated_sweep import DISTANCE_FINE_GRID, calibrated_grids
 from sparsefinder.graphs import AttentionRecord
-from sparsefinder.metrics import GraphScores, macro_average, recall, sparsity
-from sparsefinder.predictors import (
-    BigBird,
-    Distance,
-    Longformer,
-    NoDiagonal,
-    Quantization,
-    Reformer,
-    Routing,
-    StaticMask,
-    TopK,
-    Union,
-    Window,
-)
-from sparsefinder.predictors.base import Predictor
+from sparsefinder.metrics import GraphScores, Scorer, macro_average
 from sparsefinder.projections import HeadProjections, ProjectionsError
+from sparsefinder.spec import PredictorSpec, RecordInputs, predict_record
 
 Params = dict[str, Any]
-Factory = Callable[[Params, HeadProjections | None, int], Predictor]
-#: ``fit(train_records) -> Factory``: learns from training gold graphs, returns the factory.
-Fitter = Callable[[Sequence[AttentionRecord]], Factory]
-INPUTS = ("projected", "original", "shape")
+ProgressFn = Callable[[float, str], None]
 
 DISTANCE_GRID = [0.25 * i for i in range(1, 21)]
 CLUSTER_GRID = [2, 4, 6, 8, 10, 12, 16, 20]
@@ -109,36 +89,29 @@ STATIC_MASK_GRID = [0.5, 0.7, 0.8, 0.9, 0.95, 0.98]
 
 
 @dataclass(frozen=True)
-class MethodSpec:
-    """One sweepable method: its grid, how to build a predictor, and what it needs.
+class Curve:
+    """A named grid of specs over one method (all share the method, so its inputs/fit)."""
 
-    ``inputs``: what ``predict`` gets — ``"projected"`` (the learned projections of q/k),
-    ``"original"`` (the model's q/k, e.g. the top-k oracle) or ``"shape"`` (only sizes are
-    read; given the original q/k). ``fit``: for methods learned from training gold graphs,
-    ``fit(train_records)`` returns the factory to use instead of ``factory``.
-    """
-
-    grid: list[Params]
-    factory: Factory
-    inputs: str = "projected"
-    fit: Fitter | None = None
+    name: str
+    specs: tuple[PredictorSpec, ...]
 
     @property
-    def needs_projection(self) -> bool:
-        return self.inputs == "projected"
+    def method(self) -> str:
+        return self.specs[0].method
 
     @property
-    def uses_projections(self) -> bool:
-        return self.inputs == "projected"
+    def needs_projections(self) -> bool:
+        return self.specs[0].needs_projections
 
     @property
     def needs_training(self) -> bool:
-        return self.fit is not None
+        return self.specs[0].needs_training
 
 
-METHODS: dict[str, MethodSpec] = {}
+#: Sweepable curves by name (``<method>`` and ``<method>+window`` variants, baselines…).
+CURVES: dict[str, Curve] = {}
 
-#: Named groups for ``--methods``; "all" is every registered method.
+#: Named groups for ``--methods``; "all" is every registered curve.
 GROUPS: dict[str, list[str]] = {
     "sparsefinder": [
         "distance", "kmeans", "quantization",
@@ -151,218 +124,88 @@ GROUPS: dict[str, list[str]] = {
 }
 
 
-def register_method(
-    name: str,
-    grid: Iterable[Params],
-    factory: Factory,
-    *,
-    needs_projection: bool = True,
-    inputs: str | None = None,
-    fit: Fitter | None = None,
-    replace: bool = False,
-) -> MethodSpec:
-    """Add a method to :data:`METHODS` (e.g. a baseline); returns its spec.
-
-    ``inputs`` (see :class:`MethodSpec`) defaults to ``"projected"`` if ``needs_projection``
-    else ``"original"``.
-    """
-    if inputs is None:
-        inputs = "projected" if needs_projection else "original"
-    if inputs not in INPUTS:
-        raise ValueError(f"inputs must be one of {INPUTS}, got {inputs!r}")
+def register_curve(name: str, method: str, grid: Iterable[Params], *, window: int = 0,
+                   replace: bool = False) -> Curve:
+    """Add a sweep curve: ``method`` (a :data:`sparsefinder.spec.METHODS` key) over ``grid``,
+    each point united with ``Window(window)`` when ``window`` > 0; returns it."""
     if not name or "," in name:
-        raise ValueError(f"method name must be non-empty without commas, got {name!r}")
-    if name in METHODS and not replace:
-        raise ValueError(f"method {name!r} is already registered; pass replace=True")
-    grid = [dict(p) for p in grid]
-    if not grid:
-        raise ValueError(f"method {name!r} needs at least one parameter dict in its grid")
-    spec = MethodSpec(grid=grid, factory=factory, inputs=inputs, fit=fit)
-    METHODS[name] = spec
-    return spec
-
-
-def _require(projections: HeadProjections | None, what: str) -> HeadProjections:
-    if projections is None:
-        raise ValueError(f"{what} needs learned projections; pass projections=...")
-    return projections
-
-
-def _distance(p: Params, projections: HeadProjections | None, layer: int) -> Predictor:
-    return Distance(float(p["threshold"]))
-
-
-def _kmeans(p: Params, projections: HeadProjections | None, layer: int) -> Predictor:
-    proj = _require(projections, "k-means")
-    return proj.kmeans(layer, int(p["n_clusters"]), top_k=int(p["top_k"]))
-
-
-def _quantization(p: Params, projections: HeadProjections | None, layer: int) -> Predictor:
-    return Quantization(int(p["bins"]))
-
-
-def _window(p: Params, projections: HeadProjections | None, layer: int) -> Predictor:
-    return Window(int(p["window"]))
-
-
-def with_window(factory: Factory, size: int = WITH_WINDOW_SIZE) -> Factory:
-    """A factory for ``factory``'s predictor ∪ ``Window(size)``."""
-
-    def build(p: Params, projections: HeadProjections | None, layer: int) -> Predictor:
-        return Union(factory(p, projections, layer), Window(size))
-
-    return build
-
-
-def _longformer(p: Params, projections: HeadProjections | None, layer: int) -> Predictor:
-    return Longformer(WITH_WINDOW_SIZE, int(p["n_global"]), seed=layer)
-
-
-def _bigbird(p: Params, projections: HeadProjections | None, layer: int) -> Predictor:
-    return BigBird(WITH_WINDOW_SIZE, int(p["n_random"]), seed=layer)
-
-
-def _reformer(p: Params, projections: HeadProjections | None, layer: int) -> Predictor:
-    return Reformer(int(p["n_buckets"]), seed=layer)
-
-
-def _routing(p: Params, projections: HeadProjections | None, layer: int) -> Predictor:
-    return Routing(int(p["n_clusters"]), seed=layer)
-
-
-def _topk(p: Params, projections: HeadProjections | None, layer: int) -> Predictor:
-    return TopK(int(p["k"]))
-
-
-def _distance_nodiag(p: Params, projections: HeadProjections | None, layer: int) -> Predictor:
-    return NoDiagonal(_distance(p, projections, layer))
-
-
-def _needs_training(p: Params, projections: HeadProjections | None, layer: int) -> Predictor:
-    raise ValueError("this method is learned from training graphs; pass train_records=...")
-
-
-def static_mask_fitter(kind: str) -> Fitter:
-    """``fit`` for SparseBERT's static mask: one ``StaticMask(kind)`` fitted per layer on the
-    training gold graphs; each grid point gets a copy re-targeted to its sparsity."""
-
-    def fit(train_records: Sequence[AttentionRecord]) -> Factory:
-        causal = train_records[0].causal
-        fitted = [
-            StaticMask(kind, STATIC_MASK_GRID[0]).fit(
-                [r.layers[layer].gold for r in train_records], causal=causal
-            )
-            for layer in range(train_records[0].num_layers)
-        ]
-
-        def build(p: Params, projections: HeadProjections | None, layer: int) -> Predictor:
-            # A shallow copy shares the learned (read-only) tensors; its keep() cache is keyed
-            # by the target, so the copy recomputes it for its own target.
-            mask = copy.copy(fitted[layer])
-            mask.target_sparsity = float(p["target_sparsity"])
-            mask._check_target()
-            return mask
-
-        return build
-
-    return fit
+        raise ValueError(f"curve name must be non-empty without commas, got {name!r}")
+    if name in CURVES and not replace:
+        raise ValueError(f"curve {name!r} is already registered; pass replace=True")
+    specs = tuple(PredictorSpec.of(method, p, window=window) for p in grid)
+    if not specs:
+        raise ValueError(f"curve {name!r} needs at least one parameter dict in its grid")
+    CURVES[name] = Curve(name, specs)
+    return CURVES[name]
 
 
 ROUTED_BUDGET_GRID = [
     {"n_clusters": b, "budget": f} for b in (64, 128)
     for f in (0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.1, 0.12, 0.15, 0.2, 0.25, 0.3)
 ]
-ROUTED_TOP_GRID = [{"n_clusters": 128, "mode": "top", "n_routes": t}
+ROUTED_TOP_GRID = [{"n_clusters": 128, "n_routes": t}
                    for t in (2, 4, 6, 8, 9, 10, 11, 12, 14, 16, 20, 24, 32)]
 TOPP_GRID = [0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99, 1.0]
 
 
-def _routed(p: Params, projections: HeadProjections | None, layer: int) -> Predictor:
-    from sparsefinder.key_codebooks import CodebooksError, bundled_codebooks
-
-    try:
-        if projections is None:  # its model_id tells which model's codebooks apply
-            raise CodebooksError("kmeans-routed needs the model's projections to know its "
-                                 "model id; pass projections=...")
-        books = bundled_codebooks()
-        if projections.model_id != books.model_id:
-            raise CodebooksError(
-                f"the bundled key codebooks are for {books.model_id!r}, not "
-                f"{projections.model_id!r}; fit some with `sparsefinder fit-codebooks`"
-            )
-        params = {key: value for key, value in p.items() if key != "n_clusters"}
-        return books.predictor(layer, int(p["n_clusters"]), **params)
-    except CodebooksError as error:  # the sweep skips this configuration with a warning
-        raise ProjectionsError(str(error)) from error
-
-
-def _topp(p: Params, projections: HeadProjections | None, layer: int) -> Predictor:
-    from sparsefinder.predictors.topp import TopP
-
-    return TopP(float(p["p"]))
-
-
 def _register_defaults() -> None:
-    base = {
-        "distance": ([{"threshold": t} for t in DISTANCE_GRID], _distance),
-        "kmeans": ([{"n_clusters": b, "top_k": 1} for b in CLUSTER_GRID], _kmeans),
-        "quantization": ([{"bins": b} for b in QUANTIZATION_BINS], _quantization),
+    grids: dict[str, list[Params]] = {
+        "distance": [{"threshold": t} for t in DISTANCE_GRID],
+        "kmeans": [{"n_clusters": b, "top_k": 1} for b in CLUSTER_GRID],
+        "quantization": [{"bins": b} for b in QUANTIZATION_BINS],
     }
-    for name, (grid, factory) in base.items():
-        register_method(name, grid, factory, replace=True)
-        register_method(f"{name}+window", grid, with_window(factory), replace=True)
+    for name, grid in grids.items():
+        register_curve(name, name, grid, replace=True)
+        register_curve(f"{name}+window", name, grid, window=WITH_WINDOW_SIZE, replace=True)
     top2 = [{"n_clusters": b, "top_k": 2} for b in CLUSTER_GRID if b >= 4]
-    register_method("kmeans-top2", top2, _kmeans, replace=True)
-    register_method("kmeans-top2+window", top2, with_window(_kmeans), replace=True)
-    register_method(
-        "window", [{"window": w} for w in WINDOW_GRID + WINDOW_GRID_LONG], _window,
-        inputs="shape", replace=True,
-    )
+    register_curve("kmeans-top2", "kmeans", top2, replace=True)
+    register_curve("kmeans-top2+window", "kmeans", top2, window=WITH_WINDOW_SIZE, replace=True)
+    register_curve("window", "window", [{"window": w} for w in WINDOW_GRID + WINDOW_GRID_LONG],
+                   replace=True)
     # Baselines (see the module docstring).
-    register_method("longformer", [{"n_global": g} for g in LONGFORMER_GRID], _longformer,
-                    inputs="shape", replace=True)
-    register_method("bigbird", [{"n_random": r} for r in BIGBIRD_GRID], _bigbird,
-                    inputs="shape", replace=True)
-    for name, grid, factory in (
-        ("reformer", [{"n_buckets": b} for b in REFORMER_GRID], _reformer),
-        ("routing", [{"n_clusters": c} for c in ROUTING_GRID], _routing),
+    register_curve("longformer", "longformer", [{"n_global": g} for g in LONGFORMER_GRID],
+                   replace=True)
+    register_curve("bigbird", "bigbird", [{"n_random": r} for r in BIGBIRD_GRID], replace=True)
+    for name, grid in (
+        ("reformer", [{"n_buckets": b} for b in REFORMER_GRID]),
+        ("routing", [{"n_clusters": c} for c in ROUTING_GRID]),
     ):
-        register_method(name, grid, factory, replace=True)
-        register_method(f"{name}+window", grid, with_window(factory), replace=True)
+        register_curve(name, name, grid, replace=True)
+        register_curve(f"{name}+window", name, grid, window=WITH_WINDOW_SIZE, replace=True)
     # An oracle: keeps each query's k best keys of the full QKᵀ on the ORIGINAL vectors.
-    register_method("topk", [{"k": k} for k in TOPK_GRID], _topk, inputs="original",
-                    replace=True)
-    for name, kind in (("sparsebert-dams", "structured"), ("sparsebert-damu", "unstructured")):
-        register_method(
-            name, [{"target_sparsity": t} for t in STATIC_MASK_GRID], _needs_training,
-            inputs="shape", fit=static_mask_fitter(kind), replace=True,
-        )
-    register_method("distance-nodiag", [{"threshold": t} for t in DISTANCE_GRID],
-                    _distance_nodiag, replace=True)
-    # Issue 10: k-means on KEYS, queries routed by q·c (predictors/routed_kmeans.py) and
-    # the top-p oracle (predictors/topp.py); grids chosen on the TRAIN split.
-    register_method("kmeans-routed", ROUTED_BUDGET_GRID, _routed, inputs="original",
-                    replace=True)
-    register_method("kmeans-routed-top", ROUTED_TOP_GRID, _routed, inputs="original",
-                    replace=True)
-    register_method("topp", [{"p": p} for p in TOPP_GRID], _topp, inputs="original",
-                    replace=True)
+    register_curve("topk", "topk", [{"k": k} for k in TOPK_GRID], replace=True)
+    for name in ("sparsebert-dams", "sparsebert-damu"):
+        register_curve(name, name, [{"target_sparsity": t} for t in STATIC_MASK_GRID],
+                       replace=True)
+    register_curve("distance-nodiag", "distance-nodiag",
+                   [{"threshold": t} for t in DISTANCE_GRID], replace=True)
+    # Issue 10: a finer raw grid for distance, and distance driven by a target sparsity or
+    # recall with per-head thresholds fitted on TRAIN graphs (sparsefinder.calibrated_sweep).
+    register_curve("distance-fine", "distance", [{"threshold": t} for t in DISTANCE_FINE_GRID],
+                   replace=True)
+    for name, grid in calibrated_grids().items():
+        register_curve(name, name, grid, replace=True)
+    # Issue 10 (buckets): k-means on KEYS with queries routed by q·c, and the top-p oracle
+    # (sparsefinder.predictors.routed_kmeans / topp); grids chosen on the TRAIN split.
+    register_curve("kmeans-routed", "kmeans-routed", ROUTED_BUDGET_GRID, replace=True)
+    register_curve("kmeans-routed-top", "kmeans-routed-top", ROUTED_TOP_GRID, replace=True)
+    register_curve("topp", "topp", [{"p": p} for p in TOPP_GRID], replace=True)
 
 
 _register_defaults()
 
 
 def resolve_methods(spec: str | Sequence[str]) -> list[str]:
-    """``"sparsefinder"``, ``"all"`` or a comma list (groups allowed) → method names."""
+    """``"sparsefinder"``, ``"all"`` or a comma list (groups allowed) → curve names."""
     items = spec.split(",") if isinstance(spec, str) else list(spec)
     names: list[str] = []
     for item in (s.strip() for s in items):
         if not item:
             continue
-        expanded = list(METHODS) if item == "all" else GROUPS.get(item, [item])
+        expanded = list(CURVES) if item == "all" else GROUPS.get(item, [item])
         for name in expanded:
-            if name not in METHODS:
-                known = ", ".join(["all", *GROUPS, *METHODS])
+            if name not in CURVES:
+                known = ", ".join(["all", *GROUPS, *CURVES])
                 raise ValueError(f"unknown method {name!r}; choose from: {known}")
             if name not in names:
                 names.append(name)
@@ -371,11 +214,106 @@ def resolve_methods(spec: str | Sequence[str]) -> list[str]:
     return names
 
 
-# ==================================================================== sweep
+def available_curves(projections: HeadProjections | None,
+                     names: Sequence[str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """Curves that can run with these projections, and why the others cannot.
+
+    A curve is skipped when it needs projections and there are none, when it is learned from
+    training graphs (the app has none at hand), or when a grid point cannot be built (e.g.
+    k-means centroids for a B the file does not hold).
+    """
+    available: list[str] = []
+    skipped: dict[str, str] = {}
+    for name in names if names is not None else CURVES:
+        curve = CURVES[name]
+        if curve.needs_projections and projections is None:
+            skipped[name] = "needs learned projections"
+            continue
+        if curve.needs_training:
+            skipped[name] = "learned from training graphs (sparsefinder sweep --train-passages)"
+            continue
+        try:
+            for spec in curve.specs:
+                spec.build(projections, 0)
+        except (ValueError, KeyError, RuntimeError) as error:
+            skipped[name] = str(error).split(";")[0]
+            continue
+        available.append(name)
+    return available, skipped
 
 
-def _params_json(params: Params) -> str:
-    return json.dumps(params, sort_keys=True)
+# ==================================================================== scoring
+
+
+@dataclass
+class SpecScores:
+    """Macro-averaged scores of one spec over a set of records."""
+
+    recall: float
+    sparsity: float
+    recall_per_layer: list[float]
+    sparsity_per_layer: list[float]
+    n_texts: int
+
+
+def score_specs(
+    records: Sequence[AttentionRecord],
+    projections: HeadProjections | None,
+    specs: Sequence[PredictorSpec],
+    *,
+    fitted: Sequence[Any] | None = None,
+    on_progress: ProgressFn | None = None,
+) -> tuple[list[SpecScores], GraphScores]:
+    """Macro-averaged recall/sparsity of every spec on ``records`` and the gold sparsity.
+
+    Per text: one :class:`Scorer`, one :class:`RecordInputs` (projections computed once per
+    layer), then for each spec ``scorer.score(predict_record(...))`` — the same calls the
+    app makes for one setting. ``fitted[i]`` is what ``specs[i].fit(train_records)`` returned
+    (for methods learned from training graphs). ``on_progress(fraction, message)`` is called
+    after each text.
+    """
+    if not records:
+        raise ValueError("scoring needs at least one record (a text's gold graphs)")
+    num_layers = records[0].num_layers
+    if any(r.num_layers != num_layers for r in records):
+        raise ValueError("records come from models with different numbers of layers")
+    if any(s.needs_projections for s in specs) and projections is None:
+        raise ValueError("these methods need learned projections; pass projections=... "
+                         "(train them with `sparsefinder train --model NAME --out DIR`)")
+    fitted = list(fitted) if fitted is not None else [None] * len(specs)
+    built = [spec.build_layers(projections, num_layers, fit)
+             for spec, fit in zip(specs, fitted, strict=True)]
+    per_spec: list[list[GraphScores]] = [[] for _ in specs]
+    gold: list[GraphScores] = []
+    for index, record in enumerate(records):
+        scorer = Scorer(record)
+        vectors = RecordInputs(record, projections)
+        for c, spec in enumerate(specs):
+            per_spec[c].append(scorer.score(predict_record(spec, built[c], vectors)))
+        gold.append(GraphScores(recall=torch.ones_like(scorer.gold_sparsity),
+                                sparsity=scorer.gold_sparsity))
+        if on_progress is not None:
+            on_progress((index + 1) / len(records),
+                        f"text {index + 1} of {len(records)} ({len(specs)} settings)")
+    results = []
+    for scores in per_spec:
+        avg = macro_average(scores)
+        results.append(SpecScores(
+            recall=float(avg["recall"]), sparsity=float(avg["sparsity"]),
+            recall_per_layer=[float(x) for x in avg["recall_per_layer"]],
+            sparsity_per_layer=[float(x) for x in avg["sparsity_per_layer"]],
+            n_texts=int(avg["n_texts"]),
+        ))
+    gold_avg = macro_average(gold)
+    gold_scores = GraphScores(recall=gold_avg["recall_per_layer"],
+                              sparsity=gold_avg["sparsity_per_layer"])
+    return results, gold_scores
+
+
+def score_spec(records: Sequence[AttentionRecord], projections: HeadProjections | None,
+               spec: PredictorSpec) -> SpecScores:
+    """:func:`score_specs` for one setting (e.g. the app's star on the Pareto page)."""
+    return score_specs(records, projections, [spec])[0][0]
 
 
 def sweep(
@@ -384,34 +322,33 @@ def sweep(
     methods: str | Sequence[str] = "sparsefinder",
     *,
     train_records: Sequence[AttentionRecord] | None = None,
-    progress: bool = False,
+    on_progress: ProgressFn | None = None,
 ) -> pd.DataFrame:
-    """Score every configuration of ``methods`` on ``records`` → one row per configuration.
+    """Score every grid point of the curves ``methods`` on ``records`` → one row per point.
 
-    Each method's predictors get the input it declares (:class:`MethodSpec` ``inputs``):
-    the projections of q/k, or the original q/k (e.g. ``topk``) — also when other methods in
-    the same sweep need projections. Methods learned from training graphs (``fit``, e.g. the
-    SparseBERT static masks) are fitted once on ``train_records`` (gold graphs of TRAINING
-    texts, never the evaluation ones); without them they are skipped with a warning.
+    Each curve's predictors get the input its method declares (``spec.inputs``): the
+    projections of q/k, or the original q/k (e.g. ``topk``) — also when other curves in the
+    same sweep need projections. Methods learned from training graphs (the SparseBERT static
+    masks) are fitted once on ``train_records`` (gold graphs of TRAINING texts, never the
+    evaluation ones); without them they are skipped with a warning. Grid points that cannot
+    be built (k-means without centroids for that B) are skipped with a warning.
+    ``on_progress(fraction, message)`` reports progress (the CLI draws a bar with it).
 
-    Columns: ``method``, ``params`` (JSON), ``recall``, ``sparsity`` (macro averages),
-    ``recall_per_layer``/``sparsity_per_layer`` (JSON lists), ``n_texts``. The gold sparsity
-    (overall and per layer) is in ``df.attrs``.
+    Columns: ``method`` (curve name), ``params`` (JSON), ``recall``, ``sparsity`` (macro
+    averages), ``recall_per_layer``/``sparsity_per_layer`` (JSON lists), ``n_texts``. The gold
+    sparsity (overall and per layer) is in ``df.attrs``.
     """
     if not records:
         raise ValueError("sweep needs at least one record (a text's gold graphs)")
     names = resolve_methods(methods)
-    num_layers = records[0].num_layers
-    for record in records:
-        if record.num_layers != num_layers:
-            raise ValueError("records come from models with different numbers of layers")
     if train_records is not None and not train_records:
         train_records = None
     if train_records is not None:
         for record in train_records:
-            if record.num_layers != num_layers or record.num_heads != records[0].num_heads:
+            if (record.num_layers != records[0].num_layers
+                    or record.num_heads != records[0].num_heads):
                 raise ValueError("train_records come from a differently shaped model")
-    untrained = [n for n in names if METHODS[n].needs_training and train_records is None]
+    untrained = [n for n in names if CURVES[n].needs_training and train_records is None]
     if untrained:
         warnings.warn(
             f"skipping {', '.join(untrained)}: they are learned from training gold graphs; "
@@ -421,69 +358,55 @@ def sweep(
         names = [n for n in names if n not in untrained]
         if not names:
             raise ValueError(f"no method of {untrained} can run without train_records")
-    needs_projection = any(METHODS[n].needs_projection for n in names)
-    if needs_projection:
-        _require(projections, f"methods {names}")
+    if any(CURVES[n].needs_projections for n in names) and projections is None:
+        raise ValueError(f"methods {names} need learned projections; pass projections=...")
     if projections is not None:
         for record in records:
             projections.check_record(record)
-    configs, predictors, projected_input, skipped = [], [], [], []
+    rows: list[tuple[str, PredictorSpec]] = []
+    fitted: list[Any] = []
+    skipped: list[str] = []
     for name in names:
-        spec = METHODS[name]
-        factory = spec.fit(train_records) if spec.fit is not None else spec.factory
-        for params in spec.grid:
+        curve = CURVES[name]
+        fit = curve.specs[0].fit(train_records) if curve.needs_training else None
+        for spec in curve.specs:
             try:
-                built = [factory(params, projections, layer) for layer in range(num_layers)]
+                spec.build_layers(projections, records[0].num_layers, fit)
             except ProjectionsError as error:  # e.g. no centroids stored for this B
-                skipped.append(f"{name} {_params_json(params)}: {error}")
+                skipped.append(f"{name} {spec.params_json()}: {error}")
                 continue
-            configs.append((name, params))
-            predictors.append(built)
-            projected_input.append(spec.needs_projection)
+            rows.append((name, spec))
+            fitted.append(fit)
     if skipped:
         warnings.warn(f"skipping {len(skipped)} configurations: " + "; ".join(skipped),
                       UserWarning, stacklevel=2)
-    if not configs:
+    if not rows:
         raise ValueError(f"no configuration of {names} can be built with these projections")
-    scores: list[list[GraphScores]] = [[] for _ in configs]
-    gold_scores: list[GraphScores] = []
-    for record in tqdm(records, desc="sweep", unit="text", disable=not progress):
-        projected = projections.project_record(record) if needs_projection else None
-        recalls: list[list[torch.Tensor]] = [[] for _ in configs]
-        sparsities: list[list[torch.Tensor]] = [[] for _ in configs]
-        for layer, graph in enumerate(record.layers):
-            original = (graph.queries, graph.keys)
-            with torch.inference_mode():
-                for c, per_layer in enumerate(predictors):
-                    q, k = projected[layer] if projected_input[c] else original
-                    mask = per_layer[layer].predict(q, k, causal=record.causal)
-                    recalls[c].append(recall(mask, graph.gold))
-                    sparsities[c].append(sparsity(mask, causal=record.causal))
-        gold = torch.stack([sparsity(g.gold, causal=record.causal) for g in record.layers])
-        gold_scores.append(GraphScores(recall=torch.ones_like(gold), sparsity=gold))
-        for c in range(len(configs)):
-            scores[c].append(
-                GraphScores(recall=torch.stack(recalls[c]), sparsity=torch.stack(sparsities[c]))
-            )
-    rows = []
-    for (name, params), per_text in zip(configs, scores, strict=True):
-        avg = macro_average(per_text)
-        rows.append({
+    results, gold = score_specs(records, projections, [spec for _, spec in rows],
+                                fitted=fitted, on_progress=on_progress)
+    frame = pd.DataFrame([
+        {
             "method": name,
-            "params": _params_json(params),
-            "recall": avg["recall"],
-            "sparsity": avg["sparsity"],
-            "recall_per_layer": json.dumps([round(float(x), 6) for x in avg["recall_per_layer"]]),
-            "sparsity_per_layer": json.dumps(
-                [round(float(x), 6) for x in avg["sparsity_per_layer"]]
-            ),
-            "n_texts": int(avg["n_texts"]),
-        })
-    df = pd.DataFrame(rows)
-    gold_avg = macro_average(gold_scores)
-    df.attrs["gold_sparsity"] = float(gold_avg["sparsity"])
-    df.attrs["gold_sparsity_per_layer"] = [float(x) for x in gold_avg["sparsity_per_layer"]]
-    return df
+            "params": spec.params_json(),
+            "recall": result.recall,
+            "sparsity": result.sparsity,
+            "recall_per_layer": json.dumps([round(x, 6) for x in result.recall_per_layer]),
+            "sparsity_per_layer": json.dumps([round(x, 6) for x in result.sparsity_per_layer]),
+            "n_texts": result.n_texts,
+        }
+        for (name, spec), result in zip(rows, results, strict=True)
+    ])
+    frame.attrs["gold_sparsity"] = float(gold.sparsity.mean())
+    frame.attrs["gold_sparsity_per_layer"] = [float(x) for x in gold.sparsity]
+    return frame
+
+
+def curve_spec(name: str, params: Params) -> PredictorSpec:
+    """The spec of curve ``name`` at ``params`` (a sweep row → the setting it stands for)."""
+    curve = CURVES[name]
+    window = curve.specs[0].window
+    return PredictorSpec.of(curve.method, params, window=window,
+                            global_tokens=curve.specs[0].global_tokens)
 
 
 # ==================================================================== frontier
@@ -540,62 +463,3 @@ def recall_at_sparsity(
             row[f"recall@{level:g}"] = value
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-# ==================================================================== figure
-
-_PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
-            "#17becf", "#bcbd22", "#7f7f7f"]
-
-
-def pareto_figure(
-    df: pd.DataFrame, gold_sparsity: float | None = None, title: str = "Sparsity–recall"
-) -> go.Figure:
-    """All points (faint) and each method's frontier (line); gold sparsity as a dashed line.
-
-    ``<method>+window`` shares ``<method>``'s colour with a dashed line. Hover shows params.
-    """
-    fig = go.Figure()
-    families: dict[str, str] = {}
-    frontier = pareto_frontier(df)
-    for method in dict.fromkeys(df["method"]):
-        family = method.split("+")[0]
-        color = families.setdefault(family, _PALETTE[len(families) % len(_PALETTE)])
-        dash = "dash" if "+" in method else "solid"
-        points = df[df["method"] == method]
-        front = frontier[frontier["method"] == method]
-        hover = "%{customdata}<br>sparsity=%{x:.4f}<br>recall=%{y:.4f}<extra>" + method + "</extra>"
-        fig.add_trace(go.Scatter(
-            x=points["sparsity"], y=points["recall"], customdata=points["params"],
-            mode="markers", marker={"color": color, "opacity": 0.35, "size": 6},
-            legendgroup=method, showlegend=False, name=f"{method} (all)",
-            hovertemplate=hover,
-        ))
-        fig.add_trace(go.Scatter(
-            x=front["sparsity"], y=front["recall"], customdata=front["params"],
-            mode="lines+markers", line={"color": color, "dash": dash},
-            marker={"color": color, "size": 8}, legendgroup=method, name=method,
-            hovertemplate=hover,
-        ))
-    if gold_sparsity is None:
-        gold_sparsity = df.attrs.get("gold_sparsity")
-    if gold_sparsity is not None:
-        fig.add_vline(
-            x=gold_sparsity, line_dash="dash", line_color="black",
-            annotation_text=f"gold sparsity {gold_sparsity:.3f}",
-            annotation_position="bottom left",
-        )
-    fig.update_layout(
-        title=title, xaxis_title="sparsity (1 − |Ĝ| / nm)", yaxis_title="recall (|Ĝ ∩ G| / |G|)",
-        xaxis_range=[0, 1.0], yaxis_range=[0, 1.02], template="plotly_white",
-        legend={"title": "method (frontier)"},
-    )
-    return fig
-
-
-def write_figure_html(fig: go.Figure, path: str | Path) -> Path:
-    """Self-contained HTML (plotly.js inlined, so it opens offline)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.write_html(path, include_plotlyjs=True, full_html=True)
-    return path

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import os
 import re
-from pathlib import Path
 
 import pytest
 
-ASSETS = Path(__file__).resolve().parents[1] / "assets"
+from sparsefinder.resources import asset_path
+
+ASSETS = asset_path()
 PROBES = ASSETS / "coref_probes.json"
 EXAMPLES = ASSETS / "examples"
 LONG_EXAMPLE = "long_report_512.txt"

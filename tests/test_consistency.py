@@ -22,10 +22,11 @@ from sparsefinder.metrics import recall
 from sparsefinder.models import load_model
 from sparsefinder.predictors import Distance, Union, Window
 from sparsefinder.projections import HeadProjections
+from sparsefinder.resources import BUNDLED_PROJECTIONS, EXAMPLES_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
-PROJECTIONS = ROOT / "assets" / "default" / "projections.pt"
-TEXT = ROOT / "assets" / "examples" / "science_news.txt"
+PROJECTIONS = BUNDLED_PROJECTIONS
+TEXT = EXAMPLES_DIR / "science_news.txt"
 
 ULP_TOLERANCE = 1e-6  # a few float32 ulps at 1.0
 

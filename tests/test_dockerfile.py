@@ -1,7 +1,9 @@
 """The GPU Dockerfile serves what `make run` serves (it cannot be built here: no Docker engine).
 
-The image's command must be the Makefile's serve command (same script, port and flags) plus
-``--server.address 0.0.0.0``; the port it exposes and health-checks must be that port.
+The image's command must be the Makefile's serve command (same script, port and flags) with
+``HOST=0.0.0.0`` (`make run` binds 127.0.0.1; inside a container that would be unreachable);
+the port it exposes and health-checks must be that port, and the repository's Streamlit
+config (.streamlit/config.toml: upload limit, XSRF, no usage statistics) must be in the image.
 """
 
 from __future__ import annotations
@@ -35,14 +37,19 @@ def _one(keyword: str) -> str:
     return found[0]
 
 
-def _make_serve_command() -> list[str]:
-    """The recipe of the Makefile's `run` target, with $(BIN) expanded."""
+def _make_serve_command(**overrides: str) -> list[str]:
+    """The recipe of the Makefile's `run` target with its variables expanded (as
+    `make run NAME=value` would, for ``overrides``)."""
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     match = re.search(r"^run:.*\n\t(.+)$", makefile, flags=re.MULTILINE)
     assert match, "Makefile has no `run` target"
-    bin_dir = re.search(r"^BIN := (.+)$", makefile, flags=re.MULTILINE).group(1)
-    venv = re.search(r"^VENV := (.+)$", makefile, flags=re.MULTILINE).group(1)
-    recipe = match.group(1).replace("$(BIN)", bin_dir).replace("$(VENV)", venv)
+    variables = dict(re.findall(r"^([A-Z_]+) :?= (.+)$", makefile, flags=re.MULTILINE))
+    variables.update(overrides)
+    recipe = match.group(1)
+    while "$(" in recipe:
+        expanded = re.sub(r"\$\(([A-Z_]+)\)", lambda m: variables[m.group(1)], recipe)
+        assert expanded != recipe, recipe
+        recipe = expanded
     return shlex.split(recipe)
 
 
@@ -52,9 +59,11 @@ def _port(command: list[str]) -> str:
 
 def test_cmd_is_the_makefile_serve_command_listening_on_all_interfaces():
     cmd = json.loads(_one("CMD"))  # exec form: signals reach streamlit directly
-    serve = _make_serve_command()
-    assert cmd[: len(serve)] == serve
-    assert cmd[len(serve):] == ["--server.address", "0.0.0.0"]
+    assert cmd == _make_serve_command(HOST="0.0.0.0")
+    local = _make_serve_command()  # apart from the address, exactly `make run`
+    at = local.index("--server.address") + 1
+    assert local[at] == "127.0.0.1"
+    assert cmd[:at] + cmd[at + 1:] == local[:at] + local[at + 1:]
 
 
 def test_exposes_and_healthchecks_the_served_port():
@@ -73,7 +82,8 @@ def test_cuda_base_python_311_and_the_pinned_requirements():
     assert "torch==2.13.0" in (ROOT / "requirements.txt").read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("path", ["app/main.py", "sparsefinder", "assets"])
+@pytest.mark.parametrize("path", ["app/main.py", "sparsefinder", "sparsefinder/assets",
+                                  ".streamlit/config.toml"])
 def test_everything_the_command_needs_is_copied(path):
     copied = [rest.split()[0] for key, rest in _instructions() if key == "COPY"]
     assert any(path == c.rstrip("/") or path.startswith(c.rstrip("/") + "/") for c in copied)

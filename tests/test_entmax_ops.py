@@ -280,14 +280,6 @@ def test_normalize_uses_the_fast_path_on_large_inputs(alpha, monkeypatch):
     assert len(calls) == 1
 
 
-def test_allocator_tuning_can_be_switched_off(monkeypatch):
-    monkeypatch.setenv("SPARSEFINDER_MALLOC_TUNING", "0")
-    assert entmax_ops._tune_cpu_allocator() is False
-    monkeypatch.setenv("SPARSEFINDER_MALLOC_TUNING", "1")
-    monkeypatch.setenv("MALLOC_ARENA_MAX", "2")  # the user configured malloc: leave it alone
-    assert entmax_ops._tune_cpu_allocator() is False
-
-
 def test_reference_mode_uses_the_package():
     x = _scores(8)
     with reference_mode():

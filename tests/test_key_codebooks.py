@@ -15,9 +15,10 @@ from sparsefinder.key_codebooks import (
     fit_codebooks,
 )
 from sparsefinder.models import DEFAULT_MODEL_ID
-from sparsefinder.pareto import METHODS, sweep
+from sparsefinder.pareto import CURVES, sweep
 from sparsefinder.predictors.routed_kmeans import RoutedKMeans
 from sparsefinder.projections import HeadProjections
+from sparsefinder.spec import METHODS
 
 LAYERS, HEADS, D = 2, 3, 8
 
@@ -76,14 +77,15 @@ def test_bundled_codebooks_match_the_default_model():
 
 def test_registered_for_sweeps_and_sweepable():
     for name in ("kmeans-routed", "kmeans-routed-top", "topp"):
-        assert METHODS[name].inputs == "original"
+        assert METHODS[name].inputs == "original" and name in CURVES
+    assert METHODS["topp"].oracle and not METHODS["kmeans-routed"].oracle
     # records shaped like the default model (6 layers × 12 heads, d = 32): bundled codebooks
     records = _records(n_texts=2, n=20, layers=6, heads=12, d=32)
     projections = HeadProjections(weight=torch.randn(6, 12, 4, 32), bias=torch.zeros(6, 12, 4),
                                   model_id=DEFAULT_MODEL_ID, alpha=1.5)
     df = sweep(records, projections, "kmeans-routed,topp")
     routed = df[df["method"] == "kmeans-routed"]
-    assert len(routed) == len(METHODS["kmeans-routed"].grid)
+    assert len(routed) == len(CURVES["kmeans-routed"].specs)
     assert routed["recall"].between(0, 1).all() and routed["sparsity"].between(0, 1).all()
     topp = df[df["method"] == "topp"]
     # p = 1: the entmax support = gold, up to float rounding of borderline tiny probabilities

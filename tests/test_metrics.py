@@ -7,6 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sparsefinder.masks import causal_mask
 from sparsefinder.metrics import (
     GraphScores,
     count_true,
@@ -17,7 +18,6 @@ from sparsefinder.metrics import (
     score_layers,
     sparsity,
 )
-from sparsefinder.predictors.base import causal_mask
 
 T, F = True, False
 
@@ -183,3 +183,54 @@ def test_macro_average_rejects_empty_and_mismatched_inputs() -> None:
     other = GraphScores(recall=torch.ones(2, 4), sparsity=torch.ones(2, 4))
     with pytest.raises(ValueError, match="same"):
         macro_average([one, other])
+
+
+# ---------------------------------------------------------------- Scorer
+
+
+def _scored_record(n: int, causal: bool, seed: int = 0):
+    from sparsefinder.graphs import AttentionRecord, LayerGraph
+
+    gen = torch.Generator().manual_seed(seed)
+    layers = []
+    for _ in range(2):
+        gold = torch.rand(3, n, n, generator=gen) < 0.4
+        if causal:
+            gold &= causal_mask(n, n)
+        q = torch.randn(3, n, 4, generator=gen)
+        layers.append(LayerGraph(q, q.clone(), gold, torch.ones(int(gold.sum())), 0.5))
+    return AttentionRecord(text="x", tokens=["t"] * n, offsets=[(0, 0)] * n,
+                           special=[False] * n, causal=causal, layers=layers)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_scorer_equals_the_plain_metrics_and_takes_causal_from_the_record(causal) -> None:
+    from sparsefinder.metrics import Scorer
+
+    record = _scored_record(9, causal)
+    gen = torch.Generator().manual_seed(5)
+    preds = [torch.rand(3, 9, 9, generator=gen) < 0.5 for _ in range(2)]
+    scores = Scorer(record).score(preds)
+    golds = record.gold_masks()
+    expected = score_layers(preds, golds, causal=causal)
+    assert torch.equal(scores.recall, expected.recall)
+    assert torch.equal(scores.sparsity, expected.sparsity)
+    assert torch.equal(scores.gold_sparsity, expected.gold_sparsity)
+    if causal:  # the decoder denominator: 9·10/2 = 45 pairs, future predictions not counted
+        full = [torch.ones(3, 9, 9, dtype=torch.bool)] * 2
+        zero = torch.zeros(2, 3, dtype=torch.float64)
+        assert torch.equal(Scorer(record).score(full).sparsity, zero)
+        kept = count_true(preds[0] & causal_mask(9, 9))
+        assert torch.allclose(scores.sparsity[0], 1 - kept.double() / 45)
+
+
+def test_scorer_names_the_layer_of_a_bad_prediction() -> None:
+    from sparsefinder.metrics import Scorer
+
+    scorer = Scorer(_scored_record(5, False))
+    with pytest.raises(ValueError, match="layer 1: pred"):
+        scorer.layer(1, torch.zeros(3, 4, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match="2 gold layers"):
+        scorer.score([torch.zeros(3, 5, 5, dtype=torch.bool)])
+    with pytest.raises(ValueError, match="bool"):
+        scorer.layer(0, torch.zeros(3, 5, 5))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from sparsefinder.masks import causal_mask
 from sparsefinder.metrics import (
     block_graph,
     block_recall,
@@ -13,7 +14,6 @@ from sparsefinder.metrics import (
     precision,
     recall,
 )
-from sparsefinder.predictors.base import causal_mask
 
 
 def _mask(rows: list[list[int]]) -> torch.Tensor:

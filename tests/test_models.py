@@ -58,3 +58,89 @@ def test_set_alpha_changes_attention_without_reload(tiny_model_dirs):
     assert loaded.model.config.entmax_alpha == 2.0 and loaded.alpha == 2.0
     with pytest.raises(ValueError, match="alpha"):
         set_alpha(loaded, 0.3)
+
+
+def test_missing_folder_says_folder_not_found(tmp_path):
+    for name in (str(tmp_path / "nope"), "./no/such/folder", "~/no-such-sparsefinder-model"):
+        with pytest.raises(ModelLoadError) as error:
+            load_model(name, device="cpu")
+        message = str(error.value)
+        assert "folder not found" in message and "Repo id" not in message
+    a_file = tmp_path / "weights.bin"
+    a_file.write_bytes(b"")
+    with pytest.raises(ModelLoadError, match="is a file, not a model folder"):
+        load_model(str(a_file), device="cpu")
+
+
+def test_model_that_does_not_fit_is_refused_before_reading_weights(tiny_model_dirs, monkeypatch):
+    from sparsefinder import models
+
+    class NoWeights:
+        @staticmethod
+        def from_pretrained(*args, **kwargs):
+            raise AssertionError("weights were read although the model does not fit")
+
+    monkeypatch.setattr(models, "AutoModel", NoWeights)
+    monkeypatch.setattr(models, "available_memory_bytes", lambda: 1024)
+    with pytest.raises(ModelLoadError, match=r"needs about .* MB .* free; it was not loaded"):
+        load_model(str(tiny_model_dirs["bert"]), device="cpu")
+
+
+def test_concurrent_loads_are_serialised(tiny_model_dirs, monkeypatch):
+    import threading
+    import time
+
+    from sparsefinder import models
+
+    real = models.AutoModel
+    active, peak, lock = [0], [0], threading.Lock()
+
+    class Counting:
+        @staticmethod
+        def from_pretrained(*args, **kwargs):
+            with lock:
+                active[0] += 1
+                peak[0] = max(peak[0], active[0])
+            time.sleep(0.2)  # long enough for the other thread to arrive
+            try:
+                return real.from_pretrained(*args, **kwargs)
+            finally:
+                with lock:
+                    active[0] -= 1
+
+    monkeypatch.setattr(models, "AutoModel", Counting)
+    results = []
+    threads = [threading.Thread(target=lambda n=n: results.append(
+        load_model(str(tiny_model_dirs[n]), device="cpu"))) for n in ("bert", "gpt2", "bert")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(results) == 3 and peak[0] == 1
+
+
+def test_gpu_memory_is_checked_too(tiny_model_dirs, monkeypatch):
+    """On a GPU the weights must also fit in free GPU memory (no GPU needed to test it)."""
+    from transformers import AutoConfig
+
+    from sparsefinder import models
+
+    folder = str(tiny_model_dirs["bert"])
+    config = AutoConfig.from_pretrained(folder)
+    monkeypatch.setattr(models.torch.cuda, "mem_get_info", lambda device=None: (1024, 2**34))
+    models._check_memory("tiny", folder, config, torch.device("cpu"))  # host memory: plenty
+    with pytest.raises(ModelLoadError, match="only 0 MB of GPU memory on cuda is free"):
+        models._check_memory("tiny", folder, config, torch.device("cuda"))
+
+
+def test_a_local_folder_holding_the_bundled_weights_is_the_default_model(tmp_path):
+    from sparsefinder.models import DEFAULT_MODEL_ID, default_model_path
+    from sparsefinder.projections import HeadProjections
+    from sparsefinder.resources import BUNDLED_PROJECTIONS
+
+    link = tmp_path / "my-minilm"
+    link.symlink_to(default_model_path(), target_is_directory=True)
+    loaded = load_model(str(link), device="cpu")
+    assert loaded.model_id == DEFAULT_MODEL_ID
+    # so the bundled projections are accepted for it (the id, not the spelling, is compared)
+    HeadProjections.load(BUNDLED_PROJECTIONS, expected_model_id=loaded.model_id)

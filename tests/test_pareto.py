@@ -1,4 +1,4 @@
-"""Sweeps, Pareto frontiers, recall at fixed sparsity and the Plotly figure."""
+"""Sweeps over registered curves, Pareto frontiers and recall at fixed sparsity."""
 
 from __future__ import annotations
 
@@ -12,19 +12,17 @@ import torch
 from sparsefinder.graphs import AttentionRecord, LayerGraph
 from sparsefinder.metrics import recall
 from sparsefinder.pareto import (
+    CURVES,
     GROUPS,
-    METHODS,
-    _topk,
-    pareto_figure,
     pareto_frontier,
     recall_at_sparsity,
-    register_method,
+    register_curve,
     resolve_methods,
     sweep,
-    write_figure_html,
 )
 from sparsefinder.predictors import TopK
 from sparsefinder.projections import HeadProjections
+from sparsefinder.spec import METHODS, Method, register_method
 
 HEADS, D, R, LAYERS = 3, 8, 4, 2
 
@@ -105,11 +103,11 @@ def test_recall_at_sparsity_step_and_linear() -> None:
 def test_sweep_one_row_per_config(points: pd.DataFrame, records) -> None:
     # kmeans-routed* read the bundled key codebooks of the default model: skipped for the
     # synthetic model here (tests/test_key_codebooks.py sweeps them)
-    runnable = {n: s for n, s in METHODS.items() if not n.startswith("kmeans-routed")}
-    expected = sum(len(spec.grid) for spec in runnable.values())
+    runnable = {n: c for n, c in CURVES.items() if not n.startswith("kmeans-routed")}
+    expected = sum(len(curve.specs) for curve in runnable.values())
     assert len(points) == expected
     assert points.groupby("method").size().to_dict() == {
-        name: len(spec.grid) for name, spec in runnable.items()
+        name: len(curve.specs) for name, curve in runnable.items()
     }
     assert (points["n_texts"] == len(records)).all()
     assert points["recall"].between(0, 1).all() and points["sparsity"].between(0, 1).all()
@@ -142,35 +140,25 @@ def test_register_baseline_and_resolve(records) -> None:
         def predict(self, q, k, *, causal=False):
             return torch.ones(q.shape[0], q.shape[1], k.shape[1], dtype=torch.bool)
 
-    register_method("full-test", [{}], lambda p, proj, layer: Full(), needs_projection=False)
+    register_method(Method("full-test", "Full", (), lambda p, c: Full(), inputs="shape"))
+    register_curve("full-test", "full-test", [{}])
     try:
         df = sweep(records, None, "full-test,window")
         full = df[df["method"] == "full-test"].iloc[0]
         assert full["recall"] == 1.0 and full["sparsity"] == 0.0
         assert "full-test" in resolve_methods("all")
-        with pytest.raises(ValueError, match="needs learned projections"):
+        with pytest.raises(ValueError, match="need learned projections"):
             sweep(records, None, "distance")
         with pytest.raises(ValueError, match="already registered"):
-            register_method("full-test", [{}], lambda p, proj, layer: Full())
+            register_curve("full-test", "full-test", [{}])
+        with pytest.raises(ValueError, match="already registered"):
+            register_method(Method("full-test", "Full", (), lambda p, c: Full()))
     finally:
+        CURVES.pop("full-test")
         METHODS.pop("full-test")
     assert "distance" in resolve_methods("sparsefinder")
     with pytest.raises(ValueError, match="unknown method 'nope'"):
         resolve_methods("distance,nope")
-
-
-def test_figure_traces_vline_and_html(points: pd.DataFrame, tmp_path) -> None:
-    fig = pareto_figure(points)
-    frontier_names = {t.name for t in fig.data if t.mode == "lines+markers"}
-    assert frontier_names == set(points["method"])
-    assert len(fig.data) == 2 * points["method"].nunique()
-    vlines = [s for s in fig.layout.shapes if s.line.dash == "dash"]
-    assert len(vlines) == 1 and vlines[0].x0 == pytest.approx(points.attrs["gold_sparsity"])
-    assert "threshold" in str(fig.data[0].customdata[0])
-    path = write_figure_html(fig, tmp_path / "pareto.html")
-    html = path.read_text(encoding="utf-8")
-    assert '<script src="https://cdn.plot.ly' not in html  # plotly.js inlined
-    assert len(html) > 1_000_000
 
 
 def test_missing_centroids_are_skipped_with_a_warning(records, projections) -> None:
@@ -205,14 +193,14 @@ def test_topk_gets_original_vectors_in_a_mixed_sweep(records, projections) -> No
 
 def test_topk_with_k_n_has_recall_one(records, projections) -> None:
     n_max = max(r.n_tokens for r in records)
-    register_method("topk-n-test", [{"k": n_max}], _topk, inputs="original")
+    register_curve("topk-n-test", "topk", [{"k": n_max}])
     try:
         df = sweep(records, projections, "topk-n-test,kmeans")
     finally:
-        METHODS.pop("topk-n-test")
+        CURVES.pop("topk-n-test")
     row = df[df["method"] == "topk-n-test"].iloc[0]
     assert row["recall"] == 1.0 and row["sparsity"] == 0.0
-    assert METHODS["topk"].inputs == "original" and not METHODS["topk"].needs_projection
+    assert METHODS["topk"].inputs == "original" and not METHODS["topk"].needs_projections
 
 
 def test_static_masks_need_train_records(records, projections, train_records) -> None:
@@ -257,10 +245,3 @@ def test_baselines_in_the_sweep(points: pd.DataFrame) -> None:
     nodiag = _scores(points, "distance-nodiag")
     assert (nodiag["recall"] <= plain["recall"] + 1e-12).all()
     assert (nodiag["sparsity"] >= plain["sparsity"] - 1e-12).all()
-
-
-def test_figure_has_a_curve_per_method(points: pd.DataFrame) -> None:
-    fig = pareto_figure(points)
-    curves = [t.name for t in fig.data if t.mode == "lines+markers"]
-    assert sorted(curves) == sorted(points["method"].unique())
-    assert set(resolve_methods("all")) - set(curves) <= {"kmeans-routed", "kmeans-routed-top"}

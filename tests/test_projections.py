@@ -136,6 +136,39 @@ def test_wrong_model_id(tmp_path, records: list[AttentionRecord]) -> None:
     assert "sparsefinder train --model model-b" in message
 
 
+def test_default_alias_accepts_the_bundled_file() -> None:
+    from sparsefinder.models import DEFAULT_MODEL_ID
+    from sparsefinder.resources import BUNDLED_PROJECTIONS
+
+    projections = HeadProjections.load(BUNDLED_PROJECTIONS, expected_model_id="default")
+    assert projections.model_id == DEFAULT_MODEL_ID
+    with pytest.raises(ProjectionsError, match="loaded model is other"):
+        HeadProjections.load(BUNDLED_PROJECTIONS, expected_model_id="other")
+
+
+def test_heads_without_non_edges_are_named_as_dense(records: list[AttentionRecord]) -> None:
+    dense = [
+        AttentionRecord(text=r.text, tokens=r.tokens, offsets=r.offsets, special=r.special,
+                        causal=r.causal, layers=[
+                            LayerGraph(g.queries, g.keys, torch.ones_like(g.gold),
+                                       torch.ones(g.gold.numel()), g.scaling)
+                            for g in r.layers])
+        for r in records
+    ]
+    with pytest.raises(ValueError, match=r"heads \[0, 1\] attend to every key.*no non-edge"):
+        train_projections(dense, rank=2)
+    empty = [
+        AttentionRecord(text=r.text, tokens=r.tokens, offsets=r.offsets, special=r.special,
+                        causal=r.causal, layers=[
+                            LayerGraph(g.queries, g.keys, torch.zeros_like(g.gold),
+                                       torch.ones(0), g.scaling)
+                            for g in r.layers])
+        for r in records
+    ]
+    with pytest.raises(ValueError, match="no gold edge at all"):
+        train_projections(empty, rank=2)
+
+
 def test_corrupt_and_foreign_files(tmp_path, records: list[AttentionRecord]) -> None:
     good = train_projections(records, rank=2, model_id="m").save(tmp_path / "good.pt")
     truncated = tmp_path / "truncated.pt"
@@ -185,7 +218,7 @@ def test_manual_gradient_matches_autograd() -> None:
     q_table, k_table = torch.randn(heads * tokens, d, generator=gen), torch.randn(
         heads * tokens, d, generator=gen
     )
-    pairs = _LayerPairs(q_table, k_table, *([None] * 7))
+    pairs = _LayerPairs(q_table, k_table, *([None] * 8))
     q_rows, k_rows = (torch.randint(0, heads * tokens, (heads, size), generator=gen)
                       for _ in range(2))
     n_rows = torch.randint(0, heads * tokens, (heads, size, num), generator=gen)
@@ -205,3 +238,20 @@ def test_manual_gradient_matches_autograd() -> None:
     hinge.sum().backward()
     torch.testing.assert_close(weight.grad, reference.grad)
     torch.testing.assert_close(loss, hinge.mean().detach())
+
+
+def test_corrupt_message_has_no_torch_internals_and_size_is_checked_first(
+    tmp_path, records: list[AttentionRecord]
+) -> None:
+    good = train_projections(records, rank=2, model_id="m").save(tmp_path / "good.pt")
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(good.read_bytes()[:200])
+    with pytest.raises(ProjectionsError) as info:
+        HeadProjections.load(truncated)
+    message = str(info.value)
+    assert message.startswith("truncated.pt is corrupt or truncated")
+    assert str(tmp_path) not in message and "PytorchStreamReader" not in message
+    size = good.stat().st_size
+    assert HeadProjections.load(good, max_bytes=size).rank == 2
+    with pytest.raises(ProjectionsError, match="good.pt is too large for a projections file"):
+        HeadProjections.load(good, max_bytes=size - 1)

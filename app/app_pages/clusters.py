@@ -12,9 +12,15 @@ import functools
 import pandas as pd
 import streamlit as st
 
-from app import plots, shell
-from sparsefinder import cluster_plots, views
+from app import shell
 from sparsefinder.clusters import HeadClusterAnalysis, cluster_tokens
+from sparsefinder.explore import clusters as exclusters
+from sparsefinder.explore import corpus as excorpus
+from sparsefinder.explore import inputs, tables
+from sparsefinder.explore import state as urlstate
+from sparsefinder.figures import clusters as cluster_figures
+from sparsefinder.figures import common as common_figures
+from sparsefinder.figures import graphs as graph_figures
 
 st.title("Clusters")
 
@@ -42,7 +48,7 @@ def _corpus_tagged(key: tuple, ctx: shell.AppContext, passages: int, compute: bo
     from sparsefinder.pos import align_pos
 
     bar = st.progress(0.0, text="Validation corpus: starting…")
-    records = views.corpus_records(
+    records = excorpus.corpus_records(
         ctx.loaded, split="validation", max_passages=passages,
         on_progress=lambda f, m: bar.progress(min(max(0.7 * f, 0.0), 1.0),
                                               text=f"Validation corpus: {m}"))
@@ -63,9 +69,9 @@ def _controls(ctx: shell.AppContext) -> None:
     cols = st.columns([1, 1, 2, 2, 2, 2], vertical_alignment="bottom")
     cols[0].selectbox("Layer", range(prepared.num_layers), **shell.bind("w_layer", "layer"))
     cols[1].selectbox("Head", range(prepared.num_heads), **shell.bind("w_head", "head"))
-    cols[2].select_slider("B (clusters)", options=sorted(prepared.centroids),
+    cols[2].select_slider("B (clusters)", options=prepared.cluster_choices,
                           **shell.bind("w_clusters", "clusters", int, int))
-    top = min(views.MAX_TOP_K, int(shell.view_state().clusters))
+    top = min(urlstate.MAX_TOP_K, int(shell.view_state().clusters))
     if top > 1:
         cols[3].slider("k (nearest centroids)", 1, top,
                        **shell.bind("w_top_k", "top_k", lambda k: min(int(k), top), int))
@@ -101,7 +107,7 @@ def _pick_from_bars(columns: list) -> None:
     """A click on a bar segment selects its cluster (shared with the Explorer)."""
     selection = st.session_state.get("w_fig_breakdown") or {}
     points = selection.get("selection", {}).get("points", [])
-    cluster = views.cluster_from_point(points[0], columns) if points else None
+    cluster = exclusters.cluster_from_point(points[0], columns) if points else None
     if cluster is not None:
         shell.set_cluster(cluster)
 
@@ -118,7 +124,7 @@ def clusters_view() -> None:
     except ImportError as error:
         st.error(f"POS tags need a spaCy English pipeline: {error}", icon=":material/error:")
         return
-    if not prepared.has_projections or not prepared.centroids:
+    if not prepared.cluster_choices:
         st.info("The cluster analysis needs learned projections with k-means centroids, "
                 "which are not loaded for this model. "
                 + (ctx.projections_note or "") + " POS tags of this text are below.",
@@ -142,15 +148,15 @@ def clusters_view() -> None:
         table = analysis.query_percentages if side == "queries" else analysis.key_percentages
         counts = analysis.pos_scores["tokens"]
         st.plotly_chart(
-            cluster_plots.breakdown_figure(
+            cluster_figures.breakdown_figure(
                 table, counts=counts, title=f"POS tags of the {side} × cluster · {tag} · "
                                             f"{where}"),
-            config=plots.chart_config(f"clusters_{side}"), key="w_fig_breakdown",
+            config=common_figures.chart_config(f"clusters_{side}"), key="w_fig_breakdown",
             on_select=functools.partial(_pick_from_bars, list(table.columns)),
             selection_mode="points")
         st.caption("Click a bar segment to highlight its cluster here and in the Explorer.")
 
-    q_ids, k_ids = views.head_cluster_ids(prepared, layer, head, clusters, top_k)
+    q_ids, k_ids = exclusters.head_cluster_ids(prepared, layer, head, clusters, top_k)
     ids = q_ids if side == "queries" else k_ids
     groups = cluster_tokens(record.tokens, ids)
     st.subheader(f"Tokens of each cluster ({side}, this text)")
@@ -174,15 +180,16 @@ def clusters_view() -> None:
     positions = [p for p, _ in groups.get(chosen, [])]
     st.markdown(
         "<div style='line-height:1.9;padding:0.5em;border:1px solid #ddd;border-radius:4px'>"
-        + views.highlight_html(record.text, record.offsets, positions) + "</div>",
+        + tables.highlight_html(record.text, record.offsets, positions) + "</div>",
         unsafe_allow_html=True)
     gold = record.layers[layer].gold[head]
-    gold_c, pred_c = views.cluster_masks(q_ids, k_ids, chosen, gold)
-    codes = views.diff_codes(pred_c, gold_c)
+    gold_c, pred_c = exclusters.cluster_masks(q_ids, k_ids, chosen, gold)
+    codes = tables.diff_codes(pred_c, gold_c)
     st.plotly_chart(
-        plots.head_figure(gold_c.numpy(), pred_c.numpy(), codes, views.token_labels(record),
-                          f"L{layer}H{head} c{chosen}", views.diff_counts(codes)),
-        config=plots.chart_config(f"cluster_{chosen}_edges"), key="w_fig_cluster_edges")
+        graph_figures.head_figure(gold_c.numpy(), pred_c.numpy(), codes,
+                                  inputs.token_labels(record), f"L{layer}H{head} c{chosen}",
+                                  tables.diff_counts(codes)),
+        config=common_figures.chart_config(f"cluster_{chosen}_edges"), key="w_fig_cluster_edges")
     st.caption(f"Gold: the gold edges of the queries in cluster {chosen}; predicted: pairs "
                f"whose query and key both join cluster {chosen}; FN are gold edges this "
                "cluster misses (another of the query's k clusters may still cover them).")
@@ -191,8 +198,8 @@ def clusters_view() -> None:
         st.subheader(f"Recall and sparsity per POS tag of the query · {where}")
         scores = analysis.pos_scores
         left, right = st.columns([3, 2])
-        left.plotly_chart(cluster_plots.pos_recall_figure(scores, title=f"k-means {tag}"),
-                          config=plots.chart_config("pos_recall"), key="w_fig_pos_recall")
+        left.plotly_chart(cluster_figures.pos_recall_figure(scores, title=f"k-means {tag}"),
+                          config=common_figures.chart_config("pos_recall"), key="w_fig_pos_recall")
         right.caption("Worst-served tags first (k-means alone, no window/global tokens).")
         right.dataframe(scores.round(3), width="stretch")
 

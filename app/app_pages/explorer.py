@@ -7,11 +7,18 @@ reruns only it, on cached gold graphs and projected vectors.
 from __future__ import annotations
 
 import functools
+import time
 
 import streamlit as st
 
-from app import plots, shell
-from sparsefinder import views
+from app import shell
+from sparsefinder.explore import clusters as exclusters
+from sparsefinder.explore import inputs, live, tables
+from sparsefinder.explore import prepared as prep
+from sparsefinder.explore import state as urlstate
+from sparsefinder.figures import common as common_figures
+from sparsefinder.figures import graphs as graph_figures
+from sparsefinder.figures import thumbnails
 
 st.title("Explorer")
 
@@ -41,19 +48,24 @@ def _head_picker(ctx: shell.AppContext) -> None:
                    width="stretch", help="Previous head")
     cols[3].button("Next ▶", key="w_next", on_click=_step_head, args=(1, layers, heads),
                    width="stretch", help="Next head")
-    shell.seed("w_colour_by", "recall")
-    cols[4].radio("Overview colour", ["recall", "sparsity"], key="w_colour_by",
-                  horizontal=True)
+    cols[4].radio("Overview colour", list(urlstate.OVERVIEW_METRICS), horizontal=True,
+                  help="Colour of the layer × head grid below (kept in the link).",
+                  **shell.bind("w_colour_by", "overview"))
 
 
-def _metrics(summary: dict[str, views.Summary], layer: int, head: int) -> None:
+def _metrics(summary: dict[str, live.Summary], layer: int, head: int) -> None:
     scopes = {"head": f"Head L{layer}·H{head}", "layer": f"Layer {layer}", "model": "Model"}
     for column, (scope, title) in zip(st.columns(3), scopes.items(), strict=True):
         values = summary[scope]
         column.markdown(f"**{title}**")
         a, b, c = column.columns(3)
-        a.metric(f"{scope.title()} recall", f"{values.recall:.3f}")
-        b.metric(f"{scope.title()} sparsity", f"{values.sparsity:.3f}")
+        a.metric(f"{scope.title()} recall", f"{values.recall:.3f}",
+                 help="Share of gold edges (α-entmax probability > 0) the prediction keeps, "
+                      "|Ĝ ∧ G| / |G|. Recall 1 means exactly the true attention "
+                      "(sparse-consistency). Macro: texts → heads → layers.")
+        b.metric(f"{scope.title()} sparsity", f"{values.sparsity:.3f}",
+                 help="Share of query–key pairs the prediction drops, 1 − |Ĝ| / (n·m) "
+                      "(decoders: over the n(n+1)/2 allowed pairs).")
         c.metric(f"{scope.title()} gold sparsity", f"{values.gold_sparsity:.3f}",
                  help="Sparsity of the true α-entmax graph: what a perfect predictor reaches.")
 
@@ -70,18 +82,21 @@ def explorer() -> None:
     state = shell.view_state()
     layer, head = state.layer, state.head
     preds, scores = shell.predictions(ctx, state)
-    summary = views.summarize(scores, layer, head)
+    summary = live.summarize(scores, layer, head)
     _metrics(summary, layer, head)
+    _accuracy(ctx, state)
 
-    labels = views.token_labels(record)
-    gold = record.layers[layer].gold[head]
-    pred = preds[layer][head]
-    codes = views.diff_codes(pred, gold)
-    counts = views.diff_counts(codes)
+    labels = inputs.token_labels(record)
+    shown = _token_range(record.n_tokens)
+    figure = _head_figure(record, preds, layer, head, labels, shown)
     tag = f"L{layer}H{head}"
-    figure = plots.head_figure(gold.numpy(), pred.numpy(), codes, labels, tag, counts)
-    cluster = _cluster_outline(ctx, state, figure, labels)
-    st.plotly_chart(figure, config=plots.chart_config(f"head_{tag}"), key="w_fig_head")
+    cluster = _cluster_outline(ctx, state, figure, labels) if shown == slice(None) else None
+    st.plotly_chart(figure, config=common_figures.chart_config(f"head_{tag}"), key="w_fig_head")
+    other = _compare_picker(prepared, layer, head)
+    if other is not None:
+        st.plotly_chart(_head_figure(record, preds, *other, labels, shown),
+                        config=common_figures.chart_config(f"head_L{other[0]}H{other[1]}"),
+                        key="w_fig_head_compare")
     if cluster is not None:
         left, right = st.columns([4, 1], vertical_alignment="center")
         left.caption(cluster)
@@ -91,35 +106,133 @@ def explorer() -> None:
                ":orange[■ FP] extra predicted edge. Hover an edge for its tokens; zooming one "
                "panel zooms all three.")
     grid_col, dl_col = st.columns([2, 1])
-    metric = st.session_state["w_colour_by"]
+    metric = state.overview
     with grid_col:
         st.markdown(f"**All layers × heads** · coloured by {metric}; click a cell to open it")
         values = (scores.recall if metric == "recall" else scores.sparsity).numpy()
-        st.plotly_chart(plots.overview_figure(values, metric, (layer, head)),
-                        config=plots.chart_config(f"overview_{metric}"), key="w_overview",
+        st.plotly_chart(graph_figures.overview_figure(values, metric, (layer, head)),
+                        config=common_figures.chart_config(f"overview_{metric}"), key="w_overview",
                         on_select=_pick_from_grid, selection_mode="points")
     with dl_col:
         st.caption("Data behind the figures")
         st.download_button(
             "Edges of this head (CSV)",
-            functools.partial(_edges_csv, prepared, layer, head, pred),
+            functools.partial(_edges_csv, prepared, layer, head, preds[layer][head]),
             file_name=f"edges_{tag}.csv", mime="text/csv", on_click="ignore",
             key="w_dl_edges")
         st.download_button(
             "Metrics per head (CSV)",
-            functools.partial(lambda s: views.to_csv(views.metrics_frame(s)), scores),
+            functools.partial(lambda s: tables.to_csv(tables.metrics_frame(s)), scores),
             file_name="metrics_per_head.csv", mime="text/csv", on_click="ignore",
             key="w_dl_metrics")
         st.download_button(
             "View + metrics (JSON)",
             functools.partial(
-                lambda: views.to_json(views.view_report(
-                    state, scores, ctx.loaded.model_id, ctx.loaded.alpha, record.n_tokens))),
+                lambda: tables.to_json(tables.view_report(
+                    state, scores, ctx.loaded.model_id, state.alpha, record.n_tokens,
+                    live.describe(live.spec_for(state, prepared)), record.text))),
             file_name="view.json", mime="application/json", on_click="ignore",
             key="w_dl_json")
+    if st.toggle("Model view: every head's pattern (gold, predicted or diff)",
+                 key="w_model_view_on", help="bertviz's model view, with gold vs predicted; "
+                 "off by default to keep slider moves fast."):
+        _model_view(prepared, preds, scores, state)
 
 
-def _cluster_outline(ctx: shell.AppContext, state: views.ViewState, figure,
+def _accuracy(ctx: shell.AppContext, state: urlstate.ViewState) -> None:
+    """What the setting costs the model: one restricted forward pass per slider release
+    (cached per setting), compared with the full α-entmax run of the same text."""
+    if not st.toggle("Output accuracy: run the model restricted to the predicted graph",
+                     key="w_accuracy_on",
+                     help="Later layers see the effect of earlier layers' misses (the paper's "
+                          "model-level simulation). Retrieval agreement on the validation "
+                          "split: `sparsefinder sweep --accuracy`."):
+        return
+    spec = live.spec_for(state, ctx.prepared)
+    start = time.perf_counter()
+    result = shell.cached_accuracy(ctx.cache_key, spec.key, spec, ctx.prepared)
+    took = time.perf_counter() - start
+    a, b, c, d = st.columns(4)
+    a.metric("Output cosine", f"{result.output_cosine:.4f}",
+             help="Cosine of the last hidden states (per token, averaged) with and without "
+                  "the restriction; 1 = the model's output is unchanged.")
+    b.metric("Embedding cosine", f"{result.embedding_cosine:.4f}",
+             help="Cosine of the mean-pooled sentence embeddings (the default model's task).")
+    c.metric("Sparsity run", f"{result.sparsity:.3f}",
+             help="Sparsity of the graphs entmax ran over (repaired rows included).")
+    d.metric("Rows repaired", f"{result.repaired_rows:.3f}",
+             help="Share of query rows the graph left empty; they keep their diagonal.")
+    st.caption(f"Accuracy of this setting: {took:.2f} s (cached per setting; the first time "
+               "runs the model twice: full and restricted).")
+    passages = shell.TASK_PASSAGES
+    if st.button(f"Task measure: retrieval agreement on {passages} validation passages",
+                 key="w_task_run", help="Does each passage keep its nearest neighbours among "
+                 "the others when attention is restricted to this setting's graphs?"):
+        model_key = ctx.cache_key[:2] + ctx.cache_key[3:]
+        start = time.perf_counter()
+        task = shell.cached_task_accuracy(model_key, spec.key, spec, ctx.prepared.projections)
+        took = time.perf_counter() - start
+        a, b, c = st.columns(3)
+        a.metric("Retrieval top-1 agreement", f"{task.retrieval_top1:.3f}")
+        b.metric("Retrieval nDCG@10", f"{task.retrieval_ndcg10:.3f}")
+        c.metric("Embedding cosine (passages)", f"{task.embedding_cosine:.4f}")
+        st.caption(f"Task measure on {task.n_texts} validation texts: {took:.1f} s.")
+
+
+def _token_range(n: int) -> slice:
+    """All tokens, or (long texts) a window chosen with a range slider: every token of a
+    window of ≤ 64 is labelled, so a 512-token head stays readable."""
+    if n <= graph_figures.ALL_TICKS:
+        return slice(None)
+    start, end = st.slider("Tokens shown (every token is labelled when ≤ 64 are shown)",
+                           0, n, (0, n), key="w_token_range")
+    return slice(None) if (start, end) == (0, n) else slice(start, max(end, start + 1))
+
+
+def _head_figure(record, preds, layer: int, head: int, labels: list[str], shown: slice):
+    """Gold | predicted | diff of one head on the tokens ``shown``; hover: tokens and the
+    gold probability."""
+    gold = record.layers[layer].gold[head][shown, shown]
+    pred = preds[layer][head][shown, shown]
+    probs = record.layers[layer].probs()[head][shown, shown].numpy()
+    codes = tables.diff_codes(pred, gold)
+    where = "" if shown == slice(None) else f" · tokens {shown.start}–{shown.stop - 1}"
+    return graph_figures.head_figure(gold.numpy(), pred.numpy(), codes, labels[shown],
+                                     f"L{layer}H{head}{where}", tables.diff_counts(codes),
+                                     probs)
+
+
+def _compare_picker(prepared: prep.PreparedText, layer: int, head: int):
+    """A second head to show under the first (bertviz-style side by side), or None."""
+    heads = [(lay, hd) for lay in range(prepared.num_layers)
+             for hd in range(prepared.num_heads) if (lay, hd) != (layer, head)]
+    return st.selectbox("Compare with another head", [None, *heads], key="w_compare",
+                        format_func=lambda lh: "—" if lh is None else f"L{lh[0]}·H{lh[1]}")
+
+
+def _pick_from_mosaic() -> None:
+    """A click on a model-view tile opens that head (the tile's customdata is (layer, head))."""
+    selection = st.session_state.get("w_model_view") or {}
+    points = selection.get("selection", {}).get("points", [])
+    if points and points[0].get("customdata") is not None:
+        layer, head = points[0]["customdata"]
+        shell.update_view(layer=int(layer), head=int(head))
+
+
+def _model_view(prepared: prep.PreparedText, preds, scores, state) -> None:
+    """Every head's pattern at once (bertviz's model view, with gold vs predicted)."""
+    kind = st.radio("Model view: every head's", ["diff", "gold", "predicted"], horizontal=True,
+                    key="w_model_view_kind")
+    codes = tables.heads_codes(prepared.record, preds, kind)
+    values = (scores.recall if state.overview == "recall" else scores.sparsity).numpy()
+    st.plotly_chart(thumbnails.heads_figure(codes, kind, (state.layer, state.head), values,
+                                            state.overview),
+                    config=common_figures.chart_config(f"model_view_{kind}"),
+                    key="w_model_view", on_select=_pick_from_mosaic, selection_mode="points")
+    st.caption("Click a tile to open that head. Diff colours as above.")
+
+
+def _cluster_outline(ctx: shell.AppContext, state: urlstate.ViewState, figure,
                      labels: list[str]) -> str | None:
     """Outline the cluster picked on the Clusters page (k-means only); the caption to show,
     or None when no cluster is picked."""
@@ -128,20 +241,20 @@ def _cluster_outline(ctx: shell.AppContext, state: views.ViewState, figure,
         return None
     prepared = ctx.prepared
     clusters = int(state.clusters)
-    if views.effective_method(state, prepared) != "kmeans":
+    if live.effective_method(state, prepared) != "kmeans":
         return (f"Cluster {cluster} is selected on the Clusters page; choose the k-means "
                 "method to highlight its edges.")
     if cluster >= clusters:
         return f"Cluster {cluster} does not exist with B={clusters}; nothing highlighted."
-    rows, edges = views.cluster_highlight(prepared, state.layer, state.head, clusters,
+    rows, edges = exclusters.cluster_highlight(prepared, state.layer, state.head, clusters,
                                           state.top_k, cluster)
-    plots.outline_cluster(figure, edges.numpy(), rows.numpy(), cluster, labels)
+    graph_figures.outline_cluster(figure, edges.numpy(), rows.numpy(), cluster, labels)
     return (f"highlighting cluster {cluster} (B={clusters}, k={state.top_k}): ▸ its queries, "
             f"□ its {int(edges.sum())} edges (query and key both in cluster {cluster}).")
 
 
-def _edges_csv(prepared: views.PreparedText, layer: int, head: int, pred) -> bytes:
-    return views.to_csv(views.edges_frame(prepared.record, layer, head, pred))
+def _edges_csv(prepared: prep.PreparedText, layer: int, head: int, pred) -> bytes:
+    return tables.to_csv(tables.edges_frame(prepared.record, layer, head, pred))
 
 
 ctx = shell.context()

@@ -11,8 +11,10 @@ import functools
 
 import streamlit as st
 
-from app import plots, shell
-from sparsefinder import views
+from app import shell
+from sparsefinder.explore import inputs, tables
+from sparsefinder.figures import common as common_figures
+from sparsefinder.figures import graphs as graph_figures
 
 st.title("Token view")
 
@@ -27,33 +29,38 @@ def token_view() -> None:
     if not ctx.ready:
         return
     record = ctx.prepared.record
-    labels = views.token_labels(record)
+    labels = inputs.token_labels(record)
     shell.method_sliders(ctx)
-    cols = st.columns([1, 3, 1, 1], vertical_alignment="bottom")
+    cols = st.columns([1, 3, 1, 1, 2], vertical_alignment="bottom")
     cols[0].selectbox("Layer", range(record.num_layers), **shell.bind("w_layer", "layer"))
-    cols[1].selectbox("Query token", range(record.n_tokens), format_func=labels.__getitem__,
+    cols[1].selectbox("Token", range(record.n_tokens), format_func=labels.__getitem__,
                       **shell.bind("w_query", "query"))
+    shell.seed("w_direction", "row")
+    direction = cols[4].radio("Direction", ["row", "column"], key="w_direction",
+                              horizontal=True,
+                              format_func={"row": "attends to (row)",
+                                           "column": "attended by (column)"}.get)
     cols[2].button("◀ Prev token", key="w_qprev", on_click=_step_query,
                    args=(-1, record.n_tokens), width="stretch")
     cols[3].button("Next token ▶", key="w_qnext", on_click=_step_query,
                    args=(1, record.n_tokens), width="stretch")
     state = shell.view_state()
     preds, _ = shell.predictions(ctx, state)
-    frame = views.token_row_frame(record, preds, state.layer, state.query)
-    summary = views.token_row_summary(frame)
+    frame = tables.token_row_frame(record, preds, state.layer, state.query, direction)
+    summary = tables.token_row_summary(frame)
     row_recall = float(summary["recall"].mean())
     a, b, c = st.columns(3)
     a.metric("Row recall (mean over heads)", f"{row_recall:.3f}")
     b.metric("Gold keys per head", f"{summary['gold_edges'].mean():.1f}")
     c.metric("Predicted keys per head", f"{summary['predicted_edges'].mean():.1f}")
     heads = list(range(record.num_heads))
-    st.plotly_chart(plots.token_figure(frame, labels, state.query, heads),
-                    config=plots.chart_config(f"token_L{state.layer}_q{state.query}"),
+    st.plotly_chart(graph_figures.token_figure(frame, labels, state.query, heads, direction),
+                    config=common_figures.chart_config(f"token_L{state.layer}_q{state.query}"),
                     key="w_fig_tokens")
     left, right = st.columns([3, 1])
     left.dataframe(summary, hide_index=True, width="stretch")
     right.download_button(
-        "This row, every head (CSV)", functools.partial(views.to_csv, frame),
+        "This row, every head (CSV)", functools.partial(tables.to_csv, frame),
         file_name=f"token_L{state.layer}_q{state.query}.csv", mime="text/csv",
         on_click="ignore", key="w_dl_tokens")
 

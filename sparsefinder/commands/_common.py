@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+from collections.abc import Callable, Iterator
+
+from tqdm.auto import tqdm
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,3 +29,24 @@ def add_corpus_arguments(parser: argparse.ArgumentParser, default_split: str) ->
     )
     parser.add_argument("--split", default=default_split, choices=["train", "validation", "all"])
     parser.add_argument("--max-passages", type=int, default=None, help="use at most N passages")
+
+
+def passages_label(max_passages: int | None) -> str:
+    """``"all"`` or ``"the first N"``: how many passages a command read, for its log line."""
+    return "all" if max_passages is None else f"the first {max_passages}"
+
+
+@contextlib.contextmanager
+def progress_bar(desc: str) -> Iterator[Callable[[float, str], None]]:
+    """A tqdm bar driven by a library ``on_progress(fraction, message)`` callback."""
+    bar = tqdm(total=1000, desc=desc, unit="‰", bar_format="{l_bar}{bar}| {postfix}")
+
+    def update(fraction: float, message: str) -> None:
+        bar.n = round(1000 * min(max(fraction, 0.0), 1.0))
+        bar.set_postfix_str(message, refresh=False)
+        bar.refresh()
+
+    try:
+        yield update
+    finally:
+        bar.close()

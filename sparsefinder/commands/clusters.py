@@ -14,14 +14,15 @@ from pathlib import Path
 import pandas as pd
 import plotly.graph_objects as go
 
-from sparsefinder.cluster_plots import order_tags, pos_recall_figure, queries_keys_figure
 from sparsefinder.clusters import HeadClusterAnalysis
 from sparsefinder.commands._common import add_corpus_arguments, add_model_arguments
-from sparsefinder.commands.extract import load_passages
+from sparsefinder.corpus import corpus_texts
+from sparsefinder.figures.clusters import order_tags, pos_recall_figure, queries_keys_figure
 from sparsefinder.graphs import extract
 from sparsefinder.models import load_model
 from sparsefinder.pos import align_doc, load_nlp
-from sparsefinder.projections import BUNDLED_PROJECTIONS, HeadProjections
+from sparsefinder.projections import HeadProjections
+from sparsefinder.resources import BUNDLED_PROJECTIONS
 
 DEFAULT_PROJECTIONS = BUNDLED_PROJECTIONS
 _CHUNK = 16  # passages extracted at once: bounds memory on long corpora
@@ -92,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
         args.projections, expected_model_id=loaded.model_id, expected_alpha=loaded.alpha
     )
     analysis = HeadClusterAnalysis(projections, args.layer, args.head, args.clusters, args.top_k)
-    passages = load_passages(loaded, args.corpus, args.split, args.max_passages)
+    passages = corpus_texts(args.corpus, args.split, loaded.tokenizer, loaded.max_length,
+                            args.max_passages)
     for start in range(0, len(passages), _CHUNK):
         records = extract(
             loaded, passages[start : start + _CHUNK], batch_size=args.batch_size, long_text="error"

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from sparsefinder.commands._common import add_corpus_arguments, add_model_arguments
-from sparsefinder.corpus import chunk_passages, load_corpus
+from sparsefinder.corpus import corpus_texts
 from sparsefinder.graphs import extract
 from sparsefinder.models import load_model
 from sparsefinder.records_io import save_records
@@ -21,19 +21,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return parser
 
 
-def load_passages(loaded, corpus: str, split: str, max_passages: int | None) -> list[str]:
-    """Corpus passages chunked to the model's maximum length (nothing silently cut)."""
-    passages = load_corpus(corpus, None if split == "all" else split)
-    if max_passages is not None:
-        if max_passages < 1:
-            raise ValueError(f"--max-passages must be >= 1, got {max_passages}")
-        passages = passages[:max_passages]
-    return chunk_passages(passages, loaded.tokenizer, loaded.max_length)
-
-
 def run(args: argparse.Namespace) -> int:
     loaded = load_model(args.model, alpha=args.alpha, device=args.device)
-    passages = load_passages(loaded, args.corpus, args.split, args.max_passages)
+    passages = corpus_texts(args.corpus, args.split, loaded.tokenizer, loaded.max_length,
+                            args.max_passages)
     records = extract(
         loaded, passages, batch_size=args.batch_size, long_text="error", progress=True
     )

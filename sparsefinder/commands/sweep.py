@@ -14,23 +14,22 @@ import argparse
 import json
 from pathlib import Path
 
-from sparsefinder.commands._common import add_corpus_arguments, add_model_arguments
-from sparsefinder.corpus import CorpusError, chunk_passages, load_corpus
+from sparsefinder.commands._common import (
+    add_corpus_arguments,
+    add_model_arguments,
+    passages_label,
+    progress_bar,
+)
+from sparsefinder.corpus import CorpusError, corpus_texts
+from sparsefinder.figures.common import write_figure_html
+from sparsefinder.figures.pareto import pareto_figure
 from sparsefinder.graphs import AttentionRecord, extract
 from sparsefinder.models import DEFAULT_MODEL, LoadedModel, load_model
-from sparsefinder.pareto import (
-    METHODS,
-    pareto_figure,
-    pareto_frontier,
-    recall_at_sparsity,
-    resolve_methods,
-    sweep,
-    write_figure_html,
-)
-from sparsefinder.projections import BUNDLED_PROJECTIONS, HeadProjections
+from sparsefinder.pareto import CURVES, pareto_frontier, recall_at_sparsity, resolve_methods, sweep
+from sparsefinder.projections import HeadProjections
+from sparsefinder.resources import BUNDLED_PROJECTIONS
 
 _JSON_COLUMNS = ("params", "recall_per_layer", "sparsity_per_layer")
-BUNDLED = BUNDLED_PROJECTIONS
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -57,6 +56,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="passages of the TRAIN split (first N) whose gold graphs fit methods learned "
              "from training graphs (sparsebert-dams/-damu); 0 skips those methods",
     )
+    parser.add_argument(
+        "--accuracy", action="store_true",
+        help="also run the model restricted to every grid point's predicted graphs and write "
+             "sparsity-accuracy frontiers (accuracy_*.csv, accuracy.json, pareto_accuracy.html)",
+    )
     return parser
 
 
@@ -64,7 +68,7 @@ def _projections_path(args: argparse.Namespace) -> Path:
     if args.projections is not None:
         return args.projections
     if args.model == DEFAULT_MODEL:
-        return BUNDLED
+        return BUNDLED_PROJECTIONS
     raise ValueError(
         f"--projections is required for model {args.model!r}; create them with "
         f"`sparsefinder train --model {args.model} --out DIR` and pass DIR/projections.pt"
@@ -75,17 +79,17 @@ def _train_records(
     args: argparse.Namespace, loaded: LoadedModel, methods: list[str]
 ) -> list[AttentionRecord] | None:
     """Gold graphs of the first ``--train-passages`` TRAIN passages, if a method needs them."""
-    trained = [m for m in methods if METHODS[m].needs_training]
+    trained = [m for m in methods if CURVES[m].needs_training]
     if not trained or args.train_passages <= 0:
         return None
     try:
-        passages = load_corpus(args.corpus, "train")[: args.train_passages]
+        texts = corpus_texts(args.corpus, "train", loaded.tokenizer, loaded.max_length,
+                             args.train_passages)
     except CorpusError as error:  # e.g. a tiny corpus whose passages are all validation
         print(f"warning: {error}; skipping {', '.join(trained)}")
         return None
-    texts = chunk_passages(passages, loaded.tokenizer, loaded.max_length)
-    print(f"fitting {', '.join(trained)} on {len(passages)} passages of the train split "
-          f"-> {len(texts)} texts")
+    print(f"fitting {', '.join(trained)} on the first {args.train_passages} passages of the "
+          f"train split -> {len(texts)} texts")
     return extract(loaded, texts, batch_size=args.batch, progress=True)
 
 
@@ -95,22 +99,23 @@ def run(args: argparse.Namespace) -> int:
     projections = HeadProjections.load(
         _projections_path(args), expected_model_id=loaded.model_id, expected_alpha=loaded.alpha
     )
-    passages = load_corpus(args.corpus, args.split)
-    if args.max_passages is not None:
-        passages = passages[: max(args.max_passages, 0)]
-    if not passages:
+    if args.max_passages is not None and args.max_passages < 1:
         raise ValueError(
-            f"the {args.split} split of corpus {args.corpus} has no passages to evaluate on; "
-            "use a larger corpus or raise --max-passages"
+            f"the {args.split} split of corpus {args.corpus} has no passages to evaluate on "
+            f"with --max-passages {args.max_passages}; raise --max-passages"
         )
+    texts = corpus_texts(args.corpus, args.split, loaded.tokenizer, loaded.max_length,
+                         args.max_passages)
     if args.split == "train" or projections.metadata.get("split") == args.split:
         print(f"warning: evaluating on the {args.split} split the projections were trained on")
-    texts = chunk_passages(passages, loaded.tokenizer, loaded.max_length)
-    print(f"model {loaded.model_id}; {len(passages)} passages of the {args.split} split "
-          f"-> {len(texts)} texts; methods: {', '.join(methods)}")
+    print(f"model {loaded.model_id}; {passages_label(args.max_passages)} passages of the "
+          f"{args.split} split -> {len(texts)} texts; "
+          f"methods: {', '.join(methods)}")
     records = extract(loaded, texts, batch_size=args.batch, progress=True)
     train_records = _train_records(args, loaded, methods)
-    points = sweep(records, projections, methods, train_records=train_records, progress=True)
+    with progress_bar("sweep") as on_progress:
+        points = sweep(records, projections, methods, train_records=train_records,
+                       on_progress=on_progress)
     frontier = pareto_frontier(points)
     at = recall_at_sparsity(points)
     out = Path(args.out)
@@ -137,4 +142,8 @@ def run(args: argparse.Namespace) -> int:
     print(at.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
     print(f"wrote {len(points)} points to {out}/ (points.csv, points.json, frontier.csv, "
           "recall_at_sparsity.csv, pareto.html)")
+    if args.accuracy:
+        from sparsefinder.commands._accuracy import run_accuracy
+
+        run_accuracy(args, loaded, texts, projections, methods, train_records, points, out)
     return 0

@@ -1,14 +1,25 @@
-"""The one interface every graph predictor shares (scikit-learn spirit).
+"""The interface every graph predictor shares (scikit-learn spirit), declared in one place.
 
-Shapes: ``q`` is ``(heads, n, r)`` and ``k`` is ``(heads, m, r)`` — projected queries/keys of
-one text (no padding inside; a record is one text). ``predict`` returns a bool mask
-``(heads, n, m)`` where True means "this query–key pair is kept". With ``causal=True`` the
-future (j > i) is always False.
+Shapes: ``q`` is ``(heads, n, r)`` and ``k`` is ``(heads, m, r)`` — projected (or original)
+queries/keys of one text (no padding inside; a record is one text). ``predict`` returns a bool
+mask ``(heads, n, m)`` where True means "this query–key pair is kept". With ``causal=True``
+the future (``masks.causal_mask``) is always False.
+
+Besides :class:`Predictor`, a predictor may declare optional parts, each a protocol that
+:class:`~sparsefinder.predictors.union.Union` and the sweeps rely on (no ``getattr`` probing):
+
+- :class:`SharedPattern`: the mask is the same for every head and does not read q/k values
+  (``shared_pattern(n, m, device) -> (n, m)``), so a union can OR one (n, m) mask instead of a
+  (heads, n, m) copy;
+- :class:`Fittable`: ``fit(...)`` learns from training data and returns self (KMeans from
+  projected vectors ``fit(q, k)``, SparseBERT's StaticMask from gold graphs);
+- :class:`FreshOutput`: ``returns_fresh_mask`` is True when ``predict`` always returns a new
+  tensor the caller owns, so a union may OR the other members into it in place.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, Self, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -23,21 +34,34 @@ class Predictor(Protocol):
         ...
 
 
-def causal_mask(n: int, m: int, device: torch.device | None = None) -> Tensor:
-    """Bool (n, m) with True where key j is not in the future of query i.
+@runtime_checkable
+class SharedPattern(Protocol):
+    """A head-independent pattern that reads only the sizes (window, global tokens)."""
 
-    For m > n (keys include a prefix) query i sees keys j <= i + (m - n).
-    """
-    offset = m - n
-    return torch.ones(n, m, dtype=torch.bool, device=device).tril(diagonal=offset)
+    def shared_pattern(self, n: int, m: int, device: torch.device | None = None) -> Tensor:
+        """Bool (n, m), the same for every head, before any causal cut."""
+        ...
 
 
-def apply_causal(mask: Tensor, causal: bool) -> Tensor:
-    """Masks the future in a (heads, n, m) prediction when ``causal``."""
-    if not causal:
-        return mask
-    n, m = mask.shape[-2:]
-    return mask & causal_mask(n, m, mask.device)
+@runtime_checkable
+class Fittable(Protocol):
+    """A predictor that learns from training data (k-means centroids, static masks)."""
+
+    def fit(self, *args: Any, **kwargs: Any) -> Self:
+        """Learn from training data → self, fitted (attributes ending in ``_``)."""
+        ...
+
+
+@runtime_checkable
+class FreshOutput(Protocol):
+    """``returns_fresh_mask``: ``predict`` returns a new tensor that the caller may modify."""
+
+    returns_fresh_mask: bool
+
+
+def owns_output(predictor: object) -> bool:
+    """Whether ``predictor.predict`` promises a fresh tensor (see :class:`FreshOutput`)."""
+    return isinstance(predictor, FreshOutput) and bool(predictor.returns_fresh_mask)
 
 
 def check_shapes(q: Tensor, k: Tensor) -> None:

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from sparsefinder.predictors.base import apply_causal, check_shapes
-from sparsefinder.predictors.window import band_mask
+from sparsefinder.masks import apply_causal, window_band
+from sparsefinder.predictors.base import check_shapes
 
 
 def _check_int(name: str, value: object, minimum: int) -> None:
@@ -94,7 +94,7 @@ class BigBird:
         """q: (heads, n, r), k: (heads, m, r) → bool (heads, n, m). Only shapes matter."""
         check_shapes(q, k)
         heads, n, m = q.shape[0], q.shape[1], k.shape[1]
-        base = band_mask(n, m, self.window, q.device)
+        base = window_band(n, m, self.window, q.device)
         if n and m:
             base[0, :] = True
             base[-1, :] = True

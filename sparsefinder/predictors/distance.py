@@ -8,11 +8,13 @@ projection space is, since the bucketed variants can only lose recall relative t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
-from sparsefinder.predictors.base import apply_causal, check_shapes
+from sparsefinder.masks import apply_causal
+from sparsefinder.predictors.base import check_shapes
 
 
 def pairwise_sq_dist(q: Tensor, k: Tensor) -> Tensor:
@@ -46,7 +48,7 @@ class Distance:
 
     threshold: float
 
-    _fresh_mask = True  # predict() returns a new tensor the caller owns (see Union)
+    returns_fresh_mask: ClassVar[bool] = True  # see base.FreshOutput
 
     def __post_init__(self) -> None:
         if not self.threshold >= 0:  # also rejects NaN

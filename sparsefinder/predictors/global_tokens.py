@@ -4,11 +4,13 @@ attended everywhere, a pattern many heads learn as a "no-op" sink."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
-from sparsefinder.predictors.base import apply_causal, check_shapes
+from sparsefinder.masks import apply_causal
+from sparsefinder.predictors.base import check_shapes
 
 
 @dataclass
@@ -23,7 +25,7 @@ class GlobalTokens:
     first: bool = True
     last: bool = True
 
-    _fresh_mask = True  # predict() returns a new tensor the caller owns (see Union)
+    returns_fresh_mask: ClassVar[bool] = True  # see base.FreshOutput
 
     def __post_init__(self) -> None:
         for name in ("first", "last"):

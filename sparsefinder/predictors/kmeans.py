@@ -11,6 +11,7 @@ ever left without a bucket.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -18,7 +19,8 @@ from sklearn.cluster import KMeans as _SkKMeans
 from sklearn.exceptions import NotFittedError
 from torch import Tensor
 
-from sparsefinder.predictors.base import apply_causal, check_shapes
+from sparsefinder.masks import apply_causal
+from sparsefinder.predictors.base import check_shapes
 
 
 def membership_bytes(ids: Tensor, n_clusters: int) -> Tensor:
@@ -69,7 +71,7 @@ class KMeans:
     centroids_: Tensor | None = field(default=None, init=False, repr=False)
     inertia_: Tensor | None = field(default=None, init=False, repr=False)
 
-    _fresh_mask = True  # predict() returns a new tensor the caller owns (see Union)
+    returns_fresh_mask: ClassVar[bool] = True  # see base.FreshOutput
 
     def __post_init__(self) -> None:
         for name in ("n_clusters", "top_k", "n_init", "max_iter"):

@@ -15,7 +15,7 @@ Choices made here:
 - They are the same in every head, as in Longformer, where being global is a property of
   the token (the authors' simulation also draws once per text, shared by the heads).
 - Global token p is key ``p`` and query ``p - (m - n)``: queries are aligned with the last
-  n keys, the convention of ``base.causal_mask`` (for self-attention, m == n).
+  n keys, the convention of ``masks.causal_mask`` (for self-attention, m == n).
 - ``window`` has the meaning of ``Window(size)``: edge iff ``|i - j| <= window // 2``.
 - ``causal=True`` cuts the future afterwards: a global query still sees only its past.
 """
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from sparsefinder.predictors.base import apply_causal, check_shapes
-from sparsefinder.predictors.window import band_mask
+from sparsefinder.masks import apply_causal, window_band
+from sparsefinder.predictors.base import check_shapes
 
 
 def _check_int(name: str, value: object, minimum: int) -> None:
@@ -59,7 +59,7 @@ class Longformer:
         """q: (heads, n, r), k: (heads, m, r) → bool (heads, n, m). Only shapes matter."""
         check_shapes(q, k)
         heads, n, m = q.shape[0], q.shape[1], k.shape[1]
-        base = band_mask(n, m, self.window, q.device)
+        base = window_band(n, m, self.window, q.device)
         cols = self.global_tokens(m).to(q.device)
         rows = cols - (m - n)
         rows = rows[(rows >= 0) & (rows < n)]

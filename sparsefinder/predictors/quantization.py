@@ -15,11 +15,13 @@ deterministic. Unlike the paper we do not append padding: the last bin is simply
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
-from sparsefinder.predictors.base import apply_causal, check_shapes
+from sparsefinder.masks import apply_causal
+from sparsefinder.predictors.base import check_shapes
 
 
 def _ranks(x: Tensor) -> Tensor:
@@ -36,15 +38,22 @@ class Quantization:
 
     bins: int
 
-    _fresh_mask = True  # predict() returns a new tensor the caller owns (see Union)
+    returns_fresh_mask: ClassVar[bool] = True  # see base.FreshOutput
 
     def __post_init__(self) -> None:
         if isinstance(self.bins, bool) or not isinstance(self.bins, int) or self.bins < 1:
             raise ValueError(f"bins must be an integer >= 1, got {self.bins!r}")
 
-    def n_buckets(self, r: int) -> int:
-        """Total number of buckets B = r * β for an r-dimensional projection."""
-        return r * self.bins
+    def n_buckets(self, r: int, n_tokens: int | None = None) -> int:
+        """Buckets of an r-dimensional projection: r · β nominally (``n_tokens`` None); with
+        N tokens per side each bin holds ⌈N/β⌉ of them, so only ⌈N / ⌈N/β⌉⌉ bins per
+        dimension exist (e.g. N = 10, β = 6: 2 per bin, 5 bins, not 6)."""
+        if n_tokens is None:
+            return r * self.bins
+        if n_tokens < 1:
+            return 0
+        per_bin = -(-n_tokens // self.bins)
+        return r * -(-n_tokens // per_bin)
 
     def assign(self, x: Tensor) -> Tensor:
         """Bin id of every token in every dimension: (heads, N, r) → LongTensor (heads, N, r).

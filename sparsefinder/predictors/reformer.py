@@ -35,7 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from sparsefinder.predictors.base import apply_causal, check_shapes
+from sparsefinder.masks import apply_causal
+from sparsefinder.predictors.base import check_shapes
 
 
 def _check_int(name: str, value: object, minimum: int) -> None:

@@ -44,7 +44,8 @@ from sklearn.cluster import KMeans as _SkKMeans
 from sklearn.exceptions import NotFittedError
 from torch import Tensor
 
-from sparsefinder.predictors.base import apply_causal, check_shapes
+from sparsefinder.masks import apply_causal
+from sparsefinder.predictors.base import check_shapes
 
 MODES = ("budget", "top")
 
@@ -72,7 +73,7 @@ class RoutedKMeans:
 
     needs_full_scores: ClassVar[bool] = False
     uses_projections: ClassVar[bool] = False
-    _fresh_mask = True  # predict() returns a new tensor the caller owns (see Union)
+    returns_fresh_mask: ClassVar[bool] = True  # see base.FreshOutput
 
     def __post_init__(self) -> None:
         for name in ("n_clusters", "n_init", "max_iter", "n_routes"):

@@ -42,11 +42,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from sparsefinder.predictors.base import Predictor, apply_causal, check_shapes
+from sparsefinder.masks import apply_causal
+from sparsefinder.predictors.base import Fittable, Predictor, check_shapes
 
 _KINDS = ("structured", "unstructured")
 _EPS = 1e-9  # slack on the cumulative kept fraction (float64 sums of many small shares)
@@ -71,20 +73,11 @@ class NoDiagonal:
 
     __hash__ = None  # mutable container, like the dataclass predictors
 
-    @property
-    def needs_full_scores(self) -> bool:
-        return getattr(self.predictor, "needs_full_scores", False)
-
-    @property
-    def uses_projections(self) -> bool:
-        return getattr(self.predictor, "uses_projections", True)
-
-    def fit(self, *args, **kwargs) -> NoDiagonal:
+    def fit(self, *args: Any, **kwargs: Any) -> NoDiagonal:
         """Fits the wrapped predictor (same arguments as its own ``fit``)."""
-        fit = getattr(self.predictor, "fit", None)
-        if not callable(fit):
+        if not isinstance(self.predictor, Fittable):
             raise AttributeError(f"{type(self.predictor).__name__} has no fit(); nothing to fit")
-        fit(*args, **kwargs)
+        self.predictor.fit(*args, **kwargs)
         return self
 
     def predict(self, q: Tensor, k: Tensor, *, causal: bool = False) -> Tensor:

@@ -5,7 +5,8 @@ Every query keeps its k highest-scoring keys of the *full* score matrix QKᵀ (Z
 one needs the ORIGINAL queries and keys (heads, n, d), not the low-dimensional projections,
 and it computes all n·m scores, so it saves no work: it is an oracle, bounded only by the
 score matrix itself, showing how well *any* method that keeps a fixed number of keys per
-query could do. Flags for callers: ``needs_full_scores = True``, ``uses_projections = False``.
+query could do. The method registry (``sparsefinder.spec``) declares that it reads the
+original vectors (``inputs="original"``).
 
 Ties are broken deterministically: scores strictly above the k-th largest are kept, and
 among the keys tied with it the lowest key indices are kept, so every row has exactly
@@ -22,7 +23,8 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from sparsefinder.predictors.base import apply_causal, causal_mask, check_shapes
+from sparsefinder.masks import apply_causal, causal_mask
+from sparsefinder.predictors.base import check_shapes
 
 
 @dataclass
@@ -30,8 +32,7 @@ class TopK:
     """Edge iff key j is among the k highest scores ``q_i · k_j`` of query i (an oracle)."""
 
     k: int
-    needs_full_scores: ClassVar[bool] = True
-    uses_projections: ClassVar[bool] = False
+    returns_fresh_mask: ClassVar[bool] = True  # see base.FreshOutput
 
     def __post_init__(self) -> None:
         if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:

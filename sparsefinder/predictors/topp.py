@@ -29,7 +29,8 @@ import torch
 from torch import Tensor
 
 from sparsefinder.entmax_ops import entmax_normalize, validate_alpha
-from sparsefinder.predictors.base import causal_mask, check_shapes
+from sparsefinder.masks import causal_mask
+from sparsefinder.predictors.base import check_shapes
 from sparsefinder.predictors.routed_kmeans import descending_order
 
 
@@ -42,6 +43,7 @@ class TopP:
     scale: float | None = None
     needs_full_scores: ClassVar[bool] = True
     uses_projections: ClassVar[bool] = False
+    returns_fresh_mask: ClassVar[bool] = True  # see base.FreshOutput
 
     def __post_init__(self) -> None:
         if isinstance(self.p, bool) or not isinstance(self.p, int | float) or not (

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from sparsefinder.predictors.base import Predictor, apply_causal, check_shapes
+from sparsefinder.masks import apply_causal
+from sparsefinder.predictors.base import (
+    Fittable,
+    Predictor,
+    SharedPattern,
+    check_shapes,
+    owns_output,
+)
 
 
 class Union:
@@ -30,28 +37,25 @@ class Union:
     __hash__ = None  # mutable container, like the dataclass members
 
     def fit(self, q: Tensor, k: Tensor) -> Union:
-        """Fits every member that can be fitted (e.g. KMeans); others are left as they are."""
+        """Fits every :class:`Fittable` member (e.g. KMeans); others are left as they are."""
         for p in self.predictors:
-            fit = getattr(p, "fit", None)
-            if callable(fit):
-                fit(q, k)
+            if isinstance(p, Fittable):
+                p.fit(q, k)
         return self
 
     def predict(self, q: Tensor, k: Tensor, *, causal: bool = False) -> Tensor:
         """q: (heads, n, r), k: (heads, m, r) → bool (heads, n, m)."""
         check_shapes(q, k)
         n, m = q.shape[1], k.shape[1]
-        # Members with a head-independent ``shared_pattern(n, m, device)`` (Window,
-        # GlobalTokens) are OR-ed as one (n, m) mask and broadcast, instead of each allocating
-        # a (heads, n, m) copy: on CPU, fresh large buffers cost page faults on every call.
+        # SharedPattern members (Window, GlobalTokens) are OR-ed as one (n, m) mask and
+        # broadcast, instead of each allocating a (heads, n, m) copy: on CPU, fresh large
+        # buffers cost page faults on every call.
         shared: Tensor | None = None
         per_head: list[Predictor] = []
         for p in self.predictors:
-            pattern = getattr(p, "shared_pattern", None)
-            if callable(pattern):
-                shared = (
-                    pattern(n, m, q.device) if shared is None else shared | pattern(n, m, q.device)
-                )
+            if isinstance(p, SharedPattern):
+                pattern = p.shared_pattern(n, m, q.device)
+                shared = pattern if shared is None else shared | pattern
             else:
                 per_head.append(p)
         if shared is not None:
@@ -62,10 +66,10 @@ class Union:
         # non-causal pattern with the future cut off (e.g. a top-k over allowed keys only).
         masks = (p.predict(q, k, causal=causal) for p in per_head)
         mask = next(masks)
-        # Write into the first member's output only if it promises a fresh tensor (all the
-        # built-in predictors do): one fewer (heads, n, m) allocation per call. Otherwise the
-        # first OR allocates, so a member's output is never modified.
-        owned = getattr(per_head[0], "_fresh_mask", False)
+        # Write into the first member's output only if it promises a fresh tensor (FreshOutput;
+        # all the built-in predictors do): one fewer (heads, n, m) allocation per call.
+        # Otherwise the first OR allocates, so a member's output is never modified.
+        owned = owns_output(per_head[0])
         for other in masks if shared is None else (shared, *masks):
             if owned:
                 mask |= other

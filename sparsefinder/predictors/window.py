@@ -3,32 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
-from sparsefinder.predictors.base import apply_causal, check_shapes
-
-
-def band_mask(n: int, m: int, size: int, device: torch.device | None = None) -> Tensor:
-    """Bool (n, m): True where ``|i - (j - (m - n))| <= size // 2``; all False for size 0.
-
-    Query i is aligned with key ``i + (m - n)``, the same convention as ``base.causal_mask``
-    (keys may include a prefix).
-    """
-    # A copy of a cached band: a slider move rebuilds the same band for every layer.
-    return _cached_band(n, m, max(size, 0), torch.device(device or "cpu")).clone()
-
-
-@lru_cache(maxsize=64)
-def _cached_band(n: int, m: int, size: int, device: torch.device) -> Tensor:
-    if size == 0:
-        return torch.zeros(n, m, dtype=torch.bool, device=device)
-    half = size // 2
-    offset = m - n
-    ones = torch.ones(n, m, dtype=torch.bool, device=device)
-    return ones.tril(diagonal=offset + half).triu(diagonal=offset - half)
+from sparsefinder.masks import apply_causal, window_band
+from sparsefinder.predictors.base import check_shapes
 
 
 @dataclass
@@ -41,7 +22,7 @@ class Window:
 
     size: int
 
-    _fresh_mask = True  # predict() returns a new tensor the caller owns (see Union)
+    returns_fresh_mask: ClassVar[bool] = True  # see base.FreshOutput
 
     def __post_init__(self) -> None:
         if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 0:
@@ -49,7 +30,7 @@ class Window:
 
     def shared_pattern(self, n: int, m: int, device: torch.device | None = None) -> Tensor:
         """The same-for-every-head mask, bool (n, m); lets ``Union`` skip a per-head copy."""
-        return band_mask(n, m, self.size, device)
+        return window_band(n, m, self.size, device)
 
     def predict(self, q: Tensor, k: Tensor, *, causal: bool = False) -> Tensor:
         """q: (heads, n, r), k: (heads, m, r) → bool (heads, n, m)."""

@@ -144,3 +144,74 @@ def test_clicking_the_overview_grid_opens_that_head(server, page):
                            "location.search.includes('head=3')", timeout=60_000)
     page.wait_for_function("() => [...document.querySelectorAll('.annotation-text')]"
                            ".some(e => e.textContent.includes('L1H3'))", timeout=60_000)
+
+
+PASTED = "The pilot thanked the mechanic because he had fixed the engine overnight."
+
+
+def _textarea_value(page) -> str | None:
+    return page.evaluate("() => { const t = document.querySelector("
+                         "'[data-testid=\"stSidebar\"] textarea'); return t ? t.value : null; }")
+
+
+def test_pasted_text_survives_mode_switches_and_a_reload(server, page):
+    page.goto(f"{server}/?method=fixed&window=3", timeout=240_000)
+    _wait_for_explorer(page)
+    sidebar = page.locator("[data-testid='stSidebar']")
+    sidebar.get_by_text("Paste", exact=True).click()
+    area = sidebar.locator("textarea")
+    area.wait_for(timeout=60_000)
+    area.fill(PASTED)
+    area.press("Control+Enter")  # a text area commits on Ctrl+Enter (or blur)
+    page.wait_for_function("() => location.search.includes('textid=')", timeout=120_000)
+    sidebar.get_by_text("Example", exact=True).click()
+    page.wait_for_function("() => !location.search.includes('textid=')", timeout=60_000)
+    sidebar.get_by_text("Paste", exact=True).click()
+    page.wait_for_function(f"() => {{ const t = document.querySelector("
+                           f"'[data-testid=\"stSidebar\"] textarea'); "
+                           f"return t && t.value === {PASTED!r}; }}", timeout=60_000)
+    page.wait_for_function("() => location.search.includes('textid=')", timeout=60_000)
+    page.reload(timeout=240_000)
+    _wait_for_explorer(page)
+    assert _textarea_value(page) == PASTED
+    assert "textid=" in page.url
+    assert page.locator("[data-testid='stException']").count() == 0
+
+
+def test_model_view_hover_names_a_head_and_a_click_opens_it(server, page):
+    page.goto(f"{server}/?method=fixed&window=3&layer=0&head=0", timeout=240_000)
+    _wait_for_explorer(page)
+    page.get_by_text("Model view: every head's pattern", exact=False).click()
+    mosaic = page.locator(".st-key-w_model_view .js-plotly-plot")
+    mosaic.wait_for(timeout=120_000)
+    point = mosaic.locator("path.point").nth(2 * 12 + 5)  # layer 2, head 5
+    point.scroll_into_view_if_needed()
+    time.sleep(0.5)
+    tile = point.bounding_box()
+    x, y = tile["x"] + tile["width"] / 2, tile["y"] + tile["height"] / 2
+    page.mouse.move(x, y)
+    page.wait_for_function("() => [...document.querySelectorAll('.hoverlayer text')]"
+                           ".some(t => t.textContent.includes('layer 2 · head 5'))",
+                           timeout=30_000)
+    page.mouse.down()
+    page.mouse.up()
+    page.wait_for_function("() => location.search.includes('layer=2') && "
+                           "location.search.includes('head=5')", timeout=60_000)
+    page.wait_for_function("() => [...document.querySelectorAll('.annotation-text')]"
+                           ".some(e => e.textContent.includes('L2H5'))", timeout=60_000)
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "browser_model_view.png"), full_page=True)
+    assert page.locator("[data-testid='stException']").count() == 0
+
+
+def test_explorer_shows_the_output_accuracy_of_the_setting(server, page):
+    page.goto(f"{server}/?method=fixed&window=5&layer=0&head=0", timeout=240_000)
+    _wait_for_explorer(page)
+    page.get_by_text("Output accuracy: run the model restricted", exact=False).click()
+    page.wait_for_function(f"() => ({METRIC_JS})('Output cosine') !== null", timeout=120_000)
+    cosine = float(page.evaluate(METRIC_JS, "Output cosine"))
+    assert -1.0 <= cosine <= 1.0
+    assert page.locator("text=Accuracy of this setting").count() == 1
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "browser_accuracy.png"))
+    assert page.locator("[data-testid='stException']").count() == 0

@@ -30,8 +30,39 @@ def test_coreference_page_renders_and_follows_the_probe(with_projections):
     second = _ranking(at)
     assert not first.equals(second)
     assert not any("(p01)" in m.label for m in at.metric)
-    at.select_slider(key="w_clusters").set_value(2).run()
+    at.select_slider(key="w_coref_B").set_value(2).run()
     assert_clean(at)
+    assert at.query_params.get("B") != "2"  # the page's own B, not the Explorer's
+
+
+def test_opens_on_the_demo_setting_and_keeps_the_explorers_alone(with_projections):
+    at = _open(B="4", k="1")
+    assert at.select_slider(key="w_coref_B").value == 8  # nearest to 12 these projections hold
+    assert at.slider(key="w_coref_k").value == 2
+    assert at.query_params["B"] == "4" and at.query_params["k"] == "1"
+
+
+def test_coreference_on_the_text_in_the_sidebar(with_projections):
+    at = new_app(method="fixed").run()
+    at.radio(key="w_source").set_value("paste").run()
+    text = "The pilots thanked the mechanic because he had fixed their engine overnight."
+    at.text_area(key="w_paste").input(text).run()
+    at.switch_page("app_pages/coreference.py").run()
+    at.radio(key="w_coref_source").set_value("own").run()
+    assert_clean(at)
+    chosen = at.multiselect(key="w_coref_pairs").value
+    he, their = text.index(" he ") + 1, text.index("their")
+    assert chosen == [f"he@{he} → mechanic@23", f"their@{their} → pilots@4"]
+    ranking = _ranking(at)
+    assert ranking["n_pairs"].iloc[0] == len(chosen)
+    assert 0.0 <= metric(at, "Head sparsity (your text)") <= 1.0
+    at.multiselect(key="w_coref_pairs").set_value([]).run()
+    assert any("No pair chosen" in i.value for i in at.info)
+    at.selectbox(key="w_coref_pronoun").set_value(6).run()  # "he"
+    at.selectbox(key="w_coref_antecedent").set_value(1).run()  # "pilots"
+    at.button(key="w_coref_add").click().run()
+    assert_clean(at)
+    assert _ranking(at)["n_pairs"].iloc[0] == 1
 
 
 def test_ranking_over_all_probes(with_projections):

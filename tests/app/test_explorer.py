@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from apptest_helpers import assert_clean, assert_head_graphs, figures, metric, new_app
 
 
@@ -106,11 +108,15 @@ def test_head_navigation_and_url_state(with_projections):
     assert at.query_params["layer"] == "3" and at.query_params["head"] == "0"
     at.button(key="w_prev").click().run()
     assert at.query_params["head"] == "11"
-    head_recall = metric(at, "Head recall")
+    layer_recall = metric(at, "Layer recall")
     at.selectbox(key="w_head").set_value(0).run()
     assert at.query_params["head"] == "0"
-    assert metric(at, "Layer recall") == metric(at, "Layer recall")  # still drawn
-    assert head_recall >= 0
+    assert metric(at, "Layer recall") == layer_recall  # a head switch changes no prediction
+    # the numbers shown are the library's for the same setting (layer 2, head 0)
+    expected = _library_scores(with_projections, "distance", t=0.3, window=5)
+    assert metric(at, "Head recall") == round(float(expected.recall[2, 0]), 3)
+    assert metric(at, "Head sparsity") == round(float(expected.sparsity[2, 0]), 3)
+    assert metric(at, "Layer recall") == round(float(expected.recall[2].mean()), 3)
 
 
 def test_bad_url_parameters_are_reported_not_raised(with_projections):
@@ -119,3 +125,63 @@ def test_bad_url_parameters_are_reported_not_raised(with_projections):
     warnings = " ".join(w.value for w in at.warning)
     assert "method='magic'" in warnings and "window='-4'" in warnings
     assert at.selectbox(key="w_layer").value == 5  # clamped to the last layer
+
+
+def _library_scores(projections_file, method: str, **values):
+    """Scores of the default example computed with the library alone (no app)."""
+    from sparsefinder.explore import inputs, live
+    from sparsefinder.explore import prepared as prep
+    from sparsefinder.explore.state import ViewState
+    from sparsefinder.models import load_model
+    from sparsefinder.projections import HeadProjections
+
+    loaded = load_model("default")
+    record, _ = inputs.extract_one(loaded, inputs.read_example(inputs.DEFAULT_EXAMPLE))
+    prepared = prep.prepare(record, HeadProjections.load(projections_file))
+    state = ViewState(method=method, **values)
+    return live.score(prepared, live.predict_layers(prepared, state))
+
+
+def test_model_view_compare_and_token_range(with_projections):
+    at = new_app(method="fixed", window="3", example="long_report_512", overview="sparsity",
+                 layer="1", head="2").run()
+    assert_clean(at)
+    assert at.radio(key="w_colour_by").value == "sparsity"
+    at.toggle(key="w_model_view_on").set_value(True).run()
+    assert_clean(at)
+    mosaics = [f for f in figures(at) if f["data"] and f["data"][0].get("type") == "image"
+               and len(f["data"]) == 2 and len(f["data"][1]["x"]) == 72]
+    assert len(mosaics) == 1 and "sparsity" in mosaics[0]["data"][1]["text"][0]
+    at.selectbox(key="w_compare").set_value((4, 5)).run()
+    titles = [a["text"] for f in figures(at) for a in f["layout"].get("annotations", [])]
+    assert any("L1H2" in t for t in titles) and any("L4H5" in t for t in titles)
+    at.slider(key="w_token_range").set_value((10, 40)).run()
+    assert_clean(at)
+    head = assert_head_graphs(at)
+    assert any("tokens 10–39" in a["text"] for a in head["layout"]["annotations"])
+    ticks = head["layout"]["xaxis"]["ticktext"]
+    assert len(ticks) == 30  # every token of the window is labelled
+    (gold_hover,) = [t for t in head["data"] if t.get("name") == "gold"]
+    probability = re.compile(r" p=[01]\.\d{3}$")
+    assert gold_hover["text"] and all(probability.search(t) for t in gold_hover["text"])
+    assert gold_hover["text"][0].startswith("q1")  # absolute positions inside the window
+    at.radio(key="w_colour_by").set_value("recall").run()
+    assert at.query_params["overview"] == "recall"
+
+
+def test_output_accuracy_of_the_setting(with_projections):
+    at = new_app(method="fixed", window="0", **{"global": "none"}).run()
+    at.toggle(key="w_accuracy_on").set_value(True).run()
+    assert_clean(at)
+    # nothing switched on: every row is repaired to its diagonal, the output moves a lot
+    empty = metric(at, "Output cosine")
+    assert metric(at, "Rows repaired") == 1.0
+    assert any("Accuracy of this setting" in c.value for c in at.caption)
+    at.select_slider(key="w_window").set_value(31).run()
+    wide = metric(at, "Output cosine")
+    assert metric(at, "Rows repaired") == 0.0 and wide > empty
+    assert -1.0 <= empty <= 1.0 and wide <= 1.0
+    at.button(key="w_task_run").click().run()
+    assert_clean(at)
+    assert 0.0 <= metric(at, "Retrieval top-1 agreement") <= 1.0
+    assert any("Task measure on" in c.value for c in at.caption)

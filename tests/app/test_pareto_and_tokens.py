@@ -2,23 +2,59 @@
 
 from __future__ import annotations
 
-from apptest_helpers import assert_clean, metric, new_app
+import base64
+import json
+
+import numpy as np
+from apptest_helpers import assert_clean, figures, metric, new_app
 
 
-def test_pareto_page_sweeps_the_text_and_on_request_the_validation_corpus(with_projections):
-    at = new_app(method="distance").run()
+def _values(data) -> list[float]:
+    """A plotly JSON array: a list, or a typed array ``{"dtype", "bdata"}`` (base64)."""
+    if isinstance(data, dict):
+        return np.frombuffer(base64.b64decode(data["bdata"]), dtype=data["dtype"]).tolist()
+    return list(data)
+
+
+def _star(figure: dict) -> tuple[float, float]:
+    (star,) = [t for t in figure["data"] if t.get("name") == "current setting"]
+    return _values(star["x"])[0], _values(star["y"])[0]
+
+
+def _grid_point(figure: dict, curve: str, params: dict) -> tuple[float, float]:
+    (points,) = [t for t in figure["data"] if t.get("name") == f"{curve} (all)"]
+    index = points["customdata"].index(json.dumps(params, sort_keys=True))
+    return _values(points["x"])[index], _values(points["y"])[index]
+
+
+def _curves(figure: dict) -> list:
+    return [(t["name"], _values(t["x"]), _values(t["y"])) for t in figure["data"]
+            if t.get("name") != "current setting"]
+
+
+def test_pareto_star_is_the_sweeps_point_and_moves_alone(with_projections):
+    """The star (the live setting) sits exactly on the sweep's point for the same setting, on
+    the text and on the validation corpus; a slider moves it and leaves the curves as they
+    were (no re-sweep)."""
+    at = new_app(method="distance", t="0.5", window="0", **{"global": "none"}).run()
     at.session_state["w_val_passages"] = 4
     at.switch_page("app_pages/pareto.py").run()
     assert_clean(at)
-    assert len(at.get("plotly_chart")) == 1
+    (text_figure,) = figures(at)
     assert any("Not computed yet" in c.value for c in at.caption)
+    assert _star(text_figure) == _grid_point(text_figure, "distance", {"threshold": 0.5})
     at.button(key="w_val_run").click().run()
     assert_clean(at)
-    assert len(at.get("plotly_chart")) == 2
-    # moving a slider moves the current-setting star, without recomputing the sweeps
-    at.slider(key="w_t").set_value(0.0).run()
+    text_figure, corpus_figure = figures(at)
+    assert _star(corpus_figure) == _grid_point(corpus_figure, "distance", {"threshold": 0.5})
+    at.slider(key="w_t").set_value(1.0).run()
     assert_clean(at)
-    assert len(at.get("plotly_chart")) == 2
+    moved_text, moved_corpus = figures(at)
+    assert _star(moved_text) == _grid_point(moved_text, "distance", {"threshold": 1.0})
+    assert _star(moved_corpus) == _grid_point(moved_corpus, "distance", {"threshold": 1.0})
+    assert _star(moved_text) != _star(text_figure)
+    assert _curves(moved_text) == _curves(text_figure)
+    assert _curves(moved_corpus) == _curves(corpus_figure)
 
 
 def test_pareto_without_projections_sweeps_window_only(without_projections):
@@ -45,3 +81,29 @@ def test_token_view_follows_query_and_sliders(with_projections):
     assert at.query_params["query"] == "10"
     assert metric(at, "Predicted keys per head") == 9.0
     assert 0.0 <= before <= 1.0
+
+
+def test_pareto_accuracy_axis_on_this_text(with_projections):
+    at = new_app(method="fixed", window="3", example="short_dialogue").run()
+    at.switch_page("app_pages/pareto.py").run()
+    at.toggle(key="w_pareto_accuracy").set_value(True).run()
+    assert_clean(at)
+    assert any("Not computed yet" in c.value for c in at.caption)
+    at.button(key="w_accuracy_run").click().run()
+    assert_clean(at)
+    (accuracy,) = [f for f in figures(at) if "Sparsity–accuracy" in
+                   str(f["layout"].get("title", {}).get("text", ""))]
+    names = {t.get("name") for t in accuracy["data"]}
+    assert {"window", "distance", "longformer", "bigbird"} <= names
+    stars = [t for t in accuracy["data"] if t.get("marker", {}).get("symbol") == "star"]
+    assert stars  # full α-entmax
+
+
+def test_token_view_shows_the_column_too(with_projections):
+    at = new_app(method="fixed", window="3", query="5", **{"global": "none"}).run()
+    at.switch_page("app_pages/tokens.py").run()
+    at.radio(key="w_direction").set_value("column").run()
+    assert_clean(at)
+    (figure,) = figures(at)
+    assert "queries attending to key 5" in figure["layout"]["title"]["text"]
+    assert metric(at, "Predicted keys per head") == 3.0  # the window is symmetric

@@ -34,6 +34,15 @@ def test_n_buckets_is_r_times_bins() -> None:
     assert Quantization(3).n_buckets(4) == 12
 
 
+@pytest.mark.parametrize(("n", "bins"), [(10, 6), (10, 4), (7, 7), (3, 8), (100, 32), (1, 3)])
+def test_n_buckets_counts_the_bins_that_exist(n: int, bins: int) -> None:
+    x = torch.randn(2, n, 4, generator=torch.Generator().manual_seed(n))
+    ids = Quantization(bins).assign(x)
+    existing = sum(len(torch.unique(ids[0, :, d])) for d in range(4))
+    assert Quantization(bins).n_buckets(4, n_tokens=n) == existing
+    assert Quantization(bins).n_buckets(4, n_tokens=0) == 0
+
+
 def test_hand_computed_one_dimension() -> None:
     # queries ranked among queries: values .3 .1 .4 .2 → ranks 2 0 3 1 → bins (size 2) 1 0 1 0
     # keys ranked among keys:       values 5  7  6  8  → ranks 0 2 1 3 → bins 0 1 0 1

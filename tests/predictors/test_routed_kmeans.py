@@ -6,7 +6,7 @@ import pytest
 import torch
 from sklearn.exceptions import NotFittedError
 
-from sparsefinder.predictors.base import causal_mask
+from sparsefinder.masks import causal_mask
 from sparsefinder.predictors.routed_kmeans import RoutedKMeans, descending_order
 
 

@@ -7,9 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparsefinder.predictors.base import causal_mask
+from sparsefinder.masks import causal_mask
 from sparsefinder.predictors.sparsebert import NoDiagonal, StaticMask
-from sparsefinder.predictors.topk import TopK
 from sparsefinder.predictors.window import Window
 
 
@@ -66,13 +65,10 @@ def test_no_diagonal_does_not_modify_the_wrapped_output():
     assert inner.mask.all()
 
 
-def test_no_diagonal_passes_causal_fit_and_flags():
+def test_no_diagonal_passes_causal_and_fit():
     q, k = _qk(2, 8)
     mask = NoDiagonal(Window(3)).predict(q, k, causal=True)
     assert torch.equal(mask, Window(3).predict(q, k) & causal_mask(8, 8) & ~torch.eye(8).bool())
-    wrapped = NoDiagonal(TopK(2))
-    assert wrapped.needs_full_scores and not wrapped.uses_projections
-    assert not NoDiagonal(Window(3)).needs_full_scores
     static = NoDiagonal(StaticMask("structured", 0.5))
     assert static.fit(_golds(2, [8])) is static and static.predictor.rank_ is not None
     with pytest.raises(AttributeError, match="fit"):

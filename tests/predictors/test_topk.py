@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparsefinder.predictors.base import causal_mask
+from sparsefinder.masks import causal_mask
 from sparsefinder.predictors.topk import TopK
 
 
@@ -15,11 +15,6 @@ def _qk(heads: int, n: int, m: int | None = None, d: int = 8, seed: int = 0):
     gen = torch.Generator().manual_seed(seed)
     m = n if m is None else m
     return torch.randn(heads, n, d, generator=gen), torch.randn(heads, m, d, generator=gen)
-
-
-def test_flags():
-    assert TopK.needs_full_scores is True and TopK.uses_projections is False
-    assert TopK(3).needs_full_scores and not TopK(3).uses_projections
 
 
 def test_hand_checked():

@@ -8,7 +8,7 @@ import pytest
 import torch
 from entmax import entmax15
 
-from sparsefinder.predictors.base import causal_mask
+from sparsefinder.masks import causal_mask
 from sparsefinder.predictors.topp import TopP
 
 

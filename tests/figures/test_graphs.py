@@ -1,10 +1,10 @@
-"""app/plots.py helpers that carry logic of their own (pooling, overlay policy)."""
+"""sparsefinder.figures.graphs helpers that carry logic of their own (pooling, overlay policy)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from app import plots
+from sparsefinder.figures import graphs as plots
 
 
 def test_pool_keeps_every_edge_and_the_most_important_class():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from sparsefinder.cluster_plots import (
+from sparsefinder.figures.clusters import (
     breakdown_figure,
     cluster_colors,
     order_tags,

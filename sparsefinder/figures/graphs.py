@@ -1,72 +1,39 @@
-"""Plotly figures for the app: drawing only, the numbers come from ``sparsefinder.views``.
+"""Attention-graph figures: one head (gold | predicted | diff), the layer × head overview and
+one query row over every head.
 
-Attention matrices are drawn as PNG image traces (a 512×512 float heatmap is ~1.5 MB of JSON
-per figure, a PNG a few KB) with a transparent scatter overlay on the edges only, which is
-what carries the token labels on hover. Axes are integer token positions with token strings as
-tick text: token strings as categories would merge repeated tokens ("the", ",").
+Axes are integer token positions with token strings as tick text: token strings as categories
+would merge repeated tokens ("the", ","). A transparent scatter overlay on the edges carries the
+token labels on hover.
 """
 
 from __future__ import annotations
 
-import base64
-import io
 from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from PIL import Image
 
-#: Colours of the diff classes (index = views.DIFF_* code) and of plain graphs.
-DIFF_COLORS = {1: (46, 125, 50), 2: (211, 47, 47), 3: (245, 158, 11)}  # TP, FN, FP
-DIFF_LABELS = {1: "TP: predicted gold edge", 2: "FN: missed gold edge", 3: "FP: extra edge"}
-GOLD_COLOR = (33, 33, 33)
-PRED_COLOR = (25, 118, 210)
-#: A panel gets the token-label hover overlay when it has at most this many edges (else its
-#: image hover shows positions only): thousands of hover points cost the browser ~1 s per
-#: update, and at 500 tokens a panel has ~1 pixel per token, where labels are better read
-#: in the Token view.
-MAX_HOVER_EDGES = 3000
-MAX_TICKS = 20
-FIG_HEIGHT = 440
-TICK_CHARS = 10
-#: Longest matrix side drawn at one pixel per token; longer ones are pooled (see ``pool``).
-MAX_PIXELS = 300
+from sparsefinder.figures.common import (
+    DIFF_COLORS,
+    DIFF_LABELS,
+    FIG_HEIGHT,
+    GOLD_COLOR,
+    MAX_HOVER_EDGES,
+    MAX_PIXELS,
+    MAX_TICKS,
+    PRED_COLOR,
+    TICK_CHARS,
+    fast_figure,
+    png_data_uri,
+)
 
-
-def chart_config(filename: str) -> dict:
-    """Modebar config: the camera button saves a PNG named after the view."""
-    return {
-        "displaylogo": False,
-        "toImageButtonOptions": {"format": "png", "filename": filename, "scale": 2},
-        "modeBarButtonsToRemove": ["lasso2d", "select2d"],
-    }
-
-
-def fast_figure(data: list[dict], layout: dict) -> go.Figure:
-    """A Figure from plain dicts without plotly's per-element validation.
-
-    Validation walks every hover string (~200 ms for a few thousand); these figures are built
-    by the code below from known-good keys, and ``st.plotly_chart`` does not validate a
-    Figure again.
-    """
-    return go.Figure({"data": data, "layout": layout}, _validate=False)
-
-
-def png_data_uri(codes: np.ndarray, palette: Sequence[tuple[int, int, int]]) -> str:
-    """uint8 class codes (h, w) + one RGB colour per code → ``data:image/png`` URI.
-
-    A palette PNG holds one byte per pixel: faster to encode and smaller than RGB.
-    """
-    image = Image.fromarray(np.ascontiguousarray(codes, dtype=np.uint8), mode="P")
-    image.putpalette([c for rgb in palette for c in rgb])
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG", compress_level=1)
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+#: Up to this many tokens every one is labelled (e.g. a windowed range of a long text).
+ALL_TICKS = 64
 
 
 def _ticks(labels: Sequence[str]) -> tuple[list[int], list[str]]:
-    step = max(1, -(-len(labels) // MAX_TICKS))
+    step = 1 if len(labels) <= ALL_TICKS else max(1, -(-len(labels) // MAX_TICKS))
     positions = list(range(0, len(labels), step))
     text = [labels[i].split(" · ", 1)[-1] for i in positions]
     return positions, [t if len(t) <= TICK_CHARS else t[: TICK_CHARS - 1] + "…" for t in text]
@@ -96,15 +63,18 @@ def pool(codes: np.ndarray, factor: int, priority: Sequence[int]) -> np.ndarray:
 
     A 500-token matrix drawn in ~300 screen pixels would lose isolated edges to the browser's
     downscaling; pooling first keeps every edge visible (``priority[c]``: rank of class c).
+    Works on a stack of matrices too: ``codes`` (..., n, m).
     """
     if factor <= 1:
         return codes
     rank = np.asarray(priority, dtype=np.uint8)[codes]
-    n, m = codes.shape
-    pad = ((0, -n % factor), (0, -m % factor))
+    n, m = codes.shape[-2:]
+    pad = [(0, 0)] * (codes.ndim - 2) + [(0, -n % factor), (0, -m % factor)]
     rank = np.pad(rank, pad)
-    blocks = rank.reshape(rank.shape[0] // factor, factor, rank.shape[1] // factor, factor)
-    pooled = blocks.max(axis=(1, 3))
+    lead = rank.shape[:-2]
+    blocks = rank.reshape(*lead, rank.shape[-2] // factor, factor, rank.shape[-1] // factor,
+                          factor)
+    pooled = blocks.max(axis=(-3, -1))
     back = np.argsort(priority).astype(np.uint8)  # rank -> class
     return back[pooled]
 
@@ -123,10 +93,12 @@ def _image(uri: str, index: int, factor: int = 1) -> dict:
 
 
 def _overlay(rows: np.ndarray, cols: np.ndarray, tokens: Sequence[str], name: str,
-             index: int) -> dict:
-    """Invisible markers on the edges: hover shows "q12 the -> k40 cat" (ASCII: no JSON
-    escapes)."""
-    text = [f"q{r} {tokens[r]} -> k{c} {tokens[c]}"
+             index: int, probs: np.ndarray | None = None) -> dict:
+    """Invisible markers on the edges: hover shows "q12 the -> k40 cat p=0.132" (the gold
+    probability when ``probs`` is given; ASCII: no JSON escapes). ``tokens`` are the labels
+    "12 the" (positions stay absolute in a windowed range)."""
+    text = [f"q{tokens[r]} -> k{tokens[c]}"
+            + (f" p={probs[r, c]:.3f}" if probs is not None else "")
             for r, c in zip(rows.tolist(), cols.tolist(), strict=True)]
     suffix = "" if index == 1 else str(index)
     return dict(
@@ -138,11 +110,14 @@ def _overlay(rows: np.ndarray, cols: np.ndarray, tokens: Sequence[str], name: st
 
 
 def _ascii_tokens(labels: Sequence[str]) -> list[str]:
-    return [label.split(" · ", 1)[-1].encode("ascii", "replace").decode() for label in labels]
+    """"12 · the" → "12 the", ASCII only (hover texts stay plain JSON strings)."""
+    return [label.replace(" · ", " ", 1).encode("ascii", "replace").decode()
+            for label in labels]
 
 
 def head_figure(gold: np.ndarray, pred: np.ndarray, codes: np.ndarray, labels: Sequence[str],
-                tag: str, counts: dict[str, int]) -> go.Figure:
+                tag: str, counts: dict[str, int], probs: np.ndarray | None = None
+                ) -> go.Figure:
     """Gold graph, predicted graph and their diff for one head, side by side in ONE figure.
 
     One figure instead of three: the browser lays out and creates a WebGL context once per
@@ -178,7 +153,7 @@ def head_figure(gold: np.ndarray, pred: np.ndarray, codes: np.ndarray, labels: S
             for code, name in classes.items():
                 rows, cols = np.nonzero(image == code)
                 if len(rows):
-                    data.append(_overlay(rows, cols, tokens, name, index))
+                    data.append(_overlay(rows, cols, tokens, name, index, probs))
         layout["annotations"].append(dict(
             text=f"<b>{title}</b>", x=left + width / 2, y=1.0, xref="paper", yref="paper",
             yanchor="bottom", showarrow=False, font=dict(size=13)))
@@ -202,7 +177,7 @@ def outline_cluster(fig: go.Figure, edges: np.ndarray, rows: np.ndarray, cluster
             xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
         fig.add_trace(dict(
             type="scattergl", x=np.full(len(q_rows), -1.5), y=q_rows.astype(np.int32),
-            text=[f"q{r} {tokens[r]}" for r in q_rows.tolist()], mode="markers", name=name,
+            text=[f"q{tokens[r]}" for r in q_rows.tolist()], mode="markers", name=name,
             marker=dict(symbol="triangle-right", size=6, color="black"),
             hovertemplate=f"%{{text}}<extra>{name}</extra>",
             xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
@@ -243,8 +218,9 @@ def overview_figure(values: np.ndarray, metric: str, selected: tuple[int, int]) 
 
 
 def token_figure(frame: pd.DataFrame, labels: Sequence[str], query: int,
-                 heads: Sequence[int]) -> go.Figure:
-    """One query token, every head: gold probability per key as bars, predictions as ticks.
+                 heads: Sequence[int], direction: str = "row") -> go.Figure:
+    """One token, every head: gold probability per key (``direction="row"``) or per query
+    that attends to it (``"column"``) as bars, predictions as ticks.
 
     Rows are heads (small multiples sharing the key axis), so a 512-token row stays readable.
     Ticks under the bars: TP green, FN red (a gold key the predictor misses), FP amber.
@@ -257,8 +233,10 @@ def token_figure(frame: pd.DataFrame, labels: Sequence[str], query: int,
     layout: dict = dict(
         height=60 + 46 * rows, margin=dict(l=40, r=10, t=30, b=10), showlegend=False,
         bargap=0.0, plot_bgcolor="white", hovermode="closest",
-        title=dict(text=f"query {labels[query]}: gold probability (bars); ticks: TP green · "
-                        "FN red · FP amber", font=dict(size=13)),
+        title=dict(text=(f"query {labels[query]}" if direction == "row" else
+                         f"queries attending to key {labels[query]}")
+                   + ": gold probability (bars); ticks: TP green · FN red · FP amber",
+                   font=dict(size=13)),
     )
     tickvals, ticktext = _ticks(labels)
     layout["xaxis"] = dict(tickmode="array", tickvals=tickvals, ticktext=ticktext,
@@ -275,7 +253,7 @@ def token_figure(frame: pd.DataFrame, labels: Sequence[str], query: int,
         data.append(dict(type="bar", x=keys, y=part["gold_prob"].to_numpy(), yaxis=axis,
                          marker=dict(color="rgb(33,33,33)"), text=[tokens[k] for k in keys],
                          textposition="none",
-                         hovertemplate=f"k%{{x}} %{{text}}<br>gold p=%{{y:.3f}}"
+                         hovertemplate=f"k%{{text}}<br>gold p=%{{y:.3f}}"
                                        f"<extra>head {head}</extra>"))
         for code, status in ((1, "TP"), (2, "FN"), (3, "FP")):
             mark = part[part["status"] == status]
@@ -287,16 +265,5 @@ def token_figure(frame: pd.DataFrame, labels: Sequence[str], query: int,
                 mode="markers", text=[tokens[k] for k in keys],
                 marker=dict(symbol="line-ns-open", size=8, line=dict(width=2),
                             color="rgb({},{},{})".format(*DIFF_COLORS[code])),
-                hovertemplate=f"k%{{x}} %{{text}}<extra>{status} · head {head}</extra>"))
+                hovertemplate=f"k%{{text}}<extra>{status} · head {head}</extra>"))
     return fast_figure(data, layout)
-
-
-def mark_current(fig: go.Figure, sparsity: float, recall: float, label: str) -> go.Figure:
-    """The current slider setting as a star on a sparsity–recall figure."""
-    fig.add_trace(go.Scatter(
-        x=[sparsity], y=[recall], mode="markers", name="current setting",
-        marker=dict(symbol="star", size=16, color="gold", line=dict(color="black", width=1)),
-        hovertemplate=f"{label}<br>sparsity=%{{x:.4f}}<br>recall=%{{y:.4f}}"
-                      "<extra>current</extra>",
-    ))
-    return fig

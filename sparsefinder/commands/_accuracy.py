@@ -1,0 +1,42 @@
+"""`sparsefinder sweep --accuracy`: the sparsity–accuracy half of a sweep (files and table)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from sparsefinder.accuracy_sweep import accuracy_sweep, write_outputs
+from sparsefinder.commands._common import progress_bar
+from sparsefinder.graphs import AttentionRecord
+from sparsefinder.models import LoadedModel
+from sparsefinder.projections import HeadProjections
+
+
+def run_accuracy(
+    args: argparse.Namespace, loaded: LoadedModel, texts: Sequence[str],
+    projections: HeadProjections | None, methods: list[str],
+    train_records: Sequence[AttentionRecord] | None, points: pd.DataFrame, out: Path,
+) -> None:
+    """Run every grid point through the restricted model and write the accuracy files."""
+    print(f"accuracy: {len(texts)} texts, full α-entmax reference + one restricted run per "
+          "configuration")
+    with progress_bar("accuracy") as on_progress:
+        df = accuracy_sweep(
+            loaded, texts, projections, methods, train_records=train_records,
+            batch_size=args.batch, model_name=args.model, on_progress=on_progress,
+        )
+    gold = points.attrs.get("gold_sparsity")
+    title = f"Sparsity–accuracy, {loaded.model_id}, {args.split} split ({len(texts)} texts)"
+    summary = {"model": loaded.model_id, "alpha": loaded.alpha, "corpus": str(args.corpus),
+               "split": args.split, "n_texts": len(texts)}
+    tables = write_outputs(df, out, gold_sparsity=gold, title=title, summary=summary,
+                           recall_points=points)
+    print(tables["at_sparsity"].to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    if len(tables["dominance"]):
+        print(tables["dominance"].to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    print(f"wrote {len(df)} accuracy points to {out}/ (accuracy_points.csv, "
+          "accuracy_frontier.csv, accuracy_at_sparsity.csv, accuracy_dominance.csv, "
+          "accuracy.json, pareto_accuracy.html)")

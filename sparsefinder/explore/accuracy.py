@@ -1,0 +1,92 @@
+"""What the current setting costs the model on the current text (the Explorer's accuracy).
+
+The live path scores a setting's graphs against the gold graphs without running the model;
+this runs it once more, restricted to the setting's graphs (predicted inside the forward pass,
+:mod:`sparsefinder.restricted`), and compares the output with the full α-entmax run
+(:mod:`sparsefinder.accuracy`, the same measures ``sparsefinder sweep --accuracy`` reports).
+One restricted forward of one text: ~0.1–0.5 s on a CPU. The full run is the ``reference``
+the app computes once per text and caches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sparsefinder.accuracy import EncodedTexts, compare, encode
+from sparsefinder.models import LoadedModel
+from sparsefinder.projections import HeadProjections
+from sparsefinder.restricted import RestrictionStats, spec_graph
+from sparsefinder.spec import PredictorSpec
+
+
+@dataclass(frozen=True)
+class SettingAccuracy:
+    """Output/embedding cosine, per-layer cosine, and what the restricted run computed."""
+
+    output_cosine: float
+    embedding_cosine: float
+    layer_cosine: list[float]
+    sparsity: float  # of the graphs entmax ran over (repaired diagonals included)
+    repaired_rows: float  # fraction of (head, query) rows the graph left empty
+
+
+def reference(loaded: LoadedModel, text: str) -> EncodedTexts:
+    """The full α-entmax run of ``text`` (cache it per model and text)."""
+    return encode(loaded.model, loaded.tokenizer, [text], max_length=loaded.max_length)
+
+
+def setting_accuracy(
+    loaded: LoadedModel,
+    text: str,
+    spec: PredictorSpec,
+    projections: HeadProjections | None,
+    full: EncodedTexts | None = None,
+) -> SettingAccuracy:
+    """Run ``text`` restricted to ``spec``'s graphs and compare with ``full`` (the reference)."""
+    if full is None:
+        full = reference(loaded, text)
+    stats = RestrictionStats()
+    graph = spec_graph(spec, projections, loaded.num_layers, model_name=loaded.model_id)
+    restricted = encode(loaded.model, loaded.tokenizer, [text], graph_fn=graph,
+                        max_length=loaded.max_length, warn_empty=False, stats=stats)
+    scores = compare(full, restricted)
+    return SettingAccuracy(
+        output_cosine=float(scores["output_cosine"]),
+        embedding_cosine=float(scores["embedding_cosine"]),
+        layer_cosine=list(scores.get("layer_cosine", [])),
+        sparsity=stats.sparsity()[0],
+        repaired_rows=stats.repaired_fraction,
+    )
+
+
+@dataclass(frozen=True)
+class TaskAccuracy:
+    """The default model's task under a setting: do passages keep their nearest neighbours?"""
+
+    retrieval_top1: float
+    retrieval_ndcg10: float
+    embedding_cosine: float
+    n_texts: int
+
+
+def task_accuracy(
+    loaded: LoadedModel,
+    texts: list[str],
+    spec: PredictorSpec,
+    projections: HeadProjections | None,
+    full: EncodedTexts | None = None,
+) -> TaskAccuracy:
+    """Retrieval agreement of ``texts`` (e.g. validation passages) restricted to ``spec``'s
+    graphs against their full α-entmax run (``full``, cache it): each passage's nearest
+    neighbours among the others, top-1 agreement and nDCG@10 (:mod:`sparsefinder.accuracy`)."""
+    if len(texts) < 2:
+        raise ValueError("retrieval agreement needs at least two texts")
+    if full is None:
+        full = encode(loaded.model, loaded.tokenizer, texts, max_length=loaded.max_length)
+    graph = spec_graph(spec, projections, loaded.num_layers, model_name=loaded.model_id)
+    restricted = encode(loaded.model, loaded.tokenizer, texts, graph_fn=graph,
+                        max_length=loaded.max_length, warn_empty=False)
+    scores = compare(full, restricted)
+    return TaskAccuracy(retrieval_top1=float(scores["retrieval_top1"]),
+                        retrieval_ndcg10=float(scores["retrieval_ndcg10"]),
+                        embedding_cosine=float(scores["embedding_cosine"]), n_texts=len(texts))

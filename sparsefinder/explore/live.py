@@ -1,0 +1,156 @@
+"""The live path of the app: a view state → its spec → per-layer masks → scores.
+
+It adds nothing to the library's maths: :func:`predict` is
+``spec.predict_record(spec, spec.build_layers(...), prepared.vectors)`` and :func:`score` is the
+prepared text's :class:`~sparsefinder.metrics.Scorer` — the two calls ``pareto.sweep`` makes
+for every grid point — so a setting shows the same numbers here as in a sweep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from sparsefinder import pareto
+from sparsefinder.explore.prepared import PreparedText, default_threshold
+from sparsefinder.explore.state import DEFAULT_CLUSTERS, ViewState, method_label, to_spec
+from sparsefinder.graphs import AttentionRecord
+from sparsefinder.metrics import GraphScores
+from sparsefinder.projections import HeadProjections
+from sparsefinder.spec import PredictorSpec, predict_record
+
+
+def effective_method(state: ViewState, prepared: PreparedText) -> str:
+    """The method that actually runs: a learned one without projections becomes "fixed"."""
+    return state.method if state.method in prepared.available_methods() else "fixed"
+
+
+def clamp(state: ViewState, prepared: PreparedText) -> tuple[ViewState, list[str]]:
+    """Fit a (possibly URL-given) state to this text and model; say what was changed.
+
+    B goes to an available number of centroids, layer/head/query into range. The method is
+    kept (so a shared URL keeps it) but a note says when it cannot run here.
+    """
+    notes: list[str] = []
+    changes: dict[str, Any] = {}
+    if effective_method(state, prepared) != state.method:
+        notes.append(
+            f"{method_label(state.method)} needs learned projections for this model, which are "
+            "not loaded: it is off, and only the window/global patterns are predicted."
+        )
+    if state.t is None or state.t > prepared.t_max:
+        changes["t"] = default_threshold(prepared) if state.t is None else prepared.t_max
+    choices = prepared.cluster_choices
+    if choices:
+        if state.clusters not in choices:
+            wanted = DEFAULT_CLUSTERS if state.clusters is None else state.clusters
+            changes["clusters"] = min(choices, key=lambda b: (abs(b - wanted), b))
+        clusters = changes.get("clusters", state.clusters)
+        if state.top_k > clusters:
+            changes["top_k"] = clusters
+    for name, size in (
+        ("layer", prepared.num_layers),
+        ("head", prepared.num_heads),
+        ("query", prepared.n_tokens),
+    ):
+        if getattr(state, name) >= size:
+            changes[name] = size - 1
+            notes.append(f"{name}={getattr(state, name)} is beyond this text and model "
+                         f"(0–{size - 1}): showing {name} {size - 1} instead.")
+    clusters = changes.get("clusters", state.clusters)
+    top_k = changes.get("top_k", state.top_k)
+    if state.method == "kmeans" and clusters and 2 * int(top_k) > int(clusters):
+        notes.append(f"k={top_k} of B={clusters} clusters: every query and key joins more than "
+                     "half of the clusters, so every pair shares one and the graph is full.")
+    return replace(state, **changes), notes
+
+
+def spec_for(state: ViewState, prepared: PreparedText) -> PredictorSpec:
+    """The spec the sliders stand for on this text (learned methods off without projections)."""
+    return to_spec(state, effective_method(state, prepared))
+
+
+def predict(prepared: PreparedText, spec: PredictorSpec) -> list[Tensor]:
+    """Predicted bool masks (heads, n, n) of every layer of the prepared text."""
+    predictors = spec.build_layers(prepared.projections, prepared.num_layers)
+    return predict_record(spec, predictors, prepared.vectors)
+
+
+def score(prepared: PreparedText, preds: Sequence[Tensor]) -> GraphScores:
+    """Recall, sparsity and gold sparsity of every (layer, head) (the prepared scorer)."""
+    return prepared.scorer.score(preds)
+
+
+def predict_layers(prepared: PreparedText, state: ViewState) -> list[Tensor]:
+    """:func:`predict` for a view state (what the sliders show)."""
+    return predict(prepared, spec_for(state, prepared))
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Recall / sparsity / gold sparsity at one scope (a head, a layer or the model)."""
+
+    recall: float
+    sparsity: float
+    gold_sparsity: float
+
+
+def summarize(scores: GraphScores, layer: int, head: int) -> dict[str, Summary]:
+    """Head, layer (mean over heads) and model (mean over layers of layer means) values.
+
+    The model value is the macro average of ``metrics.macro_average`` for one text.
+    """
+
+    def at(select: Callable[[Tensor], Tensor]) -> Summary:
+        gold = scores.gold_sparsity if scores.gold_sparsity is not None else scores.sparsity
+        return Summary(recall=float(select(scores.recall)),
+                       sparsity=float(select(scores.sparsity)),
+                       gold_sparsity=float(select(gold)))
+
+    return {
+        "head": at(lambda x: x[layer, head]),
+        "layer": at(lambda x: x[layer].mean()),
+        "model": at(lambda x: x.mean(-1).mean()),
+    }
+
+
+def score_setting(records: Sequence[AttentionRecord], projections: HeadProjections | None,
+                  spec: PredictorSpec) -> Summary:
+    """Macro-averaged recall/sparsity of one setting on several texts (the Pareto star): the
+    sweep's own scoring, :func:`sparsefinder.pareto.score_specs`."""
+    results, gold = pareto.score_specs(records, projections, [spec])
+    return Summary(recall=results[0].recall, sparsity=results[0].sparsity,
+                   gold_sparsity=float(gold.sparsity.mean()))
+
+
+def describe(spec: PredictorSpec) -> str:
+    """Short label of a setting, e.g. "k-means B=8 k=1 ∪ window 3"."""
+    p = spec.param_dict
+    labels = {
+        "distance": lambda: f"distance t={p['threshold']:.3g}",
+        "quantization": lambda: f"quantization β={p['bins']}",
+        "kmeans": lambda: f"k-means B={p['n_clusters']} k={p['top_k']}",
+    }
+    if spec.method not in labels:
+        return spec.label()
+    pieces = [labels[spec.method]()]
+    if spec.window:
+        pieces.append(f"window {spec.window}")
+    if spec.global_tokens:
+        pieces.append("global " + "+".join(spec.global_tokens))
+    return " ∪ ".join(pieces)
+
+
+@torch.inference_mode()
+def kmeans_layer_mask(prepared: PreparedText, layer: int, clusters: int, top_k: int) -> Tensor:
+    """Sparsefinder k-means graph alone (no window/global) of one layer: bool (heads, n, m)."""
+    if not prepared.has_projections or int(clusters) not in prepared.cluster_choices:
+        raise ValueError(f"no projections with B={clusters} centroids for this text")
+    spec = PredictorSpec.of("kmeans", {"n_clusters": int(clusters), "top_k": int(top_k)})
+    predictor = spec.build(prepared.projections, layer)
+    q, k = prepared.vectors.get(layer, spec.inputs)
+    return predictor.predict(q, k, causal=prepared.record.causal)

@@ -1,0 +1,121 @@
+"""One text ready for live prediction: its gold graphs, its inputs and its scorer, made once.
+
+A text is "prepared" once per (model, α, text, projections). A slider move then only builds
+predictors from the setting's spec and runs them on the cached inputs
+(``sparsefinder.spec.RecordInputs``: projected q/k computed once per layer), and the cached
+``Scorer`` counts |Ĝ ∧ G| and |Ĝ|: the model never runs again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from sparsefinder.graphs import AttentionRecord
+from sparsefinder.metrics import Scorer
+from sparsefinder.projections import HeadProjections
+from sparsefinder.spec import RecordInputs
+
+
+@dataclass
+class PreparedText:
+    """Gold graphs, inputs (with projections when they match the model) and scorer of a text.
+
+    ``projections`` is None when no projections match the model, in which case only the
+    window/global patterns (and other shape-only methods) can be predicted.
+    """
+
+    record: AttentionRecord
+    vectors: RecordInputs
+    scorer: Scorer
+    notes: list[str] = field(default_factory=list)
+    t_max: float = 1.0
+
+    @property
+    def projections(self) -> HeadProjections | None:
+        return self.vectors.projections
+
+    @property
+    def has_projections(self) -> bool:
+        return self.vectors.has_projections
+
+    @property
+    def cluster_choices(self) -> list[int]:
+        """The numbers of k-means clusters B the projections hold centroids for."""
+        return sorted(self.projections.centroids) if self.projections is not None else []
+
+    @property
+    def num_layers(self) -> int:
+        return self.record.num_layers
+
+    @property
+    def num_heads(self) -> int:
+        return self.record.num_heads
+
+    @property
+    def n_tokens(self) -> int:
+        return self.record.n_tokens
+
+    def available_methods(self) -> list[str]:
+        """App methods that can run on this text (learned ones need projections/centroids)."""
+        methods = []
+        if self.has_projections:
+            methods += ["distance", "quantization"]
+            if self.cluster_choices:
+                methods.append("kmeans")
+        return [*methods, "fixed"]
+
+
+@torch.inference_mode()
+def prepare(
+    record: AttentionRecord,
+    projections: HeadProjections | None = None,
+    notes: Sequence[str] = (),
+    *,
+    t_range: bool = True,
+) -> PreparedText:
+    """Check the projections against the record, project every layer once and compute the
+    slider range for t (``t_range=False`` skips that when no slider will be drawn)."""
+    vectors = RecordInputs(record, projections)
+    prepared = PreparedText(record=record, vectors=vectors, scorer=Scorer(record),
+                            notes=list(notes))
+    if projections is not None and t_range:
+        prepared.t_max = distance_range(
+            [vectors.projected(layer) for layer in range(record.num_layers)])
+    return prepared
+
+
+def distance_range(projected: Sequence[tuple[Tensor, Tensor]], quantile: float = 0.99) -> float:
+    """Upper end of the t slider: a high quantile of the query–key distances, rounded up.
+
+    Beyond it nearly every pair is an edge, so larger values only waste slider travel.
+    """
+    samples = []
+    for q, k in projected:
+        d = torch.cdist(q[:, ::4], k[:, ::4])  # a subsample is enough for a quantile
+        samples.append(d.flatten())
+    flat = torch.cat(samples) if samples else torch.ones(1)
+    if flat.numel() > 1_000_000:
+        keep = torch.randperm(flat.numel(), generator=torch.Generator().manual_seed(0))
+        flat = flat[keep[:1_000_000]]
+    top = float(torch.quantile(flat, quantile)) if flat.numel() else 1.0
+    return _round_up(max(top, 1e-3))
+
+
+def _round_up(value: float) -> float:
+    """Round up to 1, 2 or 5 × a power of ten (a slider end a person can read)."""
+    exponent = math.floor(math.log10(value))
+    for step in (1, 2, 5, 10):
+        candidate = step * 10**exponent
+        if candidate >= value:
+            return float(candidate)
+    return float(10 ** (exponent + 1))
+
+
+def default_threshold(prepared: PreparedText) -> float:
+    """A starting t: a quarter of the slider range, usually near the gold sparsity."""
+    return round(prepared.t_max / 4, 6)

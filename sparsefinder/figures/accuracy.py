@@ -1,0 +1,64 @@
+"""Sparsity–accuracy figures: one panel per measure, each method's points and frontier, full
+entmax as a star and the gold sparsity as a line (the numbers come from
+``sparsefinder.accuracy_sweep``)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from sparsefinder.accuracy_sweep import MEASURE_LABELS, MEASURES, frontier
+
+_PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
+            "#17becf", "#bcbd22", "#7f7f7f"]
+
+
+def accuracy_figure(
+    df: pd.DataFrame, gold_sparsity: float | None, title: str = "Sparsity–accuracy",
+    measures: Sequence[str] = MEASURES,
+) -> go.Figure:
+    """One panel per measure: every point (faint), each method's frontier (line), full
+    entmax as a star (accuracy 1 at the gold sparsity) and the gold sparsity as a line."""
+    cols = 2
+    rows = math.ceil(len(measures) / cols)
+    fig = make_subplots(rows=rows, cols=cols,
+                        subplot_titles=[MEASURE_LABELS.get(m, m) for m in measures])
+    families: dict[str, str] = {}
+    for index, measure in enumerate(measures):
+        r, c = index // cols + 1, index % cols + 1
+        front = frontier(df, measure)
+        for method in dict.fromkeys(df["method"]):
+            color = families.setdefault(method.split("+")[0],
+                                        _PALETTE[len(families) % len(_PALETTE)])
+            dash = "dash" if "+" in method else "solid"
+            hover = ("%{customdata}<br>sparsity=%{x:.4f}<br>" + measure + "=%{y:.4f}<extra>"
+                     + method + "</extra>")
+            points = df[df["method"] == method]
+            line = front[front["method"] == method]
+            fig.add_trace(go.Scatter(
+                x=points["sparsity"], y=points[measure], customdata=points["params"],
+                mode="markers", marker={"color": color, "opacity": 0.3, "size": 5},
+                legendgroup=method, showlegend=False, hovertemplate=hover,
+            ), row=r, col=c)
+            fig.add_trace(go.Scatter(
+                x=line["sparsity"], y=line[measure], customdata=line["params"],
+                mode="lines+markers", line={"color": color, "dash": dash},
+                marker={"color": color, "size": 7}, legendgroup=method, name=method,
+                showlegend=index == 0, hovertemplate=hover,
+            ), row=r, col=c)
+        if gold_sparsity is not None:
+            fig.add_trace(go.Scatter(
+                x=[gold_sparsity], y=[1.0], mode="markers", name="full entmax",
+                marker={"symbol": "star", "size": 15, "color": "black"},
+                legendgroup="full", showlegend=index == 0,
+                hovertemplate="full α-entmax<br>gold sparsity=%{x:.4f}<extra></extra>",
+            ), row=r, col=c)
+            fig.add_vline(x=gold_sparsity, line_dash="dash", line_color="black", row=r, col=c)
+        fig.update_xaxes(title_text="sparsity", range=[0, 1.0], row=r, col=c)
+    fig.update_layout(title=title, template="plotly_white", height=420 * rows,
+                      legend={"title": "method (frontier)"})
+    return fig

@@ -1,0 +1,80 @@
+"""The structural masks every layer shares: the causal triangle and the window band.
+
+One convention everywhere (attention, gold graphs, metrics, predictors, projection training):
+query i of n is aligned with key ``i + (m - n)`` of m, so keys may include a prefix (a
+decoder's cache). With that alignment
+
+- the causal mask keeps key j for query i iff ``j <= i + (m - n)``: for ``n == m`` the lower
+  triangle with the diagonal, ``n(n+1)/2`` pairs;
+- the window band of size w keeps ``|i + (m - n) - j| <= w // 2``.
+
+Masks are cached (a slider move rebuilds the same ones for every layer); the cached tensors
+are read-only by convention, so the public functions return them only where documented.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+from torch import Tensor
+
+
+def _device(device: torch.device | str | None) -> torch.device:
+    return torch.device(device or "cpu")
+
+
+@lru_cache(maxsize=64)
+def _causal(n: int, m: int, device: torch.device) -> Tensor:
+    return torch.ones(n, m, dtype=torch.bool, device=device).tril(diagonal=m - n)
+
+
+def causal_mask(n: int, m: int, device: torch.device | str | None = None) -> Tensor:
+    """Bool (n, m), True where key j is not in the future of query i (a fresh tensor)."""
+    return _causal(n, m, _device(device)).clone()
+
+
+def shared_causal_mask(n: int, m: int, device: torch.device | str | None = None) -> Tensor:
+    """Like :func:`causal_mask` but the cached tensor itself: never modify it in place."""
+    return _causal(n, m, _device(device))
+
+
+def apply_causal(mask: Tensor, causal: bool) -> Tensor:
+    """``mask`` (..., n, m) with the future cut off when ``causal`` (a new tensor then)."""
+    if not causal:
+        return mask
+    n, m = mask.shape[-2:]
+    return mask & _causal(n, m, mask.device)
+
+
+def allowed_per_row(n: int, m: int, *, causal: bool,
+                    device: torch.device | str | None = None) -> Tensor:
+    """int64 (n,): how many keys each query may see (m, or its non-future keys)."""
+    if not causal:
+        return torch.full((n,), m, dtype=torch.int64, device=device)
+    return (torch.arange(n, dtype=torch.int64, device=device) + (m - n) + 1).clamp(0, m)
+
+
+def n_allowed_pairs(n: int, m: int, *, causal: bool = False) -> int:
+    """How many (query, key) pairs exist: ``n·m``, or ``n(n+1)/2`` causal with ``n == m``.
+
+    The denominator of sparsity (paper Eq. 5).
+    """
+    return int(allowed_per_row(n, m, causal=causal).sum()) if causal else n * m
+
+
+@lru_cache(maxsize=64)
+def _band(n: int, m: int, size: int, device: torch.device) -> Tensor:
+    if size == 0:
+        return torch.zeros(n, m, dtype=torch.bool, device=device)
+    half, offset = size // 2, m - n
+    ones = torch.ones(n, m, dtype=torch.bool, device=device)
+    return ones.tril(diagonal=offset + half).triu(diagonal=offset - half)
+
+
+def window_band(n: int, m: int, size: int, device: torch.device | str | None = None) -> Tensor:
+    """Bool (n, m): True where ``|i + (m - n) - j| <= size // 2``; all False for size 0.
+
+    A fresh tensor (a copy of a cached band), so callers may modify it.
+    """
+    return _band(n, m, max(int(size), 0), _device(device)).clone()

@@ -1,0 +1,21 @@
+"""Bundled files (example texts, coreference probes, default projections) as package data.
+
+Read through :mod:`importlib.resources`, so they are found the same way in a source checkout,
+an editable install and a wheel (``pip install .``).
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+
+
+def asset_path(*parts: str) -> Path:
+    """Path of a bundled file under ``sparsefinder/assets`` (it may not exist)."""
+    return Path(str(files("sparsefinder").joinpath("assets", *parts)))
+
+
+#: The bundled projections and centroids of the default model (`make assets` rebuilds them).
+BUNDLED_PROJECTIONS = asset_path("default", "projections.pt")
+EXAMPLES_DIR = asset_path("examples")
+COREF_PROBES = asset_path("coref_probes.json")

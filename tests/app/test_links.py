@@ -1,0 +1,72 @@
+"""Links reproduce the view (model, α, text, method, selection) and typed text is never lost."""
+
+from __future__ import annotations
+
+from apptest_helpers import assert_clean, metric, new_app
+
+from sparsefinder.explore import texts
+
+PASTED = "The engineer told the manager that she would fix the bug before lunch."
+
+
+def _params(at) -> dict[str, str]:
+    return {k: at.query_params[k] for k in at.query_params}
+
+
+def test_every_field_round_trips_through_the_link(with_projections):
+    at = new_app(alpha="2", method="quantization", beta="3", window="5", layer="4", head="7",
+                 query="3", example="science_news", overview="sparsity",
+                 **{"global": "last"}).run()
+    assert_clean(at)
+    assert at.number_input(key="w_alpha").value == 2.0
+    params = _params(at)
+    for key, value in {"alpha": "2.0", "method": "quantization", "beta": "3", "window": "5",
+                       "layer": "4", "head": "7", "query": "3", "example": "science_news",
+                       "overview": "sparsity", "global": "last", "model": "default"}.items():
+        assert params[key] == value, key
+    shown = (metric(at, "Model recall"), metric(at, "Model gold sparsity"))
+    again = new_app(**params).run()  # a second visitor opens the same link
+    assert_clean(again)
+    assert (metric(again, "Model recall"), metric(again, "Model gold sparsity")) == shown
+    assert _params(again) == params
+
+
+def test_alpha_changes_the_graphs_and_the_link(with_projections):
+    at = new_app(method="fixed", window="3").run()
+    sparse = metric(at, "Model gold sparsity")
+    at.number_input(key="w_alpha").set_value(2.0).run()
+    assert_clean(at)
+    assert at.query_params["alpha"] == "2.0"
+    assert metric(at, "Model gold sparsity") > sparse  # sparsemax is sparser than entmax15
+    at.number_input(key="w_alpha").set_value(1.5).run()
+    assert metric(at, "Model gold sparsity") == sparse  # one model copy, α set per run
+
+
+def test_pasted_text_survives_mode_switches_and_travels_in_the_link(with_projections):
+    at = new_app().run()
+    at.radio(key="w_source").set_value("paste").run()
+    at.text_area(key="w_paste").input(PASTED).run()
+    assert_clean(at)
+    shown = metric(at, "Model gold sparsity")
+    assert at.query_params["textid"] == texts.text_id(PASTED)
+    assert texts.decode_text(at.query_params["text"]) == PASTED
+    at.radio(key="w_source").set_value("example").run()
+    assert "textid" not in at.query_params and "text" not in at.query_params
+    at.radio(key="w_source").set_value("paste").run()
+    assert at.text_area(key="w_paste").value == PASTED  # not replaced by the example
+    link = _params(at)
+    reopened = new_app(**link).run()  # a reload, or someone else opening the link
+    assert_clean(reopened)
+    assert reopened.radio(key="w_source").value == "paste"
+    assert reopened.text_area(key="w_paste").value == PASTED
+    assert metric(reopened, "Model gold sparsity") == shown  # the same text's graphs
+
+
+def test_a_long_text_is_named_by_hash_and_an_unknown_one_is_refused(with_projections):
+    at = new_app(textid="0123456789abcdef").run()
+    assert_clean(at)
+    assert any("not available here" in e.value for e in at.error)
+    assert not any("Gold" in str(c) for c in at.get("plotly_chart"))
+    damaged = new_app(textid=texts.text_id(PASTED), text=texts.encode_text(PASTED)[:-4]).run()
+    assert_clean(damaged)
+    assert any("damaged" in e.value for e in damaged.error)

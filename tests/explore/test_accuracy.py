@@ -1,0 +1,56 @@
+"""The Explorer's accuracy of a setting on one text (tiny random BERT, built here)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoTokenizer, BertConfig, BertModel
+
+from sparsefinder.attention import use_entmax
+from sparsefinder.explore.accuracy import reference, setting_accuracy
+from sparsefinder.models import LoadedModel, default_model_path
+from sparsefinder.spec import PredictorSpec
+
+TEXT = "Sparse attention keeps only a few keys for every query in this sentence."
+
+
+@pytest.fixture(scope="module")
+def tiny() -> LoadedModel:
+    tokenizer = AutoTokenizer.from_pretrained(default_model_path())
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=4, intermediate_size=64,
+                        max_position_embeddings=128, initializer_range=0.5)
+    model = BertModel(config).eval()
+    use_entmax(model, 1.5)
+    return LoadedModel(model=model, tokenizer=tokenizer, model_id="tiny", alpha=1.5,
+                       device=torch.device("cpu"), causal=False, max_length=128)
+
+
+def test_setting_accuracy_on_one_text(tiny: LoadedModel) -> None:
+    full = reference(tiny, TEXT)
+    dense = setting_accuracy(tiny, TEXT, PredictorSpec.of("window", {"window": 255}), None, full)
+    assert dense.output_cosine == 1.0 and dense.sparsity == 0.0
+    narrow = setting_accuracy(tiny, TEXT, PredictorSpec.of("window", {"window": 1}), None, full)
+    assert narrow.output_cosine < 0.99 and len(narrow.layer_cosine) == 2
+    n = len(tiny.tokenizer(TEXT)["input_ids"])
+    assert narrow.sparsity == pytest.approx(1 - 1 / n) and narrow.repaired_rows == 0.0
+    empty = setting_accuracy(tiny, TEXT, PredictorSpec.of("fixed"), None)
+    assert empty.repaired_rows == 1.0 and empty.sparsity == narrow.sparsity
+    with pytest.raises(ValueError, match="sparsefinder train --model tiny --out DIR"):
+        setting_accuracy(tiny, TEXT, PredictorSpec.of("distance", {"threshold": 1.0}), None)
+
+
+def test_task_accuracy_is_perfect_at_recall_one_and_needs_two_texts(default_model):
+    from sparsefinder.explore.accuracy import task_accuracy
+    from sparsefinder.spec import PredictorSpec
+
+    texts = ["The cat sat on the mat.", "Stocks fell sharply on Monday.",
+             "A kitten slept on the rug."]
+    full_graph = PredictorSpec.of("window", {"window": 999})  # every pair kept
+    result = task_accuracy(default_model, texts, full_graph, None)
+    assert (result.retrieval_top1, result.n_texts) == (1.0, 3)
+    assert result.retrieval_ndcg10 == pytest.approx(1.0)
+    assert result.embedding_cosine == pytest.approx(1.0, abs=1e-5)
+    with pytest.raises(ValueError, match="two texts"):
+        task_accuracy(default_model, texts[:1], full_graph, None)

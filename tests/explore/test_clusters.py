@@ -1,0 +1,40 @@
+"""sparsefinder.explore: the Clusters page view-model (no Streamlit)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sparsefinder.explore import clusters as exclusters
+
+
+def test_head_cluster_ids_and_cluster_masks(prepared):
+    from sparsefinder.clusters import head_prediction
+
+    q_ids, k_ids = exclusters.head_cluster_ids(prepared, 1, 3, 4, 2)
+    n = prepared.n_tokens
+    assert q_ids.shape == (n, 2) and k_ids.shape == (n, 2)
+    gold = prepared.record.layers[1].gold[3]
+    union = torch.zeros(n, n, dtype=torch.bool)
+    for cluster in range(4):
+        gold_c, pred_c = exclusters.cluster_masks(q_ids, k_ids, cluster, gold)
+        assert not (gold_c & ~gold).any()
+        union |= pred_c
+    q, k = prepared.vectors.projected(1)
+    centroids = prepared.projections.centroids[4][1]
+    expected = head_prediction(q, k, centroids, 3, 2, prepared.record.causal)
+    assert torch.equal(union, expected)  # the clusters' edges make up the k-means graph
+    with pytest.raises(ValueError, match="B=5"):
+        exclusters.head_cluster_ids(prepared, 0, 0, 5, 1)
+
+
+def test_cluster_highlight_is_the_clusters_edges(prepared):
+    q_ids, k_ids = exclusters.head_cluster_ids(prepared, 1, 3, 4, 2)
+    gold = prepared.record.layers[1].gold[3]
+    for cluster in range(4):
+        rows, edges = exclusters.cluster_highlight(prepared, 1, 3, 4, 2, cluster)
+        gold_c, pred_c = exclusters.cluster_masks(q_ids, k_ids, cluster, gold)
+        assert torch.equal(edges, pred_c)
+        assert rows.shape == (prepared.record.n_tokens,) and rows.dtype == torch.bool
+        assert torch.equal(rows, (q_ids == cluster).any(-1))
+        assert not (edges & ~rows[:, None]).any()  # every edge starts at a cluster query

@@ -1,0 +1,68 @@
+"""sparsefinder.explore: corpus runs and sweeps of the app (no Streamlit)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sparsefinder import pareto
+from sparsefinder.explore import corpus as excorpus
+from sparsefinder.explore import inputs, live
+from sparsefinder.explore import state as urlstate
+
+
+def test_available_curves_depend_on_projections(projections):
+    without, skipped = pareto.available_curves(None)
+    assert "window" in without and "kmeans" not in without
+    assert "projections" in skipped["kmeans"]
+    assert "training graphs" in skipped["sparsebert-dams"]
+    with_proj, skipped = pareto.available_curves(projections)
+    assert "distance" in with_proj and "topk" in with_proj
+    # the grid needs B values the file does not hold
+    assert "kmeans" not in with_proj and "B=" in skipped["kmeans"]
+
+
+def test_sweep_records_reports_progress_once_per_text(prepared, projections):
+    seen = []
+    records = [prepared.record, prepared.record]
+    frame = excorpus.sweep_records(records, projections, ["window", "distance"],
+                                   on_progress=lambda f, msg: seen.append((f, msg)))
+    assert set(frame.method) == {"window", "distance"}
+    assert [f for f, _ in seen] == [0.5, 1.0] and "text 2 of 2" in seen[-1][1]
+    assert 0 < frame.attrs["gold_sparsity"] < 1
+    with pytest.raises(ValueError, match="no sweep method"):
+        excorpus.sweep_records([prepared.record], None, [])
+
+
+@pytest.mark.filterwarnings("ignore:skipping .* configurations")
+@pytest.mark.parametrize(("curve", "state"), [
+    ("distance+window", urlstate.ViewState(method="distance", t=0.75, window=3,
+                                           global_tokens=())),
+    ("quantization", urlstate.ViewState(method="quantization", bins=3, window=0,
+                                        global_tokens=())),
+    ("kmeans-top2+window", urlstate.ViewState(method="kmeans", clusters=4, top_k=2, window=3,
+                                              global_tokens=())),
+    ("window", urlstate.ViewState(method="fixed", window=5, global_tokens=())),
+])
+def test_pareto_star_is_the_sweeps_point_for_the_same_setting(default_model, prepared,
+                                                              projections, curve, state):
+    """The star (live path) and the curve's point (sweep path) agree exactly, on one text and
+    on several texts."""
+    spec = live.spec_for(state, prepared)
+    params = json.loads(spec.params_json())
+    if curve == "window":
+        params = {"window": 5}
+        spec = pareto.curve_spec("window", params)
+    frame = pareto.sweep([prepared.record], projections, [curve])
+    row = frame[frame["params"] == json.dumps(params, sort_keys=True)]
+    assert len(row) == 1, f"{params} is not a grid point of {curve}"
+    star = live.summarize(live.score(prepared, live.predict(prepared, spec)), 0, 0)["model"]
+    assert star.recall == row["recall"].iloc[0] and star.sparsity == row["sparsity"].iloc[0]
+    other, _ = inputs.extract_one(default_model, "A second, different text. " * 3)
+    records = [prepared.record, other]
+    corpus = pareto.sweep(records, projections, [curve])
+    point = corpus[corpus["params"] == json.dumps(params, sort_keys=True)].iloc[0]
+    star = live.score_setting(records, projections, spec)
+    assert (star.recall, star.sparsity) == (point["recall"], point["sparsity"])
+    assert star.gold_sparsity == corpus.attrs["gold_sparsity"]

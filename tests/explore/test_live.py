@@ -1,0 +1,144 @@
+"""sparsefinder.explore: the live path: state → spec → masks → scores (no Streamlit)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sparsefinder.explore import live, tables
+from sparsefinder.explore import prepared as prep
+from sparsefinder.explore import state as urlstate
+from sparsefinder.metrics import recall, sparsity
+
+
+def test_clamp_fits_state_to_text(prepared):
+    state = urlstate.ViewState(layer=99, head=99, query=999, clusters=5, top_k=8, t=None)
+    clamped, notes = live.clamp(state, prepared)
+    said = " ".join(notes)
+    assert "layer=99" in said and "head=99" in said and "query=999" in said
+    assert "graph is full" in said  # k=4 of B=4: every pair shares a cluster
+    assert (clamped.layer, clamped.head) == (prepared.num_layers - 1, prepared.num_heads - 1)
+    assert clamped.query == prepared.n_tokens - 1
+    assert clamped.clusters in (4, 8) and clamped.top_k <= clamped.clusters
+    assert clamped.t == prep.default_threshold(prepared)
+    assert 0 < clamped.t <= prepared.t_max
+
+
+def test_k_over_half_of_b_is_named_and_really_full(prepared):
+    state = urlstate.ViewState(method="kmeans", clusters=4, top_k=3, window=0,
+                               global_tokens=())
+    clamped, notes = live.clamp(state, prepared)
+    assert any("graph is full" in n for n in notes)
+    assert all(mask.all() for mask in live.predict_layers(prepared, clamped))
+    _, notes = live.clamp(state.with_(top_k=2), prepared)
+    assert not any("graph is full" in n for n in notes)
+
+
+def test_without_projections_learned_methods_are_off_but_fixed_patterns_work(record):
+    bare = prep.prepare(record, None)
+    assert bare.available_methods() == ["fixed"]
+    state = urlstate.ViewState(method="kmeans", window=3, global_tokens=())
+    clamped, notes = live.clamp(state, bare)
+    assert clamped.method == "kmeans" and notes and "projections" in notes[0]
+    assert live.effective_method(clamped, bare) == "fixed"
+    preds = live.predict_layers(bare, clamped)
+    n = record.n_tokens
+    band = torch.ones(n, n, dtype=torch.bool).tril(1).triu(-1)
+    assert all(torch.equal(p, band.expand_as(p)) for p in preds)
+
+
+def test_nothing_switched_on_predicts_the_empty_graph(prepared):
+    state = urlstate.ViewState(method="fixed", window=0, global_tokens=())
+    assert live.spec_for(state, prepared).build(prepared.projections, 0) is None
+    scores = live.score(prepared, live.predict_layers(prepared, state))
+    assert torch.all(scores.sparsity == 1.0)
+
+
+@pytest.mark.parametrize(
+    ("field", "values", "base"),
+    [
+        ("t", [0.0, 0.3, 0.8, 2.0], urlstate.ViewState(method="distance", window=0,
+                                                    global_tokens=())),
+        ("window", [0, 1, 3, 9, 31], urlstate.ViewState(method="fixed", global_tokens=())),
+        ("top_k", [1, 2, 3, 4], urlstate.ViewState(method="kmeans", clusters=4, window=0,
+                                                global_tokens=())),
+    ],
+)
+def test_larger_hyperparameter_never_lowers_recall(prepared, field, values, base):
+    recalls, sparsities = [], []
+    for value in values:
+        scores = live.score(prepared, live.predict_layers(prepared, base.with_(**{field:
+                                                                                     value})))
+        recalls.append(scores.recall)
+        sparsities.append(scores.sparsity)
+    for before, after in zip(recalls, recalls[1:], strict=False):
+        assert torch.all(after >= before - 1e-12)
+    for before, after in zip(sparsities, sparsities[1:], strict=False):
+        assert torch.all(after <= before + 1e-12)
+    assert not torch.equal(recalls[0], recalls[-1]) or not torch.equal(sparsities[0],
+                                                                       sparsities[-1])
+
+
+def test_quantization_and_union_with_globals(prepared):
+    state = urlstate.ViewState(method="quantization", bins=4, window=0, global_tokens=("first",))
+    preds = live.predict_layers(prepared, state)
+    assert preds[0].dtype == torch.bool and preds[0].shape == prepared.record.layers[0].gold.shape
+    assert torch.all(preds[0][:, 0, :]) and torch.all(preds[0][:, :, 0])
+
+
+def test_summary_matches_metrics(prepared):
+    state = urlstate.ViewState(method="kmeans", clusters=4, top_k=1, window=3)
+    preds = live.predict_layers(prepared, state)
+    scores = live.score(prepared, preds)
+    gold = prepared.record.layers[2].gold
+    summary = live.summarize(scores, 2, 5)
+    assert summary["head"].recall == pytest.approx(float(recall(preds[2], gold)[5]))
+    assert summary["head"].sparsity == pytest.approx(float(sparsity(preds[2])[5]))
+    assert summary["layer"].recall == pytest.approx(float(recall(preds[2], gold).mean()))
+    assert summary["model"].gold_sparsity == pytest.approx(float(scores.gold_sparsity.mean()))
+    frame = tables.metrics_frame(scores)
+    assert len(frame) == prepared.num_layers * prepared.num_heads
+    row = frame[(frame["layer"] == 2) & (frame["head"] == 5)].iloc[0]
+    assert row.recall == pytest.approx(summary["head"].recall)
+
+
+def test_describe_names_the_setting_that_runs(prepared):
+    def describe(state, on=prepared):
+        return live.describe(live.spec_for(state, on))
+
+    assert describe(urlstate.ViewState(method="kmeans", clusters=8, top_k=2, window=3,
+                                       global_tokens=("first",))) == (
+        "k-means B=8 k=2 ∪ window 3 ∪ global first")
+    assert describe(urlstate.ViewState(method="fixed", window=0,
+                                       global_tokens=())) == "empty graph"
+    bare = prep.prepare(prepared.record, None)
+    assert describe(urlstate.ViewState(method="distance", t=1.0, window=0), bare) == (
+        "global first+last")
+
+
+def test_fast_score_equals_metrics_score_layers(prepared):
+    from sparsefinder.metrics import score_layers
+
+    preds = live.predict_layers(prepared, urlstate.ViewState(method="distance", t=0.6))
+    fast = live.score(prepared, preds)
+    slow = score_layers(preds, prepared.record.gold_masks(), causal=prepared.record.causal)
+    for name in ("recall", "sparsity", "gold_sparsity"):
+        assert torch.allclose(getattr(fast, name), getattr(slow, name))
+
+
+def test_live_masks_are_the_predictors_masks(prepared):
+    from sparsefinder.predictors import Distance, GlobalTokens, Union, Window
+
+    state = urlstate.ViewState(method="distance", t=0.7, window=3, global_tokens=("last",))
+    preds = live.predict_layers(prepared, state)
+    for index in range(prepared.num_layers):
+        q, k = prepared.vectors.projected(index)
+        expected = Union(Distance(0.7), Window(3), GlobalTokens(first=False, last=True)).predict(
+            q, k, causal=prepared.record.causal)
+        assert torch.equal(preds[index], expected)
+
+
+def test_kmeans_layer_mask_matches_predict_layers(prepared):
+    state = urlstate.ViewState(method="kmeans", clusters=8, top_k=2, window=0, global_tokens=())
+    preds = live.predict_layers(prepared, state)
+    assert torch.equal(live.kmeans_layer_mask(prepared, 2, 8, 2), preds[2])
