@@ -52,6 +52,8 @@ bench: install
 assets: install
 	$(BIN)/sparsefinder train --model default --corpus default --out sparsefinder/assets/default
 	$(BIN)/sparsefinder fit-codebooks --model default --corpus default --out sparsefinder/assets/default/key_codebooks.pt
+	$(BIN)/sparsefinder calibrate --model default --projections sparsefinder/assets/default/projections.pt \
+	  --out sparsefinder/assets/default/calibration.pt
 
 # The alternative projections of issue 10 (r = 4 and 8; lowrank, logistic, lowrank-logistic),
 # written next to the default file, which stays as it is.

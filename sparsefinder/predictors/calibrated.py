@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -62,7 +63,7 @@ class ThresholdDistance:
 
     sq_thresholds: Tensor  # (heads,)
 
-    _fresh_mask = True  # predict() returns a new tensor the caller owns (see Union)
+    returns_fresh_mask: ClassVar[bool] = True  # see base.FreshOutput
 
     def __post_init__(self) -> None:
         if not isinstance(self.sq_thresholds, Tensor) or self.sq_thresholds.dim() != 1:

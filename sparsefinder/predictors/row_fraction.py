@@ -15,6 +15,7 @@ like :class:`~sparsefinder.predictors.Distance` it is a probe of the projected s
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -30,7 +31,7 @@ class RowFraction:
 
     fractions: Tensor  # (heads,) in [0, 1]
 
-    _fresh_mask = True  # predict() returns a new tensor the caller owns (see Union)
+    returns_fresh_mask: ClassVar[bool] = True  # see base.FreshOutput
 
     def __post_init__(self) -> None:
         f = self.fractions

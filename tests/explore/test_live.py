@@ -12,7 +12,8 @@ from sparsefinder.metrics import recall, sparsity
 
 
 def test_clamp_fits_state_to_text(prepared):
-    state = urlstate.ViewState(layer=99, head=99, query=999, clusters=5, top_k=8, t=None)
+    state = urlstate.ViewState(method="kmeans", layer=99, head=99, query=999, clusters=5,
+                               top_k=8, t=None)
     clamped, notes = live.clamp(state, prepared)
     said = " ".join(notes)
     assert "layer=99" in said and "head=99" in said and "query=999" in said
