@@ -57,6 +57,7 @@ mutation: install
 
 assets: install
 	$(BIN)/sparsefinder train --model default --corpus default --out sparsefinder/assets/default
+	$(BIN)/sparsefinder fit-codebooks --model default --corpus default --out sparsefinder/assets/default/key_codebooks.pt
 	$(BIN)/sparsefinder calibrate --model default --projections sparsefinder/assets/default/projections.pt \
 	  --out sparsefinder/assets/default/calibration.pt
 

@@ -2,6 +2,11 @@
 
 6 layers × 12 heads at n=512, r=4 (seeded random data): Union(KMeans(B=8, top_k=2), Window(3))
 plus recall and sparsity. Prints per-component medians and, last, ``ms=<median total>``.
+
+``--predictor kmeans-routed`` (RoutedKMeans, B=128, budget 0.08 on d=32 original vectors) or
+``--predictor topp`` (TopP(0.9), an oracle, d=32) time that predictor instead, and the total
+then includes EVERY metric: recall, sparsity, precision, exact fraction, attention-mass recall
+and block recall at 16 and 64.
 """
 
 from __future__ import annotations
@@ -17,10 +22,20 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sparsefinder.metrics import recall, sparsity  # noqa: E402
+from sparsefinder.metrics import (  # noqa: E402
+    block_recall,
+    exact_fraction,
+    mass_recall,
+    precision,
+    recall,
+    sparsity,
+)
 from sparsefinder.predictors import Distance, KMeans, Quantization, Union, Window  # noqa: E402
+from sparsefinder.predictors.routed_kmeans import RoutedKMeans  # noqa: E402
+from sparsefinder.predictors.topp import TopP  # noqa: E402
 
 LAYERS, HEADS, N, R, B, TOP_K = 6, 12, 512, 4, 8, 2
+D, ROUTED_B, ROUTED_BUDGET, TOPP_P = 32, 128, 0.08, 0.9
 REPEATS, WARMUP = 30, 3
 
 
@@ -50,8 +65,16 @@ def main() -> None:
         help="torch intra-op threads (default 1: these ops are memory-bound and, on a 2-core "
         "machine shared with other work, OpenMP barriers stall for whole scheduler ticks)",
     )
+    parser.add_argument(
+        "--predictor", default="kmeans+window", choices=["kmeans+window", "kmeans-routed", "topp"],
+        help="what to time (default: the app's kmeans+window); the issue-10 predictors are "
+        "timed with all metrics",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.predictor != "kmeans+window":
+        all_metrics(args.predictor)
+        return
     gen = torch.Generator().manual_seed(0)
     qs = [torch.randn(HEADS, N, R, generator=gen) for _ in range(LAYERS)]
     ks = [torch.randn(HEADS, N, R, generator=gen) for _ in range(LAYERS)]
@@ -95,6 +118,63 @@ def main() -> None:
     total, low, cpu = timings_ms(each_layer(full))
     print(f"{'total: union + recall + sparsity':32s} {total:8.2f} {low:8.2f} {cpu:8.2f}")
     print(f"ms={total:.2f}")
+
+
+def all_metrics(name: str) -> None:
+    """Times ``name``'s predict and every metric over 72 heads at n=512 (d=32 vectors)."""
+    gen = torch.Generator().manual_seed(0)
+    qs = [torch.randn(HEADS, N, D, generator=gen) for _ in range(LAYERS)]
+    ks = [torch.randn(HEADS, N, D, generator=gen) for _ in range(LAYERS)]
+    golds = [torch.rand(HEADS, N, N, generator=gen) < 0.1 for _ in range(LAYERS)]
+    probs = [g * torch.rand(HEADS, N, N, generator=gen) for g in golds]
+    probs = [p / p.sum(-1, keepdim=True).clamp(min=1e-12) for p in probs]
+    if name == "kmeans-routed":
+        predictors = [
+            RoutedKMeans.from_centroids(
+                torch.randn(HEADS, ROUTED_B, D, generator=gen), budget=ROUTED_BUDGET
+            )
+            for _ in range(LAYERS)
+        ]
+    else:
+        predictors = [TopP(TOPP_P) for _ in range(LAYERS)]
+    preds = [p.predict(q, k) for p, q, k in zip(predictors, qs, ks, strict=True)]
+    metrics: dict[str, Callable[[int], object]] = {
+        "recall": lambda i: recall(preds[i], golds[i]),
+        "sparsity": lambda i: sparsity(preds[i]),
+        "precision": lambda i: precision(preds[i], golds[i]),
+        "exact_fraction": lambda i: exact_fraction(preds[i], golds[i]),
+        "mass_recall": lambda i: mass_recall(preds[i], probs[i]),
+        "block_recall(16)": lambda i: block_recall(preds[i], golds[i], 16),
+        "block_recall(64)": lambda i: block_recall(preds[i], golds[i], 64),
+    }
+
+    def each_layer(fn: Callable[[int], object]) -> Callable[[], None]:
+        def run() -> None:
+            for layer in range(LAYERS):
+                fn(layer)
+
+        return run
+
+    def full(i: int) -> None:
+        pred = predictors[i].predict(qs[i], ks[i])
+        recall(pred, golds[i])
+        sparsity(pred)
+        precision(pred, golds[i])
+        exact_fraction(pred, golds[i])
+        mass_recall(pred, probs[i])
+        block_recall(pred, golds[i], 16)
+        block_recall(pred, golds[i], 64)
+
+    parts = {f"{name}.predict": each_layer(lambda i: predictors[i].predict(qs[i], ks[i]))}
+    parts.update({name: each_layer(fn) for name, fn in metrics.items()})
+    print(f"{LAYERS} layers x {HEADS} heads, n={N}, d={D}, threads={torch.get_num_threads()}")
+    print(f"{'component (all 72 heads)':32s} {'median':>8s} {'min':>8s} {'cpu':>8s}  [ms]")
+    for label, fn in parts.items():
+        med, low, cpu = timings_ms(fn)
+        print(f"{label:32s} {med:8.2f} {low:8.2f} {cpu:8.2f}")
+    total, low, cpu = timings_ms(each_layer(full))
+    print(f"{'total: predict + all metrics':32s} {total:8.2f} {low:8.2f} {cpu:8.2f}")
+    print(f"predictor={name} ms={total:.2f} min_ms={low:.2f} cpu_ms={cpu:.2f}")
 
 
 if __name__ == "__main__":

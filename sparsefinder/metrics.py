@@ -18,6 +18,7 @@ overall value equals the plain mean of all (layer, head) values.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -66,6 +67,125 @@ def recall(pred: Tensor, gold: Tensor) -> Tensor:
         raise ValueError(f"pred {tuple(pred.shape)} and gold {tuple(gold.shape)} must match")
     hit = count_true(pred & gold)
     total = count_true(gold)
+    return torch.where(total > 0, hit.to(_DTYPE) / total.clamp(min=1), 1.0)
+
+
+# ---- metrics the field compares on (issue 10); pure functions of one text's masks, per head
+
+
+def _check_pair(pred: Tensor, gold: Tensor) -> None:
+    _check_mask("pred", pred)
+    _check_mask("gold", gold)
+    if pred.shape != gold.shape:
+        raise ValueError(f"pred {tuple(pred.shape)} and gold {tuple(gold.shape)} must match")
+
+
+def precision(pred: Tensor, gold: Tensor, *, causal: bool = False) -> Tensor:
+    """Per-head precision |pred ∧ gold| / |pred| → float64 (heads,).
+
+    The share of predicted pairs that are gold edges: how much attention computation a
+    predictor wastes. An empty prediction has precision 1.0 by convention (it predicts no
+    wrong pair; its recall says what it misses). With ``causal`` future predicted pairs are
+    not counted, as in :func:`sparsity`.
+    """
+    _check_pair(pred, gold)
+    if causal:
+        pred = pred & shared_causal_mask(*pred.shape[-2:], pred.device)
+    hit = count_true(pred & gold)
+    total = count_true(pred)
+    return torch.where(total > 0, hit.to(_DTYPE) / total.clamp(min=1), 1.0)
+
+
+def exact_fraction(pred: Tensor, gold: Tensor) -> Tensor:
+    """Per-head share of query rows whose whole gold support is predicted → float64 (heads,).
+
+    By sparse-consistency of α-entmax, attention restricted to a predicted set that contains
+    a row's gold support gives that row EXACTLY its original attention output; this is the
+    share of such rows. 1.0 iff recall is 1.0. A row without gold edges counts as exact; a
+    text with no query (n = 0) has 1.0.
+    """
+    _check_pair(pred, gold)
+    n = gold.shape[-2]
+    if n == 0:
+        return torch.ones(gold.shape[:-2], dtype=_DTYPE, device=gold.device)
+    m = gold.shape[-1]
+    if m % 8 == 0 and gold.is_contiguous() and pred.is_contiguous():
+        # 8 keys per int64 word: one AND-NOT per word instead of a bool kernel per key
+        g, p = gold.view(torch.int64), pred.view(torch.int64)
+        missed_row = (g & ~p).ne_(0).any(-1)
+    else:
+        missed_row = (gold & ~pred).any(-1)
+    return 1.0 - missed_row.sum(-1, dtype=torch.int64).to(_DTYPE) / n
+
+
+def mass_recall(pred: Tensor, probs: Tensor) -> Tensor:
+    """Per-head share of the gold attention probability mass on predicted pairs → (heads,).
+
+    ``Σ_{(i,j) ∈ pred} P_ij / Σ_{i,j} P_ij`` with ``probs`` the dense α-entmax
+    probabilities (heads, n, m) of the text (``record.layers[l].probs()``); since each row
+    sums to 1 this is the mean over rows of the mass each row keeps. Unlike recall it
+    weighs a missed edge by its probability: missing a 0.001 tail edge costs little. 1.0
+    where there is no mass (no row).
+    """
+    _check_mask("pred", pred)
+    if not isinstance(probs, Tensor) or not probs.is_floating_point():
+        raise ValueError("probs must be a float tensor (heads, n, m) of attention probabilities; "
+                         "records give them via record.layers[l].probs()")
+    if pred.shape != probs.shape:
+        raise ValueError(f"pred {tuple(pred.shape)} and probs {tuple(probs.shape)} must match")
+    lead, (n, m) = pred.shape[:-2], pred.shape[-2:]
+    # One head at a time, so the product stays in cache; sums in the probabilities' dtype
+    # (torch's cascaded float32 sum: relative error ~1e-6), widened only for the ratio.
+    heads = math.prod(lead)
+    flat_probs, flat_pred = probs.reshape(heads, n, m), pred.reshape(heads, n, m)
+    kept = torch.zeros(heads, dtype=_DTYPE, device=pred.device)
+    for h in range(heads):  # a loop over heads, not tokens
+        kept[h] = (flat_probs[h] * flat_pred[h]).sum()
+    kept = kept.reshape(lead)
+    total = probs.sum((-2, -1)).to(_DTYPE)
+    return torch.where(total > 0, kept / torch.where(total > 0, total, 1.0), 1.0)
+
+
+def block_graph(mask: Tensor, block: int) -> Tensor:
+    """Tile graph of a mask: bool (..., n, m) → (..., ceil(n/b), ceil(m/b)).
+
+    Tile (I, J) covers queries ``I·b … I·b + b − 1`` and keys ``J·b … J·b + b − 1`` (the
+    last tiles may be smaller) and is True iff the mask has at least one pair in it.
+    """
+    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+        raise ValueError(f"block must be an integer >= 1, got {block!r}")
+    n, m = mask.shape[-2:]
+    nb, mb = -(-n // block), -(-m // block)
+    if nb * block != n or mb * block != m:  # pad with False to whole tiles
+        mask = torch.nn.functional.pad(mask, (0, mb * block - m, 0, nb * block - n))
+    lead = mask.shape[:-2]
+    if block % 8 == 0 and mask.is_contiguous():
+        # 8 keys per int64 word: reduce the key axis on words, not on single bools
+        words = mask.view(torch.int64).reshape(*lead, nb * block, mb, block // 8)
+        cols = words.ne(0).any(-1)  # (..., N, mb)
+    else:
+        cols = mask.reshape(*lead, nb * block, mb, block).any(-1)
+    # the query axis: max over the block's rows of 0/1 bytes
+    rows = cols.view(torch.uint8).reshape(*lead, nb, block, mb).amax(-2)
+    return rows.view(torch.bool)
+
+
+def block_recall(pred: Tensor, gold: Tensor, block: int, *, causal: bool = False) -> Tensor:
+    """Per-head tile recall at tile size ``block`` (e.g. 16, 64) → float64 (heads,).
+
+    ``|T(pred) ∧ T(gold)| / |T(gold)|`` with ``T`` = :func:`block_graph`: the share of the
+    gold (query-block, key-block) tiles in which the prediction has at least one pair. This
+    is what a block-sparse kernel that computes every tile the prediction touches needs:
+    every gold edge lies in a computed tile iff block recall is 1. With ``causal`` future
+    predicted pairs are dropped first (gold has none), so tiles wholly in the future are
+    neither gold nor predicted. 1.0 where gold is empty.
+    """
+    _check_pair(pred, gold)
+    if causal:
+        pred = pred & shared_causal_mask(*pred.shape[-2:], pred.device)
+    tp, tg = block_graph(pred, block), block_graph(gold, block)
+    hit = (tp & tg).sum((-2, -1), dtype=torch.int64)
+    total = tg.sum((-2, -1), dtype=torch.int64)
     return torch.where(total > 0, hit.to(_DTYPE) / total.clamp(min=1), 1.0)
 
 

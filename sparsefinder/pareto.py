@@ -139,6 +139,15 @@ def register_curve(name: str, method: str, grid: Iterable[Params], *, window: in
     return CURVES[name]
 
 
+ROUTED_BUDGET_GRID = [
+    {"n_clusters": b, "budget": f} for b in (64, 128)
+    for f in (0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.1, 0.12, 0.15, 0.2, 0.25, 0.3)
+]
+ROUTED_TOP_GRID = [{"n_clusters": 128, "n_routes": t}
+                   for t in (2, 4, 6, 8, 9, 10, 11, 12, 14, 16, 20, 24, 32)]
+TOPP_GRID = [0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99, 1.0]
+
+
 def _register_defaults() -> None:
     grids: dict[str, list[Params]] = {
         "distance": [{"threshold": t} for t in DISTANCE_GRID],
@@ -176,6 +185,11 @@ def _register_defaults() -> None:
                    replace=True)
     for name, grid in calibrated_grids().items():
         register_curve(name, name, grid, replace=True)
+    # Issue 10 (buckets): k-means on KEYS with queries routed by q·c, and the top-p oracle
+    # (sparsefinder.predictors.routed_kmeans / topp); grids chosen on the TRAIN split.
+    register_curve("kmeans-routed", "kmeans-routed", ROUTED_BUDGET_GRID, replace=True)
+    register_curve("kmeans-routed-top", "kmeans-routed-top", ROUTED_TOP_GRID, replace=True)
+    register_curve("topp", "topp", [{"p": p} for p in TOPP_GRID], replace=True)
 
 
 _register_defaults()

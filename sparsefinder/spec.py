@@ -130,6 +130,39 @@ def _kmeans(p: Params, c: BuildContext) -> Predictor:
     return projections.kmeans(c.layer, int(p["n_clusters"]), top_k=int(p.get("top_k", 1)))
 
 
+def _routed_kmeans(mode: str) -> Builder:
+    """Routed k-means (issue 10) from the bundled key codebooks of the projections' model."""
+
+    def build(p: Params, c: BuildContext) -> Predictor:
+        from sparsefinder.key_codebooks import CodebooksError, bundled_codebooks
+        from sparsefinder.projections import ProjectionsError
+
+        try:
+            if c.projections is None:  # its model_id tells which model's codebooks apply
+                raise CodebooksError("kmeans-routed needs the model's projections to know its "
+                                     "model id; pass projections=...")
+            books = bundled_codebooks()
+            if c.projections.model_id != books.model_id:
+                raise CodebooksError(
+                    f"the bundled key codebooks are for {books.model_id!r}, not "
+                    f"{c.projections.model_id!r}; fit some with `sparsefinder fit-codebooks`"
+                )
+            if mode == "top":
+                return books.predictor(c.layer, int(p["n_clusters"]), mode="top",
+                                       n_routes=int(p["n_routes"]))
+            return books.predictor(c.layer, int(p["n_clusters"]), budget=float(p["budget"]))
+        except CodebooksError as error:  # sweeps skip such a configuration with a warning
+            raise ProjectionsError(str(error)) from error
+
+    return build
+
+
+def _topp(p: Params, c: BuildContext) -> Predictor:
+    from sparsefinder.predictors.topp import TopP
+
+    return TopP(float(p["p"]))
+
+
 def _static_mask_fitter(kind: str) -> Fitter:
     """``fit`` of SparseBERT's static masks: one ``StaticMask(kind)`` per layer, fitted on the
     training gold graphs; each grid point gets a copy re-targeted to its sparsity."""
@@ -187,6 +220,13 @@ def _register_defaults() -> None:
                _static_mask, inputs="shape", fit=_static_mask_fitter("unstructured")),
         Method("distance-nodiag", "Distance, no diagonal (SparseBERT)", ("threshold",),
                lambda p, c: NoDiagonal(Distance(float(p["threshold"])))),
+        # Issue 10 (buckets): keys clustered offline, queries routed by q·c; top-p oracle.
+        Method("kmeans-routed", "Routed k-means (B, key budget)", ("n_clusters", "budget"),
+               _routed_kmeans("budget"), inputs="original"),
+        Method("kmeans-routed-top", "Routed k-means (B, routes)", ("n_clusters", "n_routes"),
+               _routed_kmeans("top"), inputs="original"),
+        Method("topp", "Top-p of entmax (ORACLE)", ("p",), _topp, inputs="original",
+               oracle=True),
     ]
     from sparsefinder.calibrated_sweep import calibrated_methods, fitted_build
 

@@ -109,10 +109,13 @@ def test_recall_at_sparsity_step_and_linear() -> None:
 
 
 def test_sweep_one_row_per_config(points: pd.DataFrame, records) -> None:
-    expected = sum(len(curve.specs) for curve in CURVES.values())
+    # kmeans-routed* read the bundled key codebooks of the default model: skipped for the
+    # synthetic model here (tests/test_key_codebooks.py sweeps them)
+    runnable = {n: c for n, c in CURVES.items() if not n.startswith("kmeans-routed")}
+    expected = sum(len(curve.specs) for curve in runnable.values())
     assert len(points) == expected
     assert points.groupby("method").size().to_dict() == {
-        name: len(curve.specs) for name, curve in CURVES.items()
+        name: len(curve.specs) for name, curve in runnable.items()
     }
     assert (points["n_texts"] == len(records)).all()
     assert len(json.loads(points["recall_per_layer"].iloc[0])) == LAYERS

@@ -11,9 +11,11 @@ from sparsefinder.predictors.kmeans import KMeans
 from sparsefinder.predictors.longformer import Longformer
 from sparsefinder.predictors.quantization import Quantization
 from sparsefinder.predictors.reformer import Reformer
+from sparsefinder.predictors.routed_kmeans import RoutedKMeans
 from sparsefinder.predictors.routing import Routing
 from sparsefinder.predictors.sparsebert import NoDiagonal, StaticMask
 from sparsefinder.predictors.topk import TopK
+from sparsefinder.predictors.topp import TopP
 from sparsefinder.predictors.union import Union
 from sparsefinder.predictors.window import Window
 
@@ -32,4 +34,6 @@ __all__ = [
     "TopK",
     "NoDiagonal",
     "StaticMask",
+    "RoutedKMeans",
+    "TopP",
 ]

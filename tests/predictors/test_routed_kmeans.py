@@ -1,0 +1,118 @@
+"""Routed k-means: keys clustered offline, each query routed to centroids ranked by q·c."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from sklearn.exceptions import NotFittedError
+
+from sparsefinder.masks import causal_mask
+from sparsefinder.predictors.routed_kmeans import RoutedKMeans, descending_order
+
+
+def _qk(heads: int = 2, n: int = 12, m: int | None = None, d: int = 4, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    m = n if m is None else m
+    return torch.randn(heads, n, d, generator=gen), torch.randn(heads, m, d, generator=gen)
+
+
+def _fitted(b: int = 6, d: int = 4, **params) -> RoutedKMeans:
+    gen = torch.Generator().manual_seed(1)
+    keys = torch.randn(2, 300, d, generator=gen)
+    return RoutedKMeans(n_clusters=b, n_init=1, **params).fit(None, keys)
+
+
+def test_hand_checked_routing():
+    centroids = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]]])
+    k = torch.tensor([[[0.9, 0.1], [1.1, 0.0], [0.1, 0.9], [-1.0, 0.2]]])  # clusters 0,0,1,2
+    q = torch.tensor([[[5.0, 1.0], [0.0, 2.0]]])  # q0 ranks 0 > 1 > 2; q1 ranks 1 > 0 = 2
+    model = RoutedKMeans.from_centroids(centroids, budget=0.25)
+    assert model.assign_keys(k).tolist() == [[0, 0, 1, 2]]
+    # budget 0.25·4 = 1 key: q0 takes centroid 0 (2 keys), q1 takes centroid 1 (1 key)
+    assert model.predict(q, k)[0].int().tolist() == [[1, 1, 0, 0], [0, 0, 1, 0]]
+    # budget 0.5 = 2 keys: q1 needs a second centroid; 0 and 2 tie, the lower index wins
+    model.budget = 0.5
+    assert model.predict(q, k)[0].int().tolist() == [[1, 1, 0, 0], [1, 1, 1, 0]]
+    top = RoutedKMeans.from_centroids(centroids, mode="top", n_routes=2)
+    assert top.predict(q, k)[0].int().tolist() == [[1, 1, 1, 0], [1, 1, 1, 0]]
+
+
+def test_fit_shapes_and_graph_is_union_of_bucket_blocks():
+    model = _fitted(b=6)
+    assert model.centroids_.shape == (2, 6, 4) and model.inertia_.shape == (2,)
+    q, k = _qk()
+    mask = model.predict(q, k)
+    assert mask.dtype == torch.bool and mask.shape == (2, 12, 12)
+    key_ids = model.assign_keys(k)
+    routes = model.routes(q, key_ids)
+    expected = routes.gather(2, key_ids[:, None, :].expand(-1, 12, -1))
+    assert torch.equal(mask, expected)
+    # keys of one cluster are always linked to the same queries
+    same = key_ids[0, :, None] == key_ids[0, None, :]
+    cols = mask[0].T
+    for a, b in same.nonzero().tolist():
+        assert torch.equal(cols[a], cols[b])
+
+
+def test_budget_monotone_every_row_nonempty_and_full_budget_is_dense():
+    model = _fitted(b=6)
+    q, k = _qk(n=20)
+    previous = None
+    for budget in (0.01, 0.1, 0.3, 0.6, 1.0):
+        model.budget = budget
+        mask = model.predict(q, k)
+        assert mask.any(-1).all()  # the best centroid (and then some key) is always taken
+        if previous is not None:
+            assert (mask >= previous).all()
+        previous = mask
+    assert previous.all()
+
+
+def test_top_mode_routes_each_query_to_n_routes_centroids():
+    model = _fitted(b=6, mode="top", n_routes=2)
+    q, k = _qk()
+    routes = model.routes(q, model.assign_keys(k))
+    assert (routes.sum(-1) == 2).all()
+    model.n_routes = 6
+    assert model.predict(q, k).all()
+
+
+def test_causal_counts_only_visible_keys():
+    model = _fitted(b=5, budget=0.3)
+    q, k = _qk(n=10)
+    mask = model.predict(q, k, causal=True)
+    assert not (mask & ~causal_mask(10, 10)).any()
+    for i in (0, 4, 9):  # row i = the non-causal prediction over the keys it may see
+        alone = model.predict(q[:, i : i + 1], k[:, : i + 1])
+        assert torch.equal(mask[:, i, : i + 1], alone[:, 0])
+
+
+def test_descending_order_matches_a_stable_torch_sort():
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(3, 7, 40, generator=gen)
+    x[0, 0, :6] = 0.0
+    x[0, 0, 6] = -0.0
+    x[1, 2, :] = -2.5
+    x[2, 3, 10:20] = float("inf")
+    expected = torch.sort(x, stable=True, dim=-1, descending=True).indices
+    assert torch.equal(descending_order(x), expected)
+
+
+def test_errors():
+    with pytest.raises(NotFittedError):
+        RoutedKMeans().predict(*_qk())
+    model = _fitted(b=6)
+    with pytest.raises(ValueError, match="original queries/keys"):
+        model.predict(*_qk(d=5))
+    with pytest.raises(ValueError, match="budget"):
+        RoutedKMeans(budget=0.0)
+    with pytest.raises(ValueError, match="mode"):
+        RoutedKMeans(mode="nearest")
+    with pytest.raises(ValueError, match="n_routes"):
+        RoutedKMeans(n_clusters=4, n_routes=5)
+    with pytest.raises(ValueError, match="more training tokens"):
+        RoutedKMeans(n_clusters=8).fit(None, torch.randn(1, 5, 4))
+    with pytest.raises(ValueError, match="k must be"):
+        RoutedKMeans().fit(None, torch.randn(5, 4))
+    empty = model.predict(torch.zeros(2, 0, 4), torch.zeros(2, 3, 4))
+    assert empty.shape == (2, 0, 3)

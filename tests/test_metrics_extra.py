@@ -1,0 +1,157 @@
+"""Precision, exact fraction, attention-mass recall and block recall (issue 10)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sparsefinder.masks import causal_mask
+from sparsefinder.metrics import (
+    block_graph,
+    block_recall,
+    exact_fraction,
+    mass_recall,
+    precision,
+    recall,
+)
+
+
+def _mask(rows: list[list[int]]) -> torch.Tensor:
+    return torch.tensor(rows, dtype=torch.bool)[None]
+
+
+GOLD = _mask([[1, 1, 0, 0], [0, 1, 0, 0], [0, 0, 1, 1]])
+PRED = _mask([[1, 0, 0, 1], [0, 1, 1, 0], [0, 0, 1, 1]])
+
+
+def test_precision_by_hand():
+    # pred has 6 pairs, 4 of them gold
+    assert precision(PRED, GOLD).tolist() == [pytest.approx(4 / 6)]
+    assert precision(GOLD, GOLD).tolist() == [1.0]
+
+
+def test_precision_empty_prediction_is_one_and_causal_ignores_future():
+    empty = torch.zeros_like(GOLD)
+    assert precision(empty, GOLD).tolist() == [1.0]
+    gold = torch.eye(3, dtype=torch.bool)[None]
+    pred = torch.ones(1, 3, 3, dtype=torch.bool)  # 3 gold of 6 allowed; 3 future pairs
+    assert precision(pred, gold).tolist() == [pytest.approx(3 / 9)]
+    assert precision(pred, gold, causal=True).tolist() == [pytest.approx(3 / 6)]
+
+
+def test_exact_fraction_by_hand():
+    # row 0 misses (0,1); rows 1 and 2 are fully covered
+    assert exact_fraction(PRED, GOLD).tolist() == [pytest.approx(2 / 3)]
+    assert exact_fraction(torch.zeros_like(GOLD), GOLD).tolist() == [0.0]
+    # a row without gold edges counts as exact
+    gold = _mask([[0, 0], [1, 0]])
+    assert exact_fraction(torch.zeros_like(gold), gold).tolist() == [0.5]
+
+
+def test_exact_fraction_is_one_iff_recall_is_one():
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(30):
+        gold = torch.rand(4, 7, 9, generator=gen) < 0.3
+        pred = gold | (torch.rand(4, 7, 9, generator=gen) < 0.5)
+        drop = torch.rand(4, 7, 9, generator=gen) < 0.05
+        pred &= ~drop
+        ex, rc = exact_fraction(pred, gold), recall(pred, gold)
+        assert torch.equal(ex == 1.0, rc == 1.0)
+        # adding pairs never makes a row inexact
+        more = pred | (torch.rand(4, 7, 9, generator=gen) < 0.2)
+        assert (exact_fraction(more, gold) >= ex).all()
+
+
+def test_mass_recall_by_hand_and_bounds():
+    probs = torch.tensor([[[0.7, 0.3, 0.0], [0.0, 0.0, 1.0]]])
+    pred = _mask([[1, 0, 1], [0, 0, 1]])
+    assert mass_recall(pred, probs).tolist() == [pytest.approx((0.7 + 1.0) / 2)]
+    assert mass_recall(probs > 0, probs).tolist() == [pytest.approx(1.0)]
+    assert mass_recall(torch.zeros_like(pred), probs).tolist() == [0.0]
+    assert mass_recall(torch.zeros(2, 0, 3, dtype=torch.bool), torch.zeros(2, 0, 3)).tolist() == [
+        1.0, 1.0,
+    ]
+
+
+def test_mass_recall_rejects_bad_probs():
+    with pytest.raises(ValueError, match="probs"):
+        mass_recall(GOLD, GOLD)
+    with pytest.raises(ValueError, match="must match"):
+        mass_recall(GOLD, torch.zeros(1, 3, 3))
+
+
+def test_block_graph_and_block_recall_by_hand():
+    gold = torch.zeros(1, 5, 5, dtype=torch.bool)
+    gold[0, 0, 0] = gold[0, 4, 4] = gold[0, 1, 3] = True
+    # tiles of 2: gold tiles (0,0), (2,2), (0,1)
+    assert block_graph(gold, 2)[0].nonzero().tolist() == [[0, 0], [0, 1], [2, 2]]
+    pred = torch.zeros_like(gold)
+    pred[0, 1, 1] = True  # same tile as gold (0,0), a different pair
+    pred[0, 4, 0] = True  # tile (2,0): not gold
+    assert block_recall(pred, gold, 2).tolist() == [pytest.approx(1 / 3)]
+    assert recall(pred, gold).tolist() == [0.0]
+    assert block_recall(gold, gold, 2).tolist() == [1.0]
+    assert block_recall(pred, torch.zeros_like(gold), 2).tolist() == [1.0]
+
+
+def test_block_recall_causal_ignores_future_pairs():
+    n = 8
+    gold = torch.eye(n, dtype=torch.bool)[None]
+    future_only = ~causal_mask(n, n)[None]
+    # a prediction with only future pairs touches the diagonal tiles but covers nothing
+    assert block_recall(future_only, gold, 4).tolist() == [pytest.approx(1.0)]
+    assert block_recall(future_only, gold, 4, causal=True).tolist() == [0.0]
+
+
+def test_block_recall_bounds_edge_recall_and_block_one_is_recall():
+    gen = torch.Generator().manual_seed(1)
+    gold = torch.rand(3, 20, 33, generator=gen) < 0.2
+    pred = torch.rand(3, 20, 33, generator=gen) < 0.3
+    assert torch.allclose(block_recall(pred, gold, 1), recall(pred, gold))
+    # a tile is covered if ANY predicted pair is in it, so larger tiles can only help here
+    r16, r64 = block_recall(pred, gold, 16), block_recall(pred, gold, 64)
+    assert (r16 >= recall(pred, gold) - 1e-12).all()
+    assert (r64 >= 0).all() and (r64 <= 1).all()
+    with pytest.raises(ValueError, match="block"):
+        block_recall(pred, gold, 0)
+
+
+def test_metrics_reject_mismatched_shapes():
+    for fn in (precision, exact_fraction):
+        with pytest.raises(ValueError, match="must match"):
+            fn(GOLD, GOLD[..., :2])
+    with pytest.raises(ValueError, match="bool"):
+        precision(GOLD.float(), GOLD)
+
+
+def test_exact_fraction_word_path_matches_the_definition():
+    gen = torch.Generator().manual_seed(2)
+    for m in (8, 24, 64):  # multiples of 8 take the int64-word path
+        gold = torch.rand(3, 11, m, generator=gen) < 0.2
+        pred = gold & (torch.rand(3, 11, m, generator=gen) < 0.97)
+        expected = 1.0 - (gold & ~pred).any(-1).double().mean(-1)
+        assert torch.allclose(exact_fraction(pred, gold), expected)
+        wide = torch.zeros(3, 11, m + 1, dtype=torch.bool)
+        wide[..., 1:] = pred
+        assert torch.allclose(exact_fraction(wide[..., 1:], gold), expected)  # not contiguous
+
+
+def test_block_graph_word_path_matches_the_definition():
+    gen = torch.Generator().manual_seed(4)
+    for n, m, block in ((32, 64, 16), (30, 50, 16), (64, 64, 64), (20, 24, 8), (9, 13, 4)):
+        mask = torch.rand(2, n, m, generator=gen) < 0.01
+        nb, mb = -(-n // block), -(-m // block)
+        expected = torch.zeros(2, nb, mb, dtype=torch.bool)
+        for h, i, j in mask.nonzero().tolist():
+            expected[h, i // block, j // block] = True
+        assert torch.equal(block_graph(mask, block), expected)
+        assert torch.equal(block_graph(mask.transpose(1, 2).transpose(1, 2), block), expected)
+
+
+def test_mass_recall_matches_a_dense_sum():
+    gen = torch.Generator().manual_seed(5)
+    probs = torch.rand(4, 6, 9, generator=gen) * (torch.rand(4, 6, 9, generator=gen) < 0.5)
+    pred = torch.rand(4, 6, 9, generator=gen) < 0.4
+    expected = (probs * pred).sum((-2, -1)).double() / probs.sum((-2, -1)).double()
+    assert torch.allclose(mass_recall(pred, probs), expected)
+    assert mass_recall(pred[:, :0], probs[:, :0]).tolist() == [1.0] * 4
