@@ -404,6 +404,16 @@ def test_default_curves_exactly(default_curves) -> None:
     for name in ("distance", "kmeans", "quantization", "kmeans-top2", "reformer", "routing"):
         method, _, grid = expected[name]
         expected[f"{name}+window"] = (method, 3, grid)
+    # issue 10: finer raw grid, calibrated targets, routed k-means and the top-p oracle
+    from sparsefinder.calibrated_sweep import DISTANCE_FINE_GRID, calibrated_grids
+    from sparsefinder.pareto import ROUTED_BUDGET_GRID, ROUTED_TOP_GRID, TOPP_GRID
+
+    expected["distance-fine"] = ("distance", 0, [{"threshold": t} for t in DISTANCE_FINE_GRID])
+    for name, grid in calibrated_grids().items():
+        expected[name] = (name, 0, grid)
+    expected["kmeans-routed"] = ("kmeans-routed", 0, ROUTED_BUDGET_GRID)
+    expected["kmeans-routed-top"] = ("kmeans-routed-top", 0, ROUTED_TOP_GRID)
+    expected["topp"] = ("topp", 0, [{"p": p} for p in TOPP_GRID])
     assert set(default_curves) == set(expected)
     for name, want in expected.items():
         assert _grid(name) == want, name

@@ -327,7 +327,7 @@ def test_training_metadata_and_defaults(records: list[AttentionRecord]) -> None:
         "negatives_per_positive": 1, "seed": 0, "init": "discriminative", "n_records": 2}
     assert set(meta) == {"rank", "margin", "lr", "epochs", "batch_size",
                          "negatives_per_positive", "seed", "init", "n_records",
-                         "positives_per_layer", "loss_first", "loss_last"}
+                         "positives_per_layer", "loss_first", "loss_last", "objective"}
     assert proj.model_id == "" and proj.alpha == 1.5 and proj.rank == 4
     assert meta["positives_per_layer"] == [int(_layer_pairs(records[:2], layer).head.numel())
                                           for layer in range(LAYERS)]
@@ -539,9 +539,9 @@ def test_load_messages(tmp_path) -> None:
         HeadProjections.load(tmp_path / "missing.pt", expected_model_id="x/y")
     garbage = tmp_path / "garbage.pt"
     garbage.write_bytes(b"")
-    with pytest.raises(ProjectionsError, match=r"garbage.pt is not a readable Sparsefinder "
-                                               r"projections file \(corrupt or truncated\?\): "
-                                               r".+; regenerate it with `sparsefinder train "
+    with pytest.raises(ProjectionsError, match=r"garbage.pt is corrupt or truncated: it is not "
+                                               r"a readable Sparsefinder projections file; "
+                                               r"regenerate it with `sparsefinder train "
                                                r"--model default"):
         HeadProjections.load(garbage)
     good = _tiny().save(tmp_path / "good.pt")

@@ -138,6 +138,21 @@ REGISTRY = {
     "sparsebert-damu": ("SparseBERT DAMu (static)", ("target_sparsity",), "shape", False, True),
     "distance-nodiag": ("Distance, no diagonal (SparseBERT)", ("threshold",), "projected",
                         False, False),
+    "kmeans-routed": ("Routed k-means (B, key budget)", ("n_clusters", "budget"), "original",
+                      False, False),
+    "kmeans-routed-top": ("Routed k-means (B, routes)", ("n_clusters", "n_routes"),
+                          "original", False, False),
+    "topp": ("Top-p of entmax (ORACLE)", ("p",), "original", True, False),
+    "distance-calibrated": ("Distance, per-head t for a target sparsity", ("target_sparsity",),
+                            "projected", False, True),
+    "distance-budget": ("Distance, per-head t, sparsity budget across heads",
+                        ("target_sparsity",), "projected", False, True),
+    "distance-calibrated-recall": ("Distance, per-head t for a target recall",
+                                   ("target_recall",), "projected", False, True),
+    "rowfrac-calibrated": ("Nearest keys, per-head row fraction for a target",
+                           ("target_sparsity",), "projected", False, True),
+    "rowfrac-budget": ("Nearest keys, row fractions, sparsity budget", ("target_sparsity",),
+                       "projected", False, True),
 }
 
 

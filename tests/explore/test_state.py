@@ -141,9 +141,9 @@ def test_list_values_and_whitespace():
 
 def test_view_state_to_params_formats_floats_and_leaves_none_out():
     params = urlstate.view_state_to_params(urlstate.ViewState(t=1.23456, clusters=None))
-    assert params["t"] == "1.235" and "B" not in params
+    assert params["t"] == "1.23456" and "B" not in params  # repr: reads back exactly
     assert params["global"] == "first,last" and params["window"] == "3"
-    assert set(params) == set(urlstate.PARAM_NAMES.values()) - {"B"}
+    assert set(params) == set(urlstate.PARAM_NAMES.values()) - {"B", "textid"}
 
 
 def test_to_spec_for_every_app_method():
@@ -174,8 +174,8 @@ def test_problem_messages_name_what_is_expected():
     _, problems = urlstate.parse_view_state({"method": "magic", "example": "nope",
                                              "global": "first,middle"})
     assert problems == [
-        "ignored URL parameter method='magic': expected one of distance, quantization, "
-        "kmeans, fixed",
+        "ignored URL parameter method='magic': expected one of rowfrac-budget, "
+        "distance-budget, distance, quantization, kmeans, fixed",
         "ignored URL parameter global='first,middle': expected a comma list of "
         "('first', 'last') or 'none'",
         "ignored URL parameter example='nope': expected a bundled example name",
