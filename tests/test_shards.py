@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,14 +13,12 @@ from sparsefinder.cli import main
 from sparsefinder.records_io import load_records
 from sparsefinder.shards import ShardedRecords, ShardsError, plan_chunks, read_manifest
 
-REPO = Path(__file__).resolve().parents[1]
-TEXTS = [
-    "The cat sat.", "A dog ran across the wide green park today.", "Rain again.",
-    "She called him back after the long meeting ended.", "Numbers: one, two, three, four.",
-    "It works.", "Attention graphs are sparse under entmax.", "Short one here.",
-    "The doctor said she would call the patient back tomorrow morning.", "Why not?",
-    "Trains leave at noon.", "Every head attends to a few keys only.",
-]
+_spec = importlib.util.spec_from_file_location(
+    "distributed_worker", Path(__file__).with_name("distributed_worker.py"))
+helpers = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(helpers)
+TEXTS, extract_args, torchrun = helpers.TEXTS, helpers.extract_args, helpers.torchrun
+
 KILLER = """
 import os, signal, sys
 import sparsefinder.shards as shards
@@ -40,30 +35,6 @@ def dying(path, data):
 shards._write_atomic = dying
 raise SystemExit(main(sys.argv[1:]))
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def torchrun(script: list[str], nproc: int = 2, timeout: int = 180
-             ) -> subprocess.CompletedProcess:
-    """``torchrun --nproc_per_node=N`` on 127.0.0.1 with a free port (CPU, gloo)."""
-    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "CUDA_VISIBLE_DEVICES": ""}
-    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-               "--master_addr=127.0.0.1", f"--master_port={free_port()}", *script]
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout,
-                          cwd=REPO)
-
-
-def extract_args(model: Path, corpus: Path, out: Path, *extra: str) -> list[str]:
-    return ["extract", "--model", str(model), "--corpus", str(corpus), "--split", "all",
-            "--out", str(out), "--batch-size", "2", "--chunk-batches", "1", "--device", "cpu",
-            *extra]
 
 
 @pytest.fixture(scope="module")
