@@ -12,7 +12,7 @@ from sparsefinder.cli import main
 from sparsefinder.distributed_sweep import sweep_streaming
 from sparsefinder.distributed_train import train_projections_sharded
 from sparsefinder.pareto import sweep
-from sparsefinder.projections import train_projections
+from sparsefinder.projections import HeadProjections, train_projections
 from sparsefinder.shards import ShardedRecords
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
@@ -64,3 +64,14 @@ def test_two_ranks_train_and_sweep_like_one_process(store, tmp_path):
         assert sparsity == pytest.approx(reference["sparsity"].tolist(), abs=1e-12)
     assert ranks[0]["gold"] == pytest.approx(reference.attrs["gold_sparsity"], abs=1e-12)
     assert ranks[0]["n_texts"] == [len(records)] * len(reference)
+
+
+def test_train_command_reads_a_shard_store(store, tmp_path):
+    assert main(["train", "--records", str(store), "--out", str(tmp_path), "--batch-size",
+                 "64", "--seed", "3", "--clusters", "2", "--kmeans-n-init", "1"]) == 0
+    saved = HeadProjections.load(tmp_path / "projections.pt")
+    records = ShardedRecords(store).load_all()
+    reference = train_projections_sharded([list(ShardedRecords(store).iter_records())],
+                                          batch_size=64, seed=3)
+    assert torch.equal(saved.weight, reference.weight) and 2 in saved.centroids
+    assert saved.metadata["n_texts"] == len(records)
