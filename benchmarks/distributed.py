@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -59,9 +60,15 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, edges)
 """
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def torchrun_extract(nproc: int, out: Path, passages: int, chunk_batches: int) -> tuple:
     command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-               "--master_addr=127.0.0.1", "--master_port=29533",
+               "--master_addr=127.0.0.1", f"--master_port={free_port()}",
                "-m", "sparsefinder", "extract", "--max-passages", str(passages), "--out",
                str(out), "--device", "cpu", "--chunk-batches", str(chunk_batches)]
     start = time.perf_counter()
