@@ -13,7 +13,7 @@ Run under the shared lock (the machine has 2 cores):
    ``extract_sharded`` (chunks serialised in memory, SHA-256, temp file + fsync + rename,
    sidecars, manifest) and against a rerun on the finished store (every chunk re-hashed,
    nothing redone). Best of ``--repeats``, alternated.
-3. Memory: peak RSS (ru_maxrss of a fresh process) streaming every record of the store
+3. Memory: peak RSS (VmHWM of a fresh process) streaming every record of the store
    (``ShardedRecords.iter_records``: gold edges counted) at 1× and at 10× its size (the same
    chunk files hard-linked ten times under a 10× manifest), against loading the 1× store
    whole (what ``load_records`` of one file does today).
@@ -47,7 +47,7 @@ from sparsefinder.shards import extract_sharded  # noqa: E402
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
        "TOKENIZERS_PARALLELISM": "false", "CUDA_VISIBLE_DEVICES": ""}
 RSS_PROBE = """
-import resource, sys
+import sys
 from sparsefinder.shards import ShardedRecords
 store = ShardedRecords(sys.argv[1])
 if sys.argv[2] == "none":
@@ -56,7 +56,8 @@ elif sys.argv[2] == "stream":
     edges = sum(int(l.gold.sum()) for r in store.iter_records() for l in r.layers)
 else:
     records = store.load_all(); edges = sum(int(l.gold.sum()) for r in records for l in r.layers)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, edges)
+hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]
+print(int(hwm) / 1024, edges)  # VmHWM: this exec's peak (ru_maxrss counts the parent's)
 """
 
 
