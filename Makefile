@@ -15,7 +15,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test lint browser bench assets
+.PHONY: install run test lint browser bench assets assets-projections mutation
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -49,5 +49,21 @@ bench: install
 	$(BIN)/python benchmarks/extract.py
 	$(BIN)/python benchmarks/predict.py
 
+# Mutation testing of the core modules (mutmut, each module judged by the tests that mirror
+# it; not part of `make test`): last line `killed=K survived=S score=K/(K+S)`. CPU heavy:
+# about half an hour on two cores; survivors with diffs go to build/mutation/survivors.txt.
+mutation: install
+	OMP_NUM_THREADS=1 $(BIN)/python tools/mutation.py
+
 assets: install
 	$(BIN)/sparsefinder train --model default --corpus default --out sparsefinder/assets/default
+	$(BIN)/sparsefinder calibrate --model default --projections sparsefinder/assets/default/projections.pt \
+	  --out sparsefinder/assets/default/calibration.pt
+
+# The alternative projections of issue 10 (r = 4 and 8; lowrank, logistic, lowrank-logistic),
+# written next to the default file, which stays as it is.
+assets-projections: install
+	for r in 4 8; do for o in lowrank logistic lowrank-logistic; do \
+	  $(BIN)/sparsefinder train --model default --corpus default --out sparsefinder/assets/default \
+	    --objective $$o --rank $$r --filename projections-r$$r-$$o.pt || exit 1; \
+	done; done

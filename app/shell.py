@@ -36,7 +36,7 @@ from sparsefinder.models import (
     load_model,
     set_alpha,
 )
-from sparsefinder.resources import BUNDLED_PROJECTIONS
+from sparsefinder.resources import BUNDLED_CALIBRATION, BUNDLED_PROJECTIONS
 from sparsefinder.serving import InputRefused, ServingPolicy
 from sparsefinder.spec import METHODS
 
@@ -44,6 +44,9 @@ from sparsefinder.spec import METHODS
 #: ones from `sparsefinder train`) without touching the package's assets.
 DEFAULT_PROJECTIONS = Path(os.environ.get("SPARSEFINDER_DEFAULT_PROJECTIONS")
                            or BUNDLED_PROJECTIONS)
+#: Calibrated target-sparsity settings; used only for the projections they were fitted for.
+DEFAULT_CALIBRATION = Path(os.environ.get("SPARSEFINDER_DEFAULT_CALIBRATION")
+                           or BUNDLED_CALIBRATION)
 VIEW_KEY = "_view"
 CONTEXT_KEY = "_context"
 PRED_CACHE_KEY = "_predictions"
@@ -122,7 +125,22 @@ def cached_prepared(
     with model_lock():
         set_alpha(loaded, alpha)
         record, notes = inputs.extract_one(loaded, text)
-    return prep.prepare(record, _projections, notes)
+    calibration = cached_calibration(projections_key) if _projections is not None else None
+    return prep.prepare(record, _projections, notes, calibration=calibration)
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def cached_calibration(projections_key: str) -> Any:
+    """The calibrated target-sparsity settings for the projections with this digest: the
+    bundled table when it was fitted for them, else None (the calibrated methods are off)."""
+    from sparsefinder.calibration import CalibrationError, CalibrationTable
+
+    if not DEFAULT_CALIBRATION.is_file():
+        return None
+    try:
+        return CalibrationTable.load(DEFAULT_CALIBRATION, projections_sha256=projections_key)
+    except CalibrationError:
+        return None
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)
@@ -610,7 +628,14 @@ def method_sliders(ctx: AppContext, columns: int = 4) -> urlstate.ViewState:
     prepared, state = ctx.prepared, view_state()
     method = live.effective_method(state, prepared)
     col = iter(st.columns(columns))
-    if method == "distance":
+    if method in urlstate.TARGET_METHODS:
+        next(col).select_slider(
+            "Target sparsity", options=prepared.calibration.targets,
+            format_func=lambda t: f"{t:.2f}",
+            help="Per-head settings chosen on TRAIN graphs so that the heads together keep "
+                 "this share of pairs out, with the highest mean recall (a sparsity budget).",
+            **bind("w_target", "target", float, float))
+    elif method == "distance":
         next(col).slider(
             "t (distance threshold)", 0.0, float(prepared.t_max),
             step=float(prepared.t_max) / 200, format="%.3f",

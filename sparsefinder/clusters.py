@@ -276,8 +276,8 @@ class HeadClusterAnalysis:
         """Count one :class:`~sparsefinder.graphs.AttentionRecord` with its POS tags."""
         self._projections.check_record(record)
         graph = record.layers[self.layer]
-        q = self._projections.project(self.layer, graph.queries)
-        k = self._projections.project(self.layer, graph.keys)
+        q = self._projections.project_queries(self.layer, graph.queries)
+        k = self._projections.project_keys(self.layer, graph.keys)
         q_ids, k_ids = head_assignments(q, k, self._centroids, self.head, self.top_k)
         self._queries.append(tag_cluster_counts(tags, q_ids, self.n_clusters, top_k=None))
         self._keys.append(tag_cluster_counts(tags, k_ids, self.n_clusters, top_k=None))

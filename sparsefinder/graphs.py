@@ -141,7 +141,7 @@ def _tokenize(
                 f"text {index} has {full_length} tokens, more than the model's maximum of "
                 f"{loaded.max_length}: {what}",
                 LongTextWarning,
-                stacklevel=3,
+                stacklevel=4,  # _tokenize < extract < inference_mode wrapper < caller
             )
     return items, long_flags
 

@@ -47,11 +47,12 @@ def apply_causal(mask: Tensor, causal: bool) -> Tensor:
     return mask & _causal(n, m, mask.device)
 
 
-def allowed_per_row(n: int, m: int, *, causal: bool) -> Tensor:
+def allowed_per_row(n: int, m: int, *, causal: bool,
+                    device: torch.device | str | None = None) -> Tensor:
     """int64 (n,): how many keys each query may see (m, or its non-future keys)."""
     if not causal:
-        return torch.full((n,), m, dtype=torch.int64)
-    return (torch.arange(n, dtype=torch.int64) + (m - n) + 1).clamp(0, m)
+        return torch.full((n,), m, dtype=torch.int64, device=device)
+    return (torch.arange(n, dtype=torch.int64, device=device) + (m - n) + 1).clamp(0, m)
 
 
 def n_allowed_pairs(n: int, m: int, *, causal: bool = False) -> int:

@@ -64,6 +64,7 @@ from typing import Any
 import pandas as pd
 import torch
 
+from sparsefinder.calibrated_sweep import DISTANCE_FINE_GRID, calibrated_grids
 from sparsefinder.graphs import AttentionRecord
 from sparsefinder.metrics import GraphScores, Scorer, macro_average
 from sparsefinder.projections import HeadProjections, ProjectionsError
@@ -169,6 +170,12 @@ def _register_defaults() -> None:
                        replace=True)
     register_curve("distance-nodiag", "distance-nodiag",
                    [{"threshold": t} for t in DISTANCE_GRID], replace=True)
+    # Issue 10: a finer raw grid for distance, and distance driven by a target sparsity or
+    # recall with per-head thresholds fitted on TRAIN graphs (sparsefinder.calibrated_sweep).
+    register_curve("distance-fine", "distance", [{"threshold": t} for t in DISTANCE_FINE_GRID],
+                   replace=True)
+    for name, grid in calibrated_grids().items():
+        register_curve(name, name, grid, replace=True)
 
 
 _register_defaults()

@@ -45,6 +45,19 @@ would do) measured the same as removing the offset: balanced clusters, lower rec
 Files (:meth:`HeadProjections.save`/:meth:`HeadProjections.load`) are one small ``torch.save``
 of plain tensors and a metadata dict, loadable with ``weights_only=True`` (no code runs on
 load), with k-means centroids per number of clusters B stored alongside.
+
+Two kinds of projections (``HeadProjections.kind``):
+
+- ``"shared"`` (format version 1, the bundled file): one affine map for queries and keys, as
+  above; written by the ``paper`` (Eq. 7 hinge) and ``logistic`` objectives.
+- ``"augmented"`` (format version 2): separate affine maps ``q̂ = A q + a``, ``k̂ = B k + b``
+  (``r`` rows each) whose inner product ``q̂·k̂`` approximates a score, turned into a Euclidean
+  distance by the inner-product-to-distance augmentation
+  ``q̃ = [q̂, √(R_q² − ‖q̂‖²), 0]``, ``k̃ = [k̂, 0, √(R_k² − ‖k̂‖²)]``, so that
+  ``‖q̃ − k̃‖² = R_q² + R_k² − 2 q̂·k̂``: a distance threshold IS a score threshold and every
+  distance predictor works unchanged, at a cost of ``O(n·m·(r + 2))``. ``R_q``/``R_k`` are
+  per-head radii (the largest train norm with some slack; a larger test norm is clamped,
+  which only overestimates that token's distances). See :mod:`sparsefinder.lowrank`.
 """
 
 from __future__ import annotations
@@ -69,7 +82,10 @@ from sparsefinder.resources import BUNDLED_PROJECTIONS  # noqa: F401  (re-export
 from sparsefinder.serving import InputRefused, check_projections_bytes
 
 FORMAT = "sparsefinder-projections"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # shared projections; augmented ones are written as version 2
+FORMAT_VERSION_AUGMENTED = 2
+READABLE_VERSIONS = (FORMAT_VERSION, FORMAT_VERSION_AUGMENTED)
+KINDS = ("shared", "augmented")
 _REJECTION_ROUNDS = 8
 _EXACT_CHUNK = 16_384  # rows sampled exactly at once after rejection sampling gave up
 _INIT_SAMPLE = 50_000  # pairs per head used to estimate the second moments of the init
@@ -89,8 +105,13 @@ class HeadProjections:
     """Learned per-head maps ``d → r`` for every layer, plus optional k-means centroids.
 
     ``weight`` is float32 (layers, heads, r, d), ``bias`` float32 (layers, heads, r);
-    ``centroids`` maps a number of clusters B to float32 (layers, heads, B, r) centroids in
-    the projected space. ``metadata`` holds plain values only (how it was trained).
+    ``centroids`` maps a number of clusters B to float32 (layers, heads, B, dim) centroids in
+    the projected space. ``metadata`` holds plain values only (how it was trained; the
+    objective under ``"objective"``).
+
+    ``kind="augmented"`` (see the module docstring): ``weight``/``bias`` map queries,
+    ``key_weight``/``key_bias`` map keys, ``query_radius``/``key_radius`` (layers, heads) are
+    the augmentation radii and projected vectors have ``dim = r + 2`` coordinates.
     """
 
     weight: Tensor
@@ -100,6 +121,11 @@ class HeadProjections:
     metadata: dict[str, Any] = field(default_factory=dict)
     centroids: dict[int, Tensor] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
+    kind: str = "shared"
+    key_weight: Tensor | None = None
+    key_bias: Tensor | None = None
+    query_radius: Tensor | None = None
+    key_radius: Tensor | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.weight, Tensor) or self.weight.dim() != 4:
@@ -115,10 +141,43 @@ class HeadProjections:
             )
         self.weight = self.weight.detach().float().contiguous()
         self.bias = self.bias.detach().float().contiguous()
+        self._check_kind()
         for b, c in self.centroids.items():
-            expected = (*self.weight.shape[:2], b, self.rank)
+            expected = (*self.weight.shape[:2], b, self.dim)
             if not isinstance(c, Tensor) or tuple(c.shape) != expected:
                 raise ValueError(f"centroids[{b}] must have shape {expected}, got {_shape(c)}")
+
+    def _check_kind(self) -> None:
+        extra = ("key_weight", "key_bias", "query_radius", "key_radius")
+        if self.kind == "shared":
+            given = [name for name in extra if getattr(self, name) is not None]
+            if given:
+                raise ValueError(f"{', '.join(given)} only exist for kind='augmented' projections")
+            return
+        if self.kind != "augmented":
+            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
+        shapes = {
+            "key_weight": tuple(self.weight.shape), "key_bias": tuple(self.bias.shape),
+            "query_radius": tuple(self.weight.shape[:2]),
+            "key_radius": tuple(self.weight.shape[:2]),
+        }
+        for name, shape in shapes.items():
+            value = getattr(self, name)
+            if not isinstance(value, Tensor) or tuple(value.shape) != shape:
+                raise ValueError(
+                    f"augmented projections need {name} of shape {shape}, got {_shape(value)}"
+                )
+            setattr(self, name, value.detach().float().contiguous())
+
+    @property
+    def objective(self) -> str:
+        """How the maps were obtained ("paper", "logistic", "lowrank"); old files: "paper"."""
+        return str(self.metadata.get("objective", "paper"))
+
+    @property
+    def dim(self) -> int:
+        """Number of coordinates of a projected vector: ``r``, or ``r + 2`` when augmented."""
+        return self.rank + (2 if self.kind == "augmented" else 0)
 
     @property
     def num_layers(self) -> int:
@@ -138,8 +197,12 @@ class HeadProjections:
 
     # ---------------------------------------------------------------- projecting
 
-    def project(self, layer: int, x: Tensor) -> Tensor:
-        """Project queries or keys of one layer: (heads, n, d) → (heads, n, r), one bmm."""
+    def project(self, layer: int, x: Tensor, side: str | None = None) -> Tensor:
+        """Project queries or keys of one layer: (heads, n, d) → (heads, n, dim), one bmm.
+
+        ``side`` ("query" or "key") is required for augmented projections, which map the two
+        differently; shared projections ignore it.
+        """
         if not 0 <= layer < self.num_layers:
             raise ValueError(f"layer must be in [0, {self.num_layers}), got {layer}")
         if x.dim() != 3 or x.shape[0] != self.num_heads or x.shape[2] != self.head_dim:
@@ -147,9 +210,32 @@ class HeadProjections:
                 f"expected x of shape (heads={self.num_heads}, n, d={self.head_dim}), "
                 f"got {tuple(x.shape)}"
             )
-        w = self.weight[layer].to(x.device)
-        b = self.bias[layer].to(x.device)
-        return torch.baddbmm(b[:, None, :], x.float(), w.transpose(-1, -2))
+        if self.kind == "shared":
+            w = self.weight[layer].to(x.device)
+            b = self.bias[layer].to(x.device)
+            return torch.baddbmm(b[:, None, :], x.float(), w.transpose(-1, -2))
+        if side not in ("query", "key"):
+            raise ValueError(
+                "these projections map queries and keys differently (kind='augmented'); "
+                f"pass side='query' or side='key' (or use project_queries/project_keys), "
+                f"got side={side!r}"
+            )
+        query = side == "query"
+        w = (self.weight if query else self.key_weight)[layer].to(x.device)
+        b = (self.bias if query else self.key_bias)[layer].to(x.device)
+        radius = (self.query_radius if query else self.key_radius)[layer].to(x.device)
+        z = torch.baddbmm(b[:, None, :], x.float(), w.transpose(-1, -2))
+        pad = (radius[:, None].square() - z.square().sum(-1)).clamp(min=0.0).sqrt()[..., None]
+        zero = torch.zeros_like(pad)
+        return torch.cat([z, pad, zero] if query else [z, zero, pad], dim=-1)
+
+    def project_queries(self, layer: int, q: Tensor) -> Tensor:
+        """Projected queries (heads, n, dim) of one layer."""
+        return self.project(layer, q, side="query")
+
+    def project_keys(self, layer: int, k: Tensor) -> Tensor:
+        """Projected keys (heads, m, dim) of one layer."""
+        return self.project(layer, k, side="key")
 
     def check_record(self, record: AttentionRecord) -> None:
         """Fail with a clear message when a record comes from a differently shaped model."""
@@ -169,12 +255,18 @@ class HeadProjections:
         """``(q', k')`` per layer of one text, each (heads, n, r) / (heads, m, r)."""
         self.check_record(record)
         return [
-            (self.project(i, layer.queries), self.project(i, layer.keys))
+            (self.project_queries(i, layer.queries), self.project_keys(i, layer.keys))
             for i, layer in enumerate(record.layers)
         ]
 
     def kmeans(self, layer: int, n_clusters: int, top_k: int = 1) -> KMeans:
         """A k-means predictor for one layer from the stored centroids."""
+        if n_clusters not in self.centroids and self.kind == "augmented":
+            raise ProjectionsError(
+                "augmented (low-rank) projections hold no k-means centroids: the augmentation "
+                "puts queries and keys in different coordinates, so clusters separate them; "
+                "use shared projections (e.g. the bundled projections.pt) for k-means"
+            )
         if n_clusters not in self.centroids:
             stored = ", ".join(map(str, sorted(self.centroids))) or "none"
             raise ProjectionsError(
@@ -186,10 +278,14 @@ class HeadProjections:
     # ---------------------------------------------------------------- files
 
     def to_payload(self) -> dict[str, Any]:
-        """Plain dict of tensors and primitives (what ``save`` writes)."""
-        return {
+        """Plain dict of tensors and primitives (what ``save`` writes).
+
+        Shared projections are written as format version 1 (readable by older versions of
+        sparsefinder); augmented ones as version 2, which older versions refuse clearly.
+        """
+        payload = {
             "format": FORMAT,
-            "format_version": self.format_version,
+            "format_version": FORMAT_VERSION if self.kind == "shared" else FORMAT_VERSION_AUGMENTED,
             "model_id": self.model_id,
             "alpha": float(self.alpha),
             "rank": self.rank,
@@ -198,6 +294,12 @@ class HeadProjections:
             "centroids": {int(b): c.float().contiguous() for b, c in self.centroids.items()},
             "metadata": dict(self.metadata),
         }
+        if self.kind != "shared":
+            payload.update({
+                "kind": self.kind, "key_weight": self.key_weight, "key_bias": self.key_bias,
+                "query_radius": self.query_radius, "key_radius": self.key_radius,
+            })
+        return payload
 
     def save(self, path: str | Path) -> Path:
         """Write one small file (atomically: a crash never leaves half a file behind)."""
@@ -245,10 +347,10 @@ class HeadProjections:
                 f"{path} is not a Sparsefinder projections file (no '{FORMAT}' marker); {regen}"
             )
         version = payload.get("format_version")
-        if version != FORMAT_VERSION:
+        if version not in READABLE_VERSIONS:
             raise ProjectionsError(
                 f"{path} has projections format version {version!r}, but this version of "
-                f"sparsefinder reads version {FORMAT_VERSION}; {regen}"
+                f"sparsefinder reads versions {READABLE_VERSIONS}; {regen}"
             )
         model_id = payload.get("model_id")
         if expected_model_id == DEFAULT_MODEL:  # the alias names the bundled model
@@ -267,6 +369,9 @@ class HeadProjections:
                 metadata=dict(payload.get("metadata") or {}),
                 centroids={int(b): c for b, c in (payload.get("centroids") or {}).items()},
                 format_version=int(version),
+                kind=str(payload.get("kind", "shared")),
+                **{name: payload.get(name) for name in (
+                    "key_weight", "key_bias", "query_radius", "key_radius")},
             )
         except (KeyError, TypeError, ValueError) as error:
             raise ProjectionsError(f"{path} is damaged ({error}); {regen}") from error
@@ -557,7 +662,7 @@ def train_projections(
     metadata = {
         "rank": rank, "margin": float(margin), "lr": float(lr), "epochs": epochs,
         "batch_size": batch_size, "negatives_per_positive": negatives_per_positive,
-        "seed": seed, "init": init, "n_records": len(records),
+        "objective": "paper", "seed": seed, "init": init, "n_records": len(records),
         "positives_per_layer": n_pos,
         "loss_first": loss_first, "loss_last": loss_last,
     }
@@ -625,8 +730,16 @@ def fit_centroids(
 
     Uses the predictors' :class:`KMeans` (scikit-learn k-means++, ``n_init`` restarts; each
     head subsampled to ``max_points`` points). Stores them in ``projections.centroids`` and
-    returns the same object.
+    returns the same object. Augmented projections are refused: their queries and keys sit in
+    different coordinates, so clusters separate queries from keys (measured: k-means recall
+    ≈ 0 on the low-rank files).
     """
+    if projections.kind == "augmented":
+        raise ValueError(
+            "k-means centroids are not fitted on augmented (low-rank) projections: queries and "
+            "keys sit in different coordinates, so clusters would separate them; fit them on "
+            "shared projections (objective 'paper' or 'logistic')"
+        )
     if not records:
         raise ValueError("fit_centroids needs at least one record")
     clusters = sorted({int(b) for b in clusters})
@@ -638,8 +751,9 @@ def fit_centroids(
     bar = tqdm(total=projections.num_layers * len(clusters), desc="k-means", unit="fit",
                disable=not progress)
     for layer in range(projections.num_layers):
-        q = torch.cat([projections.project(layer, r.layers[layer].queries) for r in records], 1)
-        k = torch.cat([projections.project(layer, r.layers[layer].keys) for r in records], 1)
+        q = torch.cat([projections.project_queries(layer, r.layers[layer].queries)
+                       for r in records], 1)
+        k = torch.cat([projections.project_keys(layer, r.layers[layer].keys) for r in records], 1)
         for b in clusters:
             km = KMeans(n_clusters=b, random_state=seed, n_init=n_init, max_points=max_points)
             per_b[b].append(km.fit(q, k).centroids_.float())

@@ -17,5 +17,8 @@ def asset_path(*parts: str) -> Path:
 
 #: The bundled projections and centroids of the default model (`make assets` rebuilds them).
 BUNDLED_PROJECTIONS = asset_path("default", "projections.pt")
+#: Calibrated per-head settings (target sparsity) for the bundled projections
+#: (`sparsefinder calibrate`, part of `make assets`).
+BUNDLED_CALIBRATION = asset_path("default", "calibration.pt")
 EXAMPLES_DIR = asset_path("examples")
 COREF_PROBES = asset_path("coref_probes.json")

@@ -366,7 +366,7 @@ def predictor_graph(
                     f"{tuple(q.shape)}; train projections for it with "
                     f"`sparsefinder train --model {model_name} --out DIR`"
                 )
-            q, k = projections.project(layer, q), projections.project(layer, k)
+            q, k = projections.project_queries(layer, q), projections.project_keys(layer, k)
         return predictor.predict(q, k, causal=causal)
 
     return per_text(fn)

@@ -188,6 +188,16 @@ def _register_defaults() -> None:
         Method("distance-nodiag", "Distance, no diagonal (SparseBERT)", ("threshold",),
                lambda p, c: NoDiagonal(Distance(float(p["threshold"])))),
     ]
+    from sparsefinder.calibrated_sweep import calibrated_methods, fitted_build
+
+    labels = {"distance-calibrated": "Distance, per-head t for a target sparsity",
+              "distance-budget": "Distance, per-head t, sparsity budget across heads",
+              "distance-calibrated-recall": "Distance, per-head t for a target recall",
+              "rowfrac-calibrated": "Nearest keys, per-head row fraction for a target",
+              "rowfrac-budget": "Nearest keys, row fractions, sparsity budget"}
+    for name, grid, fitter in calibrated_methods():
+        defaults.append(Method(name, labels.get(name, name), tuple(grid[0]), fitted_build,
+                               fit=fitter))
     for method in defaults:
         register_method(method, replace=True)
 
@@ -338,8 +348,8 @@ class RecordInputs:
             graph = self.record.layers[layer]
             with torch.inference_mode():
                 self._projected[layer] = (
-                    self.projections.project(layer, graph.queries).float().contiguous(),
-                    self.projections.project(layer, graph.keys).float().contiguous(),
+                    self.projections.project_queries(layer, graph.queries).float().contiguous(),
+                    self.projections.project_keys(layer, graph.keys).float().contiguous(),
                 )
         return self._projected[layer]
 

@@ -102,3 +102,52 @@ def test_decoder_records_are_causal(tiny_model_dirs):
     future = ~torch.ones(n, n, dtype=torch.bool).tril()
     assert all(not layer.gold[:, future].any() for layer in record.layers)
     assert torch.isinf(record.layers[0].scores(causal=True)[:, future]).all()
+
+
+def test_text_exactly_at_the_maximum_length_is_not_long(tiny_model_dirs):
+    """64 tokens with [CLS] and [SEP] fit a 64-position model: no warning, no error."""
+    loaded = load_model(str(tiny_model_dirs["bert"]), device="cpu")
+    exact, over = " ".join(["the"] * 62), " ".join(["the"] * 63)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LongTextWarning)
+        (record,) = extract(loaded, exact, long_text="error")
+        (chunk,) = extract(loaded, exact, long_text="chunk")
+    assert record.n_tokens == chunk.n_tokens == 64 and not record.truncated
+    with pytest.warns(LongTextWarning, match=r"^text 0 has 65 tokens, more than the model's "
+                                             r"maximum of 64: truncated to its first 64 tokens"):
+        (cut,) = extract(loaded, over)
+    assert cut.truncated and cut.n_tokens == 64
+    with pytest.raises(TextInputError, match=r"^text 0 has 65 tokens, more than the model's "
+                                             r"maximum of 64; shorten it or use "
+                                             r"long_text='truncate' or 'chunk'$"):
+        extract(loaded, over, long_text="error")
+
+
+def test_bad_text_messages():
+    from sparsefinder.graphs import check_text
+
+    with pytest.raises(TextInputError, match=r"^expected a string of text, got int$"):
+        check_text(42)
+    with pytest.raises(TextInputError, match=r"^the text is empty; paste or upload some text "
+                                             r"\(one word or more\)$"):
+        check_text(" \n")
+    assert check_text(" a ") == " a "
+
+
+def test_dense_probabilities_keep_their_dtype():
+    from sparsefinder.graphs import LayerGraph
+
+    gold = torch.tensor([[[True, False], [True, True]]])
+    values = torch.tensor([1.0, 0.25, 0.75], dtype=torch.float64)
+    graph = LayerGraph(torch.zeros(1, 2, 3), torch.zeros(1, 2, 3), gold, values, 1.0)
+    dense = graph.probs()
+    assert dense.dtype == torch.float64
+    assert dense.tolist() == [[[1.0, 0.0], [0.25, 0.75]]]
+
+
+def test_long_text_warning_points_at_the_caller(tiny_model_dirs):
+    """Not at torch's inference_mode wrapper: a user sees which call truncated."""
+    loaded = load_model(str(tiny_model_dirs["bert"]), device="cpu")
+    with pytest.warns(LongTextWarning) as caught:
+        extract(loaded, " ".join(["the"] * 70))
+    assert caught[0].filename == __file__

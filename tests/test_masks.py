@@ -64,3 +64,27 @@ def test_window_band_sizes(size, expected_per_row):
 def test_window_band_aligns_queries_with_the_last_keys():
     band = window_band(2, 4, 1)  # query i aligned with key i + 2
     assert band.nonzero().tolist() == [[0, 2], [1, 3]]
+
+
+def test_allowed_per_row_without_causality_is_m_everywhere():
+    out = allowed_per_row(3, 5, causal=False)
+    assert out.dtype == torch.int64 and out.tolist() == [5, 5, 5]
+    assert allowed_per_row(0, 5, causal=False).shape == (0,)
+    causal = allowed_per_row(3, 5, causal=True)
+    assert causal.dtype == torch.int64 and causal.tolist() == [3, 4, 5]
+    assert allowed_per_row(5, 3, causal=True).tolist() == [0, 0, 1, 2, 3]
+
+
+def test_masks_follow_the_requested_device():
+    """The meta device stands in for a GPU: every mask is built where it is asked for."""
+    for mask in (causal_mask(3, 4, "meta"), shared_causal_mask(3, 4, torch.device("meta")),
+                 window_band(3, 4, 3, "meta"),
+                 apply_causal(torch.ones(2, 3, 3, dtype=torch.bool, device="meta"), True)):
+        assert mask.device.type == "meta" and mask.dtype == torch.bool
+    assert causal_mask(2, 2).device.type == "cpu"
+
+
+def test_window_band_of_negative_size_is_empty_and_cached_bands_are_shared():
+    assert not window_band(3, 3, -2).any()
+    assert shared_causal_mask(5, 5) is shared_causal_mask(5, 5)
+    assert causal_mask(5, 5) is not shared_causal_mask(5, 5)

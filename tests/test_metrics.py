@@ -234,3 +234,114 @@ def test_scorer_names_the_layer_of_a_bad_prediction() -> None:
         scorer.score([torch.zeros(3, 5, 5, dtype=torch.bool)])
     with pytest.raises(ValueError, match="bool"):
         scorer.layer(0, torch.zeros(3, 5, 5))
+
+
+# ---------------------------------------------------------------- boundaries and messages
+
+
+def _record_of(golds: list[torch.Tensor], causal: bool = False):
+    from sparsefinder.graphs import AttentionRecord, LayerGraph
+
+    n = golds[0].shape[-1]
+    layers = [LayerGraph(torch.zeros(g.shape[0], n, 2), torch.zeros(g.shape[0], n, 2), g,
+                         torch.ones(int(g.sum())), 1.0) for g in golds]
+    return AttentionRecord(text="x", tokens=["t"] * n, offsets=[(0, 0)] * n,
+                           special=[False] * n, causal=causal, layers=layers)
+
+
+def test_bad_masks_are_named_with_their_type_and_the_fix() -> None:
+    with pytest.raises(ValueError, match=r"^pred must be a bool tensor \(heads, n, m\), got "
+                                         r"torch.float32; for probabilities pass `pred > 0`$"):
+        recall(GOLD.float(), GOLD)
+    with pytest.raises(ValueError, match=r"^pred must be a bool tensor .*, got list;"):
+        sparsity([[True]])
+    with pytest.raises(ValueError, match=r"^pred must have shape \(heads, n, m\), got \(3,\)$"):
+        recall(torch.ones(3, dtype=torch.bool), torch.ones(3, dtype=torch.bool))
+    # One (n, m) mask is accepted: a single head without its axis.
+    assert recall(GOLD[0], GOLD[0]).item() == 1.0
+    assert sparsity(GOLD[0]).item() == pytest.approx(1 - 4 / 9)
+    with pytest.raises(ValueError, match="^score_layers needs at least one layer$"):
+        score_layers([], [])
+    with pytest.raises(ValueError, match="^macro_average needs the scores of at least one text$"):
+        macro_average([])
+
+
+def test_sparsity_boundaries_one_pair_and_no_pairs() -> None:
+    one = torch.ones(2, 1, 1, dtype=torch.bool)
+    assert sparsity(one).tolist() == [0.0, 0.0]  # D = 1: the single pair is kept
+    assert sparsity(~one, causal=True).tolist() == [1.0, 1.0]
+    empty = torch.zeros(3, 0, 4, dtype=torch.bool)
+    out = sparsity(empty)
+    assert out.dtype == torch.float64 and out.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_masks_on_another_device_stay_there() -> None:
+    """The meta device stands in for a GPU: every tensor built inside follows the input."""
+    pred = torch.ones(2, 4, 4, dtype=torch.bool, device="meta")
+    counts = count_true(pred)
+    assert counts.device.type == "meta" and counts.shape == (2,) and counts.dtype == torch.int64
+    assert sparsity(pred, causal=True).device.type == "meta"
+    assert sparsity(torch.ones(2, 0, 3, dtype=torch.bool, device="meta")).device.type == "meta"
+
+
+def test_scorer_recall_at_zero_one_and_two_gold_edges() -> None:
+    from sparsefinder.metrics import Scorer
+
+    gold = torch.zeros(4, 3, 3, dtype=torch.bool)
+    gold[1, 0, 0] = gold[2, 0, 0] = True  # heads 1, 2: one gold edge; head 3: two
+    gold[3, 1, 0] = gold[3, 1, 1] = True
+    scorer = Scorer(_record_of([gold]))  # a one-layer record
+    pred = torch.zeros(4, 3, 3, dtype=torch.bool)
+    pred[1, 0, 0] = pred[3, 1, 0] = True  # head 2 misses its only edge
+    rec, spars = scorer.layer(0, pred)
+    assert rec.tolist() == [1.0, 1.0, 0.0, 0.5]  # head 0: no gold edge, nothing to miss
+    assert spars.tolist() == pytest.approx([1.0, 1 - 1 / 9, 1.0, 1 - 1 / 9])
+    assert rec.tolist() == recall(pred, gold).tolist()
+    with pytest.raises(ValueError, match=r"^pred must be a bool tensor"):
+        scorer.layer(0, pred.float())
+    with pytest.raises(ValueError, match="^the record has no layers; extract it with graphs"):
+        Scorer(_record_of([gold]).__class__(text="x", tokens=[], offsets=[], special=[],
+                                            causal=False, layers=[]))
+
+
+def test_scorer_on_one_and_zero_token_records() -> None:
+    from sparsefinder.metrics import Scorer
+
+    one = torch.ones(2, 1, 1, dtype=torch.bool)
+    scores = Scorer(_record_of([one, one])).score([one, ~one])
+    assert scores.sparsity.tolist() == [[0.0, 0.0], [1.0, 1.0]]
+    assert scores.gold_sparsity.tolist() == [[0.0, 0.0], [0.0, 0.0]]
+    empty = torch.zeros(2, 0, 0, dtype=torch.bool)
+    scorer = Scorer(_record_of([empty], causal=True))
+    assert scorer.denominator == 0
+    out = scorer.score([empty])
+    assert out.sparsity.dtype == torch.float64 and out.sparsity.tolist() == [[1.0, 1.0]]
+    assert out.recall.tolist() == [[1.0, 1.0]]
+
+
+def test_macro_average_is_float64_whatever_the_input() -> None:
+    third = torch.tensor([[1 / 3, 2 / 3]], dtype=torch.float32)
+    out = macro_average([GraphScores(recall=third, sparsity=third)] * 3)
+    assert out["recall_per_head"].dtype == torch.float64
+    assert out["recall_per_layer"].tolist() == [third.double().mean().item()]
+
+
+def test_scorer_keeps_a_decoder_record_on_its_device() -> None:
+    """The meta device stands in for a GPU: the causal cut is built where the masks live."""
+    from sparsefinder.graphs import AttentionRecord, LayerGraph
+    from sparsefinder.metrics import Scorer
+
+    gold = torch.ones(2, 3, 3, dtype=torch.bool, device="meta")
+    layer = LayerGraph(torch.zeros(2, 3, 2), torch.zeros(2, 3, 2), gold, torch.ones(6), 1.0)
+    scorer = Scorer(AttentionRecord(text="x", tokens=["t"] * 3, offsets=[(0, 0)] * 3,
+                                    special=[False] * 3, causal=True, layers=[layer]))
+    assert scorer.gold_counts.device.type == "meta"
+    out = scorer.score([gold])
+    assert out.sparsity.device.type == "meta" and out.recall.device.type == "meta"
+
+
+def test_score_layers_is_not_causal_by_default() -> None:
+    future = torch.ones(1, 3, 3, dtype=torch.bool).triu(1)  # only future pairs
+    scores = score_layers([future], [future])
+    assert scores.sparsity.tolist() == [[pytest.approx(1 - 3 / 9)]]
+    assert score_layers([future], [future], causal=True).sparsity.tolist() == [[1.0]]

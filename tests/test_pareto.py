@@ -10,33 +10,41 @@ import pytest
 import torch
 
 from sparsefinder.graphs import AttentionRecord, LayerGraph
-from sparsefinder.metrics import recall
+from sparsefinder.masks import causal_mask
+from sparsefinder.metrics import recall, sparsity
 from sparsefinder.pareto import (
     CURVES,
     GROUPS,
+    available_curves,
+    curve_spec,
     pareto_frontier,
     recall_at_sparsity,
     register_curve,
     resolve_methods,
+    score_spec,
     sweep,
 )
 from sparsefinder.predictors import TopK
 from sparsefinder.projections import HeadProjections
-from sparsefinder.spec import METHODS, Method, register_method
+from sparsefinder.spec import METHODS, Method, RecordInputs, predict_record, register_method
 
 HEADS, D, R, LAYERS = 3, 8, 4, 2
 
 
-def _record(gen: torch.Generator, n: int) -> AttentionRecord:
+def _record(gen: torch.Generator, n: int, causal: bool = False) -> AttentionRecord:
+    """Gold = each query's top-3 keys (of its non-future keys for a decoder)."""
     layers = []
     for _ in range(LAYERS):
         q = torch.randn(HEADS, n, D, generator=gen)
         k = torch.randn(HEADS, n, D, generator=gen)
         scores = q @ k.transpose(-1, -2)
+        if causal:
+            scores = scores.masked_fill(~causal_mask(n, n), -math.inf)
         gold = scores >= scores.topk(3, dim=-1).values[..., -1:]
+        gold &= scores > -math.inf
         layers.append(LayerGraph(q, k, gold, torch.ones(int(gold.sum())) / 3, D**-0.5))
     return AttentionRecord(text="x", tokens=["t"] * n, offsets=[(0, 0)] * n,
-                           special=[False] * n, causal=False, layers=layers)
+                           special=[False] * n, causal=causal, layers=layers)
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +115,6 @@ def test_sweep_one_row_per_config(points: pd.DataFrame, records) -> None:
         name: len(curve.specs) for name, curve in CURVES.items()
     }
     assert (points["n_texts"] == len(records)).all()
-    assert points["recall"].between(0, 1).all() and points["sparsity"].between(0, 1).all()
     assert len(json.loads(points["recall_per_layer"].iloc[0])) == LAYERS
     assert 0 < points.attrs["gold_sparsity"] < 1
     assert len(points.attrs["gold_sparsity_per_layer"]) == LAYERS
@@ -242,3 +249,297 @@ def test_baselines_in_the_sweep(points: pd.DataFrame) -> None:
     nodiag = _scores(points, "distance-nodiag")
     assert (nodiag["recall"] <= plain["recall"] + 1e-12).all()
     assert (nodiag["sparsity"] >= plain["sparsity"] - 1e-12).all()
+
+
+# ==================================================================== exact numbers
+
+
+def _expected(records, projections, spec) -> tuple[float, float, list[float], list[float]]:
+    """Macro averages recomputed with the plain metrics: texts, then heads, then layers."""
+    built = spec.build_layers(projections, LAYERS)
+    rec, spa = [], []
+    for record in records:
+        preds = predict_record(spec, built, RecordInputs(record, projections))
+        golds = record.gold_masks()
+        rec.append(torch.stack([recall(p, g) for p, g in zip(preds, golds, strict=True)]))
+        spa.append(torch.stack([sparsity(p, causal=record.causal) for p in preds]))
+    rec_layer = torch.stack(rec).mean(0).mean(-1)  # (texts, layers, heads) → (layers,)
+    spa_layer = torch.stack(spa).mean(0).mean(-1)
+    return (float(rec_layer.mean()), float(spa_layer.mean()), rec_layer.tolist(),
+            spa_layer.tolist())
+
+
+def _check_rows(df: pd.DataFrame, records, projections, names) -> None:
+    for name in names:
+        rows = df[df["method"] == name]
+        assert len(rows) == len(CURVES[name].specs)
+        for _, row in rows.iterrows():
+            spec = curve_spec(name, json.loads(row["params"]))
+            r, s, r_layer, s_layer = _expected(records, projections, spec)
+            assert row["recall"] == pytest.approx(r, abs=1e-12), (name, row["params"])
+            assert row["sparsity"] == pytest.approx(s, abs=1e-12), (name, row["params"])
+            assert json.loads(row["recall_per_layer"]) == pytest.approx(r_layer, abs=1e-6)
+            assert json.loads(row["sparsity_per_layer"]) == pytest.approx(s_layer, abs=1e-6)
+
+
+def test_sweep_numbers_equal_the_plain_metrics(points, records, projections) -> None:
+    """Every row of these curves is the macro average of recall/sparsity of its predictions."""
+    _check_rows(points, records, projections,
+                ["distance", "kmeans+window", "quantization", "window", "topk", "routing"])
+    gold = [torch.stack([sparsity(g) for g in r.gold_masks()]) for r in records]
+    per_layer = torch.stack(gold).mean(0).mean(-1)
+    assert points.attrs["gold_sparsity_per_layer"] == pytest.approx(per_layer.tolist())
+    assert points.attrs["gold_sparsity"] == pytest.approx(float(per_layer.mean()))
+
+
+@pytest.fixture(scope="module")
+def causal_records() -> list[AttentionRecord]:
+    gen = torch.Generator().manual_seed(3)
+    return [_record(gen, n, causal=True) for n in (5, 8)]
+
+
+def test_causal_sweep_uses_the_decoder_denominator(causal_records, projections) -> None:
+    """A decoder's sparsity counts only non-future pairs: n(n+1)/2, not n²."""
+    df = sweep(causal_records, projections, "window,distance,kmeans")
+    _check_rows(df, causal_records, projections, ["window", "distance", "kmeans"])
+    window = df[df["method"] == "window"].set_index("params")
+    # w = 1 keeps the diagonal: n of n(n+1)/2 pairs, sparsity 1 - 2/(n+1) per text.
+    one = window.loc[json.dumps({"window": 1})]
+    assert one["sparsity"] == pytest.approx(((1 - 2 / 6) + (1 - 2 / 9)) / 2, abs=1e-12)
+    # Every key a decoder may see, and nothing of the future counted: sparsity exactly 0.
+    everything = window.loc[json.dumps({"window": 251})]
+    assert everything["sparsity"] == pytest.approx(0.0, abs=1e-12)
+    assert everything["recall"] == 1.0
+    # Gold: top-3 non-future keys per query: min(i + 1, 3) edges in row i.
+    edges = {n: sum(min(i + 1, 3) for i in range(n)) for n in (5, 8)}
+    gold = ((1 - edges[5] / 15) + (1 - edges[8] / 36)) / 2
+    assert df.attrs["gold_sparsity"] == pytest.approx(gold, abs=1e-12)
+    assert df.attrs["gold_sparsity_per_layer"] == pytest.approx([gold] * LAYERS, abs=1e-12)
+    # The app's single-setting path gives the same numbers.
+    spec = curve_spec("distance", {"threshold": 1.0})
+    single = score_spec(causal_records, projections, spec)
+    row = df[(df["method"] == "distance") & (df["params"] == spec.params_json())].iloc[0]
+    assert (single.recall, single.sparsity) == (row["recall"], row["sparsity"])
+    assert single.n_texts == 2
+
+
+def test_recall_at_sparsity_with_a_point_exactly_at_a_level() -> None:
+    df = _df([("a", 0.5, 0.9), ("a", 0.75, 0.8), ("a", 0.9, 0.6), ("a", 0.95, 0.3),
+              ("b", 0.9, 0.7)])
+    step = recall_at_sparsity(df, levels=(0.5, 0.75, 0.9, 0.95)).set_index("method")
+    assert step.loc["a"].tolist() == [0.9, 0.8, 0.6, 0.3]  # a point at the level counts
+    assert step.loc["b"].tolist()[2] == 0.7 and math.isnan(step.loc["b"].tolist()[3])
+    linear = recall_at_sparsity(df, levels=(0.5, 0.75, 0.9, 0.95), how="linear")
+    assert linear.set_index("method").loc["a"].tolist() == [0.9, 0.8, 0.6, 0.3]
+    assert linear.columns.tolist() == ["method", "recall@0.5", "recall@0.75", "recall@0.9",
+                                       "recall@0.95"]
+    mid = recall_at_sparsity(df, levels=(0.8,), how="linear").set_index("method")
+    assert mid.loc["a", "recall@0.8"] == pytest.approx(0.8 - 0.2 * 0.05 / 0.15)
+    assert recall_at_sparsity(df).columns.tolist() == ["method", "recall@0.75", "recall@0.9",
+                                                       "recall@0.95"]
+
+
+def test_frontier_ties_and_empty() -> None:
+    df = _df([("a", 0.5, 0.8), ("a", 0.5, 0.8), ("a", 0.5, 0.7), ("a", 0.6, 0.8)])
+    front = pareto_frontier(df)
+    assert list(zip(front["sparsity"], front["recall"], strict=True)) == [(0.6, 0.8)]
+    assert pareto_frontier(df.iloc[:0]).empty
+    same = pareto_frontier(_df([("a", 0.5, 0.8), ("a", 0.5, 0.8)]))
+    assert len(same) == 1 and same["params"].tolist() == [json.dumps({"i": 0})]
+
+
+# ==================================================================== the registry, exactly
+
+
+@pytest.fixture
+def default_curves():
+    """The default registrations, run again: the check covers the registering function
+    itself (mutation testing forks after import), not only what import left behind."""
+    from sparsefinder import pareto
+
+    saved = dict(CURVES)
+    CURVES.clear()
+    pareto._register_defaults()
+    try:
+        yield CURVES
+    finally:
+        CURVES.clear()
+        CURVES.update(saved)
+
+
+def _grid(name: str) -> tuple[str, int, list[dict]]:
+    curve = CURVES[name]
+    assert {s.method for s in curve.specs} == {curve.method} and curve.name == name
+    assert {s.window for s in curve.specs} == {curve.specs[0].window}
+    assert all(s.global_tokens == () for s in curve.specs)
+    return curve.method, curve.specs[0].window, [s.param_dict for s in curve.specs]
+
+
+def test_default_curves_exactly(default_curves) -> None:
+    distance = [{"threshold": 0.25 * i} for i in range(1, 21)]
+    clusters = [2, 4, 6, 8, 10, 12, 16, 20]
+    bins = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32]
+    expected = {
+        "distance": ("distance", 0, distance),
+        "kmeans": ("kmeans", 0, [{"n_clusters": b, "top_k": 1} for b in clusters]),
+        "quantization": ("quantization", 0, [{"bins": b} for b in bins]),
+        "kmeans-top2": ("kmeans", 0, [{"n_clusters": b, "top_k": 2} for b in clusters[1:]]),
+        "window": ("window", 0, [{"window": w} for w in (
+            0, 1, 3, 5, 7, 9, 11, 15, 19, 23, 27, 31, 41, 51, 75, 101, 125, 151, 175, 201,
+            251)]),
+        "longformer": ("longformer", 0, [{"n_global": g} for g in (4, 8, 12, 16, 20)]),
+        "bigbird": ("bigbird", 0, [{"n_random": r} for r in (2, 4, 6, 8, 10)]),
+        "reformer": ("reformer", 0, [{"n_buckets": b} for b in (2, 4, 6, 8, 10, 12)]),
+        "routing": ("routing", 0, [{"n_clusters": c} for c in (2, 4, 6, 8, 10)]),
+        "topk": ("topk", 0, [{"k": k} for k in (1, 2, 4, 8, 16, 32)]),
+        "sparsebert-dams": ("sparsebert-dams", 0,
+                            [{"target_sparsity": t} for t in (0.5, 0.7, 0.8, 0.9, 0.95, 0.98)]),
+        "sparsebert-damu": ("sparsebert-damu", 0,
+                            [{"target_sparsity": t} for t in (0.5, 0.7, 0.8, 0.9, 0.95, 0.98)]),
+        "distance-nodiag": ("distance-nodiag", 0, distance),
+    }
+    for name in ("distance", "kmeans", "quantization", "kmeans-top2", "reformer", "routing"):
+        method, _, grid = expected[name]
+        expected[f"{name}+window"] = (method, 3, grid)
+    assert set(default_curves) == set(expected)
+    for name, want in expected.items():
+        assert _grid(name) == want, name
+    for name in ("distance", "distance+window", "kmeans", "window"):
+        assert all(isinstance(next(iter(s.param_dict.values())), int | float)
+                   for s in default_curves[name].specs)
+    assert default_curves["topk"].specs[0].oracle
+    assert default_curves["sparsebert-dams"].needs_training
+    assert not default_curves["window"].needs_projections
+
+
+def test_register_curve_checks_names_grids_and_windows() -> None:
+    with pytest.raises(ValueError, match=r"^curve name must be non-empty without commas, "
+                                         r"got 'a,b'$"):
+        register_curve("a,b", "window", [{"window": 1}])
+    with pytest.raises(ValueError, match=r"^curve name must be non-empty without commas, "):
+        register_curve("", "window", [{"window": 1}])
+    with pytest.raises(ValueError, match=r"^curve 'empty-test' needs at least one parameter "
+                                         r"dict in its grid$"):
+        register_curve("empty-test", "window", [])
+    assert "empty-test" not in CURVES
+    try:
+        curve = register_curve("w-test", "distance", [{"threshold": 1.0}], window=5)
+        assert curve is CURVES["w-test"] and curve.name == "w-test"
+        assert curve.specs[0].window == 5 and curve.method == "distance"
+        again = register_curve("w-test", "window", [{"window": 1}], replace=True)
+        assert CURVES["w-test"] is again and again.method == "window"
+    finally:
+        CURVES.pop("w-test", None)
+
+
+def test_resolve_methods_messages_and_order() -> None:
+    assert resolve_methods(" window , ,distance,window") == ["window", "distance"]
+    assert resolve_methods(["window", "topk"]) == ["window", "topk"]
+    with pytest.raises(ValueError, match=r"^no methods given; use 'sparsefinder', 'all' or a "
+                                         r"comma list$"):
+        resolve_methods(" , ")
+    with pytest.raises(ValueError, match=r"^unknown method 'nope'; choose from: all, "
+                                         r"sparsefinder, baselines, distance, "):
+        resolve_methods("nope")
+
+
+def test_available_curves_and_why_the_others_are_not(projections) -> None:
+    names = ["window", "distance", "kmeans", "sparsebert-dams", "topk"]
+    available, skipped = available_curves(None, names)
+    assert available == ["window", "topk"]
+    assert skipped == {
+        "distance": "needs learned projections",
+        "kmeans": "needs learned projections",
+        "sparsebert-dams": "learned from training graphs (sparsefinder sweep --train-passages)",
+    }
+    partial = HeadProjections(
+        weight=projections.weight, bias=projections.bias, model_id="synthetic", alpha=1.5,
+        centroids={2: projections.centroids[2]},
+    )
+    available, skipped = available_curves(partial, ["kmeans", "distance", "routing"])
+    assert available == ["distance", "routing"]
+    assert skipped["kmeans"].startswith("no k-means centroids for B=4")
+    assert ";" not in skipped["kmeans"]
+    everything, _ = available_curves(projections)
+    assert "distance" in everything and "sparsebert-dams" not in everything
+    assert len(everything) + len(_) == len(CURVES)
+
+
+def test_scoring_errors_name_the_problem(records, projections) -> None:
+    from sparsefinder.pareto import score_specs
+    from sparsefinder.spec import PredictorSpec
+
+    window = PredictorSpec.of("window", {"window": 1})
+    with pytest.raises(ValueError, match=r"^scoring needs at least one record \(a text's gold "
+                                         r"graphs\)$"):
+        score_specs([], None, [window])
+    one_layer = AttentionRecord(text="x", tokens=["t"] * 9, offsets=[(0, 0)] * 9,
+                                special=[False] * 9, causal=False,
+                                layers=records[0].layers[:1])
+    with pytest.raises(ValueError, match=r"^records come from models with different numbers "
+                                         r"of layers$"):
+        score_specs([records[0], one_layer], None, [window])
+    with pytest.raises(ValueError, match=r"^these methods need learned projections; pass "
+                                         r"projections=\.\.\. \(train them with `sparsefinder "
+                                         r"train --model NAME --out DIR`\)$"):
+        score_specs(records, None, [PredictorSpec.of("distance", {"threshold": 1.0})])
+    with pytest.raises(ValueError, match=r"^sweep needs at least one record \(a text's gold "
+                                         r"graphs\)$"):
+        sweep([], None, "window")
+    with pytest.raises(ValueError, match=r"^train_records come from a differently shaped "
+                                         r"model$"):
+        sweep(records, None, "window", train_records=[one_layer])
+    with pytest.raises(ValueError, match=r"^methods \['window', 'distance'\] need learned "
+                                         r"projections; pass projections=\.\.\.$"):
+        sweep(records, None, "window,distance")
+    # An empty train_records list means none: the static masks are skipped with a warning.
+    with pytest.warns(UserWarning, match=r"^skipping sparsebert-dams: they are learned from "
+                                         r"training gold graphs; pass train_records=\.\.\. "):
+        df = sweep(records, None, "sparsebert-dams,window", train_records=[])
+    assert set(df["method"]) == {"window"}
+
+
+def test_progress_is_reported_after_each_text(records) -> None:
+    from sparsefinder.pareto import score_specs
+    from sparsefinder.spec import PredictorSpec
+
+    seen = []
+    specs = [PredictorSpec.of("window", {"window": w}) for w in (1, 3)]
+    results, gold = score_specs(records, None, specs, on_progress=lambda f, m: seen.append((f, m)))
+    assert seen == [(1 / 3, "text 1 of 3 (2 settings)"), (2 / 3, "text 2 of 3 (2 settings)"),
+                    (1.0, "text 3 of 3 (2 settings)")]
+    assert [r.n_texts for r in results] == [3, 3]
+    assert gold.recall.tolist() == [1.0] * LAYERS
+    assert len(gold.sparsity) == LAYERS
+    frame = sweep(records, None, "window", on_progress=lambda f, m: seen.append((f, m)))
+    assert seen[-1] == (1.0, f"text 3 of 3 ({len(frame)} settings)")
+
+
+def test_sweep_defaults_to_the_sparsefinder_group(records, projections) -> None:
+    with pytest.warns(UserWarning, match="no k-means centroids"):
+        partial = HeadProjections(weight=projections.weight, bias=projections.bias,
+                                  model_id="synthetic", alpha=1.5, centroids={})
+        df = sweep(records, partial)
+    assert list(dict.fromkeys(df["method"])) == ["distance", "quantization", "distance+window",
+                                                 "quantization+window", "window"]
+
+
+def test_one_record_sweeps_and_fitted_of_the_wrong_length(records, train_records) -> None:
+    from sparsefinder.pareto import score_specs
+    from sparsefinder.spec import PredictorSpec
+
+    one = score_spec(records[:1], None, PredictorSpec.of("window", {"window": 1}))
+    assert one.n_texts == 1
+    df = sweep(records[:1], None, "sparsebert-dams,window", train_records=train_records[:1])
+    assert set(df["method"]) == {"sparsebert-dams", "window"}
+    with pytest.raises(ValueError, match="zip"):
+        score_specs(records, None, [PredictorSpec.of("window", {"window": 1})], fitted=[])
+    with pytest.warns(UserWarning) as caught:
+        sweep(records, None, "sparsebert-dams,window")
+    assert "(sparsefinder sweep: --train-passages N > 0)" in str(caught[0].message)
+
+
+def test_the_skip_warning_points_at_the_caller(records) -> None:
+    with pytest.warns(UserWarning) as caught:
+        sweep(records, None, "sparsebert-dams,window")
+    assert caught[0].filename == __file__

@@ -20,7 +20,8 @@ def _code(text: str, start: str, end: str) -> str:
 @pytest.mark.slow
 def test_restricted_example_runs(capsys):
     text = README.read_text(encoding="utf-8")
-    code = _code(text, "## Library", "## CLI") + _code(text, "## Sparsity–accuracy", "## The app")
+    code = (_code(text, "## Library", "## CLI")
+            + _code(text, "## Sparsity–accuracy", "## Projections and calibrated"))
     namespace: dict = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -11,10 +11,12 @@ from sparsefinder.projections import HeadProjections
 from sparsefinder.spec import (
     INPUTS,
     METHODS,
+    Method,
     PredictorSpec,
     RecordInputs,
     get_method,
     predict_record,
+    register_method,
 )
 
 HEADS, D, R = 2, 6, 3
@@ -116,3 +118,177 @@ def test_causal_records_get_causal_predictions():
 def test_projections_of_another_shape_are_refused_by_record_inputs():
     with pytest.raises(ValueError, match="expect"):
         RecordInputs(_record(layers=3), _projections(layers=2))
+
+
+# ---------------------------------------------------------------- the registry, exactly
+
+# name: (label, params, inputs, oracle, learned from graphs)
+REGISTRY = {
+    "distance": ("Distance (t)", ("threshold",), "projected", False, False),
+    "quantization": ("Quantization (β)", ("bins",), "projected", False, False),
+    "kmeans": ("k-means (B, k)", ("n_clusters", "top_k"), "projected", False, False),
+    "fixed": ("Window / global only", (), "shape", False, False),
+    "window": ("Window (w)", ("window",), "shape", False, False),
+    "longformer": ("Longformer", ("n_global",), "shape", False, False),
+    "bigbird": ("BigBird", ("n_random",), "shape", False, False),
+    "reformer": ("Reformer (LSH)", ("n_buckets",), "projected", False, False),
+    "routing": ("Routing (k-means)", ("n_clusters",), "projected", False, False),
+    "topk": ("Top-k (ORACLE)", ("k",), "original", True, False),
+    "sparsebert-dams": ("SparseBERT DAMs (static)", ("target_sparsity",), "shape", False, True),
+    "sparsebert-damu": ("SparseBERT DAMu (static)", ("target_sparsity",), "shape", False, True),
+    "distance-nodiag": ("Distance, no diagonal (SparseBERT)", ("threshold",), "projected",
+                        False, False),
+}
+
+
+@pytest.fixture
+def registered():
+    """The default registrations, run again: the check covers the registering function
+    itself (mutation testing forks after import), not only what import left behind."""
+    from sparsefinder import spec
+
+    saved = dict(METHODS)
+    METHODS.clear()
+    spec._register_defaults()
+    try:
+        yield METHODS
+    finally:
+        METHODS.clear()
+        METHODS.update(saved)
+
+
+def test_default_registry_exactly(registered):
+    assert list(registered) == list(REGISTRY)
+    for name, (label, params, inputs, oracle, learned) in REGISTRY.items():
+        method = registered[name]
+        assert (method.name, method.label, method.params, method.inputs, method.oracle,
+                method.fit is not None) == (name, label, params, inputs, oracle, learned), name
+
+
+def test_default_builders_pass_every_parameter_and_seed_by_layer(registered):
+    from sparsefinder.predictors import (
+        BigBird,
+        Distance,
+        Longformer,
+        NoDiagonal,
+        Quantization,
+        Reformer,
+        Routing,
+        TopK,
+        Window,
+    )
+    from sparsefinder.spec import BASELINE_WINDOW
+
+    def build(method, params, layer=2):
+        return PredictorSpec.of(method, params).build(_projections(3), layer)
+
+    assert build("distance", {"threshold": "1.5"}) == Distance(1.5)
+    assert build("quantization", {"bins": 3.0}) == Quantization(3)
+    assert build("window", {"window": 5.0}) == Window(5)
+    assert build("longformer", {"n_global": 4.0}) == Longformer(BASELINE_WINDOW, 4, seed=2)
+    assert build("bigbird", {"n_random": 6.0}) == BigBird(BASELINE_WINDOW, 6, seed=2)
+    assert build("reformer", {"n_buckets": 8.0}) == Reformer(8, seed=2)
+    routing = build("routing", {"n_clusters": 4.0}, layer=1)
+    assert isinstance(routing, Routing) and (routing.n_clusters, routing.seed) == (4, 1)
+    assert build("topk", {"k": 2.0}) == TopK(2)
+    nodiag = build("distance-nodiag", {"threshold": 0.5})
+    assert isinstance(nodiag, NoDiagonal) and nodiag.predictor == Distance(0.5)
+    assert build("fixed", {}) is None
+    assert isinstance(build("distance", {"threshold": 1}).threshold, float)
+    assert isinstance(build("quantization", {"bins": 3.0}).bins, int)
+
+
+def test_kmeans_builder_reads_the_layer_centroids_and_top_k(registered):
+    projections = _projections(3)
+    km = PredictorSpec.of("kmeans", {"n_clusters": 4.0, "top_k": 2.0}).build(projections, 2)
+    assert (km.n_clusters, km.top_k) == (4, 2) and isinstance(km.n_clusters, int)
+    assert torch.equal(km.centroids_, projections.centroids[4][2])
+    one = PredictorSpec.of("kmeans", {"n_clusters": 4, "top_k": 1}).build(projections, 0)
+    assert one.top_k == 1 and torch.equal(one.centroids_, projections.centroids[4][0])
+    with pytest.raises(ValueError, match=r"^k-means needs learned projections for this model; "
+                                         r"train them with `sparsefinder train --model NAME "
+                                         r"--out DIR` and pass the projections file$"):
+        PredictorSpec.of("kmeans", {"n_clusters": 4, "top_k": 1}).build(None, 0)
+
+
+def test_static_masks_are_fitted_per_layer_and_retargeted(registered):
+    from sparsefinder.predictors import StaticMask
+
+    train = [_record(n=9, layers=3, causal=True), _record(n=8, layers=3, causal=True)]
+    spec = PredictorSpec.of("sparsebert-dams", {"target_sparsity": 0.8})
+    assert spec.needs_training and not spec.needs_projections
+    fitted = spec.fit(train)
+    assert len(fitted) == 3 and all(isinstance(m, StaticMask) for m in fitted)
+    assert all(m.kind == "structured" and m.causal_ is True for m in fitted)
+    unstructured = PredictorSpec.of("sparsebert-damu", {"target_sparsity": 0.5}).fit(train)
+    assert all(m.kind == "unstructured" for m in unstructured)
+    built = spec.build_layers(None, 3, fitted)
+    assert [m.target_sparsity for m in built] == [0.8, 0.8, 0.8]
+    assert all(b is not f for b, f in zip(built, fitted, strict=True))
+    assert [m.target_sparsity for m in fitted] == [0.5, 0.5, 0.5]  # the fitted ones untouched
+    assert built[1].frequency_ is fitted[1].frequency_  # a shallow copy: shared tensors
+    with pytest.raises(ValueError, match=r"^sparsebert \(structured\) masks are fitted on "
+                                         r"training graphs; pass train_records=\.\.\.$"):
+        spec.fit([])
+    with pytest.raises(ValueError, match=r"^this method is learned from training graphs; "
+                                         r"pass train_records=\.\.\.$"):
+        spec.build(None, 0)
+    with pytest.raises(ValueError, match="target"):
+        PredictorSpec.of("sparsebert-dams", {"target_sparsity": 1.5}).build(None, 0, fitted)
+    assert PredictorSpec.of("distance", {"threshold": 1}).fit(train) is None
+
+
+def test_register_method_refuses_bad_names_and_inputs():
+    build = lambda p, c: None  # noqa: E731
+    with pytest.raises(ValueError, match=r"^inputs must be one of \('projected', 'original', "
+                                         r"'shape'\), got 'pixels'$"):
+        register_method(Method("x-test", "X", (), build, inputs="pixels"))
+    for bad in ("", "a,b", "a+b"):
+        with pytest.raises(ValueError, match=r"^method name must be non-empty without ',' or "
+                                             r"'\+', got "):
+            register_method(Method(bad, "X", (), build))
+    with pytest.raises(ValueError, match=r"^method 'distance' is already registered; pass "
+                                         r"replace=True$"):
+        register_method(Method("distance", "X", (), build))
+    assert "x-test" not in METHODS and METHODS["distance"].label == "Distance (t)"
+    with pytest.raises(ValueError, match=r"^unknown method 'nope'; choose from: distance, "):
+        get_method("nope")
+
+
+def test_spec_values_labels_and_build_layers():
+    spec = PredictorSpec.of("distance", {"threshold": 0.25}, window=3, global_tokens=["first"])
+    assert spec.params_json() == '{"threshold": 0.25}'
+    assert spec.label() == "distance threshold=0.25 ∪ window 3 ∪ global first"
+    assert PredictorSpec.of("fixed").label() == "empty graph"
+    assert PredictorSpec.of("fixed", window=1).label() == "window 1"
+    layers = spec.build_layers(_projections(3), 3)
+    assert len(layers) == 3
+    assert PredictorSpec.of("fixed").build_layers(None, 2) == [None, None]
+    with pytest.raises(ValueError, match=r"^window must be an integer >= 0, got -1$"):
+        PredictorSpec("distance", (("threshold", 1.0),), -1)
+    with pytest.raises(ValueError, match=r"^global_tokens must be among \('first', 'last'\), "
+                                         r"got \['middle'\]$"):
+        PredictorSpec("fixed", (), 0, ("middle",))
+    with pytest.raises(ValueError, match=r"unknown \['bins'\]"):
+        PredictorSpec.of("distance", {"threshold": 1, "bins": 2})
+
+
+def test_spec_edges_single_training_record_and_messages():
+    from sparsefinder.predictors import GlobalTokens
+
+    one = PredictorSpec.of("sparsebert-damu", {"target_sparsity": 0.5}).fit([_record(n=6)])
+    assert len(one) == 2  # one mask per layer, from a single training record
+    spec = PredictorSpec.of("fixed", window=1, global_tokens=["last"])
+    union = spec.build(None, 0)
+    assert isinstance(union, Union) and Window(1) in union.predictors
+    assert GlobalTokens(first=False, last=True) in union.predictors
+    assert PredictorSpec.of("distance", {"threshold": 0.123456}).label() == (
+        "distance threshold=0.1235")
+    with pytest.raises(ValueError, match=r"^window must be an integer >= 0, got 2.5$"):
+        PredictorSpec("fixed", (), 2.5)
+    kmeans = PredictorSpec.of("kmeans", {"n_clusters": 4, "top_k": 1})
+    assert len(kmeans.build_layers(_projections(2), 2)) == 2
+    with pytest.raises(ValueError, match=r"^this method needs learned projections for this "
+                                         r"model; train them with `sparsefinder train --model "
+                                         r"NAME --out DIR` and pass the projections file$"):
+        RecordInputs(_record()).get(0, "projected")

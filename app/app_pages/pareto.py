@@ -102,7 +102,8 @@ def pareto_view() -> None:
         return
     records, corpus_frame = result
     spec = live.spec_for(state, prepared)
-    corpus_current = live.score_setting(records, prepared.projections, spec)
+    corpus_current = live.score_setting(records, prepared.projections, spec,
+                                        prepared.fitted(spec.method))
     _figure(corpus_frame, corpus_current, label,
             f"Sparsity–recall on {len(records)} validation texts", "pareto_validation")
     _downloads(corpus_frame, "validation")

@@ -66,8 +66,8 @@ def kmeans_grid(
         # project each record's layer once; every grid point reuses it
         projected = [
             (
-                projections.project(layer, r.layers[layer].queries),
-                projections.project(layer, r.layers[layer].keys),
+                projections.project_queries(layer, r.layers[layer].queries),
+                projections.project_keys(layer, r.layers[layer].keys),
             )
             for r in records
         ]

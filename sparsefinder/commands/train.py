@@ -2,6 +2,14 @@
 
 Gold graphs come from the corpus' train split (long passages are chunked to the model's
 maximum length, so nothing is silently truncated); the validation split is never read here.
+
+``--objective`` picks how the projections are obtained (recorded in the file's metadata):
+``paper`` (Eq. 7 hinge, :func:`sparsefinder.projections.train_projections`), ``logistic``
+(pointwise logistic with a per-head bias, :mod:`sparsefinder.logistic`) or ``lowrank``
+(training-free low-rank approximation of each head's scores with the distance augmentation,
+:mod:`sparsefinder.lowrank`) or ``lowrank-logistic`` (that fit refined with a logistic loss,
+:mod:`sparsefinder.bilinear`). ``make assets-projections`` rebuilds the bundled
+``assets/default/projections-r{4,8}-<objective>.pt`` files.
 """
 
 from __future__ import annotations
@@ -10,6 +18,7 @@ import argparse
 import time
 from pathlib import Path
 
+from sparsefinder.bilinear import refine_lowrank
 from sparsefinder.commands._common import (
     add_corpus_arguments,
     add_model_arguments,
@@ -17,14 +26,20 @@ from sparsefinder.commands._common import (
 )
 from sparsefinder.corpus import corpus_texts
 from sparsefinder.graphs import extract
+from sparsefinder.logistic import train_logistic
+from sparsefinder.lowrank import fit_lowrank
 from sparsefinder.models import load_model
 from sparsefinder.projections import fit_centroids, train_projections
 
 DEFAULT_CLUSTERS = "2,4,6,8,10,12,16,20"
+OBJECTIVES = ("paper", "logistic", "lowrank", "lowrank-logistic")
+DEFAULT_LR = {"paper": 0.01, "logistic": 0.01, "lowrank-logistic": 0.003}
 
 
 def parse_int_list(text: str) -> list[int]:
-    """``"2,4,8"`` → [2, 4, 8]; argparse turns the ValueError into a usage error."""
+    """``"2,4,8"`` → [2, 4, 8] (``"none"`` → []); argparse turns errors into usage errors."""
+    if text.strip().lower() == "none":
+        return []
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError as error:
@@ -42,10 +57,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     add_model_arguments(parser)
     add_corpus_arguments(parser, default_split="train")
-    parser.add_argument("--out", required=True, type=Path, help="folder for projections.pt")
-    parser.add_argument("--rank", type=int, default=4, help="projection dimension r")
+    parser.add_argument("--out", required=True, type=Path, help="folder for the projections file")
+    parser.add_argument("--filename", default="projections.pt",
+                        help="name of the file written in --out (default projections.pt)")
+    parser.add_argument(
+        "--objective", default="paper", choices=OBJECTIVES,
+        help="paper: Eq. 7 hinge; logistic: pointwise logistic with a per-head bias; "
+             "lowrank: training-free rank-r approximation of each head's scores "
+             "(projected vectors then have r + 3 coordinates, see sparsefinder.lowrank); "
+             "lowrank-logistic: lowrank refined with a logistic loss",
+    )
+    parser.add_argument("--rank", type=int, default=4,
+                        help="projection dimension r (lowrank: rank of the score approximation)")
     parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--lr", type=float, default=0.01, help="Adam learning rate")
+    parser.add_argument("--lr", type=float, default=None,
+                        help="Adam learning rate (default 0.01; 0.003 for lowrank-logistic)")
     parser.add_argument("--margin", type=float, default=1.0, help="hinge margin ω")
     parser.add_argument("--batch-size", type=int, default=1024, help="positives per head per step")
     parser.add_argument("--negatives", type=int, default=1, help="negatives per positive")
@@ -53,7 +79,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--clusters", type=parse_int_list, default=parse_int_list(DEFAULT_CLUSTERS),
-        help=f"numbers of k-means clusters B to fit (default {DEFAULT_CLUSTERS})",
+        help=f"numbers of k-means clusters B to fit (default {DEFAULT_CLUSTERS}; 'none': skip)",
     )
     parser.add_argument("--kmeans-max-points", type=int, default=10_000,
                         help="points per head used to fit k-means")
@@ -109,25 +135,48 @@ def run(args: argparse.Namespace) -> int:
           f"-> {len(texts)} texts")
     records = extract(loaded, texts, batch_size=args.batch, progress=True)
     start = time.perf_counter()
-    projections = train_projections(
-        records, rank=args.rank, margin=args.margin, lr=args.lr, epochs=args.epochs,
-        batch_size=args.batch_size, negatives_per_positive=args.negatives, seed=args.seed,
-        init=args.init, progress=True, model_id=loaded.model_id, alpha=loaded.alpha,
-    )
+    common = {"rank": args.rank, "model_id": loaded.model_id, "alpha": loaded.alpha}
+    lr = args.lr if args.lr is not None else DEFAULT_LR.get(args.objective, 0.01)
+    if args.objective in ("lowrank", "lowrank-logistic"):
+        projections = fit_lowrank(records, **common)
+        if args.objective == "lowrank-logistic":
+            projections = refine_lowrank(
+                projections, records, lr=lr, epochs=args.epochs, batch_size=args.batch_size,
+                negatives_per_positive=args.negatives, seed=args.seed, progress=True,
+            )
+    elif args.objective == "logistic":
+        projections = train_logistic(
+            records, lr=lr, epochs=args.epochs, batch_size=args.batch_size,
+            negatives_per_positive=args.negatives, seed=args.seed, progress=True, **common,
+        )
+    else:
+        projections = train_projections(
+            records, margin=args.margin, lr=lr, epochs=args.epochs,
+            batch_size=args.batch_size, negatives_per_positive=args.negatives, seed=args.seed,
+            init=args.init, progress=True, **common,
+        )
     trained = time.perf_counter() - start
-    fit_centroids(projections, records, args.clusters, max_points=args.kmeans_max_points,
-                  n_init=args.kmeans_n_init, seed=args.seed, progress=True)
+    if args.clusters and projections.kind == "augmented":
+        print("note: no k-means centroids for augmented (low-rank) projections: queries and "
+              "keys sit in different coordinates, clusters would separate them")
+    elif args.clusters:
+        fit_centroids(projections, records, args.clusters, max_points=args.kmeans_max_points,
+                      n_init=args.kmeans_n_init, seed=args.seed, progress=True)
     projections.metadata.update({
         "corpus": str(args.corpus), "split": args.split, "n_texts": len(texts),
         "max_passages": args.max_passages,
         "train_seconds": round(trained, 2),
     })
-    path = projections.save(Path(args.out) / "projections.pt")
+    path = projections.save(Path(args.out) / args.filename)
     meta = projections.metadata
-    for layer, (first, last) in enumerate(zip(meta["loss_first"], meta["loss_last"],
-                                              strict=True)):
-        print(f"layer {layer}: {meta['positives_per_layer'][layer]} positives, "
-              f"hinge loss {first:.4f} -> {last:.4f}")
+    for layer, (first, last) in enumerate(zip(meta.get("loss_first", []),
+                                              meta.get("loss_last", []), strict=True)):
+        positives = meta.get("positives_per_layer")
+        count = f"{positives[layer]} positives, " if positives else ""
+        loss = "hinge" if args.objective == "paper" else "logistic"
+        print(f"layer {layer}: {count}{loss} loss {first:.4f} -> {last:.4f}")
+    for layer, kept in enumerate(meta.get("energy_kept_per_layer", [])):
+        print(f"layer {layer}: rank-{args.rank} approximation keeps {kept:.1%} of the score energy")
     print(f"trained in {trained:.1f} s; wrote {path} ({path.stat().st_size / 1024:.0f} KiB, "
           f"centroids for B={sorted(projections.centroids)})")
     return 0

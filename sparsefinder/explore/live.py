@@ -17,7 +17,13 @@ from torch import Tensor
 
 from sparsefinder import pareto
 from sparsefinder.explore.prepared import PreparedText, default_threshold
-from sparsefinder.explore.state import DEFAULT_CLUSTERS, ViewState, method_label, to_spec
+from sparsefinder.explore.state import (
+    DEFAULT_CLUSTERS,
+    TARGET_METHODS,
+    ViewState,
+    method_label,
+    to_spec,
+)
 from sparsefinder.graphs import AttentionRecord
 from sparsefinder.metrics import GraphScores
 from sparsefinder.projections import HeadProjections
@@ -38,10 +44,18 @@ def clamp(state: ViewState, prepared: PreparedText) -> tuple[ViewState, list[str
     notes: list[str] = []
     changes: dict[str, Any] = {}
     if effective_method(state, prepared) != state.method:
-        notes.append(
-            f"{method_label(state.method)} needs learned projections for this model, which are "
-            "not loaded: it is off, and only the window/global patterns are predicted."
-        )
+        if state.method in TARGET_METHODS and prepared.has_projections:
+            why = ("needs settings calibrated for these projections (`sparsefinder calibrate "
+                   "--projections FILE --out calibration.pt`), which are not loaded")
+        else:
+            why = "needs learned projections for this model, which are not loaded"
+        notes.append(f"{method_label(state.method)} {why}: it is off, and only the "
+                     "window/global patterns are predicted.")
+    targets = prepared.calibration.targets if prepared.calibration is not None else []
+    if targets and not any(abs(state.target - t) < 1e-9 for t in targets):
+        changes["target"] = min(targets, key=lambda t: abs(t - state.target))
+        notes.append(f"target sparsity {state.target:g} is not calibrated: showing the "
+                     f"nearest calibrated target, {changes['target']:g}.")
     if state.t is None or state.t > prepared.t_max:
         changes["t"] = default_threshold(prepared) if state.t is None else prepared.t_max
     choices = prepared.cluster_choices
@@ -76,7 +90,8 @@ def spec_for(state: ViewState, prepared: PreparedText) -> PredictorSpec:
 
 def predict(prepared: PreparedText, spec: PredictorSpec) -> list[Tensor]:
     """Predicted bool masks (heads, n, n) of every layer of the prepared text."""
-    predictors = spec.build_layers(prepared.projections, prepared.num_layers)
+    predictors = spec.build_layers(prepared.projections, prepared.num_layers,
+                                   prepared.fitted(spec.method))
     return predict_record(spec, predictors, prepared.vectors)
 
 
@@ -119,10 +134,11 @@ def summarize(scores: GraphScores, layer: int, head: int) -> dict[str, Summary]:
 
 
 def score_setting(records: Sequence[AttentionRecord], projections: HeadProjections | None,
-                  spec: PredictorSpec) -> Summary:
+                  spec: PredictorSpec, fitted: Any = None) -> Summary:
     """Macro-averaged recall/sparsity of one setting on several texts (the Pareto star): the
-    sweep's own scoring, :func:`sparsefinder.pareto.score_specs`."""
-    results, gold = pareto.score_specs(records, projections, [spec])
+    sweep's own scoring, :func:`sparsefinder.pareto.score_specs` (``fitted``: what a
+    calibrated method is built from, e.g. ``prepared.fitted(spec.method)``)."""
+    results, gold = pareto.score_specs(records, projections, [spec], fitted=[fitted])
     return Summary(recall=results[0].recall, sparsity=results[0].sparsity,
                    gold_sparsity=float(gold.sparsity.mean()))
 
@@ -131,6 +147,8 @@ def describe(spec: PredictorSpec) -> str:
     """Short label of a setting, e.g. "k-means B=8 k=1 ∪ window 3"."""
     p = spec.param_dict
     labels = {
+        "rowfrac-budget": lambda: f"nearest keys, target sparsity {p['target_sparsity']:g}",
+        "distance-budget": lambda: f"distance, target sparsity {p['target_sparsity']:g}",
         "distance": lambda: f"distance t={p['threshold']:.3g}",
         "quantization": lambda: f"quantization β={p['bins']}",
         "kmeans": lambda: f"k-means B={p['n_clusters']} k={p['top_k']}",

@@ -11,14 +11,19 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
 
+from sparsefinder.calibration import CalibrationTable
 from sparsefinder.graphs import AttentionRecord
 from sparsefinder.metrics import Scorer
 from sparsefinder.projections import HeadProjections
 from sparsefinder.spec import RecordInputs
+
+#: The calibrated methods the app offers (a target-sparsity slider), best first.
+CALIBRATED_APP_METHODS = ("rowfrac-budget", "distance-budget")
 
 
 @dataclass
@@ -34,6 +39,7 @@ class PreparedText:
     scorer: Scorer
     notes: list[str] = field(default_factory=list)
     t_max: float = 1.0
+    calibration: CalibrationTable | None = None  # target-sparsity settings for projections
 
     @property
     def projections(self) -> HeadProjections | None:
@@ -63,11 +69,19 @@ class PreparedText:
     def available_methods(self) -> list[str]:
         """App methods that can run on this text (learned ones need projections/centroids)."""
         methods = []
+        if self.has_projections and self.calibration is not None:
+            methods += [m for m in CALIBRATED_APP_METHODS if m in self.calibration.params]
         if self.has_projections:
             methods += ["distance", "quantization"]
             if self.cluster_choices:
                 methods.append("kmeans")
         return [*methods, "fixed"]
+
+    def fitted(self, method: str) -> Any:
+        """What a calibrated method's predictors are built from (the table), else None."""
+        if self.calibration is None or method not in self.calibration.params:
+            return None
+        return self.calibration.fitted_for(method)
 
 
 @torch.inference_mode()
@@ -77,12 +91,15 @@ def prepare(
     notes: Sequence[str] = (),
     *,
     t_range: bool = True,
+    calibration: CalibrationTable | None = None,
 ) -> PreparedText:
     """Check the projections against the record, project every layer once and compute the
-    slider range for t (``t_range=False`` skips that when no slider will be drawn)."""
+    slider range for t (``t_range=False`` skips that when no slider will be drawn).
+    ``calibration`` (fitted for these projections) drives the target-sparsity methods."""
     vectors = RecordInputs(record, projections)
     prepared = PreparedText(record=record, vectors=vectors, scorer=Scorer(record),
-                            notes=list(notes))
+                            notes=list(notes),
+                            calibration=calibration if projections is not None else None)
     if projections is not None and t_range:
         prepared.t_max = distance_range(
             [vectors.projected(layer) for layer in range(record.num_layers)])

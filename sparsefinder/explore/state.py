@@ -17,7 +17,11 @@ from sparsefinder.explore.texts import is_text_id
 from sparsefinder.spec import GLOBAL_CHOICES, METHODS, PredictorSpec
 
 #: Methods the app's sliders drive (keys of the one registry, ``sparsefinder.spec.METHODS``).
-APP_METHODS: tuple[str, ...] = ("distance", "quantization", "kmeans", "fixed")
+APP_METHODS: tuple[str, ...] = ("rowfrac-budget", "distance-budget", "distance",
+                                 "quantization", "kmeans", "fixed")
+#: Methods driven by a target sparsity (per-head settings calibrated on train graphs).
+TARGET_METHODS = frozenset({"rowfrac-budget", "distance-budget"})
+DEFAULT_TARGET = 0.9
 MAX_BINS = 16
 MAX_WINDOW = 31
 #: Window sizes worth offering: an even size behaves like the next odd one (Window docs).
@@ -46,7 +50,9 @@ class ViewState:
 
     model: str = "default"
     alpha: float = 1.5
-    method: str = "kmeans"
+    #: The best method of the bundled model at its calibrated setting (R@0.90, issue 10).
+    method: str = "rowfrac-budget"
+    target: float = DEFAULT_TARGET
     t: float | None = None
     bins: int = 4
     clusters: int | None = None  # B; None = the smallest B the projections offer
@@ -69,6 +75,7 @@ PARAM_NAMES: dict[str, str] = {
     "model": "model",
     "alpha": "alpha",
     "method": "method",
+    "target": "target",
     "t": "t",
     "bins": "beta",
     "clusters": "B",
@@ -120,6 +127,7 @@ def parse_view_state(
         "model": _parse_model,
         "alpha": _parse_alpha,
         "method": lambda s: s if s in APP_METHODS else _bad(f"one of {', '.join(APP_METHODS)}"),
+        "target": _parse_target,
         "t": lambda s: _finite_nonneg(float(s)),
         "bins": lambda s: _parse_int(s, 1, MAX_BINS),
         "clusters": lambda s: _parse_int(s, 1, None),
@@ -140,13 +148,20 @@ def parse_view_state(
             continue
         try:
             changes[name] = parse(text)
-        except (ValueError, TypeError) as error:
+        except (ValueError, TypeError, OverflowError) as error:  # int(inf): OverflowError
             problems.append(f"ignored URL parameter {PARAM_NAMES[name]}={text!r}: {error}")
     return replace(state, **changes), problems
 
 
 def _bad(expected: str) -> Any:
     raise ValueError(f"expected {expected}")
+
+
+def _parse_target(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or not 0.0 < value < 1.0:
+        raise ValueError("expected a target sparsity strictly between 0 and 1")
+    return value
 
 
 def _parse_model(text: str) -> str:
@@ -208,6 +223,8 @@ def to_spec(state: ViewState, method: str | None = None) -> PredictorSpec:
         params = {"threshold": float(state.t if state.t is not None else 0.0)}
     elif method == "quantization":
         params = {"bins": int(state.bins)}
+    elif method in TARGET_METHODS:
+        params = {"target_sparsity": float(state.target)}
     elif method == "kmeans":
         if state.clusters is None:
             raise ValueError("k-means needs a number of clusters B; clamp the state first")

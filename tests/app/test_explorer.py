@@ -185,3 +185,19 @@ def test_output_accuracy_of_the_setting(with_projections):
     assert_clean(at)
     assert 0.0 <= metric(at, "Retrieval top-1 agreement") <= 1.0
     assert any("Task measure on" in c.value for c in at.caption)
+
+
+def test_first_screen_is_the_best_method_at_its_calibrated_setting():
+    """With the bundled projections and calibration (no fixture), the Explorer opens on the
+    row-fraction budget at target sparsity 0.90; the target slider moves sparsity."""
+    at = new_app().run()
+    assert_clean(at)
+    assert at.selectbox(key="w_method").value == "rowfrac-budget"
+    assert at.select_slider(key="w_target").value == 0.9
+    assert not at.warning  # nothing switched off
+    sparse = metric(at, "Model sparsity")
+    recall = metric(at, "Model recall")
+    assert sparse >= 0.85
+    at.select_slider(key="w_target").set_value(0.75).run()
+    assert at.query_params["target"] == "0.75"
+    assert metric(at, "Model sparsity") < sparse and metric(at, "Model recall") > recall

@@ -87,3 +87,27 @@ def test_sweep_refuses_projections_of_another_model(trained, tmp_path: Path, cap
     rc = main(["sweep", "--model", str(tiny), "--projections", str(proj), "--out",
                str(tmp_path / "o"), "--methods", "distance,bogus"])
     assert rc == 2 and "unknown method 'bogus'" in capsys.readouterr().err
+
+
+def test_sweep_calibrated_methods_with_lowrank_projections(trained, tmp_path: Path,
+                                                           capsys) -> None:
+    """Issue 10 end to end: low-rank (augmented) projections from `train --objective lowrank`,
+    calibrated methods fitted on TRAIN passages, points near their target sparsity."""
+    tiny, _ = trained
+    assert main(["train", "--model", str(tiny), "--max-passages", "3", "--out", str(tmp_path),
+                 "--objective", "lowrank", "--rank", "4", "--filename", "lr.pt",
+                 "--clusters", "none", "--device", "cpu"]) == 0
+    out = tmp_path / "sweep"
+    rc = main(["sweep", "--model", str(tiny), "--projections", str(tmp_path / "lr.pt"),
+               "--out", str(out), "--max-passages", "3", "--train-passages", "6",
+               "--methods", "distance-calibrated,rowfrac-budget", "--device", "cpu"])
+    assert rc == 0
+    assert ("fitting distance-calibrated, rowfrac-budget on the first 6 passages"
+            in capsys.readouterr().out)
+    points = pd.read_csv(out / "points.csv")
+    assert set(points["method"]) == {"distance-calibrated", "rowfrac-budget"}
+    calibrated = points[points["method"] == "distance-calibrated"]
+    targets = calibrated["params"].map(lambda p: json.loads(p)["target_sparsity"])
+    # six train texts and three held-out ones: the estimate is coarse, the trend is not
+    assert (calibrated["sparsity"] - targets).abs().max() < 0.1
+    assert calibrated["sparsity"].is_monotonic_increasing

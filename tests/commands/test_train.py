@@ -61,3 +61,25 @@ def test_train_rejects_bad_arguments(tiny: Path, tmp_path: Path, capsys) -> None
     rc = main(["train", "--model", str(tiny), "--out", str(tmp_path), "--max-passages", "2",
                "--rank", "0", "--device", "cpu"])
     assert rc == 2 and "rank must be an integer" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("objective", ["lowrank", "logistic", "lowrank-logistic"])
+def test_train_objectives(tiny: Path, tmp_path: Path, capsys, objective: str) -> None:
+    rc = main([
+        "train", "--model", str(tiny), "--corpus", "default", "--max-passages", "3",
+        "--out", str(tmp_path), "--objective", objective, "--rank", "2",
+        "--filename", f"p-{objective}.pt", "--clusters", "2", "--kmeans-n-init", "1",
+        "--device", "cpu",
+    ])
+    assert rc == 0
+    text = capsys.readouterr().out
+    proj = HeadProjections.load(tmp_path / f"p-{objective}.pt", expected_model_id=str(tiny))
+    assert proj.objective == objective and proj.metadata["split"] == "train"
+    if objective.startswith("lowrank"):
+        assert proj.centroids == {} and "no k-means centroids for augmented" in text
+        assert proj.kind == "augmented" and proj.rank == 3 and proj.dim == 5  # + row threshold
+        assert "score energy" in text
+        assert ("logistic loss" in text) == (objective == "lowrank-logistic")
+    else:
+        assert proj.kind == "shared" and proj.rank == 2 and "logistic loss" in text
+        assert proj.centroids[2].shape == (2, 2, 2, 2)

@@ -8,11 +8,13 @@ import torch
 from sparsefinder.explore import live, tables
 from sparsefinder.explore import prepared as prep
 from sparsefinder.explore import state as urlstate
-from sparsefinder.metrics import recall, sparsity
+from sparsefinder.masks import causal_mask
+from sparsefinder.metrics import recall, score_layers, sparsity
 
 
 def test_clamp_fits_state_to_text(prepared):
-    state = urlstate.ViewState(layer=99, head=99, query=999, clusters=5, top_k=8, t=None)
+    state = urlstate.ViewState(method="kmeans", layer=99, head=99, query=999, clusters=5,
+                               top_k=8, t=None)
     clamped, notes = live.clamp(state, prepared)
     said = " ".join(notes)
     assert "layer=99" in said and "head=99" in said and "query=999" in said
@@ -142,3 +144,103 @@ def test_kmeans_layer_mask_matches_predict_layers(prepared):
     state = urlstate.ViewState(method="kmeans", clusters=8, top_k=2, window=0, global_tokens=())
     preds = live.predict_layers(prepared, state)
     assert torch.equal(live.kmeans_layer_mask(prepared, 2, 8, 2), preds[2])
+
+
+# ---------------------------------------------------------------- a decoder, and boundaries
+
+
+@pytest.fixture(scope="module")
+def causal_prepared():
+    """A synthetic decoder record (7 tokens, 2 layers, 2 heads) with random projections."""
+    from sparsefinder.graphs import AttentionRecord, LayerGraph
+    from sparsefinder.masks import causal_mask
+    from sparsefinder.projections import HeadProjections
+
+    gen = torch.Generator().manual_seed(4)
+    n, heads, d = 7, 2, 4
+    layers = []
+    for _ in range(2):
+        gold = (torch.rand(heads, n, n, generator=gen) < 0.5) & causal_mask(n, n)
+        gold[..., 0] = True  # every row has an edge
+        layers.append(LayerGraph(torch.randn(heads, n, d, generator=gen),
+                                 torch.randn(heads, n, d, generator=gen), gold,
+                                 torch.ones(int(gold.sum())), 0.5))
+    record = AttentionRecord(text="x", tokens=[f"t{i}" for i in range(n)],
+                             offsets=[(i, i + 1) for i in range(n)], special=[False] * n,
+                             causal=True, layers=layers)
+    projections = HeadProjections(
+        weight=torch.randn(2, heads, 3, d, generator=gen), bias=torch.zeros(2, heads, 3),
+        model_id="synthetic", alpha=1.5,
+        centroids={b: torch.randn(2, heads, b, 3, generator=gen) for b in (2, 4, 8)})
+    return prep.prepare(record, projections)
+
+
+def test_a_decoder_is_scored_over_its_non_future_pairs(causal_prepared):
+    """Window 1 keeps the diagonal: 7 of the 28 non-future pairs (not 7 of 49)."""
+    p = causal_prepared
+    state = urlstate.ViewState(method="fixed", window=1, global_tokens=())
+    preds = live.predict_layers(p, state)
+    scores = live.score(p, preds)
+    assert torch.allclose(scores.sparsity, torch.full((2, 2), 0.75, dtype=torch.float64))
+    golds = p.record.gold_masks()
+    expected = score_layers(preds, golds, causal=True)
+    assert torch.equal(scores.recall, expected.recall)
+    assert torch.equal(scores.gold_sparsity, expected.gold_sparsity)
+    edges = torch.stack([g.sum((-2, -1)) for g in golds]).double()
+    assert torch.allclose(scores.gold_sparsity, 1 - edges / 28)
+    # Every key (future ones too) predicted: recall 1 and, over the allowed pairs, sparsity 0.
+    full = live.score(p, live.predict_layers(p, state.with_(window=31)))
+    assert full.recall.eq(1).all() and full.sparsity.eq(0).all()
+    # The Pareto star's path gives the same numbers for the same setting.
+    spec = live.spec_for(state, p)
+    star = live.score_setting([p.record], p.projections, spec)
+    assert star.sparsity == pytest.approx(0.75, abs=1e-12)
+    assert star.recall == pytest.approx(float(scores.recall.mean(-1).mean()), abs=1e-12)
+    assert star.gold_sparsity == pytest.approx(float(scores.gold_sparsity.mean()), abs=1e-12)
+    for method in ("distance", "kmeans", "quantization"):
+        state = urlstate.ViewState(method=method, t=0.5, bins=3, clusters=4, window=0,
+                                   global_tokens=())
+        preds = live.predict_layers(p, state)
+        mine = live.score(p, preds)
+        assert torch.equal(mine.sparsity, score_layers(preds, golds, causal=True).sparsity)
+        km = live.kmeans_layer_mask(p, 1, 4, 1) if method == "kmeans" else None
+        if km is not None:
+            assert torch.equal(km & causal_mask(7, 7), preds[1] & causal_mask(7, 7))
+
+
+def test_clamp_at_the_boundaries(causal_prepared):
+    p = causal_prepared
+    at_edge = urlstate.ViewState(layer=2, head=2, query=7, clusters=2, top_k=3, t=p.t_max)
+    clamped, notes = live.clamp(at_edge, p)
+    assert notes == []
+    assert (clamped.layer, clamped.head, clamped.query) == (1, 1, 6)
+    assert clamped.clusters == 2 and clamped.top_k == 2  # B kept, k cut to B
+    assert clamped.t == p.t_max
+    inside = urlstate.ViewState(layer=1, head=1, query=6, clusters=8, top_k=8, t=0.0)
+    assert live.clamp(inside, p) == (inside, [])
+    over = live.clamp(urlstate.ViewState(t=p.t_max + 1, clusters=5), p)[0]
+    assert over.t == p.t_max and over.clusters == 4  # nearest stored B to 5
+    assert live.clamp(urlstate.ViewState(clusters=7), p)[0].clusters == 8
+    assert live.clamp(urlstate.ViewState(clusters=None), p)[0].clusters == 8  # the default B
+    bare = prep.prepare(p.record, None)
+    _, notes = live.clamp(urlstate.ViewState(method="distance"), bare)
+    assert notes == ["Distance (t) needs learned projections for this model, which are not "
+                     "loaded: it is off, and only the window/global patterns are predicted."]
+
+
+def test_summarize_without_gold_sparsity_and_labels():
+    from sparsefinder.metrics import GraphScores
+
+    values = torch.tensor([[0.2, 0.4], [0.6, 1.0]], dtype=torch.float64)
+    out = live.summarize(GraphScores(recall=values, sparsity=1 - values), 1, 0)
+    assert out["head"].recall == 0.6 and out["head"].gold_sparsity == pytest.approx(0.4)
+    assert out["layer"].recall == pytest.approx(0.8)
+    assert out["model"].recall == pytest.approx(0.55)
+    assert out["model"].gold_sparsity == pytest.approx(0.45)
+    spec = urlstate.to_spec(urlstate.ViewState(t=1.23456, window=0, global_tokens=()),
+                            "distance")
+    assert live.describe(spec) == "distance t=1.23"
+    spec = urlstate.to_spec(urlstate.ViewState(bins=5, window=3), "quantization")
+    assert live.describe(spec) == "quantization β=5 ∪ window 3 ∪ global first+last"
+    spec = urlstate.to_spec(urlstate.ViewState(window=0, global_tokens=()), "fixed")
+    assert live.describe(spec) == "empty graph"

@@ -79,3 +79,107 @@ def test_parse_cluster_and_cluster_from_point():
     assert exclusters.cluster_from_point({"curve_number": 3, "x": "NOUN"}, columns) == 3
     assert exclusters.cluster_from_point({"curve_number": 9}, columns) is None
     assert exclusters.cluster_from_point({"x": "NOUN"}, columns) is None
+
+
+# Boundary values of every URL parameter: (name, at the lowest, at the highest accepted, just
+# outside each end). None = unbounded above (the text/model bounds are clamp()'s job).
+BOUNDS = [
+    ("beta", "bins", 1, urlstate.MAX_BINS),
+    ("window", "window", 0, urlstate.MAX_WINDOW),
+    ("k", "top_k", 1, None),
+    ("B", "clusters", 1, None),
+    ("layer", "layer", 0, None),
+    ("head", "head", 0, None),
+    ("query", "query", 0, None),
+]
+
+
+def test_integer_params_at_and_just_outside_their_bounds():
+    default = urlstate.ViewState()
+    for key, field, low, high in BOUNDS:
+        state, problems = urlstate.parse_view_state({key: str(low)})
+        assert problems == [] and getattr(state, field) == low, key
+        state, problems = urlstate.parse_view_state({key: str(low - 1)})
+        assert getattr(state, field) == getattr(default, field), key
+        assert problems == [f"ignored URL parameter {key}={str(low - 1)!r}: {low - 1} is outside "
+                            f"[{low}, {high if high is not None else '∞'}]"]
+        if high is not None:
+            state, problems = urlstate.parse_view_state({key: str(high)})
+            assert problems == [] and getattr(state, field) == high, key
+            state, problems = urlstate.parse_view_state({key: str(high + 1)})
+            assert getattr(state, field) == getattr(default, field) and len(problems) == 1
+
+
+def test_infinite_and_nan_values_never_raise():
+    """int(float('inf')) raises OverflowError: a hand-edited URL must not crash the app."""
+    default = urlstate.ViewState()
+    for key, field, _, _ in BOUNDS:
+        for bad in ("inf", "-inf", "nan", "1e400", ""):
+            state, problems = urlstate.parse_view_state({key: bad})
+            assert getattr(state, field) == getattr(default, field), (key, bad)
+            assert len(problems) == 1 and problems[0].startswith(f"ignored URL parameter {key}=")
+
+
+def test_threshold_at_zero_negative_zero_and_non_finite():
+    for text in ("0", "0.0", "-0", "-0.0"):
+        state, problems = urlstate.parse_view_state({"t": text})
+        assert problems == [] and state.t == 0.0, text
+    for bad in ("inf", "-inf", "nan", "-1e-9", "1e400", "x"):
+        state, problems = urlstate.parse_view_state({"t": bad})
+        assert state.t is None and len(problems) == 1, bad
+    _, problems = urlstate.parse_view_state({"t": "nan"})
+    assert problems == ["ignored URL parameter t='nan': expected a finite number >= 0"]
+
+
+def test_list_values_and_whitespace():
+    state, problems = urlstate.parse_view_state({"beta": [], "window": [" 5 "], "k": " 2"})
+    assert state.window == 5 and state.top_k == 2 and state.bins == urlstate.ViewState().bins
+    assert problems == ["ignored URL parameter beta='': could not convert string to float: ''"]
+    assert urlstate.parse_view_state({"method": "distance"})[0].method == "distance"
+    assert urlstate.parse_view_state({}, urlstate.ViewState(window=7))[0].window == 7
+
+
+def test_view_state_to_params_formats_floats_and_leaves_none_out():
+    params = urlstate.view_state_to_params(urlstate.ViewState(t=1.23456, clusters=None))
+    assert params["t"] == "1.235" and "B" not in params
+    assert params["global"] == "first,last" and params["window"] == "3"
+    assert set(params) == set(urlstate.PARAM_NAMES.values()) - {"B"}
+
+
+def test_to_spec_for_every_app_method():
+    state = urlstate.ViewState(t=None, bins=5, clusters=6, top_k=2, window=3,
+                               global_tokens=("first",))
+    distance = urlstate.to_spec(state, "distance")
+    assert distance.params == (("threshold", 0.0),) and distance.window == 3
+    assert distance.global_tokens == ("first",)
+    assert urlstate.to_spec(state.with_(t=1.5), "distance").params == (("threshold", 1.5),)
+    assert urlstate.to_spec(state, "quantization").params == (("bins", 5),)
+    assert urlstate.to_spec(state, "kmeans").params == (("n_clusters", 6), ("top_k", 2))
+    assert urlstate.to_spec(state.with_(method="quantization")).method == "quantization"
+    assert urlstate.to_spec(state, "fixed").params == ()
+    with pytest.raises(ValueError, match="^k-means needs a number of clusters B; clamp the"):
+        urlstate.to_spec(state.with_(clusters=None), "kmeans")
+
+
+def test_parse_cluster_bounds():
+    assert urlstate.parse_cluster("0", clusters=4) == 0
+    assert urlstate.parse_cluster("1", clusters=1) is None
+    assert urlstate.parse_cluster("0", clusters=1) == 0
+    assert urlstate.parse_cluster("999") == 999  # no B given: no upper bound
+    assert urlstate.parse_cluster(" 1 ", clusters=2) == 1
+    assert urlstate.method_label("distance") == "Distance (t)"
+
+
+def test_problem_messages_name_what_is_expected():
+    _, problems = urlstate.parse_view_state({"method": "magic", "example": "nope",
+                                             "global": "first,middle"})
+    assert problems == [
+        "ignored URL parameter method='magic': expected one of distance, quantization, "
+        "kmeans, fixed",
+        "ignored URL parameter global='first,middle': expected a comma list of "
+        "('first', 'last') or 'none'",
+        "ignored URL parameter example='nope': expected a bundled example name",
+    ]
+    state, problems = urlstate.parse_view_state({"global": " last , first ,none"})
+    assert problems == [] and state.global_tokens == ("first", "last")
+    assert urlstate.parse_view_state({"global": "last"})[0].global_tokens == ("last",)

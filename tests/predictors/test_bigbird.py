@@ -175,3 +175,41 @@ def test_rows_have_at_most_n_random_beyond_window_and_global(n, window, n_random
 def test_bad_hyperparameters(kwargs, name):
     with pytest.raises(ValueError, match=name):
         BigBird(**kwargs)
+
+
+def test_messages_name_the_parameter():
+    for kwargs, name in (({"window": -1, "n_random": 1}, "window"),
+                         ({"window": 1, "n_random": -1}, "n_random"),
+                         ({"window": 1, "n_random": 1, "seed": -1}, "seed")):
+        with pytest.raises(ValueError, match=rf"^{name} must be an integer >= 0, got -1$"):
+            BigBird(**kwargs)
+
+
+def test_causal_population_with_a_key_prefix_and_with_fewer_keys():
+    """Query i of n sees keys 0 .. i + (m - n): random keys come from there only."""
+    bb = BigBird(window=0, n_random=8, seed=1)
+    keys = bb.random_keys(2, 3, 6, causal=True)  # allowed: 4, 5, 6 keys
+    for i, allowed in enumerate((4, 5, 6)):
+        row = keys[:, i]
+        assert ((row >= 0).sum(-1) == allowed).all()  # fewer candidates than n_random
+        assert (row < allowed).all()
+    fewer = bb.random_keys(1, 5, 3, causal=True)  # allowed: 0, 0, 1, 2, 3 keys
+    assert ((fewer >= 0).sum(-1) == torch.tensor([[0, 0, 1, 2, 3]])).all()
+    plain = bb.random_keys(1, 2, 3, causal=False)
+    assert ((plain >= 0).sum(-1) == 3).all()
+    mask = bb.predict(torch.zeros(1, 5, 2), torch.zeros(1, 3, 2), causal=True)
+    assert mask[0, :2].sum() == 0 and torch.equal(mask[0], causal_mask(5, 3))
+
+
+def test_empty_inputs_and_no_random_keys():
+    bb = BigBird(window=1, n_random=2)
+    assert bb.predict(torch.zeros(2, 0, 3), torch.zeros(2, 4, 3)).shape == (2, 0, 4)
+    assert bb.predict(torch.zeros(2, 4, 3), torch.zeros(2, 0, 3)).shape == (2, 4, 0)
+    none = BigBird(window=1, n_random=0).predict(torch.zeros(1, 6, 2), torch.zeros(1, 6, 2))
+    expected = Window(1).predict(torch.zeros(1, 6, 2), torch.zeros(1, 6, 2))
+    expected[:, [0, -1], :] = True
+    expected[:, :, [0, -1]] = True
+    assert torch.equal(none, expected)
+    assert sample_distinct(torch.Generator(), 2, torch.tensor([3, 3]), 0).shape == (2, 2, 0)
+    assert sample_distinct(torch.Generator(), 2, torch.tensor([], dtype=torch.long),
+                           2).shape == (2, 0, 2)

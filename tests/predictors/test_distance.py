@@ -117,3 +117,34 @@ def test_pairwise_sq_dist_is_non_negative_and_matches_brute_force() -> None:
     assert (dist >= 0).all()
     brute = (q[:, :, None, :] - k[:, None, :, :]).pow(2).sum(-1)
     assert torch.allclose(dist, brute, atol=1e-1, rtol=1e-4)
+
+
+def test_threshold_exactly_at_a_distance_keeps_the_pair() -> None:
+    """``<=``: a key at distance exactly t is an edge; t = 0 keeps only coinciding points.
+
+    Integer coordinates make every squared distance exact in float32 (3-4-5 triangles)."""
+    q = torch.tensor([[[0.0, 0.0], [3.0, 4.0]]])
+    k = torch.tensor([[[0.0, 0.0], [3.0, 4.0], [6.0, 8.0], [0.0, 5.0]]])
+    # distances: q0 → 0, 5, 10, 5;  q1 → 5, 0, 5, √10
+    assert Distance(0.0).predict(q, k).tolist() == [[[True, False, False, False],
+                                                    [False, True, False, False]]]
+    assert Distance(5.0).predict(q, k).tolist() == [[[True, True, False, True],
+                                                    [True, True, True, True]]]
+    just_below = Distance(torch.nextafter(torch.tensor(5.0), torch.tensor(0.0)).item())
+    assert just_below.predict(q, k).tolist() == [[[True, False, False, False],
+                                                  [False, True, False, True]]]
+    assert Distance(10.0).predict(q, k).all()
+    assert not Distance(0.0).predict(q + 0.5, k).any()
+    with pytest.raises(ValueError, match=r"^threshold must be >= 0, got nan; pass a "
+                                         r"non-negative distance$"):
+        Distance(float("nan"))
+    assert Distance(-0.0).predict(q, k).tolist() == Distance(0.0).predict(q, k).tolist()
+
+
+def test_half_precision_inputs_are_compared_in_float32() -> None:
+    gen = torch.Generator().manual_seed(9)
+    q = (torch.randn(2, 30, 4, generator=gen) * 30).to(torch.bfloat16)
+    k = (torch.randn(2, 20, 4, generator=gen) * 30).to(torch.bfloat16)
+    for t in (5.0, 20.0, 40.0):
+        assert torch.equal(Distance(t).predict(q, k), Distance(t).predict(q.float(), k.float()))
+    assert pairwise_sq_dist(q, k).dtype == torch.float32

@@ -63,3 +63,12 @@ def test_heads_are_independent_copies() -> None:
 def test_rejects_non_bool_flags() -> None:
     with pytest.raises(ValueError, match="first must be a bool"):
         GlobalTokens(first=1)
+
+
+def test_device_and_empty_sides():
+    """The meta device stands in for a GPU; a side without tokens gives an empty mask."""
+    q = torch.zeros(2, 4, 3, device="meta")
+    assert GlobalTokens().predict(q, q).device.type == "meta"
+    assert GlobalTokens().shared_pattern(0, 5).shape == (0, 5)
+    assert GlobalTokens().shared_pattern(5, 0).shape == (5, 0)
+    assert GlobalTokens().shared_pattern(3, 3, "meta").device.type == "meta"

@@ -138,12 +138,19 @@ def test_fit_is_deterministic_under_random_state_even_when_subsampling() -> None
 
 
 def test_fitted_model_predicts() -> None:
-    q, k = _training_data()
+    gen = torch.Generator().manual_seed(0)
+    centres = torch.tensor([[0.0, 0.0, 0.0, 0.0], [5.0, 5.0, 0.0, 0.0], [0.0, 5.0, 5.0, 5.0]])
+    q_blob = torch.randint(0, 3, (2, 60), generator=gen)
+    k_blob = torch.randint(0, 3, (2, 40), generator=gen)
+    q = centres[q_blob] + 0.3 * torch.randn(2, 60, 4, generator=gen)
+    k = centres[k_blob] + 0.3 * torch.randn(2, 40, 4, generator=gen)
     model = KMeans(n_clusters=3, top_k=1).fit(q, k)
     mask = model.predict(q, k)
     assert mask.shape == (2, 60, 40)
     # three well-separated blobs: each query meets exactly the keys of its own blob
-    assert mask.float().mean() < 0.6
+    assert torch.equal(mask, q_blob[:, :, None] == k_blob[:, None, :])
+    # top_k = 3 of 3 clusters: every query meets every key
+    assert KMeans(n_clusters=3, top_k=3).fit(q, k).predict(q, k).all()
 
 
 @pytest.mark.parametrize(
@@ -190,3 +197,62 @@ def test_rejects_inputs_that_do_not_match_the_centroids() -> None:
 def test_fit_with_too_few_points_says_what_to_do() -> None:
     with pytest.raises(ValueError, match="lower n_clusters"):
         KMeans(n_clusters=8).fit(torch.zeros(1, 2, 4), torch.zeros(1, 3, 4))
+
+
+def test_top_k_and_centroid_messages() -> None:
+    for bad in (0, True, 1.5):
+        with pytest.raises(ValueError, match=rf"^top_k must be an integer >= 1, got {bad!r}$"):
+            KMeans(n_clusters=4, top_k=bad)
+    for bad in (True, 2.0):
+        with pytest.raises(ValueError, match="^n_clusters must be an integer >= 1"):
+            KMeans(n_clusters=bad)
+    assert KMeans(n_clusters=4, max_points=4).max_points == 4  # max_points = B is enough
+    with pytest.raises(ValueError, match=r"^centroids must be a tensor of shape \(heads, B, "
+                                         r"r\), got \(2, 0, 3\)"):
+        KMeans.from_centroids(torch.zeros(2, 0, 3))
+    with pytest.raises(ValueError, match=r"^centroids must be a tensor .*, got <class 'list'>"):
+        KMeans.from_centroids([1.0])
+    one = KMeans.from_centroids(torch.zeros(2, 3, 1))  # r = 1 is a valid space
+    assert one.n_clusters == 3
+
+
+def test_more_than_eight_clusters_and_top_k() -> None:
+    """Cluster memberships are packed 8 to a byte: B = 9..16 uses a second byte."""
+    gen = torch.Generator().manual_seed(3)
+    centroids = torch.randn(2, 12, 3, generator=gen) * 4
+    q, k = torch.randn(2, 30, 3, generator=gen) * 4, torch.randn(2, 25, 3, generator=gen) * 4
+    for top_k in (1, 2, 5):
+        model = KMeans.from_centroids(centroids, top_k=top_k)
+        mask = model.predict(q, k)
+        # brute force: share at least one of the top_k nearest centroids
+        dq = torch.cdist(q, centroids).topk(top_k, largest=False).indices
+        dk = torch.cdist(k, centroids).topk(top_k, largest=False).indices
+        mq = torch.zeros(2, 30, 12, dtype=torch.bool).scatter_(2, dq, True)
+        mk = torch.zeros(2, 25, 12, dtype=torch.bool).scatter_(2, dk, True)
+        expected = (mq.float() @ mk.float().transpose(1, 2)) > 0
+        assert torch.equal(mask, expected), top_k
+        assert mask.dtype == torch.bool and set(mask.view(torch.uint8).unique().tolist()) <= {0, 1}
+
+
+def test_fit_boundaries_dtypes_and_messages() -> None:
+    gen = torch.Generator().manual_seed(5)
+    q, k = torch.randn(2, 2, 3, generator=gen), torch.randn(2, 2, 3, generator=gen)
+    model = KMeans(n_clusters=4, n_init=1).fit(q, k)  # exactly B points per head
+    assert model.centroids_.shape == (2, 4, 3)
+    assert model.inertia_.dtype == torch.float64
+    with pytest.raises(ValueError, match="n_clusters"):
+        KMeans(n_clusters=5, n_init=1).fit(q, k)
+    from sklearn.exceptions import NotFittedError
+
+    with pytest.raises(NotFittedError, match=r"^this KMeans predictor has no centroids; call "
+                                           r"fit\(\) or from_centroids\(\) first$"):
+        KMeans(n_clusters=2).predict(q, k)
+    with pytest.raises(ValueError, match=r"^expected x of shape \(heads=2, N, r=3\)"):
+        model.predict(torch.zeros(3, 4, 3), torch.zeros(3, 4, 3))
+    centroids = torch.randn(2, 6, 3, generator=gen) * 3
+    big_q, big_k = torch.randn(2, 40, 3, generator=gen) * 3, torch.randn(2, 30, 3, generator=gen)
+    fitted = KMeans.from_centroids(centroids, top_k=2)
+    half_q, half_k = big_q.to(torch.bfloat16), big_k.to(torch.bfloat16)
+    assert torch.equal(fitted.predict(half_q, half_k),
+                       fitted.predict(half_q.float(), half_k.float()))
+    assert torch.equal(fitted.assign(half_q), fitted.assign(half_q.float()))

@@ -149,3 +149,11 @@ def test_bad_hyperparameters(kwargs, name):
 def test_bad_shapes():
     with pytest.raises(ValueError, match="heads"):
         Longformer(3, 2).predict(torch.zeros(5, 4), torch.zeros(5, 4))
+
+
+def test_messages_name_the_parameter():
+    for kwargs, name in (({"window": -1, "n_global": 1}, "window"),
+                         ({"window": 1, "n_global": -1}, "n_global"),
+                         ({"window": 1, "n_global": 1, "seed": -1}, "seed")):
+        with pytest.raises(ValueError, match=rf"^{name} must be an integer >= 0, got -1$"):
+            Longformer(**kwargs)

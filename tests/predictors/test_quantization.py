@@ -149,3 +149,31 @@ def test_causal_has_no_future_edges() -> None:
 def test_rejects_bad_bins(bins) -> None:
     with pytest.raises(ValueError, match="bins must be an integer >= 1"):
         Quantization(bins)
+
+
+def _brute_force(q: torch.Tensor, k: torch.Tensor, bins: int) -> torch.Tensor:
+    model = Quantization(bins)
+    bq, bk = model.assign(q), model.assign(k)
+    return (bq[:, :, None, :] == bk[:, None, :, :]).any(-1)
+
+
+@pytest.mark.parametrize(("n", "m", "bins"), [(257, 5, 257), (5, 257, 257), (256, 3, 256),
+                                              (300, 7, 300), (7, 300, 300)])
+def test_bin_ids_of_256_and_more_on_either_side(n, m, bins):
+    """Ids ≥ 256 do not fit the uint8 path: whichever side holds them, no wrap-around."""
+    gen = torch.Generator().manual_seed(n + m)
+    q, k = torch.randn(2, n, 3, generator=gen), torch.randn(2, m, 3, generator=gen)
+    assert torch.equal(Quantization(bins).predict(q, k), _brute_force(q, k, bins))
+
+
+def test_empty_sides_and_assign_message():
+    model = Quantization(4)
+    assert model.predict(torch.zeros(2, 0, 3), torch.randn(2, 5, 3)).shape == (2, 0, 5)
+    assert model.predict(torch.randn(2, 5, 3), torch.zeros(2, 0, 3)).shape == (2, 5, 0)
+    with pytest.raises(ValueError, match=r"^expected x of shape \(heads, N, r\), got \(5, 3\)$"):
+        model.assign(torch.zeros(5, 3))
+
+
+def test_ties_are_ranked_by_position():
+    x = torch.zeros(1, 6, 1)
+    assert Quantization(3).assign(x)[0, :, 0].tolist() == [0, 0, 1, 1, 2, 2]

@@ -163,3 +163,27 @@ def test_empty_inputs(n, m):
     q, k = _qk(2, n, m)
     for model in (Reformer(4), Reformer(3, n_hashes=2), Reformer(500)):
         assert model.predict(q, k, causal=True).shape == (2, n, m)
+
+
+def test_messages_name_the_parameter():
+    for kwargs, name, low in (({"n_buckets": 0}, "n_buckets", 1),
+                              ({"n_buckets": 2, "n_hashes": 0}, "n_hashes", 1),
+                              ({"n_buckets": 2, "seed": -1}, "seed", 0)):
+        bad = next(iter(kwargs.values())) if name == "n_buckets" else kwargs[name]
+        with pytest.raises(ValueError, match=rf"^{name} must be an integer >= {low}, "
+                                             rf"got {bad}$"):
+            Reformer(**kwargs)
+
+
+def test_many_buckets_causal_and_half_precision():
+    """More buckets than queries (a direct comparison): still no future key when causal."""
+    gen = torch.Generator().manual_seed(2)
+    q, k = torch.randn(2, 10, 4, generator=gen), torch.randn(2, 10, 4, generator=gen)
+    for n_buckets in (8, 128):
+        model = Reformer(n_buckets, n_hashes=2, seed=1)
+        plain = model.predict(q, k)
+        causal = model.predict(q, k, causal=True)
+        assert torch.equal(causal, plain & torch.ones(10, 10, dtype=torch.bool).tril())
+        half = model.predict(q.to(torch.bfloat16), k.to(torch.bfloat16))
+        assert torch.equal(half, model.predict(q.to(torch.bfloat16).float(),
+                                               k.to(torch.bfloat16).float()))

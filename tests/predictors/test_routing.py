@@ -224,3 +224,37 @@ def test_tiny_and_empty_inputs(n, m):
         assert mask.shape == (2, n, m)
         if n and m:
             assert mask.all()  # one query and one key: every centroid takes both
+
+
+@pytest.mark.parametrize("n_clusters", [3, 9, 17])
+def test_predict_is_shared_membership_beyond_eight_clusters(n_clusters):
+    """Memberships are packed 8 clusters to a byte: 9 and 17 use 2 and 3 bytes."""
+    gen = torch.Generator().manual_seed(n_clusters)
+    q, k = torch.randn(2, 40, 4, generator=gen), torch.randn(2, 30, 4, generator=gen)
+    model = Routing(n_clusters, seed=3)
+    mq, mk = model.membership(q, k)
+    expected = (mq.float() @ mk.float().transpose(1, 2)) > 0
+    assert torch.equal(model.predict(q, k), expected)
+    assert mq.shape == (2, 40, n_clusters) and mk.shape == (2, 30, n_clusters)
+    # every cluster picks ⌈N / c⌉ tokens of each side
+    assert (mq.sum(1) == -(-40 // n_clusters)).all() and (mk.sum(1) == -(-30 // n_clusters)).all()
+    half = model.predict(q.to(torch.bfloat16), k.to(torch.bfloat16))
+    assert torch.equal(half, model.predict(q.to(torch.bfloat16).float(),
+                                           k.to(torch.bfloat16).float()))
+
+
+def test_messages_and_zero_iterations():
+    for kwargs, name, low in (({"n_clusters": 0}, "n_clusters", 1),
+                              ({"n_clusters": 2, "seed": -1}, "seed", 0),
+                              ({"n_clusters": 2, "n_iter": -1}, "n_iter", 0),
+                              ({"n_clusters": 2, "fit_iter": -1}, "fit_iter", 0)):
+        bad = kwargs[name]
+        with pytest.raises(ValueError, match=rf"^{name} must be an integer >= {low}, "
+                                             rf"got {bad}$"):
+            Routing(**kwargs)
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 6, 3, generator=gen)
+    assert Routing(2, n_iter=0, fit_iter=0).predict(q, q).shape == (1, 6, 6)
+    with pytest.raises(ValueError, match=r"^centroids \(2, 2, 3\) do not fit q \(1, 6, 3\): "
+                                         r"expected \(heads=1, c, r=3\)$"):
+        Routing(2, centroids=torch.randn(2, 2, 3)).predict(q, q)

@@ -249,3 +249,56 @@ def test_heads_must_match_fit():
     model = StaticMask("structured", 0.5).fit(_golds(2, [6]))
     with pytest.raises(ValueError, match="heads"):
         model.predict(*_qk(3, 6))
+
+
+def _fitted(kind: str, n: int = 6, heads: int = 2, seed: int = 0, causal: bool = False):
+    gen = torch.Generator().manual_seed(seed)
+    golds = [torch.rand(heads, n, n, generator=gen) < 0.4 for _ in range(3)]
+    return StaticMask(kind, 0.6).fit(golds, causal=causal)
+
+
+@pytest.mark.parametrize("kind", ["structured", "unstructured"])
+def test_prefix_keys_causal_and_empty_sides(kind):
+    """(n, m) with m > n: query i is aligned with key i + m - n (the last rows of (m, m))."""
+    mask = _fitted(kind)
+    q, k = torch.zeros(2, 6, 3), torch.zeros(2, 6, 3)
+    full = mask.predict(q, k)
+    assert torch.equal(mask.predict(torch.zeros(2, 4, 3), k), full[:, 2:])
+    assert torch.equal(mask.predict(q, k, causal=True), full & causal_mask(6, 6))
+    assert mask.predict(torch.zeros(2, 0, 3), k).shape == (2, 0, 6)
+    assert mask.predict(q, torch.zeros(2, 0, 3)).shape == (2, 6, 0)
+    one = mask.predict(torch.zeros(2, 1, 3), torch.zeros(2, 1, 3))
+    assert torch.equal(one, full[:, :1, :1])
+
+
+def test_no_diagonal_equality_and_fit_message():
+    from sparsefinder.predictors import Distance
+
+    assert NoDiagonal(Distance(1.0)) == NoDiagonal(Distance(1.0))
+    assert NoDiagonal(Distance(1.0)) != NoDiagonal(Distance(2.0))
+    assert NoDiagonal(Distance(1.0)) != Distance(1.0)
+    with pytest.raises(AttributeError, match=r"^Distance has no fit\(\); nothing to fit$"):
+        NoDiagonal(Distance(1.0)).fit()
+
+
+def test_fit_messages_and_fitted_state():
+    with pytest.raises(ValueError, match=r"^gold_masks is empty; pass at least one bool "
+                                         r"\(heads, n, n\) graph$"):
+        StaticMask("structured", 0.5).fit([])
+    with pytest.raises(ValueError, match=r"gold_masks\[1\] has 3 heads but gold_masks\[0\] "
+                                         r"has 2; "):
+        StaticMask("structured", 0.5).fit([torch.ones(2, 3, 3, dtype=torch.bool),
+                                           torch.ones(3, 3, 3, dtype=torch.bool)])
+    with pytest.raises(ValueError, match=r"got torch.float32"):
+        StaticMask("structured", 0.5).fit([torch.ones(2, 3, 3)])
+    with pytest.raises(ValueError, match=r"got list"):
+        StaticMask("structured", 0.5).fit([[True]])
+    with pytest.raises(RuntimeError, match=r"^this StaticMask is not fitted; call "
+                                           r"fit\(gold_masks\) first$"):
+        StaticMask("structured", 0.5).predict(torch.zeros(1, 2, 3), torch.zeros(1, 2, 3))
+    single = StaticMask("unstructured", 0.5).fit(torch.ones(2, 1, 1, dtype=torch.bool))
+    assert single.max_length_ == 1 and single.share_ is not None
+    causal = _fitted("structured", causal=True)
+    assert causal.causal_ is True and _fitted("structured").causal_ is False
+    with pytest.raises(ValueError, match=r"^this StaticMask was fitted on 2 heads but q has 3"):
+        causal.predict(torch.zeros(3, 4, 2), torch.zeros(3, 4, 2))

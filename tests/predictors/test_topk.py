@@ -100,3 +100,35 @@ def test_keeps_exactly_min_k_allowed_and_the_best(n, m, k_, causal, seed, levels
 def test_bad_k(k):
     with pytest.raises(ValueError, match="k must be"):
         TopK(k)
+
+
+def test_empty_sides_heads_and_device():
+    """The meta device stands in for a GPU; shapes hold for empty sides and many heads."""
+    assert TopK(2).predict(torch.zeros(3, 0, 4), torch.zeros(3, 5, 4)).shape == (3, 0, 5)
+    out = TopK(2).predict(torch.zeros(3, 5, 4), torch.zeros(3, 0, 4))
+    assert out.shape == (3, 5, 0) and out.dtype == torch.bool
+    gen = torch.Generator().manual_seed(0)
+    q, k = torch.randn(3, 4, 2, generator=gen), torch.randn(3, 6, 2, generator=gen)
+    assert TopK(2).predict(q, k).sum(-1).eq(2).all()
+    meta = TopK(2).predict(torch.zeros(3, 0, 4, device="meta"), torch.zeros(3, 5, 4,
+                                                                           device="meta"))
+    assert meta.device.type == "meta"
+
+
+def test_ties_at_the_kth_score_keep_exactly_k_lowest_positions():
+    q = torch.ones(1, 3, 1)
+    k = torch.tensor([[[2.0], [1.0], [1.0], [1.0], [0.0]]])
+    mask = TopK(3).predict(q, k)  # key 0, then the first two of the three tied keys
+    assert mask[0].tolist() == [[True, True, True, False, False]] * 3
+    exact = TopK(4).predict(q, k)  # all three tied keys fit exactly
+    assert exact[0, 0].tolist() == [True, True, True, True, False]
+    causal = TopK(2).predict(q, k[:, :3], causal=True)
+    assert causal[0].tolist() == [[True, False, False], [True, True, False],
+                                  [True, True, False]]
+
+
+def test_half_precision_scores_in_float32():
+    gen = torch.Generator().manual_seed(1)
+    q = (torch.randn(2, 20, 8, generator=gen) * 10).to(torch.bfloat16)
+    k = (torch.randn(2, 30, 8, generator=gen) * 10).to(torch.bfloat16)
+    assert torch.equal(TopK(5).predict(q, k), TopK(5).predict(q.float(), k.float()))

@@ -107,3 +107,16 @@ def test_rejects_empty_and_non_predictors() -> None:
         Union()
     with pytest.raises(TypeError, match="predict"):
         Union(Window(3), "window")
+
+
+def test_equality_message_and_device():
+
+
+    assert Union(Window(3), GlobalTokens()) == Union(Window(3), GlobalTokens())
+    assert Union(Window(3)) != Union(Window(5))
+    assert Union(Window(3)) != Window(3)
+    with pytest.raises(ValueError, match=r"^Union needs at least one predictor, e.g. "
+                                         r"Union\(KMeans\(\), Window\(3\)\)$"):
+        Union()
+    q = torch.zeros(2, 4, 3, device="meta")
+    assert Union(Window(3), GlobalTokens()).predict(q, q).device.type == "meta"

@@ -78,3 +78,10 @@ def test_heads_are_independent_copies() -> None:
 def test_rejects_bad_size(size) -> None:
     with pytest.raises(ValueError, match="size must be an integer >= 0"):
         Window(size)
+
+
+def test_the_band_is_built_on_the_inputs_device():
+    """The meta device stands in for a GPU."""
+    q = torch.zeros(2, 4, 3, device="meta")
+    assert Window(3).predict(q, q).device.type == "meta"
+    assert Window(3).shared_pattern(4, 4, "meta").device.type == "meta"

@@ -1,0 +1,54 @@
+"""`sparsefinder calibrate`: per-head calibrated settings for a grid of target sparsities.
+
+Fits ``distance-budget`` (per-head distance thresholds) and ``rowfrac-budget`` (per-head
+row fractions) on the TRAIN split's gold graphs for the given projections and writes a small
+table the app drives its "target sparsity" slider from (see :mod:`sparsefinder.calibration`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from sparsefinder.calibration import CalibrationTable, file_digest
+from sparsefinder.commands._common import add_model_arguments, passages_label
+from sparsefinder.corpus import corpus_texts
+from sparsefinder.graphs import extract
+from sparsefinder.models import load_model
+from sparsefinder.projections import HeadProjections
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "calibrate", help="fit calibrated per-head settings (target sparsity) on train graphs")
+    add_model_arguments(parser)
+    parser.add_argument("--corpus", default="default",
+                        help="'default' or a corpus file/folder; its TRAIN split is used")
+    parser.add_argument("--max-passages", type=int, default=None, help="use at most N passages")
+    parser.add_argument("--projections", required=True, type=Path,
+                        help="projections file the table is for (from `sparsefinder train`)")
+    parser.add_argument("--out", required=True, type=Path, help="calibration file to write")
+    parser.add_argument("--batch", type=int, default=8, help="texts per forward pass")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    loaded = load_model(args.model, alpha=args.alpha, device=args.device)
+    projections = HeadProjections.load(args.projections, expected_model_id=loaded.model_id,
+                                       expected_alpha=loaded.alpha)
+    texts = corpus_texts(args.corpus, "train", loaded.tokenizer, loaded.max_length,
+                         args.max_passages)
+    print(f"model {loaded.model_id}; {passages_label(args.max_passages)} passages of the "
+          f"train split -> {len(texts)} texts")
+    records = extract(loaded, texts, batch_size=args.batch, progress=True)
+    table = CalibrationTable.fit(records, projections, file_digest(args.projections))
+    table.metadata.update({"corpus": str(args.corpus), "split": "train",
+                           "alpha": loaded.alpha})
+    path = table.save(args.out)
+    for method in table.params:
+        at = table.index(0.9)
+        print(f"{method}: train sparsity at target 0.90 = "
+              f"{float(table.train_sparsity[method][at].mean()):.4f}, train recall = "
+              f"{float(table.train_recall[method][at].mean()):.4f}")
+    print(f"wrote {path} ({path.stat().st_size // 1024} KiB, {len(table.targets)} targets)")
+    return 0
