@@ -99,13 +99,17 @@ def _run_from_store(args: argparse.Namespace) -> int:
     from sparsefinder.distributed_train import train_projections_sharded
     from sparsefinder.shards import ShardedRecords
 
+    if args.objective != "paper":
+        raise ValueError(f"--records trains the paper objective only (data-parallel hinge), "
+                         f"not --objective {args.objective}; drop --records to train it")
+    lr = args.lr if args.lr is not None else DEFAULT_LR["paper"]
     with distributed.torchrun_group("cpu") as world:
         store = ShardedRecords(args.records)
         model_id, alpha = store.manifest["model_id"], float(store.manifest["alpha"])
         records = list(store.iter_records(world.rank, world.size))
         start = time.perf_counter()
         projections = train_projections_sharded(
-            [records], rank=args.rank, margin=args.margin, lr=args.lr, epochs=args.epochs,
+            [records], rank=args.rank, margin=args.margin, lr=lr, epochs=args.epochs,
             batch_size=args.batch_size, negatives_per_positive=args.negatives,
             seed=args.seed, init=args.init, model_id=model_id, alpha=alpha,
         )
@@ -116,7 +120,7 @@ def _run_from_store(args: argparse.Namespace) -> int:
                           seed=args.seed)
             projections.metadata.update({"records": str(args.records), "n_texts": len(store),
                                          "train_seconds": round(trained, 2)})
-            path = projections.save(Path(args.out) / "projections.pt")
+            path = projections.save(Path(args.out) / args.filename)
             print(f"trained on {len(store)} texts of {args.records} with {world.size} "
                   f"rank(s) in {trained:.1f} s; wrote {path}")
     return 0
