@@ -520,21 +520,24 @@ def _check_records(records: Sequence[AttentionRecord], rank: int) -> tuple[int, 
     return layers, heads, d
 
 
-def _discriminative_init(
-    pairs: _LayerPairs, neg_rows: Tensor, sample: Tensor, rank: int, margin: float
-) -> Tensor:
-    """Top-``rank`` generalised eigenvectors of (C_N, C_P) per head → (heads, r, d).
+def _init_moments(pairs: _LayerPairs, neg_rows: Tensor, sample: Tensor
+                  ) -> tuple[Tensor, Tensor, int]:
+    """Unnormalised second moments (heads, d, d) float64 of positive/negative differences.
 
-    ``sample`` (heads, S) holds positive ids per head (a prefix of the shuffled schedule).
+    ``sample`` (heads, S) holds positive ids per head (a prefix of the shuffled schedule);
+    returns ``(Σ Δ_P Δ_Pᵀ, Σ Δ_N Δ_Nᵀ, S)`` so data-parallel ranks can add theirs up.
     """
     heads, size = sample.shape
     flat = sample.reshape(-1)
     q = pairs.q_table.index_select(0, pairs.q_row[flat])
     dp = (q - pairs.k_table.index_select(0, pairs.k_row[flat])).view(heads, size, -1)
     dn = (q - pairs.k_table.index_select(0, neg_rows[flat, 0])).view(heads, size, -1)
-    c_pos = (dp.transpose(1, 2) @ dp).double() / size
-    c_neg = (dn.transpose(1, 2) @ dn).double() / size
-    d = c_pos.shape[-1]
+    return (dp.transpose(1, 2) @ dp).double(), (dn.transpose(1, 2) @ dn).double(), size
+
+
+def _solve_init(c_pos: Tensor, c_neg: Tensor, rank: int, margin: float) -> Tensor:
+    """Top-``rank`` generalised eigenvectors of (C_N, C_P) per head → (heads, r, d)."""
+    heads, d = c_pos.shape[0], c_pos.shape[-1]
     eye = torch.eye(d, dtype=torch.float64)
     ridge = 1e-4 * c_pos.diagonal(dim1=-2, dim2=-1).mean(-1).clamp(min=1e-12)
     chol = torch.linalg.cholesky(c_pos + ridge[:, None, None] * eye)
@@ -545,9 +548,19 @@ def _discriminative_init(
     return (w * math.sqrt(margin / rank)).float()
 
 
-def _schedule(pairs: _LayerPairs, heads: int, batch_size: int, generator: torch.Generator
-              ) -> tuple[Tensor, int]:
-    """Positive ids (heads, steps * batch_size): a shuffled epoch per head, cycled."""
+def _discriminative_init(
+    pairs: _LayerPairs, neg_rows: Tensor, sample: Tensor, rank: int, margin: float
+) -> Tensor:
+    """Top-``rank`` generalised eigenvectors of (C_N, C_P) per head → (heads, r, d)."""
+    c_pos, c_neg, size = _init_moments(pairs, neg_rows, sample)
+    return _solve_init(c_pos / size, c_neg / size, rank, margin)
+
+
+def _schedule(pairs: _LayerPairs, heads: int, batch_size: int, generator: torch.Generator,
+              steps: int | None = None) -> tuple[Tensor, int]:
+    """Positive ids (heads, steps * batch_size): a shuffled epoch per head, cycled.
+
+    ``steps`` overrides the epoch length (data-parallel ranks agree on the longest one)."""
     counts = torch.bincount(pairs.head, minlength=heads)
     if int(counts.min()) == 0:
         empty = (counts == 0).nonzero()[:, 0].tolist()
@@ -563,7 +576,7 @@ def _schedule(pairs: _LayerPairs, heads: int, batch_size: int, generator: torch.
             f"heads {empty} have no gold edge at all in the training records; train on "
             "more (or longer) texts"
         )
-    steps = math.ceil(int(counts.max()) / batch_size)
+    steps = steps if steps is not None else math.ceil(int(counts.max()) / batch_size)
     order = torch.argsort(pairs.head, stable=True)
     starts = torch.cumsum(counts, 0) - counts
     length = steps * batch_size
@@ -663,7 +676,17 @@ def _step(
     pairs: _LayerPairs, q_rows: Tensor, k_rows: Tensor, n_rows: Tensor, weight: Tensor,
     optimizer: torch.optim.Optimizer, margin: float,
 ) -> Tensor:
-    """One Adam step on a batch, (heads, B) rows; returns the mean hinge loss (0-dim).
+    """One Adam step on a batch, (heads, B) rows; returns the mean hinge loss (0-dim)."""
+    weight.grad, loss = _hinge_grad(pairs, q_rows, k_rows, n_rows, weight, margin)
+    optimizer.step()
+    return loss
+
+
+def _hinge_grad(
+    pairs: _LayerPairs, q_rows: Tensor, k_rows: Tensor, n_rows: Tensor, weight: Tensor,
+    margin: float,
+) -> tuple[Tensor, Tensor]:
+    """Gradient of the batch's mean hinge loss w.r.t. ``weight``, and that loss.
 
     The gradient of Eq. 7 is written out instead of using autograd: for an active hinge
     term, ∂/∂W (‖WΔ_P‖² − ‖WΔ_N‖²) = 2 (W Δ_P) Δ_Pᵀ − 2 (W Δ_N) Δ_Nᵀ, i.e. two more
@@ -687,9 +710,7 @@ def _step(
     g_pos = z_pos * (active.sum(-1, keepdim=True) * scale)
     g_neg = z_neg * (active.view(heads, size * num, 1) * scale)
     grad = torch.bmm(g_pos.transpose(1, 2), diff_pos) - torch.bmm(g_neg.transpose(1, 2), diff_neg)
-    weight.grad = grad
-    optimizer.step()
-    return (hinge * active).mean()
+    return grad, (hinge * active).mean()
 
 
 # ==================================================================== centroids

@@ -47,13 +47,9 @@ def _unpack_layer(packed: dict) -> LayerGraph:
     )
 
 
-def save_records(
-    records: list[AttentionRecord], path: str | Path, metadata: dict | None = None
-) -> Path:
-    """Write ``records`` to ``path`` (parents created); returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {
+def records_payload(records: list[AttentionRecord], metadata: dict | None = None) -> dict:
+    """The plain dict :func:`save_records` writes (shards serialise it to bytes themselves)."""
+    return {
         "format": "sparsefinder-records",
         "version": FORMAT_VERSION,
         "metadata": dict(metadata or {}),
@@ -70,7 +66,15 @@ def save_records(
             for record in records
         ],
     }
-    torch.save(payload, path)
+
+
+def save_records(
+    records: list[AttentionRecord], path: str | Path, metadata: dict | None = None
+) -> Path:
+    """Write ``records`` to ``path`` (parents created); returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(records_payload(records, metadata), path)
     return path
 
 
@@ -88,6 +92,11 @@ def load_records(path: str | Path) -> tuple[list[AttentionRecord], dict]:
             f"{path} is not a readable sparsefinder records file ({type(error).__name__}); "
             "re-create it with `sparsefinder extract`"
         ) from error
+    return records_from_payload(payload, path)
+
+
+def records_from_payload(payload: object, path: str | Path) -> tuple[list[AttentionRecord], dict]:
+    """Records and metadata from a loaded payload; ``path`` only names it in errors."""
     if not isinstance(payload, dict) or payload.get("format") != "sparsefinder-records":
         raise RecordsFileError(f"{path} is not a sparsefinder records file")
     if payload.get("version") != FORMAT_VERSION:

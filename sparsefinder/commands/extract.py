@@ -18,10 +18,44 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     add_corpus_arguments(parser, default_split="train")
     parser.add_argument("--out", required=True, type=Path, help="output folder")
     parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument(
+        "--sharded", action="store_true",
+        help="write a resumable shard store OUT/records-SPLIT/ (implied under torchrun: "
+             "`torchrun --nproc_per_node=N -m sparsefinder extract ...`)",
+    )
+    parser.add_argument("--chunk-batches", type=int, default=8,
+                        help="batches per shard chunk (the unit of resuming and of streaming)")
     return parser
 
 
+def _run_sharded(args: argparse.Namespace) -> int:
+    from sparsefinder import distributed
+    from sparsefinder.shards import extract_sharded
+
+    with distributed.torchrun_group(args.device) as world:
+        device = distributed.device_for(args.device, world)
+        loaded = load_model(args.model, alpha=args.alpha, device=device)
+        passages = corpus_texts(args.corpus, args.split, loaded.tokenizer, loaded.max_length,
+                                args.max_passages)
+        folder = args.out / f"records-{args.split}"
+        manifest = extract_sharded(
+            loaded, passages, folder, batch_size=args.batch_size,
+            chunk_batches=args.chunk_batches, progress=True,
+            metadata={"corpus": str(args.corpus), "split": args.split},
+        )
+        if world.is_main:
+            edges = sum(c["gold_edges"] or 0 for c in manifest["chunks"])
+            print(f"saved {manifest['n_texts']} records ({edges} gold edges) in "
+                  f"{len(manifest['chunks'])} chunks from {world.size} ranks to {folder} "
+                  f"({manifest['chunks_written_this_run']} chunks written by this run)")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    from sparsefinder.distributed import launched_by_torchrun
+
+    if args.sharded or launched_by_torchrun():
+        return _run_sharded(args)
     loaded = load_model(args.model, alpha=args.alpha, device=args.device)
     passages = corpus_texts(args.corpus, args.split, loaded.tokenizer, loaded.max_length,
                             args.max_passages)

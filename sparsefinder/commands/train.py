@@ -85,10 +85,50 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         help="points per head used to fit k-means")
     parser.add_argument("--kmeans-n-init", type=int, default=10, help="k-means restarts")
     parser.add_argument("--batch", type=int, default=8, help="texts per forward pass")
+    parser.add_argument(
+        "--records", type=Path, default=None,
+        help="train on a shard store from `sparsefinder extract --sharded`/torchrun "
+             "(DIR/records-SPLIT) instead of extracting; under torchrun data-parallel, each "
+             "rank on its chunks (k-means centroids: rank 0's chunks)",
+    )
     return parser
 
 
+def _run_from_store(args: argparse.Namespace) -> int:
+    from sparsefinder import distributed
+    from sparsefinder.distributed_train import train_projections_sharded
+    from sparsefinder.shards import ShardedRecords
+
+    if args.objective != "paper":
+        raise ValueError(f"--records trains the paper objective only (data-parallel hinge), "
+                         f"not --objective {args.objective}; drop --records to train it")
+    lr = args.lr if args.lr is not None else DEFAULT_LR["paper"]
+    with distributed.torchrun_group("cpu") as world:
+        store = ShardedRecords(args.records)
+        model_id, alpha = store.manifest["model_id"], float(store.manifest["alpha"])
+        records = list(store.iter_records(world.rank, world.size))
+        start = time.perf_counter()
+        projections = train_projections_sharded(
+            [records], rank=args.rank, margin=args.margin, lr=lr, epochs=args.epochs,
+            batch_size=args.batch_size, negatives_per_positive=args.negatives,
+            seed=args.seed, init=args.init, model_id=model_id, alpha=alpha,
+        )
+        trained = time.perf_counter() - start
+        if world.is_main:
+            fit_centroids(projections, records, args.clusters,
+                          max_points=args.kmeans_max_points, n_init=args.kmeans_n_init,
+                          seed=args.seed)
+            projections.metadata.update({"records": str(args.records), "n_texts": len(store),
+                                         "train_seconds": round(trained, 2)})
+            path = projections.save(Path(args.out) / args.filename)
+            print(f"trained on {len(store)} texts of {args.records} with {world.size} "
+                  f"rank(s) in {trained:.1f} s; wrote {path}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.records is not None:
+        return _run_from_store(args)
     if args.split == "validation":
         print("note: training on the validation split; evaluate on another split")
     loaded = load_model(args.model, alpha=args.alpha, device=args.device)

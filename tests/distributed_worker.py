@@ -1,0 +1,73 @@
+"""Torchrun helpers for the distributed tests, and a worker: train and sweep over shards.
+
+Usage: torchrun --nproc_per_node=2 tests/distributed_worker.py STORE OUT_DIR
+Each rank reads its chunks (chunk c belongs to rank c mod world), trains data-parallel and
+sweeps; it writes OUT_DIR/rank<r>.pt with what it computed.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from sparsefinder import distributed
+from sparsefinder.distributed_sweep import sweep_streaming
+from sparsefinder.distributed_train import train_projections_sharded
+from sparsefinder.shards import ShardedRecords
+
+METHODS = "distance,quantization,window,longformer"
+
+REPO = Path(__file__).resolve().parents[1]
+TEXTS = [
+    "The cat sat.", "A dog ran across the wide green park today.", "Rain again.",
+    "She called him back after the long meeting ended.", "Numbers: one, two, three, four.",
+    "It works.", "Attention graphs are sparse under entmax.", "Short one here.",
+    "The doctor said she would call the patient back tomorrow morning.", "Why not?",
+    "Trains leave at noon.", "Every head attends to a few keys only.",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def torchrun(script: list[str], nproc: int = 2, timeout: int = 180
+             ) -> subprocess.CompletedProcess:
+    """``torchrun --nproc_per_node=N`` on 127.0.0.1 with a free port (CPU, gloo)."""
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "CUDA_VISIBLE_DEVICES": ""}
+    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
+               "--master_addr=127.0.0.1", f"--master_port={free_port()}", *script]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout,
+                          cwd=REPO)
+
+
+def extract_args(model: Path, corpus: Path, out: Path, *extra: str) -> list[str]:
+    return ["extract", "--model", str(model), "--corpus", str(corpus), "--split", "all",
+            "--out", str(out), "--batch-size", "2", "--chunk-batches", "1", "--device", "cpu",
+            *extra]
+
+
+def main(store: str, out: str) -> None:
+    with distributed.torchrun_group("cpu") as world:
+        records = ShardedRecords(store)
+        shard = list(records.iter_records(world.rank, world.size))
+        projections = train_projections_sharded([shard], batch_size=64, seed=3)
+        frame = sweep_streaming(records.iter_records(world.rank, world.size), projections,
+                                shard[0].num_layers, METHODS)
+        torch.save({"weight": projections.weight, "bias": projections.bias,
+                    "loss_last": projections.metadata["loss_last"],
+                    "recall": frame["recall"].tolist(), "sparsity": frame["sparsity"].tolist(),
+                    "gold": frame.attrs["gold_sparsity"], "n_texts": frame["n_texts"].tolist(),
+                    "world": world.size},
+                   f"{out}/rank{world.rank}.pt")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,77 @@
+"""Training and sweeps over shards on 2 gloo ranks (torchrun) = the same in one process."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+from sparsefinder.cli import main
+from sparsefinder.distributed_sweep import sweep_streaming
+from sparsefinder.distributed_train import train_projections_sharded
+from sparsefinder.pareto import sweep
+from sparsefinder.projections import HeadProjections, train_projections
+from sparsefinder.shards import ShardedRecords
+
+WORKER = Path(__file__).with_name("distributed_worker.py")
+_spec = importlib.util.spec_from_file_location("distributed_worker", WORKER)
+helpers = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(helpers)
+TEXTS, extract_args, torchrun = helpers.TEXTS, helpers.extract_args, helpers.torchrun
+METHODS = "distance,quantization,window,longformer"
+
+
+@pytest.fixture(scope="module")
+def store(tiny_model_dirs, tmp_path_factory):
+    root = tmp_path_factory.mktemp("dist")
+    corpus = root / "corpus.txt"
+    corpus.write_text("\n\n".join(TEXTS * 2) + "\n", encoding="utf-8")
+    assert main(extract_args(tiny_model_dirs["bert"], corpus, root, "--sharded")) == 0
+    return root / "records-all"
+
+
+def test_one_shard_is_train_projections_step_for_step(store):
+    records = ShardedRecords(store).load_all()
+    plain = train_projections(records, batch_size=64, seed=3)
+    sharded = train_projections_sharded([records], batch_size=64, seed=3)
+    assert torch.equal(plain.weight, sharded.weight)  # same draws, same gradients
+    torch.testing.assert_close(plain.bias, sharded.bias, rtol=0, atol=1e-5)  # float64 mean
+
+
+def test_two_ranks_train_and_sweep_like_one_process(store, tmp_path):
+    run = torchrun([str(WORKER), str(store), str(tmp_path)])
+    assert run.returncode == 0, run.stdout + run.stderr
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
+    reader = ShardedRecords(store)
+    shards = [list(reader.iter_records(r, 2)) for r in (0, 1)]
+    single = train_projections_sharded(shards, batch_size=64, seed=3)  # one process, 2 shards
+    for got in ranks:
+        assert got["world"] == 2
+        torch.testing.assert_close(got["weight"], single.weight, rtol=0, atol=1e-6)
+        torch.testing.assert_close(got["bias"], single.bias, rtol=0, atol=1e-6)
+        assert got["loss_last"] == pytest.approx(single.metadata["loss_last"], abs=1e-6)
+    # The sweep: per-(layer, head) sums all-reduced = one process over all records.
+    records = reader.load_all()
+    streamed = sweep_streaming(reader.iter_records(), single, records[0].num_layers, METHODS)
+    reference = sweep(records, single, METHODS)
+    assert list(reference["params"]) == list(streamed["params"])
+    for frame in (streamed, *ranks):
+        recall = frame["recall"] if isinstance(frame, dict) else frame["recall"].tolist()
+        sparsity = frame["sparsity"] if isinstance(frame, dict) else frame["sparsity"].tolist()
+        assert recall == pytest.approx(reference["recall"].tolist(), abs=1e-12)
+        assert sparsity == pytest.approx(reference["sparsity"].tolist(), abs=1e-12)
+    assert ranks[0]["gold"] == pytest.approx(reference.attrs["gold_sparsity"], abs=1e-12)
+    assert ranks[0]["n_texts"] == [len(records)] * len(reference)
+
+
+def test_train_command_reads_a_shard_store(store, tmp_path):
+    assert main(["train", "--records", str(store), "--out", str(tmp_path), "--batch-size",
+                 "64", "--seed", "3", "--clusters", "2", "--kmeans-n-init", "1"]) == 0
+    saved = HeadProjections.load(tmp_path / "projections.pt")
+    records = ShardedRecords(store).load_all()
+    reference = train_projections_sharded([list(ShardedRecords(store).iter_records())],
+                                          batch_size=64, seed=3)
+    assert torch.equal(saved.weight, reference.weight) and 2 in saved.centroids
+    assert saved.metadata["n_texts"] == len(records)
