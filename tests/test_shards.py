@@ -55,8 +55,12 @@ def assert_same(records, reference) -> None:
         assert got.text == want.text and got.tokens == want.tokens
         for a, b in zip(got.layers, want.layers, strict=True):
             assert torch.equal(a.gold, b.gold)  # edge for edge
-            assert torch.equal(a.prob_values, b.prob_values)
-            assert torch.equal(a.queries, b.queries) and torch.equal(a.keys, b.keys)
+            # Values: bit-identical when both runs use the same intra-op thread count; the
+            # workers run with OMP_NUM_THREADS=1 and this process may not, and a different
+            # thread count reorders float sums (last-bit differences).
+            for x, y in ((a.prob_values, b.prob_values), (a.queries, b.queries),
+                         (a.keys, b.keys)):
+                torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-4)
 
 
 def test_plan_is_whole_batches_of_the_length_sorted_corpus_round_robin():
