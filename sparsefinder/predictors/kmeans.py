@@ -51,6 +51,26 @@ def intersect(bq: Tensor, bk: Tensor) -> Tensor:
     return acc.clamp_(max=1).view(torch.bool)
 
 
+def fit_head_centroids(
+    x_all: np.ndarray, n_clusters: int, *, n_init: int, max_iter: int, random_state: int,
+    max_points: int | None,
+) -> tuple[Tensor, Tensor]:
+    """One scikit-learn k-means (k-means++) per head of float32 points (heads, N, d) →
+    (centroids (heads, B, d) float32, inertia (heads,) float64). Heads with more than
+    ``max_points`` points are subsampled without replacement, seeded by ``random_state``."""
+    n_points = x_all.shape[1]
+    rng = np.random.default_rng(random_state)
+    centroids, inertia = [], []
+    for x in x_all:  # one sklearn fit per head
+        if max_points is not None and n_points > max_points:
+            x = x[np.sort(rng.choice(n_points, max_points, replace=False))]
+        km = _SkKMeans(n_clusters=n_clusters, init="k-means++", n_init=n_init,
+                       max_iter=max_iter, random_state=random_state).fit(x)
+        centroids.append(torch.from_numpy(km.cluster_centers_.astype(np.float32)))
+        inertia.append(float(km.inertia_))
+    return torch.stack(centroids), torch.tensor(inertia, dtype=torch.float64)
+
+
 @dataclass
 class KMeans:
     """Edge iff a query and a key share one of their ``top_k`` nearest centroids.
@@ -121,22 +141,10 @@ class KMeans:
                 f"fit got {n_points} points per head but n_clusters={self.n_clusters}; "
                 f"pass more training tokens or lower n_clusters"
             )
-        rng = np.random.default_rng(self.random_state)
-        centroids, inertia = [], []
-        for x in x_all:  # one sklearn fit per head
-            if self.max_points is not None and n_points > self.max_points:
-                x = x[np.sort(rng.choice(n_points, self.max_points, replace=False))]
-            km = _SkKMeans(
-                n_clusters=self.n_clusters,
-                init="k-means++",
-                n_init=self.n_init,
-                max_iter=self.max_iter,
-                random_state=self.random_state,
-            ).fit(x)
-            centroids.append(torch.from_numpy(km.cluster_centers_.astype(np.float32)))
-            inertia.append(float(km.inertia_))
-        self.centroids_ = torch.stack(centroids).to(q.device)
-        self.inertia_ = torch.tensor(inertia, dtype=torch.float64)
+        self.centroids_, self.inertia_ = fit_head_centroids(
+            x_all, self.n_clusters, n_init=self.n_init, max_iter=self.max_iter,
+            random_state=self.random_state, max_points=self.max_points)
+        self.centroids_ = self.centroids_.to(q.device)
         return self
 
     def _centroids_for(self, x: Tensor) -> Tensor:

@@ -40,12 +40,12 @@ from typing import ClassVar
 
 import numpy as np
 import torch
-from sklearn.cluster import KMeans as _SkKMeans
 from sklearn.exceptions import NotFittedError
 from torch import Tensor
 
 from sparsefinder.masks import apply_causal
 from sparsefinder.predictors.base import check_shapes
+from sparsefinder.predictors.kmeans import fit_head_centroids
 
 MODES = ("budget", "top")
 
@@ -131,19 +131,10 @@ class RoutedKMeans:
                 f"fit got {n_points} keys per head but n_clusters={self.n_clusters}; "
                 "pass more training tokens or lower n_clusters"
             )
-        rng = np.random.default_rng(self.random_state)
-        centroids, inertia = [], []
-        for x in x_all:  # one sklearn fit per head
-            if self.max_points is not None and n_points > self.max_points:
-                x = x[np.sort(rng.choice(n_points, self.max_points, replace=False))]
-            km = _SkKMeans(
-                n_clusters=self.n_clusters, init="k-means++", n_init=self.n_init,
-                max_iter=self.max_iter, random_state=self.random_state,
-            ).fit(x)
-            centroids.append(torch.from_numpy(km.cluster_centers_.astype(np.float32)))
-            inertia.append(float(km.inertia_))
-        self.centroids_ = torch.stack(centroids).to(k.device)
-        self.inertia_ = torch.tensor(inertia, dtype=torch.float64)
+        centroids, self.inertia_ = fit_head_centroids(
+            x_all, self.n_clusters, n_init=self.n_init, max_iter=self.max_iter,
+            random_state=self.random_state, max_points=self.max_points)
+        self.centroids_ = centroids.to(k.device)
         return self
 
     def _centroids_for(self, x: Tensor) -> Tensor:
