@@ -8,13 +8,18 @@ missed (FN) keys.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 
 import streamlit as st
+import streamlit.components.v1 as components
+from torch import Tensor
 
 from app import shell
-from sparsefinder.explore import inputs, tables
+from sparsefinder.explore import head_lines, inputs, tables
 from sparsefinder.figures import common as common_figures
 from sparsefinder.figures import graphs as graph_figures
+from sparsefinder.figures import head_lines as head_lines_figures
+from sparsefinder.graphs import AttentionRecord
 
 st.title("Token view")
 
@@ -54,6 +59,7 @@ def token_view() -> None:
     b.metric("Gold keys per head", f"{summary['gold_edges'].mean():.1f}")
     c.metric("Predicted keys per head", f"{summary['predicted_edges'].mean():.1f}")
     heads = list(range(record.num_heads))
+    lines_view(record, preds, state.layer, state.query)
     st.plotly_chart(graph_figures.token_figure(frame, labels, state.query, heads, direction),
                     config=common_figures.chart_config(f"token_L{state.layer}_q{state.query}"),
                     key="w_fig_tokens")
@@ -63,6 +69,22 @@ def token_view() -> None:
         "This row, every head (CSV)", functools.partial(tables.to_csv, frame),
         file_name=f"token_L{state.layer}_q{state.query}.csv", mime="text/csv",
         on_click="ignore", key="w_dl_tokens")
+
+
+def lines_view(record: AttentionRecord, preds: Sequence[Tensor], layer: int,
+               query: int) -> None:
+    """bertviz's head view for a window of tokens around the selected one, gold vs predicted;
+    hovering runs in the browser (no rerun per hover)."""
+    shell.seed("w_lines_window", head_lines.DEFAULT_WINDOW)
+    size = st.slider("Head view: tokens shown around the selected one", 8,
+                     head_lines.MAX_WINDOW, key="w_lines_window",
+                     help="Queries on the left, keys on the right; each token's tooltip "
+                          "counts its gold edges that leave this window.")
+    start, stop = head_lines.window_bounds(record.n_tokens, query, size)
+    lines = head_lines.head_lines(record, preds, layer, start, stop)
+    with st.container(key="w_head_lines"):
+        components.html(head_lines_figures.head_lines_html(lines),
+                        height=head_lines_figures.page_height(lines), scrolling=True)
 
 
 ctx = shell.context()

@@ -215,3 +215,37 @@ def test_explorer_shows_the_output_accuracy_of_the_setting(server, page):
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "browser_accuracy.png"))
     assert page.locator("[data-testid='stException']").count() == 0
+
+
+def test_head_view_hover_draws_a_tokens_lines_per_head(server, page):
+    """bertviz-style head view: hovering query 5 draws its lines; with a window of 3 and no
+    global tokens every head predicts exactly keys 4..6, so 12 heads give 36 kept lines
+    (TP + FP), and unticking a head removes its lines."""
+    page.goto(f"{server}/tokens?method=fixed&window=3&global=none&query=5&layer=0",
+              timeout=240_000)
+    page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 1",
+                           timeout=240_000)
+    frame = page.frame_locator(".st-key-w_head_lines iframe")
+    token = frame.locator("text[data-side='query'][data-index='5']")
+    token.wait_for(timeout=60_000)
+    # the real mouse (Playwright's hover() refuses: Streamlit's container sits over iframes
+    # in its hit test, though the browser delivers the events to the frame)
+    box = token.bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    lines = frame.locator("#lines line")
+    lines.first.wait_for(timeout=30_000)
+    kept = frame.locator("#lines line[data-status='TP'], #lines line[data-status='FP']")
+    assert kept.count() == 36
+    assert frame.locator("#lines line[data-head='3']").count() >= 3
+    title = frame.locator("#lines line title").first.text_content()
+    assert " → " in title and "gold p=" in title
+    page.mouse.down()  # a click pins the token: its lines stay while the mouse moves on
+    page.mouse.up()
+    tick = frame.locator("input[data-head='3']").bounding_box()
+    page.mouse.click(tick["x"] + tick["width"] / 2, tick["y"] + tick["height"] / 2)
+    assert frame.locator("#lines line[data-head='3']").count() == 0
+    assert frame.locator("#lines line[data-status='TP'], #lines line[data-status='FP']"
+                         ).count() == 33
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "browser_head_view.png"), full_page=True)
+    assert page.locator("[data-testid='stException']").count() == 0
