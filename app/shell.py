@@ -370,8 +370,9 @@ def _model_controls() -> tuple[str, Path | None, str | None]:
     seed("w_model_kind", "default" if linked == DEFAULT_MODEL else "custom")
     kind = st.sidebar.radio(
         "Model", ["default", "custom"], key="w_model_kind", horizontal=True,
-        format_func=lambda k: "Bundled (MiniLM-L6)" if k == "default" else "Other",
-        help="The bundled all-MiniLM-L6-v2 runs offline; 'Other' takes a Hugging Face id or a "
+        format_func=lambda k: "Bundled (MiniLM-L6, entmax-adapted)" if k == "default" else "Other",
+        help="The bundled all-MiniLM-L6-v2 with its entmax adapter runs offline ('Other' → "
+             "`default-softmax`: without the adapter); 'Other' takes a Hugging Face id or a "
              "local folder.",
     )
     if kind == "default":
@@ -544,7 +545,8 @@ def build_context() -> AppContext:
     ctx.state = view_state()
     device = ctx.loaded.device if ctx.loaded else None
     st.sidebar.caption(f"Device: **{_device_label(device)}**"
-                       + (f" · {ctx.loaded.model_id}" if ctx.loaded else ""))
+                       + (f" · {ctx.loaded.model_id} · adapter: {ctx.loaded.adapter_label()}"
+                          if ctx.loaded else ""))
     st.session_state[CONTEXT_KEY] = ctx
     return ctx
 

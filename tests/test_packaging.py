@@ -36,6 +36,7 @@ def installed(tmp_path_factory) -> Path:
         check=True, cwd=target, timeout=600,
     )
     assert (target / "sparsefinder" / "assets" / "default" / "projections.pt").is_file()
+    assert (target / "sparsefinder" / "assets" / "default" / "entmax_adapter.safetensors").is_file()
     assert not (target / "sparsefinder" / "__editable__").exists()
     return target
 

@@ -19,7 +19,8 @@ def test_first_screen_shows_graphs_and_metrics(with_projections):
     for scope in ("Head", "Layer", "Model"):
         for what in ("recall", "sparsity", "gold sparsity"):
             assert 0.0 <= metric(at, f"{scope} {what}") <= 1.0
-    assert any("Device:" in c.value for c in at.sidebar.caption)
+    assert any("Device:" in c.value and "adapter: entmax-1.5 adapter" in c.value
+               for c in at.sidebar.caption)  # which weights run: the entmax-adapted ones
     assert at.query_params["example"] == "short_dialogue"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sparsefinder.cli import main
+from sparsefinder.models import DEFAULT_MODEL_ID
 from sparsefinder.records_io import load_records
 
 
@@ -12,7 +13,7 @@ def test_extract_writes_compact_records(tmp_path, capsys):
     code = main(["extract", "--corpus", str(corpus), "--split", "all", "--out", str(tmp_path)])
     assert code == 0
     records, metadata = load_records(tmp_path / "records-all.pt")
-    assert len(records) == 2 and metadata["model_id"].endswith("all-MiniLM-L6-v2")
+    assert len(records) == 2 and metadata["model_id"] == DEFAULT_MODEL_ID
     assert "saved 2 records" in capsys.readouterr().out
 
 

@@ -1,0 +1,39 @@
+"""`sparsefinder adapt` on a tiny random BERT through the real CLI entry point."""
+
+from __future__ import annotations
+
+import json
+
+from sparsefinder.adapter_file import read_adapter
+from sparsefinder.cli import main
+from sparsefinder.models import load_model
+
+
+def test_adapt_writes_a_loadable_adapter_and_resumes(tiny_model_dirs, tmp_path, capsys):
+    folder = tiny_model_dirs["bert"]
+    args = ["adapt", "--model", str(folder), "--out", str(tmp_path), "--max-passages", "6",
+            "--eval-passages", "2", "--steps", "3", "--batch-size", "2", "--max-tokens", "24",
+            "--rank", "2"]
+    assert main(args) == 0
+    out = capsys.readouterr()
+    assert "before: pooled cosine" in out.out and "after: pooled cosine" in out.out
+    path = tmp_path / "entmax_adapter.safetensors"
+    tensors, meta = read_adapter(path)
+    assert meta["base_model"] == str(folder) and meta["alpha"] == "1.5"
+    assert "default corpus" in meta["training_data"]
+    assert json.loads(meta["after"])["texts"] == 2
+    assert (tmp_path / "adapt-checkpoint.pt").exists()
+    loaded = load_model(str(folder), adapter=path, device="cpu")
+    assert loaded.adapter is not None and "adapter" in loaded.describe()["adapter"]
+    # Resuming a finished run trains nothing more and rewrites the same adapter.
+    assert main([*args, "--resume"]) == 0
+    again, _ = read_adapter(path)
+    assert all((again[k] == tensors[k]).all() for k in tensors)
+
+
+def test_adapt_refuses_an_uncovered_family(tiny_model_dirs, tmp_path, capsys):
+    code = main(["adapt", "--model", str(tiny_model_dirs["gpt2"]), "--out", str(tmp_path),
+                 "--max-passages", "4", "--eval-passages", "1", "--steps", "1"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "model family 'gpt2' is not covered" in err and "Traceback" not in err
