@@ -230,6 +230,13 @@ def _load_checked(
     return config, tokenizer, model
 
 
+def _same_file(a: str | Path, b: Path) -> bool:
+    try:
+        return Path(a).expanduser().resolve() == b.resolve()
+    except OSError:
+        return False
+
+
 def _merge_adapter(model: nn.Module, adapter: str | Path) -> tuple[nn.Module, dict[str, str]]:
     from sparsefinder.adapter_file import AdapterError, apply_adapter
 
@@ -264,8 +271,11 @@ def load_model(
             model_id = SOFTMAX_MODEL_ID
     if name == DEFAULT_MODEL and adapter is None:
         adapter, model_id = BUNDLED_ADAPTER, DEFAULT_MODEL_ID
-    elif adapter is not None:  # a user's adapter: its file name tells the models apart
-        model_id = f"{model_id}+{Path(adapter).stem}"
+    elif adapter is not None:
+        bundled = model_id == SOFTMAX_MODEL_ID and _same_file(adapter, BUNDLED_ADAPTER)
+        # the bundled pair by other names is the default model; else the adapter's file name
+        # tells the models apart
+        model_id = DEFAULT_MODEL_ID if bundled else f"{model_id}+{Path(adapter).stem}"
     metadata: dict[str, str] | None = None
     with _LOAD_LOCK:  # until the weights sit on their device (the memory check must hold)
         config, tokenizer, model = _load_checked(name, source, resolved_device)

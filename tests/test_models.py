@@ -134,13 +134,18 @@ def test_gpu_memory_is_checked_too(tiny_model_dirs, monkeypatch):
 
 
 def test_a_local_folder_holding_the_bundled_weights_is_the_default_model(tmp_path):
-    from sparsefinder.models import DEFAULT_MODEL_ID, default_model_path
-    from sparsefinder.projections import HeadProjections
-    from sparsefinder.resources import BUNDLED_PROJECTIONS
+    from sparsefinder.models import DEFAULT_MODEL_ID, SOFTMAX_MODEL_ID, default_model_path
+    from sparsefinder.projections import HeadProjections, ProjectionsError
+    from sparsefinder.resources import BUNDLED_ADAPTER, BUNDLED_PROJECTIONS
 
     link = tmp_path / "my-minilm"
     link.symlink_to(default_model_path(), target_is_directory=True)
     loaded = load_model(str(link), device="cpu")
-    assert loaded.model_id == DEFAULT_MODEL_ID
+    assert loaded.model_id == SOFTMAX_MODEL_ID and loaded.adapter is None  # = default-softmax
+    # the bundled projections are for the adapted model, so they are refused for the raw one
+    with pytest.raises(ProjectionsError, match="trained for model"):
+        HeadProjections.load(BUNDLED_PROJECTIONS, expected_model_id=loaded.model_id)
+    adapted = load_model(str(link), device="cpu", adapter=BUNDLED_ADAPTER)
+    assert adapted.model_id == DEFAULT_MODEL_ID
     # so the bundled projections are accepted for it (the id, not the spelling, is compared)
-    HeadProjections.load(BUNDLED_PROJECTIONS, expected_model_id=loaded.model_id)
+    HeadProjections.load(BUNDLED_PROJECTIONS, expected_model_id=adapted.model_id)
