@@ -32,6 +32,7 @@ from torch import Tensor
 
 from sparsefinder.predictors import (
     BigBird,
+    BlockSparsefinder,
     Distance,
     GlobalTokens,
     Longformer,
@@ -227,6 +228,10 @@ def _register_defaults() -> None:
                _routed_kmeans("top"), inputs="original"),
         Method("topp", "Top-p of entmax (ORACLE)", ("p",), _topp, inputs="original",
                oracle=True),
+        # Issue 13: block Sparsefinder (paper §6): nearest key blocks of pooled projections;
+        # its block graph is what sparsefinder.block_sparse computes attention on.
+        Method("block", "Block Sparsefinder (block, key blocks)", ("block", "n_blocks"),
+               lambda p, c: BlockSparsefinder(int(p["block"]), int(p["n_blocks"]))),
     ]
     from sparsefinder.calibrated_sweep import calibrated_methods, fitted_build
 

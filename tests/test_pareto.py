@@ -414,6 +414,10 @@ def test_default_curves_exactly(default_curves) -> None:
     expected["kmeans-routed"] = ("kmeans-routed", 0, ROUTED_BUDGET_GRID)
     expected["kmeans-routed-top"] = ("kmeans-routed-top", 0, ROUTED_TOP_GRID)
     expected["topp"] = ("topp", 0, [{"p": p} for p in TOPP_GRID])
+    # issue 13: block Sparsefinder at blocks of 32 and 16
+    blocks = [0, 1, 2, 3, 4, 5, 6, 8, 10, 12]
+    expected["block"] = ("block", 0, [{"block": 32, "n_blocks": b} for b in blocks])
+    expected["block16"] = ("block", 0, [{"block": 16, "n_blocks": b} for b in blocks])
     assert set(default_curves) == set(expected)
     for name, want in expected.items():
         assert _grid(name) == want, name
@@ -556,3 +560,26 @@ def test_the_skip_warning_points_at_the_caller(records) -> None:
     with pytest.warns(UserWarning) as caught:
         sweep(records, None, "sparsebert-dams,window")
     assert caught[0].filename == __file__
+
+
+def test_sweeps_report_exact_fraction_and_block_recall(records, projections) -> None:
+    from sparsefinder.metrics import block_recall, exact_fraction
+
+    df = sweep(records, projections, ["block16", "distance"])
+    block = df[df.method == "block16"]
+    assert block.block_recall.notna().all()
+    assert df[df.method == "distance"].block_recall.isna().all()
+    assert (block.exact_fraction.diff().dropna() >= -1e-12).all()  # more blocks, more exact rows
+    row = block.iloc[3]
+    spec = curve_spec("block16", json.loads(row.params))
+    preds = [spec.build(projections, layer) for layer in range(records[0].num_layers)]
+    expected_exact, expected_block = [], []
+    for record in records:
+        masks = predict_record(spec, preds, RecordInputs(record, projections))
+        golds = record.gold_masks()
+        pairs = list(zip(masks, golds, strict=True))
+        expected_exact.append(torch.stack([exact_fraction(p, g) for p, g in pairs]))
+        expected_block.append(torch.stack([block_recall(p, g, 16, causal=record.causal)
+                                           for p, g in pairs]))
+    assert row.exact_fraction == pytest.approx(float(torch.stack(expected_exact).mean()))
+    assert row.block_recall == pytest.approx(float(torch.stack(expected_block).mean()))

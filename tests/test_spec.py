@@ -143,6 +143,8 @@ REGISTRY = {
     "kmeans-routed-top": ("Routed k-means (B, routes)", ("n_clusters", "n_routes"),
                           "original", False, False),
     "topp": ("Top-p of entmax (ORACLE)", ("p",), "original", True, False),
+    "block": ("Block Sparsefinder (block, key blocks)", ("block", "n_blocks"), "projected",
+              False, False),
     "distance-calibrated": ("Distance, per-head t for a target sparsity", ("target_sparsity",),
                             "projected", False, True),
     "distance-budget": ("Distance, per-head t, sparsity budget across heads",
