@@ -58,7 +58,7 @@ import json
 import math
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -66,7 +66,7 @@ import torch
 
 from sparsefinder.calibrated_sweep import DISTANCE_FINE_GRID, calibrated_grids
 from sparsefinder.graphs import AttentionRecord
-from sparsefinder.metrics import GraphScores, Scorer, macro_average
+from sparsefinder.metrics import EXTRA_METRICS, GraphScores, Scorer, macro_average
 from sparsefinder.projections import HeadProjections, ProjectionsError
 from sparsefinder.spec import PredictorSpec, RecordInputs, predict_record
 
@@ -254,6 +254,9 @@ class SpecScores:
     recall_per_layer: list[float]
     sparsity_per_layer: list[float]
     n_texts: int
+    #: macro averages of the :data:`~sparsefinder.metrics.EXTRA_METRICS` (precision, exact
+    #: fraction, mass recall, block recall at 16 and 64), same averaging as recall
+    extra: dict[str, float] = field(default_factory=dict)
 
 
 def score_specs(
@@ -264,7 +267,7 @@ def score_specs(
     fitted: Sequence[Any] | None = None,
     on_progress: ProgressFn | None = None,
 ) -> tuple[list[SpecScores], GraphScores]:
-    """Macro-averaged recall/sparsity of every spec on ``records`` and the gold sparsity.
+    """Macro-averaged scores of every spec on ``records`` and the gold sparsity.
 
     Per text: one :class:`Scorer`, one :class:`RecordInputs` (projections computed once per
     layer), then for each spec ``scorer.score(predict_record(...))`` — the same calls the
@@ -303,6 +306,7 @@ def score_specs(
             recall_per_layer=[float(x) for x in avg["recall_per_layer"]],
             sparsity_per_layer=[float(x) for x in avg["sparsity_per_layer"]],
             n_texts=int(avg["n_texts"]),
+            extra={name: float(avg[name]) for name in EXTRA_METRICS if name in avg},
         ))
     gold_avg = macro_average(gold)
     gold_scores = GraphScores(recall=gold_avg["recall_per_layer"],
@@ -334,9 +338,11 @@ def sweep(
     be built (k-means without centroids for that B) are skipped with a warning.
     ``on_progress(fraction, message)`` reports progress (the CLI draws a bar with it).
 
-    Columns: ``method`` (curve name), ``params`` (JSON), ``recall``, ``sparsity`` (macro
-    averages), ``recall_per_layer``/``sparsity_per_layer`` (JSON lists), ``n_texts``. The gold
-    sparsity (overall and per layer) is in ``df.attrs``.
+    Columns: ``method`` (curve name), ``params`` (JSON), ``recall``, ``sparsity``, then
+    ``precision``, ``exact_fraction``, ``mass_recall``, ``block_recall16``, ``block_recall64``
+    (macro averages, :data:`~sparsefinder.metrics.EXTRA_METRICS`),
+    ``recall_per_layer``/``sparsity_per_layer`` (JSON lists), ``n_texts``. The gold sparsity
+    (overall and per layer) is in ``df.attrs``.
     """
     if not records:
         raise ValueError("sweep needs at least one record (a text's gold graphs)")
@@ -390,6 +396,7 @@ def sweep(
             "params": spec.params_json(),
             "recall": result.recall,
             "sparsity": result.sparsity,
+            **{name: result.extra.get(name, math.nan) for name in EXTRA_METRICS},
             "recall_per_layer": json.dumps([round(x, 6) for x in result.recall_per_layer]),
             "sparsity_per_layer": json.dumps([round(x, 6) for x in result.sparsity_per_layer]),
             "n_texts": result.n_texts,
@@ -463,3 +470,28 @@ def recall_at_sparsity(
             row[f"recall@{level:g}"] = value
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def metrics_at_sparsity(df: pd.DataFrame, levels: Sequence[float] = SPARSITY_LEVELS
+                        ) -> pd.DataFrame:
+    """Every metric of the configuration that gives each method's recall at each level.
+
+    The configuration is the one the step rule of :func:`recall_at_sparsity` reads: the
+    frontier point with the best recall among those with sparsity ≥ level. One row per
+    (method, level) that some configuration reaches: ``method``, ``level``, ``params``,
+    ``recall``, ``sparsity`` and the :data:`~sparsefinder.metrics.EXTRA_METRICS` present in
+    ``df`` (how good the graph at that point is besides its recall).
+    """
+    extras = [name for name in EXTRA_METRICS if name in df.columns]
+    rows = []
+    for method, group in pareto_frontier(df).groupby("method", sort=False):
+        for level in levels:
+            above = group[group["sparsity"] >= level]
+            if above.empty:
+                continue
+            best = above.loc[above["recall"].idxmax()]
+            rows.append({"method": method, "level": level, "params": best["params"],
+                         "recall": best["recall"], "sparsity": best["sparsity"],
+                         **{name: best[name] for name in extras}})
+    return pd.DataFrame(rows, columns=["method", "level", "params", "recall", "sparsity",
+                                       *extras])
