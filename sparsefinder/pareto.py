@@ -58,7 +58,7 @@ import json
 import math
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -67,13 +67,7 @@ from torch import Tensor
 
 from sparsefinder.calibrated_sweep import DISTANCE_FINE_GRID, calibrated_grids
 from sparsefinder.graphs import AttentionRecord
-from sparsefinder.metrics import (
-    GraphScores,
-    Scorer,
-    block_recall,
-    exact_fraction,
-    macro_average,
-)
+from sparsefinder.metrics import EXTRA_METRICS, GraphScores, Scorer, block_recall, macro_average
 from sparsefinder.projections import HeadProjections, ProjectionsError
 from sparsefinder.spec import PredictorSpec, RecordInputs, predict_record
 
@@ -269,10 +263,17 @@ class SpecScores:
     recall_per_layer: list[float]
     sparsity_per_layer: list[float]
     n_texts: int
-    #: share of query rows whose whole gold support is predicted (metrics.exact_fraction)
-    exact_fraction: float = math.nan
-    #: tile recall at the method's block size (metrics.block_recall); NaN without one
+    #: macro averages of the :data:`~sparsefinder.metrics.EXTRA_METRICS` (precision, exact
+    #: fraction, mass recall, block recall at 16 and 64), same averaging as recall
+    extra: dict[str, float] = field(default_factory=dict)
+    #: tile recall at the method's own ``block`` parameter (metrics.block_recall); NaN
+    #: for token-level methods
     block_recall: float = math.nan
+
+    @property
+    def exact_fraction(self) -> float:
+        """Share of query rows whose whole gold support is predicted."""
+        return self.extra.get("exact_fraction", math.nan)
 
 
 def score_specs(
@@ -283,7 +284,7 @@ def score_specs(
     fitted: Sequence[Any] | None = None,
     on_progress: ProgressFn | None = None,
 ) -> tuple[list[SpecScores], GraphScores]:
-    """Macro-averaged recall/sparsity of every spec on ``records`` and the gold sparsity.
+    """Macro-averaged scores of every spec on ``records`` and the gold sparsity.
 
     Per text: one :class:`Scorer`, one :class:`RecordInputs` (projections computed once per
     layer), then for each spec ``scorer.score(predict_record(...))`` — the same calls the
@@ -303,7 +304,7 @@ def score_specs(
     built = [spec.build_layers(projections, num_layers, fit)
              for spec, fit in zip(specs, fitted, strict=True)]
     per_spec: list[list[GraphScores]] = [[] for _ in specs]
-    extras: list[list[Tensor]] = [[] for _ in specs]  # (2, layers, heads) per text
+    extras: list[list[Tensor]] = [[] for _ in specs]  # (layers, heads) per text
     gold: list[GraphScores] = []
     for index, record in enumerate(records):
         scorer = Scorer(record)
@@ -311,7 +312,7 @@ def score_specs(
         for c, spec in enumerate(specs):
             preds = predict_record(spec, built[c], vectors)
             per_spec[c].append(scorer.score(preds))
-            extras[c].append(_extra_scores(spec, preds, scorer))
+            extras[c].append(_own_block_recall(spec, preds, scorer))
         gold.append(GraphScores(recall=torch.ones_like(scorer.gold_sparsity),
                                 sparsity=scorer.gold_sparsity))
         if on_progress is not None:
@@ -321,12 +322,14 @@ def score_specs(
     for scores, extra in zip(per_spec, extras, strict=True):
         avg = macro_average(scores)
         # macro: texts, then heads, then layers (equal shapes: the mean of means is the mean)
-        exact, block = torch.stack(extra).mean((0, 2, 3)).tolist()
+        # macro over texts, heads, layers (equal shapes: the mean of means is the mean)
+        block = float(torch.stack(extra).mean()) if extra else math.nan
         results.append(SpecScores(
             recall=float(avg["recall"]), sparsity=float(avg["sparsity"]),
             recall_per_layer=[float(x) for x in avg["recall_per_layer"]],
             sparsity_per_layer=[float(x) for x in avg["sparsity_per_layer"]],
-            n_texts=int(avg["n_texts"]), exact_fraction=exact, block_recall=block,
+            n_texts=int(avg["n_texts"]), block_recall=block,
+            extra={name: float(avg[name]) for name in EXTRA_METRICS if name in avg},
         ))
     gold_avg = macro_average(gold)
     gold_scores = GraphScores(recall=gold_avg["recall_per_layer"],
@@ -334,17 +337,15 @@ def score_specs(
     return results, gold_scores
 
 
-def _extra_scores(spec: PredictorSpec, preds: Sequence[Tensor], scorer: Scorer) -> Tensor:
-    """(2, layers, heads) float64: exact fraction, and block recall at the spec's ``block``
-    parameter (NaN for methods without one)."""
+def _own_block_recall(spec: PredictorSpec, preds: Sequence[Tensor], scorer: Scorer) -> Tensor:
+    """(layers, heads) float64: block recall at the spec's own ``block`` parameter (NaN for
+    methods without one; the Scorer's extras give it at 16 and 64)."""
     block = spec.param_dict.get("block")
     rows = []
     for pred, gold in zip(preds, scorer.golds, strict=True):
-        exact = exact_fraction(pred, gold)
-        tiles = (block_recall(pred, gold, int(block), causal=scorer.causal) if block
-                 else torch.full_like(exact, math.nan))
-        rows.append(torch.stack([exact, tiles]))
-    return torch.stack(rows, 1)
+        rows.append(block_recall(pred, gold, int(block), causal=scorer.causal) if block
+                    else torch.full(pred.shape[:1], math.nan, dtype=torch.float64))
+    return torch.stack(rows)
 
 
 def score_spec(records: Sequence[AttentionRecord], projections: HeadProjections | None,
@@ -371,12 +372,13 @@ def sweep(
     be built (k-means without centroids for that B) are skipped with a warning.
     ``on_progress(fraction, message)`` reports progress (the CLI draws a bar with it).
 
-    Columns: ``method`` (curve name), ``params`` (JSON), ``recall``, ``sparsity`` (macro
-    averages), ``recall_per_layer``/``sparsity_per_layer`` (JSON lists), ``n_texts``,
-    ``exact_fraction`` (share of rows whose gold support is all predicted) and
-    ``block_recall`` (tile recall at the method's ``block`` parameter, NaN for methods without
-    one, e.g. every token-level method). The gold sparsity (overall and per layer) is in
-    ``df.attrs``.
+    Columns: ``method`` (curve name), ``params`` (JSON), ``recall``, ``sparsity``, then
+    ``precision``, ``exact_fraction``, ``mass_recall``, ``block_recall16``, ``block_recall64``
+    (macro averages, :data:`~sparsefinder.metrics.EXTRA_METRICS`),
+    ``recall_per_layer``/``sparsity_per_layer`` (JSON lists), ``n_texts`` and
+    ``block_recall`` (tile recall at the method's own ``block`` parameter, NaN for methods
+    without one, e.g. every token-level method). The gold sparsity (overall and per layer) is
+    in ``df.attrs``.
     """
     if not records:
         raise ValueError("sweep needs at least one record (a text's gold graphs)")
@@ -430,10 +432,10 @@ def sweep(
             "params": spec.params_json(),
             "recall": result.recall,
             "sparsity": result.sparsity,
+            **{name: result.extra.get(name, math.nan) for name in EXTRA_METRICS},
             "recall_per_layer": json.dumps([round(x, 6) for x in result.recall_per_layer]),
             "sparsity_per_layer": json.dumps([round(x, 6) for x in result.sparsity_per_layer]),
             "n_texts": result.n_texts,
-            "exact_fraction": result.exact_fraction,
             "block_recall": result.block_recall,
         }
         for (name, spec), result in zip(rows, results, strict=True)
@@ -505,3 +507,28 @@ def recall_at_sparsity(
             row[f"recall@{level:g}"] = value
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def metrics_at_sparsity(df: pd.DataFrame, levels: Sequence[float] = SPARSITY_LEVELS
+                        ) -> pd.DataFrame:
+    """Every metric of the configuration that gives each method's recall at each level.
+
+    The configuration is the one the step rule of :func:`recall_at_sparsity` reads: the
+    frontier point with the best recall among those with sparsity ≥ level. One row per
+    (method, level) that some configuration reaches: ``method``, ``level``, ``params``,
+    ``recall``, ``sparsity`` and the :data:`~sparsefinder.metrics.EXTRA_METRICS` present in
+    ``df`` (how good the graph at that point is besides its recall).
+    """
+    extras = [name for name in EXTRA_METRICS if name in df.columns]
+    rows = []
+    for method, group in pareto_frontier(df).groupby("method", sort=False):
+        for level in levels:
+            above = group[group["sparsity"] >= level]
+            if above.empty:
+                continue
+            best = above.loc[above["recall"].idxmax()]
+            rows.append({"method": method, "level": level, "params": best["params"],
+                         "recall": best["recall"], "sparsity": best["sparsity"],
+                         **{name: best[name] for name in extras}})
+    return pd.DataFrame(rows, columns=["method", "level", "params", "recall", "sparsity",
+                                       *extras])

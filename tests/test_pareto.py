@@ -583,3 +583,55 @@ def test_sweeps_report_exact_fraction_and_block_recall(records, projections) -> 
                                            for p, g in pairs]))
     assert row.exact_fraction == pytest.approx(float(torch.stack(expected_exact).mean()))
     assert row.block_recall == pytest.approx(float(torch.stack(expected_block).mean()))
+
+
+def test_sweep_extra_metrics_are_macro_averages_of_the_plain_functions(points, records,
+                                                                      projections) -> None:
+    """precision, exact fraction, mass recall and block recall columns (issue 10) are the
+    macro averages (texts, heads, layers) of the metric functions on each prediction."""
+    from sparsefinder.metrics import (
+        EXTRA_METRICS,
+        block_recall,
+        exact_fraction,
+        mass_recall,
+        precision,
+    )
+
+    functions = {
+        "precision": lambda p, g, probs: precision(p, g),
+        "exact_fraction": lambda p, g, probs: exact_fraction(p, g),
+        "mass_recall": lambda p, g, probs: mass_recall(p, probs),
+        "block_recall16": lambda p, g, probs: block_recall(p, g, 16),
+        "block_recall64": lambda p, g, probs: block_recall(p, g, 64),
+    }
+    assert set(functions) == set(EXTRA_METRICS)
+    for name in ("distance", "kmeans+window", "topk"):
+        for _, row in points[points["method"] == name].iterrows():
+            spec = curve_spec(name, json.loads(row["params"]))
+            per_text = {metric: [] for metric in functions}
+            for record in records:
+                preds = predict_record(spec, spec.build_layers(projections, LAYERS),
+                                       RecordInputs(record, projections))
+                for metric, fn in functions.items():
+                    per_text[metric].append(torch.stack([
+                        fn(p, layer.gold, layer.probs())
+                        for p, layer in zip(preds, record.layers, strict=True)]))
+            for metric, values in per_text.items():
+                expected = float(torch.stack(values).mean(0).mean(-1).mean())
+                assert row[metric] == pytest.approx(expected, abs=1e-6), (name, metric)
+
+
+def test_metrics_at_sparsity_reads_the_step_rule_configuration() -> None:
+    from sparsefinder.pareto import metrics_at_sparsity
+
+    df = _df([("a", 0.70, 0.99), ("a", 0.80, 0.90), ("a", 0.92, 0.60), ("a", 0.96, 0.30),
+              ("b", 0.50, 1.00)])
+    df["precision"] = [0.1, 0.2, 0.3, 0.4, 0.5]
+    out = metrics_at_sparsity(df, (0.75, 0.9, 0.95))
+    assert out["method"].tolist() == ["a", "a", "a"]  # b reaches no level
+    assert out["recall"].tolist() == [0.90, 0.60, 0.30]
+    assert out["precision"].tolist() == [0.2, 0.3, 0.4]
+    at = recall_at_sparsity(df, (0.75, 0.9, 0.95)).set_index("method")
+    assert out["recall"].tolist() == at.loc["a"].tolist()
+    assert list(out.columns) == ["method", "level", "params", "recall", "sparsity",
+                                 "precision"]

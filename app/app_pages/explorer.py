@@ -53,6 +53,16 @@ def _head_picker(ctx: shell.AppContext) -> None:
                   **shell.bind("w_colour_by", "overview"))
 
 
+_EXTRA_LABELS = {"precision": "precision", "exact_fraction": "exact rows",
+                 "mass_recall": "mass recall", "block_recall16": "block recall 16",
+                 "block_recall64": "block recall 64"}
+_EXTRA_HELP = ("precision: share of predicted pairs that are gold edges · exact rows: share of "
+               "query rows whose whole gold support is predicted (they get exactly the true "
+               "attention) · mass recall: share of the gold probability mass kept · block "
+               "recall b: share of the gold b×b tiles the prediction touches (what a "
+               "block-sparse kernel computes).")
+
+
 def _metrics(summary: dict[str, live.Summary], layer: int, head: int) -> None:
     scopes = {"head": f"Head L{layer}·H{head}", "layer": f"Layer {layer}", "model": "Model"}
     for column, (scope, title) in zip(st.columns(3), scopes.items(), strict=True):
@@ -68,6 +78,10 @@ def _metrics(summary: dict[str, live.Summary], layer: int, head: int) -> None:
                       "(decoders: over the n(n+1)/2 allowed pairs).")
         c.metric(f"{scope.title()} gold sparsity", f"{values.gold_sparsity:.3f}",
                  help="Sparsity of the true α-entmax graph: what a perfect predictor reaches.")
+        if values.extra:
+            column.caption(" · ".join(f"{_EXTRA_LABELS.get(name, name)} {value:.3f}"
+                                      for name, value in values.extra.items()),
+                           help=_EXTRA_HELP)
 
 
 @st.fragment
@@ -109,7 +123,7 @@ def explorer() -> None:
     metric = state.overview
     with grid_col:
         st.markdown(f"**All layers × heads** · coloured by {metric}; click a cell to open it")
-        values = (scores.recall if metric == "recall" else scores.sparsity).numpy()
+        values = getattr(scores, metric).numpy()
         st.plotly_chart(graph_figures.overview_figure(values, metric, (layer, head)),
                         config=common_figures.chart_config(f"overview_{metric}"), key="w_overview",
                         on_select=_pick_from_grid, selection_mode="points")
@@ -224,7 +238,7 @@ def _model_view(prepared: prep.PreparedText, preds, scores, state) -> None:
     kind = st.radio("Model view: every head's", ["diff", "gold", "predicted"], horizontal=True,
                     key="w_model_view_kind")
     codes = tables.heads_codes(prepared.record, preds, kind)
-    values = (scores.recall if state.overview == "recall" else scores.sparsity).numpy()
+    values = getattr(scores, state.overview).numpy()
     st.plotly_chart(thumbnails.heads_figure(codes, kind, (state.layer, state.head), values,
                                             state.overview),
                     config=common_figures.chart_config(f"model_view_{kind}"),

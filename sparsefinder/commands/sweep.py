@@ -1,7 +1,9 @@
 """`sparsefinder sweep`: sparsity–recall points, Pareto frontiers and a plot on held-out text.
 
 Writes DIR/points.csv, DIR/points.json (points plus gold sparsity), DIR/frontier.csv,
-DIR/recall_at_sparsity.csv and DIR/pareto.html (self-contained, opens offline).
+DIR/recall_at_sparsity.csv, DIR/metrics_at_sparsity.csv (precision, exact fraction, mass
+recall and block recall of the configuration behind each R@level) and DIR/pareto.html
+(self-contained, opens offline). Every point carries all metrics (``metrics.EXTRA_METRICS``).
 
 Methods learned from training gold graphs (the SparseBERT static masks) are fitted on the
 first ``--train-passages`` passages of the TRAIN split of the same corpus, never on the
@@ -25,7 +27,14 @@ from sparsefinder.figures.common import write_figure_html
 from sparsefinder.figures.pareto import pareto_figure
 from sparsefinder.graphs import AttentionRecord, extract
 from sparsefinder.models import DEFAULT_MODEL, LoadedModel, load_model
-from sparsefinder.pareto import CURVES, pareto_frontier, recall_at_sparsity, resolve_methods, sweep
+from sparsefinder.pareto import (
+    CURVES,
+    metrics_at_sparsity,
+    pareto_frontier,
+    recall_at_sparsity,
+    resolve_methods,
+    sweep,
+)
 from sparsefinder.projections import HeadProjections
 from sparsefinder.resources import BUNDLED_PROJECTIONS
 
@@ -118,11 +127,13 @@ def run(args: argparse.Namespace) -> int:
                        on_progress=on_progress)
     frontier = pareto_frontier(points)
     at = recall_at_sparsity(points)
+    metrics_at = metrics_at_sparsity(points)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     points.to_csv(out / "points.csv", index=False)
     frontier.to_csv(out / "frontier.csv", index=False)
     at.to_csv(out / "recall_at_sparsity.csv", index=False)
+    metrics_at.to_csv(out / "metrics_at_sparsity.csv", index=False)
     gold = points.attrs["gold_sparsity"]
     gold_layers = points.attrs["gold_sparsity_per_layer"]
     summary = {
@@ -140,8 +151,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"gold sparsity: {gold:.4f} (per layer: "
           f"{', '.join(f'{x:.4f}' for x in gold_layers)})")
     print(at.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    at_90 = metrics_at[metrics_at["level"] == 0.9].drop(columns=["level", "params"])
+    if not at_90.empty:
+        print("every metric at the configuration behind R@0.9:")
+        print(at_90.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
     print(f"wrote {len(points)} points to {out}/ (points.csv, points.json, frontier.csv, "
-          "recall_at_sparsity.csv, pareto.html)")
+          "recall_at_sparsity.csv, metrics_at_sparsity.csv, pareto.html)")
     if args.accuracy:
         from sparsefinder.commands._accuracy import run_accuracy
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from sparsefinder.explore.inputs import DEFAULT_EXAMPLE, list_examples
 from sparsefinder.explore.texts import is_text_id
+from sparsefinder.metrics import EXTRA_METRICS
 from sparsefinder.spec import GLOBAL_CHOICES, METHODS, PredictorSpec
 
 #: Methods the app's sliders drive (keys of the one registry, ``sparsefinder.spec.METHODS``).
@@ -91,7 +92,8 @@ PARAM_NAMES: dict[str, str] = {
 }
 #: The α range the app offers (1 = softmax, 1.5 = entmax15, 2 = sparsemax).
 ALPHA_RANGE = (1.0, 4.0)
-OVERVIEW_METRICS = ("recall", "sparsity")
+#: Metrics the layer × head overview can be coloured by (every metric the Scorer gives).
+OVERVIEW_METRICS = ("recall", "sparsity", *EXTRA_METRICS)
 MAX_MODEL_NAME = 300
 
 

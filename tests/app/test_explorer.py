@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import re
 
+import numpy as np
+import pytest
 from apptest_helpers import assert_clean, assert_head_graphs, figures, metric, new_app
 
 
@@ -117,6 +120,30 @@ def test_head_navigation_and_url_state(with_projections):
     assert metric(at, "Head recall") == round(float(expected.recall[2, 0]), 3)
     assert metric(at, "Head sparsity") == round(float(expected.sparsity[2, 0]), 3)
     assert metric(at, "Layer recall") == round(float(expected.recall[2].mean()), 3)
+
+
+def test_extra_metrics_read_out_and_overview_colour(with_projections):
+    """Precision, exact rows, mass recall and block recall (issue 10) are read out per scope
+    and colour the overview grid, with the library's numbers for the same setting."""
+    at = new_app(layer="2", head="0", method="distance", t="0.3", window="5",
+                 overview="exact_fraction").run()
+    assert_clean(at)
+    assert at.radio(key="w_colour_by").value == "exact_fraction"
+    expected = _library_scores(with_projections, "distance", t=0.3, window=5)
+    read_outs = [c.value for c in at.caption if c.value.startswith("precision ")]
+    assert len(read_outs) == 3  # head, layer, model
+    head, layer, _ = read_outs
+    assert f"exact rows {float(expected.exact_fraction[2, 0]):.3f}" in head
+    assert f"mass recall {float(expected.mass_recall[2, 0]):.3f}" in head
+    assert f"block recall 16 {float(expected.block_recall16[2].mean()):.3f}" in layer
+    (grid,) = [f for f in figures(at) if f["data"][0].get("marker", {}).get("colorbar")]
+    assert grid["data"][0]["marker"]["colorbar"]["title"]["text"] == "exact_fraction"
+    colours = grid["data"][0]["marker"]["color"]
+    if isinstance(colours, dict):  # plotly's typed-array encoding
+        colours = np.frombuffer(base64.b64decode(colours["bdata"]), colours["dtype"]).tolist()
+    assert colours == pytest.approx(expected.exact_fraction.flatten().tolist())
+    at.radio(key="w_colour_by").set_value("precision").run()
+    assert at.query_params["overview"] == "precision"
 
 
 def test_bad_url_parameters_are_reported_not_raised(with_projections):

@@ -55,6 +55,19 @@ def test_sweep_writes_all_outputs(trained, tmp_path: Path, capsys) -> None:
     at = pd.read_csv(out / "recall_at_sparsity.csv")
     assert list(at.columns) == ["method", "recall@0.75", "recall@0.9", "recall@0.95"]
     assert (out / "pareto.html").stat().st_size > 1_000_000  # plotly.js inlined
+    # every point carries every metric (issue 10), and the configuration behind each R@level
+    extras = ["precision", "exact_fraction", "mass_recall", "block_recall16", "block_recall64"]
+    assert list(points.columns[2:9]) == ["recall", "sparsity", *extras]
+    assert points[extras].notna().all().all()
+    assert ((points[extras] >= 0) & (points[extras] <= 1)).all().all()
+    assert "exact_fraction" in summary["points"][0]
+    metrics_at = pd.read_csv(out / "metrics_at_sparsity.csv")
+    assert list(metrics_at.columns) == ["method", "level", "params", "recall", "sparsity",
+                                        *extras]
+    for row in metrics_at.itertuples():
+        assert row.sparsity >= row.level
+        reached = at.set_index("method").loc[row.method, f"recall@{row.level:g}"]
+        assert row.recall == pytest.approx(reached)
 
 
 def test_sweep_refuses_empty_validation(trained, tmp_path: Path, capsys) -> None:
