@@ -30,6 +30,7 @@ larger than RAM holds one chunk (``batch_size × chunk_batches`` records) at onc
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -155,6 +156,23 @@ def _write_bytes(path: Path, data: bytes) -> None:
     _write_atomic(path, lambda handle: handle.write(data))
 
 
+@contextlib.contextmanager
+def _torch_crc32_off() -> Iterator[None]:
+    """Skip ``torch.save``'s CRC32 of every zip record for the block.
+
+    Our SHA-256 already covers every byte of the file, and torch's CRC32 costs more than it
+    (measured here: 0.24 s vs 0.09 s of CPU per 150 MB). ``torch.load`` does not need the
+    CRCs. The option is process-wide: it is restored on exit; a ``torch.save`` running in
+    another thread meanwhile would also skip its CRCs (its file still loads).
+    """
+    before = torch.serialization.get_crc32_options()
+    torch.serialization.set_crc32_options(False)
+    try:
+        yield
+    finally:
+        torch.serialization.set_crc32_options(before)
+
+
 def write_chunk(folder: Path, chunk: Chunk, records: list[AttentionRecord],
                 metadata: dict) -> dict:
     """Write one chunk atomically with its checksum sidecar; returns its manifest entry.
@@ -164,7 +182,8 @@ def write_chunk(folder: Path, chunk: Chunk, records: list[AttentionRecord],
     """
     payload = records_payload(records, {**metadata, "chunk": chunk.index})
     path = folder / chunk.file
-    writer = _write_atomic(path, lambda handle: torch.save(payload, handle))
+    with _torch_crc32_off():
+        writer = _write_atomic(path, lambda handle: torch.save(payload, handle))
     digest = writer.hash.hexdigest()
     _write_bytes(path.with_name(path.name + ".sha256"), digest.encode())
     return _entry(chunk, digest, writer.size, records)
@@ -277,7 +296,7 @@ def extract_sharded(loaded: LoadedModel, texts: Sequence[str], folder: str | Pat
     if error is not None:
         raise ShardsError(error.split(": ", 1)[1])
     mine = [c for c in chunks if c.rank == world.rank]
-    entries, redone = [], 0
+    entries, redone, forward = [], 0, 0.0
     distributed.barrier()
     start = time.perf_counter()
     # Chunk c is serialised, hashed and written by one writer thread while chunk c + 1 runs
@@ -294,8 +313,10 @@ def extract_sharded(loaded: LoadedModel, texts: Sequence[str], folder: str | Pat
                 continue
             for leftover in (folder / chunk.file, folder / (chunk.file + _PARTIAL)):
                 leftover.unlink(missing_ok=True)
+            forward_start = time.perf_counter()
             records = extract(loaded, [texts[i] for i in chunk.texts], batch_size=batch_size,
                               long_text="error")
+            forward += time.perf_counter() - forward_start
             if pending is not None:
                 entries.append(_finished(pending, world.rank, progress))
             pending = writer.submit(write_chunk, folder, chunk, records, settings)
@@ -305,11 +326,14 @@ def extract_sharded(loaded: LoadedModel, texts: Sequence[str], folder: str | Pat
             entries.append(_finished(pending, world.rank, progress))
     seconds = time.perf_counter() - start
     gathered = distributed.gather_objects({"entries": entries, "redone": redone,
-                                           "seconds": seconds})
+                                           "seconds": seconds, "forward": forward})
     manifest = {"format": FORMAT, "version": FORMAT_VERSION, "status": "complete", **settings,
                 "chunks": sorted((e for g in gathered for e in g["entries"]),
                                  key=lambda e: e["index"]),
                 "rank_seconds": [g["seconds"] for g in gathered],
+                # of rank_seconds, the time inside extract() (the model): the rest is checks,
+                # waiting for the writer thread and the manifest
+                "rank_forward_seconds": [g["forward"] for g in gathered],
                 "chunks_written_this_run": sum(g["redone"] for g in gathered)}
     if world.is_main:
         _write_manifest(folder, manifest)
