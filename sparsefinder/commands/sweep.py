@@ -6,6 +6,9 @@ DIR/recall_at_sparsity.csv and DIR/pareto.html (self-contained, opens offline).
 Methods learned from training gold graphs (the SparseBERT static masks) are fitted on the
 first ``--train-passages`` passages of the TRAIN split of the same corpus, never on the
 split being evaluated.
+
+``--records DIR`` sweeps a shard store instead of extracting (under torchrun each rank scores
+its chunks; :mod:`sparsefinder.distributed_sweep` reduces the sums exactly).
 """
 
 from __future__ import annotations
