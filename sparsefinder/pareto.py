@@ -146,9 +146,9 @@ ROUTED_BUDGET_GRID = [
 ]
 ROUTED_TOP_GRID = [{"n_clusters": 128, "n_routes": t}
                    for t in (2, 4, 6, 8, 9, 10, 11, 12, 14, 16, 20, 24, 32)]
-#: Block Sparsefinder's block sizes in sweeps (curves "block" and "block16"), and its grid
+#: Block Sparsefinder curves: (name, block size, single keys per query block), and the grid
 #: of key blocks per query block (besides the diagonal block); 512 tokens = 16 blocks of 32.
-BLOCK_SIZES = (32, 16)
+BLOCK_CURVES = (("block", 32, 0), ("block16", 16, 0), ("block+keys", 32, 16))
 BLOCK_GRID = [0, 1, 2, 3, 4, 5, 6, 8, 10, 12]
 TOPP_GRID = [0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99, 1.0]
 
@@ -196,9 +196,9 @@ def _register_defaults() -> None:
     register_curve("kmeans-routed-top", "kmeans-routed-top", ROUTED_TOP_GRID, replace=True)
     register_curve("topp", "topp", [{"p": p} for p in TOPP_GRID], replace=True)
     # Issue 13: block Sparsefinder, 32-token blocks, key blocks per query block.
-    for size in BLOCK_SIZES:
-        register_curve("block" if size == BLOCK_SIZES[0] else f"block{size}", "block",
-                       [{"block": size, "n_blocks": b} for b in BLOCK_GRID], replace=True)
+    for name, size, keys in BLOCK_CURVES:
+        register_curve(name, "block", [{"block": size, "n_blocks": b, "n_keys": keys}
+                                       for b in BLOCK_GRID], replace=True)
 
 
 _register_defaults()

@@ -228,10 +228,12 @@ def _register_defaults() -> None:
                _routed_kmeans("top"), inputs="original"),
         Method("topp", "Top-p of entmax (ORACLE)", ("p",), _topp, inputs="original",
                oracle=True),
-        # Issue 13: block Sparsefinder (paper §6): nearest key blocks of pooled projections;
-        # its block graph is what sparsefinder.block_sparse computes attention on.
-        Method("block", "Block Sparsefinder (block, key blocks)", ("block", "n_blocks"),
-               lambda p, c: BlockSparsefinder(int(p["block"]), int(p["n_blocks"]))),
+        # Issue 13: block Sparsefinder (paper §6): nearest key blocks (and single keys) of
+        # pooled projected query blocks; what sparsefinder.block_sparse computes attention on.
+        Method("block", "Block Sparsefinder (block, key blocks, single keys)",
+               ("block", "n_blocks", "n_keys"),
+               lambda p, c: BlockSparsefinder(int(p["block"]), int(p["n_blocks"]),
+                                              int(p["n_keys"]))),
     ]
     from sparsefinder.calibrated_sweep import calibrated_methods, fitted_build
 

@@ -414,10 +414,11 @@ def test_default_curves_exactly(default_curves) -> None:
     expected["kmeans-routed"] = ("kmeans-routed", 0, ROUTED_BUDGET_GRID)
     expected["kmeans-routed-top"] = ("kmeans-routed-top", 0, ROUTED_TOP_GRID)
     expected["topp"] = ("topp", 0, [{"p": p} for p in TOPP_GRID])
-    # issue 13: block Sparsefinder at blocks of 32 and 16
+    # issue 13: block Sparsefinder at blocks of 32 and 16, and with single keys
     blocks = [0, 1, 2, 3, 4, 5, 6, 8, 10, 12]
-    expected["block"] = ("block", 0, [{"block": 32, "n_blocks": b} for b in blocks])
-    expected["block16"] = ("block", 0, [{"block": 16, "n_blocks": b} for b in blocks])
+    for name, size, keys in (("block", 32, 0), ("block16", 16, 0), ("block+keys", 32, 16)):
+        expected[name] = ("block", 0, [{"block": size, "n_blocks": b, "n_keys": keys}
+                                       for b in blocks])
     assert set(default_curves) == set(expected)
     for name, want in expected.items():
         assert _grid(name) == want, name

@@ -59,9 +59,25 @@ def test_more_blocks_never_lose_recall():
 
 
 def test_spec_builds_it_and_bad_parameters_are_errors():
-    assert PredictorSpec.of("block", {"block": 32, "n_blocks": 3}).build(None, 0) == (
-        BlockSparsefinder(32, 3))
+    spec = PredictorSpec.of("block", {"block": 32, "n_blocks": 3, "n_keys": 5})
+    assert spec.build(None, 0) == BlockSparsefinder(32, 3, 5)
     with pytest.raises(ValueError, match="block must be an integer >= 1"):
         BlockSparsefinder(0, 1)
     with pytest.raises(ValueError, match="n_blocks must be an integer >= 0"):
         BlockSparsefinder(8, -1)
+    with pytest.raises(ValueError, match="n_keys must be an integer >= 0"):
+        BlockSparsefinder(8, 1, n_keys=True)
+
+
+def test_single_keys_are_the_nearest_outside_the_chosen_blocks():
+    q = torch.zeros(1, 8, 1)  # two query blocks of 4, both at 0
+    k = torch.tensor([9.0, 9, 9, 9, 0.5, 8, 0.1, 7]).view(1, 8, 1)
+    predictor = BlockSparsefinder(4, 0, n_keys=2, window_blocks=1)
+    graph, extra = predictor.select(q, k)
+    assert graph[0].tolist() == [[True, False], [False, True]]  # the diagonal blocks
+    assert sorted(extra[0, 0].tolist()) == [4, 6]  # nearest keys outside block 0
+    mask = predictor.predict(q, k)
+    assert mask[0, 0].tolist() == [True] * 4 + [True, False, True, False]
+    assert mask[0, 3].tolist() == mask[0, 0].tolist()  # the whole query block
+    causal = predictor.predict(q, k, causal=True)
+    assert not (causal[0] & ~torch.ones(8, 8, dtype=torch.bool).tril()).any()
