@@ -99,19 +99,19 @@ def measure_grid(records: Sequence[AttentionRecord], projections: Any, method: s
                      density=density / len(records), n_texts=len(records))
 
 
-def layer_predictor(table: GridTable, choice: Tensor, projections: Any, layer: int) -> Any:
-    """The predictor of one layer for a per-head choice (layers, heads) of grid indices."""
+def layer_predictor(method: str, grid: Sequence[Params], picks: Tensor, projections: Any,
+                    layer: int) -> Any:
+    """The predictor of one layer whose head ``h`` uses ``grid[picks[h]]`` of the raw
+    ``method`` (``picks``: long (heads,))."""
     from sparsefinder.spec import PredictorSpec
 
-    picks = choice[layer]
-    if table.method in ("kmeans-routed",):  # one predictor, a key budget per head
-        first = PredictorSpec.of(table.method, table.grid[0]).build(projections, layer)
-        budgets = torch.tensor([float(table.grid[i]["budget"]) for i in picks.tolist()])
-        first.budget = budgets
+    picks = picks.long()
+    if method == "kmeans-routed":  # one predictor, a key budget per head
+        first = PredictorSpec.of(method, grid[0]).build(projections, layer)
+        first.budget = torch.tensor([float(grid[i]["budget"]) for i in picks.tolist()])
         return first
     used = sorted(set(picks.tolist()))
-    predictors = [PredictorSpec.of(table.method, table.grid[i]).build(projections, layer)
-                  for i in used]
+    predictors = [PredictorSpec.of(method, grid[i]).build(projections, layer) for i in used]
     remap = torch.tensor([used.index(i) for i in picks.tolist()], dtype=torch.long)
     return PerHeadSelect(predictors, remap)
 
@@ -152,7 +152,9 @@ def head_grid_fitter(name: str) -> Callable[[Sequence[AttentionRecord]], Callabl
             target = float(p["target_sparsity"])
             if target not in entry[2]:
                 entry[2][target] = entry[1].choose(target)
-            return layer_predictor(entry[1], entry[2][target], projections, layer)
+            table = entry[1]
+            return layer_predictor(table.method, table.grid, entry[2][target][layer],
+                                   projections, layer)
 
         return build
 

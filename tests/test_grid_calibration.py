@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from sparsefinder.graphs import AttentionRecord, LayerGraph
-from sparsefinder.grid_calibration import HEAD_GRIDS, GridTable, layer_predictor, measure_grid
+from sparsefinder.grid_calibration import HEAD_GRIDS, layer_predictor, measure_grid
 from sparsefinder.masks import causal_mask
 from sparsefinder.metrics import recall, sparsity
 from sparsefinder.pareto import CURVES, sweep
@@ -76,13 +76,11 @@ def test_choice_meets_the_target_on_train_and_widens_for_dense_heads(train):
 
 
 def test_layer_predictor_predicts_each_head_with_its_setting(train):
-    table = GridTable("window", [{"window": 0}, {"window": 4}],
-                      recall=torch.zeros(LAYERS, HEADS, 2), density=torch.zeros(LAYERS, HEADS, 2),
-                      n_texts=1)
     choice = torch.tensor([[0, 1, 1, 0], [1, 1, 1, 1]])
     gold = train[0].layers[0].gold
     q = k = torch.zeros(HEADS, gold.shape[1], 2)
-    pred = layer_predictor(table, choice, None, 0).predict(q, k)
+    pred = layer_predictor("window", [{"window": 0}, {"window": 4}], choice[0], None,
+                           0).predict(q, k)
     for head, index in enumerate(choice[0].tolist()):
         assert torch.equal(pred[head], Window(4 * index).predict(q, k)[head])
 
