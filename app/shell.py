@@ -125,22 +125,33 @@ def cached_prepared(
     with model_lock():
         set_alpha(loaded, alpha)
         record, notes = inputs.extract_one(loaded, text)
-    calibration = cached_calibration(projections_key) if _projections is not None else None
-    return prep.prepare(record, _projections, notes, calibration=calibration)
+    calibration, own = cached_calibration(projections_key, loaded.model_id)
+    return prep.prepare(record, _projections, notes, calibration=calibration,
+                        calibration_projections=own)
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
-def cached_calibration(projections_key: str) -> Any:
-    """The calibrated target-sparsity settings for the projections with this digest: the
-    bundled table when it was fitted for them, else None (the calibrated methods are off)."""
+def cached_calibration(projections_key: str, model_id: str) -> tuple[Any, Any]:
+    """The calibrated target-sparsity settings and the projections they read: the bundled
+    table with the projections file it names (the best one, whatever the app's own
+    projections are), or — a table naming none — the table when it was fitted for the
+    projections with this digest; (None, None) otherwise (the calibrated methods are off)."""
     from sparsefinder.calibration import CalibrationError, CalibrationTable
+    from sparsefinder.projections import ProjectionsError
 
     if not DEFAULT_CALIBRATION.is_file():
-        return None
+        return None, None
     try:
-        return CalibrationTable.load(DEFAULT_CALIBRATION, projections_sha256=projections_key)
-    except CalibrationError:
-        return None
+        table = CalibrationTable.load(DEFAULT_CALIBRATION)
+        if table.model_id != model_id:
+            return None, None
+        if table.projections_file:
+            return table, table.own_projections(DEFAULT_CALIBRATION)
+        if table.projections_sha256 == projections_key:
+            return table, None
+    except (CalibrationError, ProjectionsError, OSError):
+        pass
+    return None, None
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)
@@ -207,7 +218,18 @@ def _reference(cache_key: tuple, _loaded: LoadedModel, text: str,
 def cached_text_sweep(cache_key: tuple, methods: tuple[str, ...],
                       _prepared: prep.PreparedText) -> Any:
     """Sparsity–recall of every grid point of ``methods`` on the current text."""
-    return excorpus.sweep_records([_prepared.record], _prepared.projections, list(methods))
+    return excorpus.sweep_records([_prepared.record], _prepared.projections, list(methods),
+                                  **_calibrated(_prepared))
+
+
+def _calibrated(prepared: prep.PreparedText) -> dict[str, Any]:
+    """The calibration table of a prepared text and the projections its methods read: the
+    sweeps add its curves (the app has no train graphs to fit them)."""
+    table = prepared.calibration
+    if table is None or not table.params:
+        return {}
+    return {"calibration": table,
+            "calibration_projections": prepared.projections_for(next(iter(table.params)))}
 
 
 @st.cache_resource(show_spinner=False)
@@ -217,8 +239,9 @@ def _corpus_store() -> dict:
     return {}
 
 
-def corpus_sweep(key: tuple, loaded: LoadedModel, projections: Any, methods: list[str],
-                 max_passages: int, compute: bool) -> tuple[list, Any] | None:
+def corpus_sweep(key: tuple, loaded: LoadedModel, prepared: prep.PreparedText,
+                 methods: list[str], max_passages: int, compute: bool
+                 ) -> tuple[list, Any] | None:
     """Validation-split records and sweep for ``key``: from the store, or computed now with
     an ``st.progress`` bar when ``compute``; None if not computed yet."""
     store = _corpus_store()
@@ -232,8 +255,9 @@ def corpus_sweep(key: tuple, loaded: LoadedModel, projections: Any, methods: lis
 
     records = excorpus.corpus_records(loaded, split="validation", max_passages=max_passages,
                                    on_progress=lambda f, m: report(0.7 * f, m))
-    frame = excorpus.sweep_records(records, projections, methods,
-                                on_progress=lambda f, m: report(0.7 + 0.3 * f, m))
+    frame = excorpus.sweep_records(records, prepared.projections, methods,
+                                on_progress=lambda f, m: report(0.7 + 0.3 * f, m),
+                                **_calibrated(prepared))
     bar.empty()
     if len(store) >= 4:
         store.pop(next(iter(store)))

@@ -241,10 +241,19 @@ def _register_defaults() -> None:
               "distance-budget": "Distance, per-head t, sparsity budget across heads",
               "distance-calibrated-recall": "Distance, per-head t for a target recall",
               "rowfrac-calibrated": "Nearest keys, per-head row fraction for a target",
-              "rowfrac-budget": "Nearest keys, row fractions, sparsity budget"}
+              "rowfrac-budget": "Nearest keys, row fractions, sparsity budget",
+              "window-budget": "Window, per-head w, sparsity budget",
+              "quantization-budget": "Quantization, per-head β, sparsity budget",
+              "kmeans-budget": "k-means, per-head (B, k), sparsity budget",
+              "kmeans-routed-budget": "Routed k-means, per-head key budget, sparsity budget"}
+    from sparsefinder.grid_calibration import HEAD_GRIDS
+
+    raw_inputs = {method.name: method.inputs for method in defaults}
     for name, grid, fitter in calibrated_methods():
+        # a per-head setting of a raw family reads what that family reads
+        inputs = raw_inputs[HEAD_GRIDS[name][0]] if name in HEAD_GRIDS else "projected"
         defaults.append(Method(name, labels.get(name, name), tuple(grid[0]), fitted_build,
-                               fit=fitter))
+                               inputs=inputs, fit=fitter))
     for method in defaults:
         register_method(method, replace=True)
 

@@ -155,6 +155,14 @@ REGISTRY = {
                            ("target_sparsity",), "projected", False, True),
     "rowfrac-budget": ("Nearest keys, row fractions, sparsity budget", ("target_sparsity",),
                        "projected", False, True),
+    "window-budget": ("Window, per-head w, sparsity budget", ("target_sparsity",), "shape",
+                      False, True),
+    "quantization-budget": ("Quantization, per-head β, sparsity budget", ("target_sparsity",),
+                            "projected", False, True),
+    "kmeans-budget": ("k-means, per-head (B, k), sparsity budget", ("target_sparsity",),
+                      "projected", False, True),
+    "kmeans-routed-budget": ("Routed k-means, per-head key budget, sparsity budget",
+                             ("target_sparsity",), "original", False, True),
 }
 
 

@@ -90,9 +90,9 @@ def spec_for(state: ViewState, prepared: PreparedText) -> PredictorSpec:
 
 def predict(prepared: PreparedText, spec: PredictorSpec) -> list[Tensor]:
     """Predicted bool masks (heads, n, n) of every layer of the prepared text."""
-    predictors = spec.build_layers(prepared.projections, prepared.num_layers,
+    predictors = spec.build_layers(prepared.projections_for(spec.method), prepared.num_layers,
                                    prepared.fitted(spec.method))
-    return predict_record(spec, predictors, prepared.vectors)
+    return predict_record(spec, predictors, prepared.inputs_for(spec.method))
 
 
 def score(prepared: PreparedText, preds: Sequence[Tensor]) -> GraphScores:
@@ -154,6 +154,8 @@ def describe(spec: PredictorSpec) -> str:
     labels = {
         "rowfrac-budget": lambda: f"nearest keys, target sparsity {p['target_sparsity']:g}",
         "distance-budget": lambda: f"distance, target sparsity {p['target_sparsity']:g}",
+        "kmeans-routed-budget": lambda: (f"routed k-means, target sparsity "
+                                         f"{p['target_sparsity']:g}"),
         "distance": lambda: f"distance t={p['threshold']:.3g}",
         "quantization": lambda: f"quantization β={p['bins']}",
         "kmeans": lambda: f"k-means B={p['n_clusters']} k={p['top_k']}",

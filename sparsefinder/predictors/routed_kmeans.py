@@ -55,13 +55,14 @@ class RoutedKMeans:
     """Edge iff key j's centroid is among the centroids query i is routed to (see module).
 
     ``budget`` (``mode="budget"``): share of the keys a query may see that its routes must
-    cover; the last centroid taken may overshoot it. ``n_routes`` (``mode="top"``): number of
+    cover (a float, or a 1-d tensor with one share per head); the last centroid taken may
+    overshoot it. ``n_routes`` (``mode="top"``): number of
     centroids per query. Both are plain attributes that may change after ``fit``: the
     centroids do not depend on them. A larger budget or ``n_routes`` never removes edges.
     """
 
     n_clusters: int = 128
-    budget: float = 0.08
+    budget: float | Tensor = 0.08
     mode: str = "budget"
     n_routes: int = 1
     random_state: int = 0
@@ -92,7 +93,11 @@ class RoutedKMeans:
     def _check_routing(self, n_clusters: int) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
-        if isinstance(self.budget, bool) or not isinstance(self.budget, int | float) or not (
+        if isinstance(self.budget, Tensor):  # one budget per head (per-head calibration)
+            if self.budget.dim() != 1 or not bool(((self.budget > 0) & (self.budget <= 1)).all()):
+                raise ValueError("a per-head budget must be a 1-d tensor of shares of keys in "
+                                 f"(0, 1], got {self.budget.tolist()}")
+        elif isinstance(self.budget, bool) or not isinstance(self.budget, int | float) or not (
             0.0 < self.budget <= 1.0
         ):
             raise ValueError(f"budget must be a share of keys in (0, 1], got {self.budget!r}")
@@ -199,7 +204,12 @@ class RoutedKMeans:
             counts, limit = None, None
         else:
             counts, visible = self._counts(key_ids, n, n_clusters, causal, score.dtype)
-            limit = self.budget * visible
+            budget = self.budget
+            if isinstance(budget, Tensor):
+                if budget.shape[0] != q.shape[0]:
+                    raise ValueError(f"{budget.shape[0]} per-head budgets for {q.shape[0]} heads")
+                budget = budget.to(q.device, score.dtype)[:, None, None]
+            limit = budget * visible
         if (score.device.type == "cpu" and score.dtype == torch.float32
                 and n_clusters <= _PACK_CLUSTERS and m < _PACK_COUNT):
             return _routes_packed(score, counts, limit, self.n_routes)

@@ -216,10 +216,11 @@ def test_output_accuracy_of_the_setting(with_projections):
 
 def test_first_screen_is_the_best_method_at_its_calibrated_setting():
     """With the bundled projections and calibration (no fixture), the Explorer opens on the
-    row-fraction budget at target sparsity 0.90; the target slider moves sparsity."""
+    distance budget at target sparsity 0.90, read with the calibration table's own (r = 8
+    lowrank-logistic) projections; the target slider moves sparsity."""
     at = new_app().run()
     assert_clean(at)
-    assert at.selectbox(key="w_method").value == "rowfrac-budget"
+    assert at.selectbox(key="w_method").value == "distance-budget"
     assert at.select_slider(key="w_target").value == 0.9
     assert not at.warning  # nothing switched off
     sparse = metric(at, "Model sparsity")
