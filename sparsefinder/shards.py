@@ -186,13 +186,11 @@ def write_chunk(folder: Path, chunk: Chunk, records: list[AttentionRecord],
         writer = _write_atomic(path, lambda handle: torch.save(payload, handle))
     digest = writer.hash.hexdigest()
     _write_bytes(path.with_name(path.name + ".sha256"), digest.encode())
-    return _entry(chunk, digest, writer.size, records)
+    edges = sum(len(layer["edges"]) for r in payload["records"] for layer in r["layers"])
+    return _entry(chunk, digest, writer.size, edges)  # edge lists: counted without a pass
 
 
-def _entry(chunk: Chunk, digest: str, size: int, records: list[AttentionRecord] | None,
-           gold_edges: int | None = None) -> dict:
-    if records is not None:
-        gold_edges = sum(int(layer.gold.sum()) for r in records for layer in r.layers)
+def _entry(chunk: Chunk, digest: str, size: int, gold_edges: int | None) -> dict:
     return {"index": chunk.index, "rank": chunk.rank, "texts": list(chunk.texts),
             "file": chunk.file, "sha256": digest, "bytes": size, "gold_edges": gold_edges}
 
@@ -309,7 +307,7 @@ def extract_sharded(loaded: LoadedModel, texts: Sequence[str], folder: str | Pat
             digest = complete_chunk(folder, chunk)
             if digest is not None:
                 entries.append(_entry(chunk, digest, (folder / chunk.file).stat().st_size,
-                                      None, _chunk_edges(folder, chunk)))
+                                      _chunk_edges(folder, chunk)))
                 continue
             for leftover in (folder / chunk.file, folder / (chunk.file + _PARTIAL)):
                 leftover.unlink(missing_ok=True)

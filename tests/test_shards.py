@@ -110,6 +110,8 @@ def test_single_process_store_errors_and_checksums(setup, capsys, monkeypatch):
     assert main(extract_args(model, corpus, out, "--sharded")) == 0
     store = out / "records-all"
     assert_same(ShardedRecords(store).load_all(), reference)
+    edges = sum(int(layer.gold.sum()) for r in reference for layer in r.layers)
+    assert sum(c["gold_edges"] for c in read_manifest(store)["chunks"]) == edges
     # another alpha on the same folder
     assert main(extract_args(model, corpus, out, "--sharded", "--alpha", "2")) == 2
     assert "use a new --out folder for another model or alpha" in capsys.readouterr().err
