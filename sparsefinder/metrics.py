@@ -8,7 +8,8 @@ text), so padding never enters a numerator or a denominator.
   has recall 1.0 by convention: there is nothing to miss.
 - ``sparsity = 1 - |pred| / D`` per head, with ``D = n·m``, or in the causal (decoder) case
   the number of non-future pairs, ``n(n+1)/2`` when ``n == m``; future pairs are then not
-  counted in ``|pred|`` either.
+  counted in ``|pred|`` either. A decoder's sliding-window layer (``LayerGraph.sliding_window``)
+  counts only its window's pairs in ``D`` and ``|pred|`` (:class:`Scorer`).
 
 Averaging (``macro_average``) is macro, in this order: for every (layer, head) the mean over
 texts (each text weighs the same, whatever its length); then, per layer, the mean over heads;
@@ -27,7 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from sparsefinder.masks import n_allowed_pairs, shared_causal_mask
+from sparsefinder.masks import layer_allowed, n_allowed_pairs, shared_causal_mask
 
 if TYPE_CHECKING:
     from sparsefinder.graphs import AttentionRecord
@@ -251,18 +252,34 @@ class Scorer:
         n, m = self.golds[0].shape[-2:]
         self.shape: tuple[int, int] = (int(n), int(m))
         self.denominator: int = n_allowed_pairs(int(n), int(m), causal=self.causal)
-        self.gold_counts: Tensor = torch.stack([count_true(self._allowed(g)) for g in self.golds])
-        self.gold_sparsity: Tensor = self._sparsity(self.gold_counts)
+        # Sliding-window (local) layers of decoders allow fewer pairs: their masks and
+        # denominators are per layer (None / the shared denominator everywhere else).
+        self._masks: list[Tensor | None] = [
+            layer_allowed(int(n), int(m), causal=self.causal,
+                          sliding_window=getattr(graph, "sliding_window", None))
+            for graph in record.layers
+        ]
+        self._denominators: list[int] = [
+            self.denominator if not getattr(graph, "sliding_window", None)
+            else int(count_true(mask[None])[0])
+            for graph, mask in zip(record.layers, self._masks, strict=True)
+        ]
+        self.gold_counts: Tensor = torch.stack(
+            [count_true(self._allowed(g, i)) for i, g in enumerate(self.golds)])
+        self.gold_sparsity: Tensor = torch.stack(
+            [self._sparsity(c, i) for i, c in enumerate(self.gold_counts)])
 
-    def _allowed(self, mask: Tensor) -> Tensor:
-        if not self.causal:
+    def _allowed(self, mask: Tensor, layer: int = 0) -> Tensor:
+        allowed = self._masks[layer]
+        if allowed is None:
             return mask
-        return mask & shared_causal_mask(*self.shape, mask.device)
+        return mask & allowed.to(mask.device)
 
-    def _sparsity(self, kept: Tensor) -> Tensor:
-        if self.denominator == 0:
+    def _sparsity(self, kept: Tensor, layer: int = 0) -> Tensor:
+        denominator = self._denominators[layer]
+        if denominator == 0:
             return torch.ones(kept.shape, dtype=_DTYPE)
-        return 1.0 - kept.to(_DTYPE) / self.denominator
+        return 1.0 - kept.to(_DTYPE) / denominator
 
     def layer(self, layer: int, pred: Tensor) -> tuple[Tensor, Tensor]:
         """(recall, sparsity) per head of one layer's prediction bool (heads, n, m)."""
@@ -272,11 +289,11 @@ class Scorer:
             raise ValueError(
                 f"layer {layer}: pred {tuple(pred.shape)} and gold {tuple(gold.shape)} must match"
             )
-        pred = self._allowed(pred)
+        pred = self._allowed(pred, layer)
         total = self.gold_counts[layer]
         hit = count_true(pred & gold)
         recall_ = torch.where(total > 0, hit.to(_DTYPE) / total.clamp(min=1), 1.0)
-        return recall_, self._sparsity(count_true(pred))
+        return recall_, self._sparsity(count_true(pred), layer)
 
     def score(self, preds: Sequence[Tensor]) -> GraphScores:
         """Scores of every (layer, head) from per-layer predictions bool (heads, n, m)."""

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 from torch import Tensor
 
+from sparsefinder.masks import layer_allowed
 from sparsefinder.predictors import (
     BigBird,
     Distance,
@@ -406,7 +407,8 @@ def predict_record(spec: PredictorSpec, predictors: Sequence[Predictor | None],
                    vectors: RecordInputs) -> list[Tensor]:
     """Bool (heads, n, m) masks of every layer of one record, from per-layer predictors built
     from ``spec`` (see :meth:`PredictorSpec.build_layers`); an absent predictor predicts the
-    empty graph."""
+    empty graph. A sliding-window layer's prediction is cut to its window, as the model's
+    own mask cuts its attention."""
     record = vectors.record
     if len(predictors) != record.num_layers:
         raise ValueError(f"got predictors for {len(predictors)} layers, the record has "
@@ -417,5 +419,11 @@ def predict_record(spec: PredictorSpec, predictors: Sequence[Predictor | None],
             masks.append(torch.zeros_like(record.layers[layer].gold))
             continue
         q, k = vectors.get(layer, spec.inputs)
-        masks.append(predictor.predict(q, k, causal=record.causal))
+        mask = predictor.predict(q, k, causal=record.causal)
+        window = record.layers[layer].sliding_window
+        if window:  # a local layer: keys outside its window can never be attended to
+            n, m = mask.shape[-2:]
+            mask = mask & layer_allowed(n, m, causal=record.causal, sliding_window=window,
+                                        device=mask.device)
+        masks.append(mask)
     return masks
