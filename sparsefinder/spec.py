@@ -193,6 +193,30 @@ def _static_mask(p: Params, c: BuildContext) -> Predictor:
     return mask
 
 
+def _quest(p: Params, c: BuildContext) -> Predictor:
+    from sparsefinder.predictors.quest import QuestPages
+
+    return QuestPages(int(p["pages"]), int(p["page_size"]))
+
+
+def _hash_codes_fit(train_records: Sequence[AttentionRecord]) -> Any:
+    from sparsefinder.predictors.hash_codes import fit_hash_codes
+
+    if not train_records:
+        raise ValueError("hashattention codes are learned from training graphs; "
+                         "pass train_records=...")
+    return fit_hash_codes(train_records)
+
+
+def _hash_codes(p: Params, c: BuildContext) -> Predictor:
+    from sparsefinder.predictors.hash_codes import HammingCodes
+
+    if c.fitted is None:
+        raise ValueError("this method is learned from training graphs; pass train_records=...")
+    w_query, w_key = c.fitted[c.layer]
+    return HammingCodes(w_query, w_key, int(p["max_distance"]))
+
+
 def _register_defaults() -> None:
     defaults = [
         Method("distance", "Distance (t)", ("threshold",),
@@ -228,6 +252,11 @@ def _register_defaults() -> None:
                _routed_kmeans("top"), inputs="original"),
         Method("topp", "Top-p of entmax (ORACLE)", ("p",), _topp, inputs="original",
                oracle=True),
+        # Issue 14: long-context baselines (training-free page bounds; learned hash codes).
+        Method("quest", "Quest pages (min/max key bounds)", ("page_size", "pages"), _quest,
+               inputs="original"),
+        Method("hashattention", "HashAttention (learned bit codes)", ("max_distance",),
+               _hash_codes, inputs="original", fit=_hash_codes_fit),
     ]
     from sparsefinder.calibrated_sweep import calibrated_methods, fitted_build
 

@@ -414,6 +414,12 @@ def test_default_curves_exactly(default_curves) -> None:
     expected["kmeans-routed"] = ("kmeans-routed", 0, ROUTED_BUDGET_GRID)
     expected["kmeans-routed-top"] = ("kmeans-routed-top", 0, ROUTED_TOP_GRID)
     expected["topp"] = ("topp", 0, [{"p": p} for p in TOPP_GRID])
+    # issue 14: long-context baselines
+    from sparsefinder.pareto import HASH_DISTANCE_GRID, QUEST_GRID, QUEST_PAGE
+
+    expected["quest"] = ("quest", 0, [{"page_size": QUEST_PAGE, "pages": p} for p in QUEST_GRID])
+    expected["hashattention"] = ("hashattention", 0,
+                                 [{"max_distance": t} for t in HASH_DISTANCE_GRID])
     assert set(default_curves) == set(expected)
     for name, want in expected.items():
         assert _grid(name) == want, name
