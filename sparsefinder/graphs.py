@@ -18,7 +18,14 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from sparsefinder.attention import AttentionCall, UnsupportedModelError, capture
+from sparsefinder.attention import (
+    AttentionCall,
+    EdgeCall,
+    UnsupportedModelError,
+    capture,
+    capture_edges,
+)
+from sparsefinder.gold_edges import DEFAULT_BUDGET_MIB, DEFAULT_MAX_EDGE_MIB, GoldEdges
 from sparsefinder.masks import layer_allowed
 from sparsefinder.models import LoadedModel
 
@@ -231,3 +238,65 @@ def extract(
         bar.update(len(batch))
     bar.close()
     return [record for record in records if record is not None]
+
+
+@dataclass
+class LayerEdges:
+    """One layer of one long text: q/k entering QKᵀ and the gold graph as CSR edges."""
+
+    queries: Tensor  # float32 (heads, n, d)
+    keys: Tensor  # float32 (heads, m, d)
+    edges: GoldEdges
+    scaling: float
+
+
+@dataclass
+class EdgeRecord:
+    """Tokens and per-layer gold edges of one text, extracted in bounded memory."""
+
+    text: str
+    tokens: list[str]
+    causal: bool
+    layers: list[LayerEdges] = field(default_factory=list)
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.tokens)
+
+
+@torch.inference_mode()
+def extract_edges(
+    loaded: LoadedModel,
+    text: str,
+    *,
+    budget_mib: float = DEFAULT_BUDGET_MIB,
+    max_edge_mib: float = DEFAULT_MAX_EDGE_MIB,
+) -> EdgeRecord:
+    """Gold edges of every layer for ONE text, never holding an (n, n) matrix per head.
+
+    For long inputs (thousands of tokens, on a model whose positions reach that far): memory
+    is ~``budget_mib`` per block plus the edges (see :mod:`sparsefinder.gold_edges`). A text
+    longer than the model's maximum length is an error (no silent truncation here).
+    """
+    check_text(text)
+    encoding = loaded.tokenizer(text, truncation=False)
+    ids = encoding["input_ids"]
+    if len(ids) > loaded.max_length:
+        raise TextInputError(
+            f"the text has {len(ids)} tokens, more than the model's maximum of "
+            f"{loaded.max_length}; shorten it, or use a long-context model"
+        )
+    layers: list[LayerEdges] = []
+
+    def sink(call: EdgeCall) -> None:
+        layers.append(LayerEdges(
+            queries=call.query[0].detach().float().cpu().contiguous(),
+            keys=call.key[0].detach().float().cpu().contiguous(),
+            edges=call.edges[0].to("cpu"),
+            scaling=call.scaling,
+        ))
+
+    input_ids = torch.tensor([ids], device=loaded.device)
+    with capture_edges(sink, budget_mib=budget_mib, max_edge_mib=max_edge_mib):
+        loaded.model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
+    return EdgeRecord(text, loaded.tokenizer.convert_ids_to_tokens(ids), loaded.causal, layers)
