@@ -458,7 +458,7 @@ def test_resolve_methods_messages_and_order() -> None:
                                          r"comma list$"):
         resolve_methods(" , ")
     with pytest.raises(ValueError, match=r"^unknown method 'nope'; choose from: all, "
-                                         r"sparsefinder, baselines, distance, "):
+                                         r"sparsefinder, baselines, long-context, distance, "):
         resolve_methods("nope")
 
 
