@@ -143,7 +143,7 @@ def cached_calibration(projections_key: str) -> Any:
         return None
 
 
-@st.cache_resource(max_entries=64, show_spinner=False)
+@st.cache_resource(max_entries=16, show_spinner=False)
 def cached_predictions(cache_key: tuple, spec_key: tuple, _spec: Any,
                        _prepared: prep.PreparedText) -> tuple[list[torch.Tensor], GraphScores]:
     """Masks and scores of one setting on one prepared text, shared by every session: ten
@@ -545,6 +545,8 @@ def build_context() -> AppContext:
     device = ctx.loaded.device if ctx.loaded else None
     st.sidebar.caption(f"Device: **{_device_label(device)}**"
                        + (f" · {ctx.loaded.model_id}" if ctx.loaded else ""))
+    if ctx.loaded is not None:  # longer texts are truncated, with a note saying so
+        st.sidebar.caption(f"The model reads at most **{ctx.loaded.max_length} tokens**.")
     st.session_state[CONTEXT_KEY] = ctx
     return ctx
 
