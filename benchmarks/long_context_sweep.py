@@ -17,18 +17,21 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
 
+import pandas as pd
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sparsefinder.decoders import DECODER_FAMILIES, save_tiny_decoder  # noqa: E402
 from sparsefinder.long_context import extract_long, long_texts  # noqa: E402
 from sparsefinder.models import load_model  # noqa: E402
-from sparsefinder.pareto import recall_at_sparsity, sweep  # noqa: E402
+from sparsefinder.pareto import recall_at_sparsity, resolve_methods, sweep  # noqa: E402
 from sparsefinder.projections import fit_centroids, train_projections  # noqa: E402
 
 
@@ -58,9 +61,20 @@ def main() -> None:
     fit_centroids(projections, train, clusters=(2, 4, 6, 8, 10, 12, 16, 20), max_points=10_000,
                   n_init=3)
     print(f"projections + centroids fitted on train ({time.perf_counter() - start:.0f} s)")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # routed k-means: the bundled codebooks are another model's
-        frame = sweep(val, projections, args.methods, train_records=train)
+    frames = []
+    for name in resolve_methods(args.methods):  # one curve at a time: bounded peak memory
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. routed k-means: codebooks of another model
+            try:
+                frames.append(sweep(val, projections, name, train_records=train))
+            except ValueError as error:
+                print(f"skipped {name}: {str(error)[:120]}")
+                continue
+        print(f"  {name}: {len(frames[-1])} points ({time.perf_counter() - start:.0f} s, "
+              f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MiB)",
+              flush=True)
+    frame = pd.concat(frames, ignore_index=True)
+    frame.attrs.update(frames[0].attrs)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         frame.to_csv(args.out / "sweep.csv", index=False)
