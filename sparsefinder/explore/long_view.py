@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from sparsefinder.graphs import AttentionRecord, LayerGraph
+from sparsefinder.metrics import count_true
 
 #: Above this many tokens the Explorer opens on a window instead of the whole head.
 LONG_TEXT = 512
@@ -67,14 +68,22 @@ def find_tokens(record: AttentionRecord, query: str, limit: int = 50) -> list[in
 
 def head_probs(graph: LayerGraph, head: int, rows: slice, cols: slice) -> Tensor:
     """Gold probabilities of one head on a window, float32 (rows, cols), without building
-    the dense (heads, n, m) matrix (``LayerGraph.probs`` does; 268 MB at 4 heads, n=4096)."""
+    the dense (heads, n, m) matrix (``LayerGraph.probs`` does; 268 MB at 4 heads, n=4096).
+
+    ``prob_values`` are in row-major order of ``gold.nonzero()``, so the window's rows are
+    one contiguous run of it: edges before the head, then before the first shown row.
+    """
     gold = graph.gold
-    counts = gold.sum((-2, -1))
-    first = int(counts[:head].sum())
-    values = graph.prob_values[first:first + int(counts[head])]
-    dense = torch.zeros(gold.shape[-2:], dtype=values.dtype)
-    dense[gold[head]] = values
-    return dense[rows, cols]
+    n = gold.shape[-2]
+    first_row, last_row, _ = rows.indices(n)
+    before_head = int(count_true(gold[:head]).sum()) if head else 0
+    before_rows = int(count_true(gold[head, :first_row][None])[0]) if first_row else 0
+    shown = gold[head, first_row:last_row]
+    start = before_head + before_rows
+    values = graph.prob_values[start:start + int(count_true(shown[None])[0])]
+    dense = torch.zeros(shown.shape, dtype=values.dtype)
+    dense[shown] = values
+    return dense[:, cols]
 
 
 def block_size(n: int, cells: int = OVERVIEW_CELLS) -> int:
@@ -98,10 +107,14 @@ class BlockOverview:
 
 
 def _block_counts(mask: Tensor, block: int) -> Tensor:
+    """int64 (nb, mb) pair counts per block: keys summed first along the contiguous axis
+    (as uint8 bytes), then query rows; ~10x faster than one sum over a 4-d view."""
     n, m = mask.shape
     nb, mb = -(-n // block), -(-m // block)
     padded = torch.nn.functional.pad(mask, (0, mb * block - m, 0, nb * block - n))
-    return padded.view(nb, block, mb, block).sum((1, 3), dtype=torch.int64)
+    per_row = padded.contiguous().view(torch.uint8).view(nb * block, mb, block).sum(
+        -1, dtype=torch.int32)
+    return per_row.view(nb, block, mb).sum(1, dtype=torch.int64)
 
 
 def block_overview(gold: Tensor, pred: Tensor, block: int | None = None) -> BlockOverview:
