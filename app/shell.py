@@ -659,6 +659,12 @@ def method_sliders(ctx: AppContext, columns: int = 4) -> urlstate.ViewState:
                 "k (nearest centroids)", 1, top,
                 help="Queries and keys join their k nearest centroids; larger k, more edges.",
                 **bind("w_top_k", "top_k", lambda k: min(int(k), top), int))
+    elif method == "quest":
+        next(col).slider(
+            f"Quest pages (of {urlstate.QUEST_PAGE} keys) per query", 1, urlstate.MAX_PAGES,
+            help="Keys in pages; each query keeps the pages with the highest upper bound "
+                 "Σ_d max(q_d·min_d, q_d·max_d) of its score (Quest, training-free).",
+            **bind("w_pages", "pages", int, int))
     next(col).select_slider("Window size", options=urlstate.WINDOW_CHOICES,
                             help="Adds edges |i−j| ≤ size//2 (0 = off).",
                             **bind("w_window", "window", urlstate.snap_window, int))

@@ -62,6 +62,14 @@ def test_long_text_on_a_long_context_model_opens_on_a_window_with_block_overview
     # a live slider still works on the long text
     at.select_slider(key="w_window").set_value(5).run()
     assert_clean(at)
+    # the Quest baseline is in the method menu and runs from the model's own q/k
+    at.selectbox(key="w_method").set_value("quest").run()
+    assert_clean(at)
+    sparse = float(at.metric[1].value)
+    at.slider(key="w_pages").set_value(32).run()
+    assert_clean(at)
+    assert at.query_params["pages"] == ["32"] or at.query_params["pages"] == "32"
+    assert float(at.metric[1].value) < sparse  # more pages, less sparse
 
 
 def test_default_model_limit_is_shown_and_long_text_truncated_with_a_note(without_projections):
