@@ -37,10 +37,14 @@ def num_blocks(n: int, block: int) -> int:
     return -(-n // block)
 
 
-def expand_blocks(block_graph: Tensor, block: int, n: int, m: int) -> Tensor:
-    """Bool (heads, nb, mb) block graph → (heads, n, m) token mask (dense; for checks)."""
-    mask = block_graph.repeat_interleave(block, -2).repeat_interleave(block, -1)
-    return mask[..., :n, :m]
+def expand_blocks(block_graph: Tensor, block: int, n: int, m: int,
+                  extra_keys: Tensor | None = None) -> Tensor:
+    """Bool (heads, nb, mb) block graph (∪ ``extra_keys`` (heads, nb, G) per query block)
+    → (heads, n, m) token mask (dense; for checks and for scoring predictions)."""
+    per_block = block_graph.repeat_interleave(block, -1)[..., :m].contiguous()  # (h, nb, m)
+    if extra_keys is not None and extra_keys.shape[-1]:
+        per_block = per_block.scatter(-1, extra_keys, True)
+    return per_block.repeat_interleave(block, -2)[:, :n]
 
 
 def repair_block_graph(block_graph: Tensor, *, causal: bool, warn: bool = True) -> Tensor:
@@ -81,12 +85,15 @@ def block_sparse_entmax(
     alpha: float = 1.5,
     causal: bool = False,
     warn_empty: bool = True,
+    extra_keys: Tensor | None = None,
 ) -> Tensor:
     """α-entmax attention output (heads, n, dv) computed on the selected key blocks only.
 
     ``query`` (heads, n, d), ``key`` (heads, n, d), ``value`` (heads, n, dv) — self-attention,
     n = m; ``block_graph`` bool (heads, ceil(n/block), ceil(n/block)), True = compute the
-    tile. ``scaling`` defaults to d^-1/2. Forward only (inference).
+    tile. ``extra_keys``: optional int64 (heads, ceil(n/block), G) single keys each query block
+    also attends to (global / popular keys, as BigBird's global tokens); a key already in a
+    selected block or listed twice counts once. ``scaling`` defaults to d^-1/2. Forward only.
     """
     if query.dim() != 3 or key.shape != query.shape[:2] + key.shape[2:] or key.shape[:2] != (
         value.shape[:2]
@@ -105,6 +112,8 @@ def block_sparse_entmax(
     scaling = d**-0.5 if scaling is None else scaling
     device = query.device
     graph = repair_block_graph(block_graph.to(device), causal=causal, warn=warn_empty)
+    extra = _check_extra_keys(extra_keys, heads, nb, n, device)
+    n_extra = 0 if extra is None else extra.shape[-1]
     pad = nb * block - n
     if pad:
         query, key, value = (torch.nn.functional.pad(t, (0, 0, 0, pad)) for t in
@@ -112,6 +121,7 @@ def block_sparse_entmax(
     qb = query.reshape(heads * nb, block, d)
     kb = key.reshape(heads * nb, block, d)
     vb = value.reshape(heads * nb, block, value.shape[-1])
+    k_tokens, v_tokens = key.reshape(-1, d), value.reshape(-1, value.shape[-1])
     counts = graph.sum(-1).view(-1)  # key blocks per (head, query block)
     order = torch.argsort(counts, descending=True)
     out = query.new_empty(heads * nb, block, value.shape[-1])
@@ -120,7 +130,8 @@ def block_sparse_entmax(
     rows = heads * nb
     while start < rows:
         k_max = int(counts[order[start]])
-        size = max(1, min(rows - start, _CHUNK_SCORES // (block * block * k_max)))
+        width = k_max * block + n_extra
+        size = max(1, min(rows - start, _CHUNK_SCORES // (block * width)))
         chunk = order[start : start + size]
         start += size
         # Selected key blocks of each row, padded with block 0 (masked below).
@@ -133,17 +144,47 @@ def block_sparse_entmax(
         gather = head.unsqueeze(1) * nb + slots  # (c, K) rows of kb/vb
         keys = kb[gather].view(size, k_max * block, d)
         vals = vb[gather].view(size, k_max * block, -1)
+        key_pos = (slots.unsqueeze(-1) * block + positions).view(size, k_max * block)
+        key_ok = valid.repeat_interleave(block, -1)
+        if extra is not None:
+            extra_pos = extra.view(rows, n_extra)[chunk]  # (c, G), sorted
+            tokens = head.unsqueeze(1) * (nb * block) + extra_pos
+            keys = torch.cat([keys, k_tokens[tokens]], 1)
+            vals = torch.cat([vals, v_tokens[tokens]], 1)
+            in_block = sel.gather(1, torch.div(extra_pos, block, rounding_mode="floor"))
+            repeat = torch.zeros_like(in_block)
+            repeat[:, 1:] = extra_pos[:, 1:] == extra_pos[:, :-1]
+            key_pos = torch.cat([key_pos, extra_pos], 1)
+            key_ok = torch.cat([key_ok, ~(in_block | repeat)], 1)
         scores = torch.baddbmm(
             torch.zeros((), dtype=query.dtype, device=device), qb[chunk],
             keys.transpose(1, 2), beta=0, alpha=scaling,
-        )  # (c, block, K·block)
-        key_pos = (slots.unsqueeze(-1) * block + positions).view(size, 1, k_max * block)
-        allowed = valid.repeat_interleave(block, -1).unsqueeze(1) & (key_pos < n)
+        )  # (c, block, width)
+        allowed = (key_ok & (key_pos < n)).unsqueeze(1)
         if causal:
             query_pos = (qblock.unsqueeze(-1) * block + positions).unsqueeze(-1)  # (c, block, 1)
-            allowed = allowed & (key_pos <= query_pos)
+            allowed = allowed & (key_pos.unsqueeze(1) <= query_pos)
         else:
-            allowed = allowed.expand(size, block, k_max * block)
+            allowed = allowed.expand(size, block, width)
         probs = entmax_normalize(scores, alpha, allowed)
         out[chunk] = torch.bmm(probs.to(vals.dtype), vals)
     return out.view(heads, nb * block, -1)[:, :n]
+
+
+def _check_extra_keys(extra_keys: Tensor | None, heads: int, nb: int, n: int,
+                      device: torch.device) -> Tensor | None:
+    """``extra_keys`` sorted per row (so repeats are neighbours), or an error naming the
+    expected shape and range."""
+    if extra_keys is None or extra_keys.shape[-1:] == (0,):
+        return None
+    if extra_keys.dtype != torch.int64 or extra_keys.dim() != 3 or tuple(
+        extra_keys.shape[:2]
+    ) != (heads, nb):
+        raise ValueError(
+            f"extra_keys must be int64 (heads={heads}, query blocks={nb}, G), got "
+            f"{extra_keys.dtype} {tuple(extra_keys.shape)}"
+        )
+    if bool((extra_keys < 0).any()) or bool((extra_keys >= n).any()):
+        raise ValueError(f"extra_keys must be key positions in [0, {n}), got "
+                         f"[{int(extra_keys.min())}, {int(extra_keys.max())}]")
+    return extra_keys.to(device).sort(-1).values

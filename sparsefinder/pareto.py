@@ -67,10 +67,17 @@ from typing import Any
 
 import pandas as pd
 import torch
+from torch import Tensor
 
 from sparsefinder.calibrated_sweep import DISTANCE_FINE_GRID, calibrated_grids
 from sparsefinder.graphs import AttentionRecord
-from sparsefinder.metrics import GraphScores, Scorer, macro_average
+from sparsefinder.metrics import (
+    GraphScores,
+    Scorer,
+    block_recall,
+    exact_fraction,
+    macro_average,
+)
 from sparsefinder.projections import HeadProjections, ProjectionsError
 from sparsefinder.spec import PredictorSpec, RecordInputs, predict_record
 
@@ -153,6 +160,10 @@ ROUTED_BUDGET_GRID = [
 ]
 ROUTED_TOP_GRID = [{"n_clusters": 128, "n_routes": t}
                    for t in (2, 4, 6, 8, 9, 10, 11, 12, 14, 16, 20, 24, 32)]
+#: Block Sparsefinder curves: (name, block size, single keys per query block), and the grid
+#: of key blocks per query block (besides the diagonal block); 512 tokens = 16 blocks of 32.
+BLOCK_CURVES = (("block", 32, 0), ("block16", 16, 0), ("block+keys", 32, 16))
+BLOCK_GRID = [0, 1, 2, 3, 4, 5, 6, 8, 10, 12]
 TOPP_GRID = [0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99, 1.0]
 
 
@@ -204,6 +215,10 @@ def _register_defaults() -> None:
                    replace=True)
     register_curve("hashattention", "hashattention",
                    [{"max_distance": t} for t in HASH_DISTANCE_GRID], replace=True)
+    # Issue 13: block Sparsefinder, 32-token blocks, key blocks per query block.
+    for name, size, keys in BLOCK_CURVES:
+        register_curve(name, "block", [{"block": size, "n_blocks": b, "n_keys": keys}
+                                       for b in BLOCK_GRID], replace=True)
 
 
 _register_defaults()
@@ -268,6 +283,10 @@ class SpecScores:
     recall_per_layer: list[float]
     sparsity_per_layer: list[float]
     n_texts: int
+    #: share of query rows whose whole gold support is predicted (metrics.exact_fraction)
+    exact_fraction: float = math.nan
+    #: tile recall at the method's block size (metrics.block_recall); NaN without one
+    block_recall: float = math.nan
 
 
 def score_specs(
@@ -298,30 +317,48 @@ def score_specs(
     built = [spec.build_layers(projections, num_layers, fit)
              for spec, fit in zip(specs, fitted, strict=True)]
     per_spec: list[list[GraphScores]] = [[] for _ in specs]
+    extras: list[list[Tensor]] = [[] for _ in specs]  # (2, layers, heads) per text
     gold: list[GraphScores] = []
     for index, record in enumerate(records):
         scorer = Scorer(record)
         vectors = RecordInputs(record, projections)
         for c, spec in enumerate(specs):
-            per_spec[c].append(scorer.score(predict_record(spec, built[c], vectors)))
+            preds = predict_record(spec, built[c], vectors)
+            per_spec[c].append(scorer.score(preds))
+            extras[c].append(_extra_scores(spec, preds, scorer))
         gold.append(GraphScores(recall=torch.ones_like(scorer.gold_sparsity),
                                 sparsity=scorer.gold_sparsity))
         if on_progress is not None:
             on_progress((index + 1) / len(records),
                         f"text {index + 1} of {len(records)} ({len(specs)} settings)")
     results = []
-    for scores in per_spec:
+    for scores, extra in zip(per_spec, extras, strict=True):
         avg = macro_average(scores)
+        # macro: texts, then heads, then layers (equal shapes: the mean of means is the mean)
+        exact, block = torch.stack(extra).mean((0, 2, 3)).tolist()
         results.append(SpecScores(
             recall=float(avg["recall"]), sparsity=float(avg["sparsity"]),
             recall_per_layer=[float(x) for x in avg["recall_per_layer"]],
             sparsity_per_layer=[float(x) for x in avg["sparsity_per_layer"]],
-            n_texts=int(avg["n_texts"]),
+            n_texts=int(avg["n_texts"]), exact_fraction=exact, block_recall=block,
         ))
     gold_avg = macro_average(gold)
     gold_scores = GraphScores(recall=gold_avg["recall_per_layer"],
                               sparsity=gold_avg["sparsity_per_layer"])
     return results, gold_scores
+
+
+def _extra_scores(spec: PredictorSpec, preds: Sequence[Tensor], scorer: Scorer) -> Tensor:
+    """(2, layers, heads) float64: exact fraction, and block recall at the spec's ``block``
+    parameter (NaN for methods without one)."""
+    block = spec.param_dict.get("block")
+    rows = []
+    for pred, gold in zip(preds, scorer.golds, strict=True):
+        exact = exact_fraction(pred, gold)
+        tiles = (block_recall(pred, gold, int(block), causal=scorer.causal) if block
+                 else torch.full_like(exact, math.nan))
+        rows.append(torch.stack([exact, tiles]))
+    return torch.stack(rows, 1)
 
 
 def score_spec(records: Sequence[AttentionRecord], projections: HeadProjections | None,
@@ -349,8 +386,11 @@ def sweep(
     ``on_progress(fraction, message)`` reports progress (the CLI draws a bar with it).
 
     Columns: ``method`` (curve name), ``params`` (JSON), ``recall``, ``sparsity`` (macro
-    averages), ``recall_per_layer``/``sparsity_per_layer`` (JSON lists), ``n_texts``. The gold
-    sparsity (overall and per layer) is in ``df.attrs``.
+    averages), ``recall_per_layer``/``sparsity_per_layer`` (JSON lists), ``n_texts``,
+    ``exact_fraction`` (share of rows whose gold support is all predicted) and
+    ``block_recall`` (tile recall at the method's ``block`` parameter, NaN for methods without
+    one, e.g. every token-level method). The gold sparsity (overall and per layer) is in
+    ``df.attrs``.
     """
     if not records:
         raise ValueError("sweep needs at least one record (a text's gold graphs)")
@@ -407,6 +447,8 @@ def sweep(
             "recall_per_layer": json.dumps([round(x, 6) for x in result.recall_per_layer]),
             "sparsity_per_layer": json.dumps([round(x, 6) for x in result.sparsity_per_layer]),
             "n_texts": result.n_texts,
+            "exact_fraction": result.exact_fraction,
+            "block_recall": result.block_recall,
         }
         for (name, spec), result in zip(rows, results, strict=True)
     ])

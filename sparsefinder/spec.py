@@ -33,6 +33,7 @@ from torch import Tensor
 from sparsefinder.masks import layer_allowed
 from sparsefinder.predictors import (
     BigBird,
+    BlockSparsefinder,
     Distance,
     GlobalTokens,
     Longformer,
@@ -257,6 +258,12 @@ def _register_defaults() -> None:
                inputs="original"),
         Method("hashattention", "HashAttention (learned bit codes)", ("max_distance",),
                _hash_codes, inputs="original", fit=_hash_codes_fit),
+        # Issue 13: block Sparsefinder (paper §6): nearest key blocks (and single keys) of
+        # pooled projected query blocks; what sparsefinder.block_sparse computes attention on.
+        Method("block", "Block Sparsefinder (block, key blocks, single keys)",
+               ("block", "n_blocks", "n_keys"),
+               lambda p, c: BlockSparsefinder(int(p["block"]), int(p["n_blocks"]),
+                                              int(p["n_keys"]))),
     ]
     from sparsefinder.calibrated_sweep import calibrated_methods, fitted_build
 

@@ -71,3 +71,23 @@ def test_bad_shapes_are_errors():
         block_sparse_entmax(q, k, v, torch.ones(3, 4, 4, dtype=torch.bool), 32)
     with pytest.raises(ValueError, match="same heads and n"):
         block_sparse_entmax(q, k[:, :10], v, torch.ones(3, 2, 2, dtype=torch.bool), 32)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_extra_single_keys_count_once_and_match_the_dense_path(causal):
+    q, k, v = _qkv(n=200)
+    n, block = 200, 32
+    nb = -(-n // block)
+    g = torch.Generator().manual_seed(3)
+    graph = torch.rand(3, nb, nb, generator=g) < 0.25
+    graph |= torch.eye(nb, dtype=torch.bool)
+    extra = torch.randint(0, n, (3, nb, 12), generator=g)
+    extra[..., 1] = extra[..., 0]  # a repeat
+    extra[..., 2] = 5  # in block 0, often selected too
+    out = block_sparse_entmax(q, k, v, graph, block, causal=causal, extra_keys=extra)
+    _, ref = _dense(q, k, v, expand_blocks(graph, block, n, n, extra), causal)
+    torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-4)
+    with pytest.raises(ValueError, match=r"extra_keys must be key positions in \[0, 200\)"):
+        block_sparse_entmax(q, k, v, graph, block, extra_keys=extra + n)
+    with pytest.raises(ValueError, match=r"extra_keys must be int64 \(heads=3"):
+        block_sparse_entmax(q, k, v, graph, block, extra_keys=extra[0])

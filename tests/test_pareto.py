@@ -420,6 +420,11 @@ def test_default_curves_exactly(default_curves) -> None:
     expected["quest"] = ("quest", 0, [{"page_size": QUEST_PAGE, "pages": p} for p in QUEST_GRID])
     expected["hashattention"] = ("hashattention", 0,
                                  [{"max_distance": t} for t in HASH_DISTANCE_GRID])
+    # issue 13: block Sparsefinder at blocks of 32 and 16, and with single keys
+    blocks = [0, 1, 2, 3, 4, 5, 6, 8, 10, 12]
+    for name, size, keys in (("block", 32, 0), ("block16", 16, 0), ("block+keys", 32, 16)):
+        expected[name] = ("block", 0, [{"block": size, "n_blocks": b, "n_keys": keys}
+                                       for b in blocks])
     assert set(default_curves) == set(expected)
     for name, want in expected.items():
         assert _grid(name) == want, name
@@ -562,3 +567,26 @@ def test_the_skip_warning_points_at_the_caller(records) -> None:
     with pytest.warns(UserWarning) as caught:
         sweep(records, None, "sparsebert-dams,window")
     assert caught[0].filename == __file__
+
+
+def test_sweeps_report_exact_fraction_and_block_recall(records, projections) -> None:
+    from sparsefinder.metrics import block_recall, exact_fraction
+
+    df = sweep(records, projections, ["block16", "distance"])
+    block = df[df.method == "block16"]
+    assert block.block_recall.notna().all()
+    assert df[df.method == "distance"].block_recall.isna().all()
+    assert (block.exact_fraction.diff().dropna() >= -1e-12).all()  # more blocks, more exact rows
+    row = block.iloc[3]
+    spec = curve_spec("block16", json.loads(row.params))
+    preds = [spec.build(projections, layer) for layer in range(records[0].num_layers)]
+    expected_exact, expected_block = [], []
+    for record in records:
+        masks = predict_record(spec, preds, RecordInputs(record, projections))
+        golds = record.gold_masks()
+        pairs = list(zip(masks, golds, strict=True))
+        expected_exact.append(torch.stack([exact_fraction(p, g) for p, g in pairs]))
+        expected_block.append(torch.stack([block_recall(p, g, 16, causal=record.causal)
+                                           for p, g in pairs]))
+    assert row.exact_fraction == pytest.approx(float(torch.stack(expected_exact).mean()))
+    assert row.block_recall == pytest.approx(float(torch.stack(expected_block).mean()))

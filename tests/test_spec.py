@@ -147,6 +147,8 @@ REGISTRY = {
               False),
     "hashattention": ("HashAttention (learned bit codes)", ("max_distance",), "original", False,
                       True),
+    "block": ("Block Sparsefinder (block, key blocks, single keys)",
+              ("block", "n_blocks", "n_keys"), "projected", False, False),
     "distance-calibrated": ("Distance, per-head t for a target sparsity", ("target_sparsity",),
                             "projected", False, True),
     "distance-budget": ("Distance, per-head t, sparsity budget across heads",
