@@ -49,8 +49,8 @@ def extract_one(loaded: Any, text: str) -> tuple[AttentionRecord, list[str]]:
     Raises TextInputError for an empty text. A LongTextWarning becomes a note that says how
     the text was handled instead of a console warning nobody sees.
     """
-    if _tokens(loaded, text) > LONG_EXTRACTION:
-        return _extract_long(loaded, text)
+    if loaded.max_length > LONG_EXTRACTION and _tokens(loaded, text) > LONG_EXTRACTION:
+        return _extract_long(loaded, text)  # a long-context model (else: as always)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", LongTextWarning)
         record = extract(loaded, text, long_text="truncate")[0]
