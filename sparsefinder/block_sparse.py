@@ -119,8 +119,6 @@ def block_sparse_entmax(
         query, key, value = (torch.nn.functional.pad(t, (0, 0, 0, pad)) for t in
                              (query, key, value))
     qb = query.reshape(heads * nb, block, d)
-    kb = key.reshape(heads * nb, block, d)
-    vb = value.reshape(heads * nb, block, value.shape[-1])
     k_tokens, v_tokens = key.reshape(-1, d), value.reshape(-1, value.shape[-1])
     counts = graph.sum(-1).view(-1)  # key blocks per (head, query block)
     order = torch.argsort(counts, descending=True)
@@ -141,32 +139,32 @@ def block_sparse_entmax(
         valid = slot_ids[:, :k_max].bool()  # (c, K)
         head = torch.div(chunk, nb, rounding_mode="floor")
         qblock = chunk - head * nb
-        gather = head.unsqueeze(1) * nb + slots  # (c, K) rows of kb/vb
-        keys = kb[gather].view(size, k_max * block, d)
-        vals = vb[gather].view(size, k_max * block, -1)
         key_pos = (slots.unsqueeze(-1) * block + positions).view(size, k_max * block)
         key_ok = valid.repeat_interleave(block, -1)
         if extra is not None:
             extra_pos = extra.view(rows, n_extra)[chunk]  # (c, G), sorted
-            tokens = head.unsqueeze(1) * (nb * block) + extra_pos
-            keys = torch.cat([keys, k_tokens[tokens]], 1)
-            vals = torch.cat([vals, v_tokens[tokens]], 1)
             in_block = sel.gather(1, torch.div(extra_pos, block, rounding_mode="floor"))
             repeat = torch.zeros_like(in_block)
             repeat[:, 1:] = extra_pos[:, 1:] == extra_pos[:, :-1]
             key_pos = torch.cat([key_pos, extra_pos], 1)
             key_ok = torch.cat([key_ok, ~(in_block | repeat)], 1)
+        # One gather of every key (and value) of the strip, by token: 8 bytes of index per
+        # key instead of copying the blocks and then concatenating the single keys.
+        tokens = (head.unsqueeze(1) * (nb * block) + key_pos).view(-1)
+        keys = k_tokens.index_select(0, tokens).view(size, width, d)
+        vals = v_tokens.index_select(0, tokens).view(size, width, -1)
         scores = torch.baddbmm(
             torch.zeros((), dtype=query.dtype, device=device), qb[chunk],
             keys.transpose(1, 2), beta=0, alpha=scaling,
         )  # (c, block, width)
-        allowed = (key_ok & (key_pos < n)).unsqueeze(1)
+        blocked = ~(key_ok & (key_pos < n)).unsqueeze(1)
         if causal:
             query_pos = (qblock.unsqueeze(-1) * block + positions).unsqueeze(-1)  # (c, block, 1)
-            allowed = allowed & (key_pos.unsqueeze(1) <= query_pos)
-        else:
-            allowed = allowed.expand(size, block, width)
-        probs = entmax_normalize(scores, alpha, allowed)
+            blocked = blocked | (key_pos.unsqueeze(1) > query_pos)
+        # In place, and no zero-fill after: a key at -1e9 gets probability exactly 0 (τ* ≥
+        # max − 2), and every real query row keeps a key (its own, in the diagonal block).
+        scores.masked_fill_(blocked, _MASKED)
+        probs = entmax_normalize(scores, alpha)
         out[chunk] = torch.bmm(probs.to(vals.dtype), vals)
     return out.view(heads, nb * block, -1)[:, :n]
 

@@ -155,7 +155,7 @@ def plan_blocks(heads: int, n: int, m: int, budget_mib: float) -> tuple[int, int
 
 
 def _available_mib() -> float | None:
-    """MemAvailable from /proc/meminfo (Linux), None elsewhere."""
+    """MemAvailable from /proc/meminfo (Linux), None elsewhere (host memory)."""
     try:
         with open("/proc/meminfo") as handle:
             for line in handle:
@@ -171,9 +171,12 @@ def _check_budget(budget_mib: float, max_edge_mib: float, device: torch.device) 
         raise ValueError(
             f"budget_mib and max_edge_mib must be > 0 MiB, got {budget_mib} and {max_edge_mib}"
         )
-    if device.type != "cpu":
+    if device.type == "cuda":
+        available = torch.cuda.mem_get_info(device)[0] / 2**20
+    elif device.type == "cpu":
+        available = _available_mib()
+    else:
         return
-    available = _available_mib()
     if available is not None and budget_mib > available:
         raise ExtractionMemoryError(
             f"the working budget of {budget_mib} MiB exceeds the {available:.0f} MiB of memory "

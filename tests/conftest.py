@@ -20,6 +20,18 @@ if os.environ.get("CI"):
 REPO = Path(__file__).resolve().parents[1]
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """Tests marked ``cuda`` are skipped (with the reason) on machines without a GPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def default_model():
     """all-MiniLM-L6-v2 with entmax-1.5 attention; shared because loading costs seconds."""

@@ -91,3 +91,17 @@ def test_extra_single_keys_count_once_and_match_the_dense_path(causal):
         block_sparse_entmax(q, k, v, graph, block, extra_keys=extra + n)
     with pytest.raises(ValueError, match=r"extra_keys must be int64 \(heads=3"):
         block_sparse_entmax(q, k, v, graph, block, extra_keys=extra[0])
+
+
+@pytest.mark.cuda
+def test_block_sparse_attention_on_cuda_matches_the_cpu():
+    q, k, v = _qkv(n=300)
+    nb = -(-300 // 32)
+    graph = torch.rand(3, nb, nb, generator=torch.Generator().manual_seed(1)) < 0.3
+    extra = torch.randint(0, 300, (3, nb, 8), generator=torch.Generator().manual_seed(2))
+    cpu = block_sparse_entmax(q, k, v, graph, 32, causal=True, extra_keys=extra,
+                              warn_empty=False)
+    gpu = block_sparse_entmax(q.cuda(), k.cuda(), v.cuda(), graph.cuda(), 32, causal=True,
+                              extra_keys=extra.cuda(), warn_empty=False)
+    assert gpu.is_cuda
+    torch.testing.assert_close(gpu.cpu(), cpu, atol=1e-4, rtol=1e-4)

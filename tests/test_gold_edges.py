@@ -167,3 +167,14 @@ def test_extract_edges_rejects_a_text_longer_than_the_model(default_model):
 
     with pytest.raises(TextInputError, match="more than the model's maximum of 512"):
         extract_edges(default_model, "word " * 600)
+
+
+@pytest.mark.cuda
+def test_extraction_on_cuda_matches_the_cpu():
+    q, k, v = _qk(12, 1024)
+    cpu, out_cpu = entmax_edges(q, k, q.shape[-1] ** -0.5, causal=True, value=v, budget_mib=8)
+    gpu, out_gpu = entmax_edges(q.cuda(), k.cuda(), q.shape[-1] ** -0.5, causal=True,
+                                value=v.cuda(), budget_mib=8)
+    assert gpu.indices.is_cuda and out_gpu.is_cuda
+    assert torch.equal(gpu.to("cpu").to_dense(), cpu.to_dense())
+    torch.testing.assert_close(out_gpu.cpu(), out_cpu, atol=1e-4, rtol=1e-4)
