@@ -154,7 +154,7 @@ def cached_calibration(projections_key: str, model_id: str) -> tuple[Any, Any]:
     return None, None
 
 
-@st.cache_resource(max_entries=64, show_spinner=False)
+@st.cache_resource(max_entries=16, show_spinner=False)
 def cached_predictions(cache_key: tuple, spec_key: tuple, _spec: Any,
                        _prepared: prep.PreparedText) -> tuple[list[torch.Tensor], GraphScores]:
     """Masks and scores of one setting on one prepared text, shared by every session: ten
@@ -569,6 +569,8 @@ def build_context() -> AppContext:
     device = ctx.loaded.device if ctx.loaded else None
     st.sidebar.caption(f"Device: **{_device_label(device)}**"
                        + (f" · {ctx.loaded.model_id}" if ctx.loaded else ""))
+    if ctx.loaded is not None:  # longer texts are truncated, with a note saying so
+        st.sidebar.caption(f"The model reads at most **{ctx.loaded.max_length} tokens**.")
     st.session_state[CONTEXT_KEY] = ctx
     return ctx
 
@@ -681,6 +683,12 @@ def method_sliders(ctx: AppContext, columns: int = 4) -> urlstate.ViewState:
                 "k (nearest centroids)", 1, top,
                 help="Queries and keys join their k nearest centroids; larger k, more edges.",
                 **bind("w_top_k", "top_k", lambda k: min(int(k), top), int))
+    elif method == "quest":
+        next(col).slider(
+            f"Quest pages (of {urlstate.QUEST_PAGE} keys) per query", 1, urlstate.MAX_PAGES,
+            help="Keys in pages; each query keeps the pages with the highest upper bound "
+                 "Σ_d max(q_d·min_d, q_d·max_d) of its score (Quest, training-free).",
+            **bind("w_pages", "pages", int, int))
     next(col).select_slider("Window size", options=urlstate.WINDOW_CHOICES,
                             help="Adds edges |i−j| ≤ size//2 (0 = off).",
                             **bind("w_window", "window", urlstate.snap_window, int))

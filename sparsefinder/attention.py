@@ -46,6 +46,9 @@ class AttentionCall:
     allowed: Tensor  # bool, broadcastable to probs: False for padding / future keys
     scaling: float
     causal: bool
+    #: Keys more than ``sliding_window - 1`` positions back are masked (Mistral/Qwen2/Gemma
+    #: local layers: key j is visible to query i iff ``0 <= i - j < sliding_window``).
+    sliding_window: int | None = None
 
 
 AttentionSink = Callable[[AttentionCall], None]
@@ -176,7 +179,10 @@ def entmax_attention_forward(
     alpha = float(getattr(module.config, "entmax_alpha", DEFAULT_ALPHA))
     if scaling is None:
         scaling = query.size(-1) ** -0.5
-    if key.shape[1] != query.shape[1]:  # grouped-query attention: repeat kv heads
+    if key.shape[1] != query.shape[1]:
+        # Grouped-query attention: query head h reads key/value head h // groups (the
+        # layout of transformers' ``repeat_kv``), so every query head gets its own copy of
+        # its shared key head and heads are counted as query heads everywhere downstream.
         groups = query.shape[1] // key.shape[1]
         key = key.repeat_interleave(groups, dim=1)
         value = value.repeat_interleave(groups, dim=1)
@@ -192,12 +198,20 @@ def entmax_attention_forward(
                 "capture_edges() and restrict_keys() cannot be combined: bounded extraction "
                 "computes the gold graph of full attention; use one of them per forward pass"
             )
+        if kwargs.get("softcap"):
+            raise ValueError(
+                "capture_edges() does not apply attention-logit soft-capping (Gemma 2), so its "
+                "gold graph would not be the model's; use graphs.extract() for this model"
+            )
         return _edges_forward(edge_capture, query, key, value, allowed, alpha, float(scaling),
                               causal)
     allowed = allowed_keys(attention_mask, query, key, causal)
     if restriction is not None:
         allowed = restriction(module, query, key, allowed, causal, float(scaling))
     scores = torch.matmul(query, key.transpose(-1, -2)) * scaling
+    softcap = kwargs.get("softcap")
+    if softcap:  # Gemma 2: scores squashed to (-cap, cap) before the normaliser, as in eager
+        scores = torch.tanh(scores / softcap) * softcap
     if restriction is None:
         probs = entmax_normalize(scores, alpha, allowed)
     else:
@@ -205,7 +219,9 @@ def entmax_attention_forward(
     current = _sink.get()
     if current is not None:
         sink, counter = current
-        sink(AttentionCall(counter[0], query, key, probs, allowed, float(scaling), causal))
+        window = kwargs.get("sliding_window")
+        sink(AttentionCall(counter[0], query, key, probs, allowed, float(scaling), causal,
+                           int(window) if window else None))
         counter[0] += 1
     weights = nn.functional.dropout(probs, p=dropout, training=module.training)
     output = torch.matmul(weights.to(value.dtype), value).transpose(1, 2).contiguous()
@@ -268,8 +284,35 @@ def register() -> str:
     return ENTMAX_ATTENTION
 
 
+class UnsupportedModelError(ValueError):
+    """The model's attention does not dispatch through transformers' AttentionInterface."""
+
+
+def check_attention_interface(model: nn.Module) -> None:
+    """Refuse a model family whose attention layers never call the registered function.
+
+    Why: transformers only warns when such a model is switched to a custom implementation,
+    and it then keeps running its own softmax, so every "gold graph" would be empty and
+    every entmax claim wrong. The class flag ``_supports_attention_backend`` is how
+    transformers marks the families whose layers dispatch through the interface.
+    """
+    if getattr(type(model), "_supports_attention_backend", False):
+        return
+    family = getattr(getattr(model, "config", None), "model_type", None) or type(model).__name__
+    raise UnsupportedModelError(
+        f"the {family!r} model family ({type(model).__name__}) computes attention in its own "
+        "code, not through transformers' AttentionInterface, so α-entmax cannot be switched "
+        "on (it would silently stay softmax); use a family that supports it (BERT, RoBERTa, "
+        "GPT-2, Llama, Mistral, Qwen2, Gemma, …)"
+    )
+
+
 def use_entmax(model: nn.Module, alpha: float) -> None:
-    """Switch a loaded model to α-entmax attention (α read from the config at every call)."""
+    """Switch a loaded model to α-entmax attention (α read from the config at every call).
+
+    Raises :class:`UnsupportedModelError` (naming the family) for models that would ignore it.
+    """
+    check_attention_interface(model)
     register()
     model.config.entmax_alpha = alpha
     for sub in model.modules():  # encoder-decoder models keep sub-configs

@@ -18,9 +18,15 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from sparsefinder.attention import AttentionCall, EdgeCall, capture, capture_edges
+from sparsefinder.attention import (
+    AttentionCall,
+    EdgeCall,
+    UnsupportedModelError,
+    capture,
+    capture_edges,
+)
 from sparsefinder.gold_edges import DEFAULT_BUDGET_MIB, DEFAULT_MAX_EDGE_MIB, GoldEdges
-from sparsefinder.masks import shared_causal_mask
+from sparsefinder.masks import layer_allowed
 from sparsefinder.models import LoadedModel
 
 
@@ -41,6 +47,9 @@ class LayerGraph:
     gold: Tensor  # bool (heads, n, m): True where the entmax probability is > 0
     prob_values: Tensor  # float32 (edges,): probabilities on gold edges, row-major order
     scaling: float
+    #: A decoder's local layer: only keys ``0 <= i - j < sliding_window`` are allowed (gold,
+    #: predictions and the sparsity denominator all use ``masks.layer_allowed``).
+    sliding_window: int | None = None
 
     def probs(self) -> Tensor:
         """Dense (heads, n, m) probabilities, built on demand."""
@@ -51,9 +60,10 @@ class LayerGraph:
     def scores(self, causal: bool = False) -> Tensor:
         """The attention scores QKᵀ·scaling that entmax saw (future masked to -inf if causal)."""
         scores = torch.matmul(self.queries, self.keys.transpose(-1, -2)) * self.scaling
-        if causal:
-            n, m = scores.shape[-2:]
-            scores = scores.masked_fill(~shared_causal_mask(n, m), float("-inf"))
+        n, m = scores.shape[-2:]
+        allowed = layer_allowed(n, m, causal=causal, sliding_window=self.sliding_window)
+        if allowed is not None:
+            scores = scores.masked_fill(~allowed, float("-inf"))
         return scores
 
 
@@ -157,6 +167,7 @@ def _layer_graph(call: AttentionCall, row: int, length: int) -> LayerGraph:
         gold=gold.cpu(),
         prob_values=probs[gold].detach().float().cpu(),
         scaling=call.scaling,
+        sliding_window=call.sliding_window,
     )
 
 
@@ -206,6 +217,12 @@ def extract(
             loaded.model(
                 input_ids=input_ids.to(loaded.device),
                 attention_mask=attention_mask.to(loaded.device),
+            )
+        if not per_row[0]:  # a model whose layers never called the entmax function
+            raise UnsupportedModelError(
+                f"model {loaded.model_id!r} ran without calling α-entmax attention in any layer "
+                "(its attention does not go through transformers' AttentionInterface); "
+                "load it with sparsefinder.models.load_model"
             )
         for row, i in enumerate(batch):
             item = items[i]

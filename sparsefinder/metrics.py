@@ -8,7 +8,8 @@ text), so padding never enters a numerator or a denominator.
   has recall 1.0 by convention: there is nothing to miss.
 - ``sparsity = 1 - |pred| / D`` per head, with ``D = n·m``, or in the causal (decoder) case
   the number of non-future pairs, ``n(n+1)/2`` when ``n == m``; future pairs are then not
-  counted in ``|pred|`` either.
+  counted in ``|pred|`` either. A decoder's sliding-window layer (``LayerGraph.sliding_window``)
+  counts only its window's pairs in ``D`` and ``|pred|`` (:class:`Scorer`).
 
 Averaging (``macro_average``) is macro, in this order: for every (layer, head) the mean over
 texts (each text weighs the same, whatever its length); then, per layer, the mean over heads;
@@ -27,7 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from sparsefinder.masks import n_allowed_pairs, shared_causal_mask
+from sparsefinder.masks import layer_allowed, n_allowed_pairs, shared_causal_mask
 
 if TYPE_CHECKING:
     from sparsefinder.graphs import AttentionRecord
@@ -331,19 +332,35 @@ class Scorer:
         n, m = self.golds[0].shape[-2:]
         self.shape: tuple[int, int] = (int(n), int(m))
         self.denominator: int = n_allowed_pairs(int(n), int(m), causal=self.causal)
-        self.gold_counts: Tensor = torch.stack([count_true(self._allowed(g)) for g in self.golds])
-        self.gold_sparsity: Tensor = self._sparsity(self.gold_counts)
+        # Sliding-window (local) layers of decoders allow fewer pairs: their masks and
+        # denominators are per layer (None / the shared denominator everywhere else).
+        self._masks: list[Tensor | None] = [
+            layer_allowed(int(n), int(m), causal=self.causal,
+                          sliding_window=getattr(graph, "sliding_window", None))
+            for graph in record.layers
+        ]
+        self._denominators: list[int] = [
+            self.denominator if not getattr(graph, "sliding_window", None)
+            else int(count_true(mask[None])[0])
+            for graph, mask in zip(record.layers, self._masks, strict=True)
+        ]
+        self.gold_counts: Tensor = torch.stack(
+            [count_true(self._allowed(g, i)) for i, g in enumerate(self.golds)])
+        self.gold_sparsity: Tensor = torch.stack(
+            [self._sparsity(c, i) for i, c in enumerate(self.gold_counts)])
         self._index: dict[int, _GoldIndex] = {}
 
-    def _allowed(self, mask: Tensor) -> Tensor:
-        if not self.causal:
+    def _allowed(self, mask: Tensor, layer: int) -> Tensor:
+        allowed = self._masks[layer]
+        if allowed is None:
             return mask
-        return mask & shared_causal_mask(*self.shape, mask.device)
+        return mask & allowed.to(mask.device)
 
-    def _sparsity(self, kept: Tensor) -> Tensor:
-        if self.denominator == 0:
+    def _sparsity(self, kept: Tensor, layer: int) -> Tensor:
+        denominator = self._denominators[layer]
+        if denominator == 0:
             return torch.ones(kept.shape, dtype=_DTYPE)
-        return 1.0 - kept.to(_DTYPE) / self.denominator
+        return 1.0 - kept.to(_DTYPE) / denominator
 
     def _check(self, layer: int, pred: Tensor) -> None:
         _check_mask("pred", pred)
@@ -357,11 +374,11 @@ class Scorer:
         """(recall, sparsity) per head of one layer's prediction bool (heads, n, m)."""
         self._check(layer, pred)
         gold = self.golds[layer]
-        pred = self._allowed(pred)
+        pred = self._allowed(pred, layer)
         total = self.gold_counts[layer]
         hit = count_true(pred & gold)
         recall_ = torch.where(total > 0, hit.to(_DTYPE) / total.clamp(min=1), 1.0)
-        return recall_, self._sparsity(count_true(pred))
+        return recall_, self._sparsity(count_true(pred), layer)
 
     def _gold_index(self, layer: int) -> _GoldIndex:
         if layer not in self._index:
@@ -372,12 +389,12 @@ class Scorer:
             probs = graph.prob_values.to(gold.device, _DTYPE)
             mass = torch.zeros(heads, dtype=_DTYPE, device=gold.device).index_add_(
                 0, flat // (n * self.shape[1]), probs)
-            if self.causal:  # gold has no future pair by construction; never count one
-                keep = self._allowed(gold).reshape(-1)[flat]
+            if self._masks[layer] is not None:  # gold has no disallowed pair by construction;
+                keep = self._allowed(gold, layer).reshape(-1)[flat]  # never count one
                 flat, probs = flat[keep], probs[keep]
             rows = flat // self.shape[1]  # global row id: head·n + i
             row_ptr = torch.searchsorted(rows, torch.arange(heads * n + 1, device=gold.device))
-            allowed_gold = self._allowed(gold)
+            allowed_gold = self._allowed(gold, layer)
             tiles = _tiles(allowed_gold.contiguous())
             self._index[layer] = _GoldIndex(
                 flat=flat, row_ptr=row_ptr, head_ptr=row_ptr[::n] if n else row_ptr[:1].repeat(
@@ -391,7 +408,7 @@ class Scorer:
         self._check(layer, pred)
         heads, n = pred.shape[0], self.shape[0]
         index = self._gold_index(layer)
-        allowed = self._allowed(pred).contiguous()
+        allowed = self._allowed(pred, layer).contiguous()
         kept = count_true(allowed)
         missed = ~allowed.reshape(-1).index_select(0, index.flat)  # (E,) gold edges not kept
         missed_rows = _segments(missed.to(torch.int32), index.row_ptr)  # (heads·n,)
@@ -404,7 +421,7 @@ class Scorer:
         tiles = _tiles(allowed)
         out = {
             "recall": _ratio(hit, total),
-            "sparsity": self._sparsity(kept),
+            "sparsity": self._sparsity(kept, layer),
             "precision": _ratio(hit, kept),
             "exact_fraction": (1.0 - torch.as_tensor(inexact, dtype=_DTYPE) / n if n
                                else torch.ones(heads, dtype=_DTYPE)),

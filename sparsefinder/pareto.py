@@ -41,6 +41,10 @@ Baselines (paper §5 and appendix C; each random one seeded with ``seed = layer`
   skipped with a warning without them). Each mask is fitted once per layer and re-targeted
   per grid point.
 - ``distance-nodiag``: SparseBERT's no-diagonal variant of ``distance`` (same grid).
+- ``quest`` (group ``long-context``): Quest's page-level min/max key bounds, pages of 16 keys,
+  each query keeps its top {1, 2, 4, 8, 16, 32, 64} pages (on the original q/k, training-free);
+  ``hashattention``: HashAttention-style 16-bit learned codes of q/k (fitted on TRAINING gold
+  graphs), keys within Hamming distance {0, …, 8}.
 
 - ``<method>+window``: the method ∪ ``Window(WITH_WINDOW_SIZE)``. The paper uses w = 11 (MT,
   ~35 tokens) or 25 (MLM, 512 tokens) in its per-head figures and w = 3 in its efficiency
@@ -87,6 +91,9 @@ REFORMER_GRID = [2, 4, 6, 8, 10, 12]
 ROUTING_GRID = [2, 4, 6, 8, 10]
 TOPK_GRID = [1, 2, 4, 8, 16, 32]
 STATIC_MASK_GRID = [0.5, 0.7, 0.8, 0.9, 0.95, 0.98]
+QUEST_PAGE = 16
+QUEST_GRID = [1, 2, 4, 8, 16, 32, 64]
+HASH_DISTANCE_GRID = [0, 1, 2, 3, 4, 5, 6, 7, 8]
 
 
 @dataclass(frozen=True)
@@ -122,6 +129,7 @@ GROUPS: dict[str, list[str]] = {
         "longformer", "bigbird", "reformer", "reformer+window", "routing", "routing+window",
         "topk", "sparsebert-dams", "sparsebert-damu", "distance-nodiag",
     ],
+    "long-context": ["quest", "hashattention"],
 }
 
 
@@ -195,6 +203,12 @@ def _register_defaults() -> None:
     register_curve("kmeans-routed", "kmeans-routed", ROUTED_BUDGET_GRID, replace=True)
     register_curve("kmeans-routed-top", "kmeans-routed-top", ROUTED_TOP_GRID, replace=True)
     register_curve("topp", "topp", [{"p": p} for p in TOPP_GRID], replace=True)
+    # Issue 14: long-context baselines on the model's own q/k (sparsefinder.predictors.quest,
+    # .hash_codes; codes fitted on TRAIN graphs).
+    register_curve("quest", "quest", [{"page_size": QUEST_PAGE, "pages": p} for p in QUEST_GRID],
+                   replace=True)
+    register_curve("hashattention", "hashattention",
+                   [{"max_distance": t} for t in HASH_DISTANCE_GRID], replace=True)
     # Issue 13: block Sparsefinder, 32-token blocks, key blocks per query block.
     for name, size, keys in BLOCK_CURVES:
         register_curve(name, "block", [{"block": size, "n_blocks": b, "n_keys": keys}

@@ -414,6 +414,12 @@ def test_default_curves_exactly(default_curves) -> None:
     expected["kmeans-routed"] = ("kmeans-routed", 0, ROUTED_BUDGET_GRID)
     expected["kmeans-routed-top"] = ("kmeans-routed-top", 0, ROUTED_TOP_GRID)
     expected["topp"] = ("topp", 0, [{"p": p} for p in TOPP_GRID])
+    # issue 14: long-context baselines
+    from sparsefinder.pareto import HASH_DISTANCE_GRID, QUEST_GRID, QUEST_PAGE
+
+    expected["quest"] = ("quest", 0, [{"page_size": QUEST_PAGE, "pages": p} for p in QUEST_GRID])
+    expected["hashattention"] = ("hashattention", 0,
+                                 [{"max_distance": t} for t in HASH_DISTANCE_GRID])
     # issue 13: block Sparsefinder at blocks of 32 and 16, and with single keys
     blocks = [0, 1, 2, 3, 4, 5, 6, 8, 10, 12]
     for name, size, keys in (("block", 32, 0), ("block16", 16, 0), ("block+keys", 32, 16)):
@@ -457,7 +463,7 @@ def test_resolve_methods_messages_and_order() -> None:
                                          r"comma list$"):
         resolve_methods(" , ")
     with pytest.raises(ValueError, match=r"^unknown method 'nope'; choose from: all, "
-                                         r"sparsefinder, baselines, distance, "):
+                                         r"sparsefinder, baselines, long-context, distance, "):
         resolve_methods("nope")
 
 

@@ -92,7 +92,7 @@ class PreparedText:
             methods += ["distance", "quantization"]
             if self.cluster_choices:
                 methods.append("kmeans")
-        return [*methods, "fixed"]
+        return [*methods, "quest", "fixed"]  # Quest reads the model's own q/k
 
     def fitted(self, method: str) -> Any:
         """What a calibrated method's predictors are built from (the table), else None."""

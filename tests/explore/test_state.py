@@ -175,7 +175,7 @@ def test_problem_messages_name_what_is_expected():
                                              "global": "first,middle"})
     assert problems == [
         "ignored URL parameter method='magic': expected one of distance-budget, "
-        "rowfrac-budget, kmeans-routed-budget, distance, quantization, kmeans, fixed",
+        "rowfrac-budget, kmeans-routed-budget, distance, quantization, kmeans, quest, fixed",
         "ignored URL parameter global='first,middle': expected a comma list of "
         "('first', 'last') or 'none'",
         "ignored URL parameter example='nope': expected a bundled example name",
