@@ -176,7 +176,9 @@ def cached_accuracy(cache_key: tuple, spec_key: tuple, _spec: Any,
     with model_lock():
         set_alpha(loaded, alpha)
         full = _reference(cache_key, loaded, text)
-        return accuracy.setting_accuracy(loaded, text, _spec, _prepared.projections, full)
+        return accuracy.setting_accuracy(loaded, text, _spec,
+                                         _prepared.projections_for(_spec.method), full,
+                                         fitted=_prepared.fitted(_spec.method))
 
 
 #: Validation passages of the Explorer's task measure (retrieval agreement).
@@ -184,8 +186,8 @@ TASK_PASSAGES = 24
 
 
 @st.cache_resource(max_entries=32, show_spinner="Retrieval agreement on validation passages…")
-def cached_task_accuracy(model_key: tuple, spec_key: tuple, _spec: Any, _projections: Any
-                         ) -> Any:
+def cached_task_accuracy(model_key: tuple, spec_key: tuple, _spec: Any, _projections: Any,
+                         _fitted: Any = None) -> Any:
     """Retrieval agreement of a setting on ``TASK_PASSAGES`` validation passages (restricted
     forward passes vs the cached full run), shared by sessions; ``model_key`` = (name, α,
     projections digest)."""
@@ -199,7 +201,7 @@ def cached_task_accuracy(model_key: tuple, spec_key: tuple, _spec: Any, _project
     with model_lock():
         set_alpha(loaded, alpha)
         full = _reference(("task", name, alpha), loaded, "\n\n".join(texts), texts)
-        return accuracy.task_accuracy(loaded, texts, _spec, _projections, full)
+        return accuracy.task_accuracy(loaded, texts, _spec, _projections, full, fitted=_fitted)
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)

@@ -187,7 +187,9 @@ def _accuracy(ctx: shell.AppContext, state: urlstate.ViewState) -> None:
                  "the others when attention is restricted to this setting's graphs?"):
         model_key = ctx.cache_key[:2] + ctx.cache_key[3:]
         start = time.perf_counter()
-        task = shell.cached_task_accuracy(model_key, spec.key, spec, ctx.prepared.projections)
+        task = shell.cached_task_accuracy(model_key, spec.key, spec,
+                                          ctx.prepared.projections_for(spec.method),
+                                          ctx.prepared.fitted(spec.method))
         took = time.perf_counter() - start
         a, b, c = st.columns(3)
         a.metric("Retrieval top-1 agreement", f"{task.retrieval_top1:.3f}")

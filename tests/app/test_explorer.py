@@ -229,3 +229,13 @@ def test_first_screen_is_the_best_method_at_its_calibrated_setting():
     at.select_slider(key="w_target").set_value(0.75).run()
     assert at.query_params["target"] == "0.75"
     assert metric(at, "Model sparsity") < sparse and metric(at, "Model recall") > recall
+
+
+def test_output_accuracy_of_the_calibrated_default():
+    """The first screen's method (distance-budget, from the bundled table and its own
+    projections) runs in the restricted forward too: the table's predictors, not a refit."""
+    at = new_app().run()
+    at.toggle(key="w_accuracy_on").set_value(True).run()
+    assert_clean(at)
+    assert 0.0 < metric(at, "Output cosine") <= 1.0
+    assert 0.85 <= metric(at, "Sparsity run") <= 0.95  # the 0.90 target ∪ window ∪ global
