@@ -55,10 +55,13 @@ bench: install
 mutation: install
 	OMP_NUM_THREADS=1 $(BIN)/python tools/mutation.py
 
-assets: install
+# The calibration table is fitted for the best projections (r = 8, lowrank-logistic, from
+# assets-projections), which the app then loads for the calibrated methods.
+assets: install assets-projections
 	$(BIN)/sparsefinder train --model default --corpus default --out sparsefinder/assets/default
 	$(BIN)/sparsefinder fit-codebooks --model default --corpus default --out sparsefinder/assets/default/key_codebooks.pt
-	$(BIN)/sparsefinder calibrate --model default --projections sparsefinder/assets/default/projections.pt \
+	$(BIN)/sparsefinder calibrate --model default \
+	  --projections sparsefinder/assets/default/projections-r8-lowrank-logistic.pt \
 	  --out sparsefinder/assets/default/calibration.pt
 
 # The alternative projections of issue 10 (r = 4 and 8; lowrank, logistic, lowrank-logistic),

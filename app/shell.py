@@ -125,25 +125,36 @@ def cached_prepared(
     with model_lock():
         set_alpha(loaded, alpha)
         record, notes = inputs.extract_one(loaded, text)
-    calibration = cached_calibration(projections_key) if _projections is not None else None
-    return prep.prepare(record, _projections, notes, calibration=calibration)
+    calibration, own = cached_calibration(projections_key, loaded.model_id)
+    return prep.prepare(record, _projections, notes, calibration=calibration,
+                        calibration_projections=own)
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
-def cached_calibration(projections_key: str) -> Any:
-    """The calibrated target-sparsity settings for the projections with this digest: the
-    bundled table when it was fitted for them, else None (the calibrated methods are off)."""
+def cached_calibration(projections_key: str, model_id: str) -> tuple[Any, Any]:
+    """The calibrated target-sparsity settings and the projections they read: the bundled
+    table with the projections file it names (the best one, whatever the app's own
+    projections are), or — a table naming none — the table when it was fitted for the
+    projections with this digest; (None, None) otherwise (the calibrated methods are off)."""
     from sparsefinder.calibration import CalibrationError, CalibrationTable
+    from sparsefinder.projections import ProjectionsError
 
     if not DEFAULT_CALIBRATION.is_file():
-        return None
+        return None, None
     try:
-        return CalibrationTable.load(DEFAULT_CALIBRATION, projections_sha256=projections_key)
-    except CalibrationError:
-        return None
+        table = CalibrationTable.load(DEFAULT_CALIBRATION)
+        if table.model_id != model_id:
+            return None, None
+        if table.projections_file:
+            return table, table.own_projections(DEFAULT_CALIBRATION)
+        if table.projections_sha256 == projections_key:
+            return table, None
+    except (CalibrationError, ProjectionsError, OSError):
+        pass
+    return None, None
 
 
-@st.cache_resource(max_entries=64, show_spinner=False)
+@st.cache_resource(max_entries=16, show_spinner=False)
 def cached_predictions(cache_key: tuple, spec_key: tuple, _spec: Any,
                        _prepared: prep.PreparedText) -> tuple[list[torch.Tensor], GraphScores]:
     """Masks and scores of one setting on one prepared text, shared by every session: ten
@@ -165,7 +176,9 @@ def cached_accuracy(cache_key: tuple, spec_key: tuple, _spec: Any,
     with model_lock():
         set_alpha(loaded, alpha)
         full = _reference(cache_key, loaded, text)
-        return accuracy.setting_accuracy(loaded, text, _spec, _prepared.projections, full)
+        return accuracy.setting_accuracy(loaded, text, _spec,
+                                         _prepared.projections_for(_spec.method), full,
+                                         fitted=_prepared.fitted(_spec.method))
 
 
 #: Validation passages of the Explorer's task measure (retrieval agreement).
@@ -173,8 +186,8 @@ TASK_PASSAGES = 24
 
 
 @st.cache_resource(max_entries=32, show_spinner="Retrieval agreement on validation passages…")
-def cached_task_accuracy(model_key: tuple, spec_key: tuple, _spec: Any, _projections: Any
-                         ) -> Any:
+def cached_task_accuracy(model_key: tuple, spec_key: tuple, _spec: Any, _projections: Any,
+                         _fitted: Any = None) -> Any:
     """Retrieval agreement of a setting on ``TASK_PASSAGES`` validation passages (restricted
     forward passes vs the cached full run), shared by sessions; ``model_key`` = (name, α,
     projections digest)."""
@@ -188,7 +201,7 @@ def cached_task_accuracy(model_key: tuple, spec_key: tuple, _spec: Any, _project
     with model_lock():
         set_alpha(loaded, alpha)
         full = _reference(("task", name, alpha), loaded, "\n\n".join(texts), texts)
-        return accuracy.task_accuracy(loaded, texts, _spec, _projections, full)
+        return accuracy.task_accuracy(loaded, texts, _spec, _projections, full, fitted=_fitted)
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
@@ -207,7 +220,18 @@ def _reference(cache_key: tuple, _loaded: LoadedModel, text: str,
 def cached_text_sweep(cache_key: tuple, methods: tuple[str, ...],
                       _prepared: prep.PreparedText) -> Any:
     """Sparsity–recall of every grid point of ``methods`` on the current text."""
-    return excorpus.sweep_records([_prepared.record], _prepared.projections, list(methods))
+    return excorpus.sweep_records([_prepared.record], _prepared.projections, list(methods),
+                                  **_calibrated(_prepared))
+
+
+def _calibrated(prepared: prep.PreparedText) -> dict[str, Any]:
+    """The calibration table of a prepared text and the projections its methods read: the
+    sweeps add its curves (the app has no train graphs to fit them)."""
+    table = prepared.calibration
+    if table is None or not table.params:
+        return {}
+    return {"calibration": table,
+            "calibration_projections": prepared.projections_for(next(iter(table.params)))}
 
 
 @st.cache_resource(show_spinner=False)
@@ -217,8 +241,9 @@ def _corpus_store() -> dict:
     return {}
 
 
-def corpus_sweep(key: tuple, loaded: LoadedModel, projections: Any, methods: list[str],
-                 max_passages: int, compute: bool) -> tuple[list, Any] | None:
+def corpus_sweep(key: tuple, loaded: LoadedModel, prepared: prep.PreparedText,
+                 methods: list[str], max_passages: int, compute: bool
+                 ) -> tuple[list, Any] | None:
     """Validation-split records and sweep for ``key``: from the store, or computed now with
     an ``st.progress`` bar when ``compute``; None if not computed yet."""
     store = _corpus_store()
@@ -232,8 +257,9 @@ def corpus_sweep(key: tuple, loaded: LoadedModel, projections: Any, methods: lis
 
     records = excorpus.corpus_records(loaded, split="validation", max_passages=max_passages,
                                    on_progress=lambda f, m: report(0.7 * f, m))
-    frame = excorpus.sweep_records(records, projections, methods,
-                                on_progress=lambda f, m: report(0.7 + 0.3 * f, m))
+    frame = excorpus.sweep_records(records, prepared.projections, methods,
+                                on_progress=lambda f, m: report(0.7 + 0.3 * f, m),
+                                **_calibrated(prepared))
     bar.empty()
     if len(store) >= 4:
         store.pop(next(iter(store)))
@@ -547,6 +573,8 @@ def build_context() -> AppContext:
     st.sidebar.caption(f"Device: **{_device_label(device)}**"
                        + (f" · {ctx.loaded.model_id} · adapter: {ctx.loaded.adapter_label()}"
                           if ctx.loaded else ""))
+    if ctx.loaded is not None:  # longer texts are truncated, with a note saying so
+        st.sidebar.caption(f"The model reads at most **{ctx.loaded.max_length} tokens**.")
     st.session_state[CONTEXT_KEY] = ctx
     return ctx
 
@@ -659,6 +687,12 @@ def method_sliders(ctx: AppContext, columns: int = 4) -> urlstate.ViewState:
                 "k (nearest centroids)", 1, top,
                 help="Queries and keys join their k nearest centroids; larger k, more edges.",
                 **bind("w_top_k", "top_k", lambda k: min(int(k), top), int))
+    elif method == "quest":
+        next(col).slider(
+            f"Quest pages (of {urlstate.QUEST_PAGE} keys) per query", 1, urlstate.MAX_PAGES,
+            help="Keys in pages; each query keeps the pages with the highest upper bound "
+                 "Σ_d max(q_d·min_d, q_d·max_d) of its score (Quest, training-free).",
+            **bind("w_pages", "pages", int, int))
     next(col).select_slider("Window size", options=urlstate.WINDOW_CHOICES,
                             help="Adds edges |i−j| ≤ size//2 (0 = off).",
                             **bind("w_window", "window", urlstate.snap_window, int))

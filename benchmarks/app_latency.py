@@ -12,6 +12,15 @@ Goal on the 2-core dev CPU: p50 <= 300 ms, p95 <= 600 ms.
 
     .venv/bin/python benchmarks/app_latency.py [--moves 30] [--method kmeans]
         [--projections PATH]   # default: sparsefinder/assets/default/projections.pt when it exists
+
+Long texts (issue 14): ``--tokens N`` pastes a text of N tokens (consecutive passages of
+the default corpus' train split) instead of opening the example, on ``--model PATH``, or,
+without ``--model``, on a tiny random long-context decoder (``sparsefinder.decoders``: Qwen2,
+4096 positions, GQA, a sliding-window layer) saved to a temporary folder. Such a model has
+no projections, so use ``--method fixed`` (the window-size slider drives window ∪ global
+tokens; prediction, scoring, the windowed head figure and the block overview all rerun).
+
+    .venv/bin/python benchmarks/app_latency.py --tokens 4096 --method fixed --moves 20
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -55,11 +65,13 @@ def free_port() -> int:
 
 def start_server(port: int, projections: Path | None) -> subprocess.Popen:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               TOKENIZERS_PARALLELISM="false")
+               TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(ROOT))
     if projections is not None:
         env["SPARSEFINDER_DEFAULT_PROJECTIONS"] = str(projections)
+    venv = ROOT / ".venv" / "bin" / "streamlit"
+    command = [str(venv)] if venv.exists() else [sys.executable, "-m", "streamlit"]
     return subprocess.Popen(
-        [str(ROOT / ".venv" / "bin" / "streamlit"), "run", "app/main.py",
+        [*command, "run", "app/main.py",
          "--server.port", str(port), "--server.headless", "true",
          "--browser.gatherUsageStats", "false"],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -85,7 +97,21 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-def measure(port: int, moves: int, method: str) -> tuple[list[float], list[int]]:
+def long_setup(model: str | None, tokens: int, folder: Path) -> tuple[str, str]:
+    """(model folder, text of ``tokens`` tokens) for the long-text measurement."""
+    sys.path.insert(0, str(ROOT))
+    from sparsefinder.decoders import save_tiny_decoder
+    from sparsefinder.long_context import long_texts
+    from sparsefinder.models import load_model
+
+    if model is None:
+        model = str(save_tiny_decoder("qwen2", folder / "qwen2", max_positions=4096))
+    tokenizer = load_model(model, device="cpu").tokenizer
+    return model, long_texts(tokenizer, tokens, 1, "train")[0]
+
+
+def measure(port: int, moves: int, method: str, model: str | None = None,
+            text: str | None = None) -> tuple[list[float], list[int]]:
     from playwright.sync_api import sync_playwright
 
     received = [0]
@@ -99,8 +125,19 @@ def measure(port: int, moves: int, method: str) -> tuple[list[float], list[int]]
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1600, "height": 1800})
         page.on("websocket", on_websocket)
-        page.goto(f"http://localhost:{port}/?example=long_report_512&method={method}"
-                  "&window=3&layer=0&head=0", timeout=300_000)
+        if text is None:
+            page.goto(f"http://localhost:{port}/?example=long_report_512&method={method}"
+                      "&window=3&layer=0&head=0", timeout=300_000)
+        else:  # paste the long text, as a user would
+            page.goto(f"http://localhost:{port}/?model={model}&method={method}"
+                      "&window=3&layer=0&head=0", timeout=300_000)
+            page.get_by_text("Paste", exact=True).click()
+            area = page.get_by_label("Paste a text")
+            area.wait_for(timeout=300_000)
+            area.fill(text)
+            area.press("Control+Enter")
+            page.wait_for_function(
+                "document.querySelectorAll('.js-plotly-plot').length >= 3", timeout=600_000)
         page.wait_for_function(
             "document.querySelectorAll('.js-plotly-plot').length >= 2 && "
             "document.querySelectorAll('[data-testid=\"stMetricValue\"]').length >= 9",
@@ -134,23 +171,35 @@ def main() -> int:
                         help="predictor shown while the window slider moves")
     parser.add_argument("--projections", type=Path, default=None,
                         help="projections for the default model (else the bundled ones)")
+    parser.add_argument("--tokens", type=int, default=None,
+                        help="paste a text of this many tokens (long-text mode)")
+    parser.add_argument("--model", default=None,
+                        help="model folder for --tokens (default: a tiny long-context Qwen2)")
     args = parser.parse_args()
     if not Path(CHROMIUM).exists():
         print(f"{CHROMIUM} is missing: `make browser` (apt-get install chromium) first",
               file=sys.stderr)
         return 2
+    print(f"load average: {os.getloadavg()}", flush=True)
+    scratch = tempfile.TemporaryDirectory()
+    model, text = (None, None)
+    if args.tokens is not None:
+        model, text = long_setup(args.model, args.tokens, Path(scratch.name))
     port = free_port()
     server = start_server(port, args.projections)
     try:
         wait_healthy(port)
-        times, sizes = measure(port, args.moves, args.method)
+        times, sizes = measure(port, args.moves, args.method, model, text)
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
+        scratch.cleanup()
     p50, p95 = statistics.median(times), percentile(times, 0.95)
     payload_kb = statistics.median(sizes) / 1024
-    print(f"{len(times)} moves on the 512-token example: p50 {p50:.0f} ms, p95 {p95:.0f} ms, "
-          f"median websocket payload {payload_kb:.0f} KB per update")
+    what = (f"a pasted {args.tokens}-token text" if args.tokens else "the 512-token example")
+    print(f"{len(times)} moves on {what}: p50 {p50:.0f} ms, p95 {p95:.0f} ms, "
+          f"median websocket payload {payload_kb:.0f} KB per update "
+          f"(load average {os.getloadavg()[0]:.2f})")
     print(f"p50_ms={p50:.0f} p95_ms={p95:.0f} payload_kb={payload_kb:.0f}")
     return 0
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from sparsefinder.graphs import AttentionRecord
+from sparsefinder.grid_calibration import HEAD_GRIDS, head_grid_fitter
 from sparsefinder.predictors.calibrated import (
     CalibratedDistance,
     CalibratedRowFraction,
@@ -76,6 +77,9 @@ def calibrated_methods() -> list[tuple[str, list[Params], Callable]]:
          calibrated_fitter("equal", "target_sparsity", CalibratedRowFraction)),
         ("rowfrac-budget", [{"target_sparsity": s} for s in SPARSITY_TARGETS],
          calibrated_fitter("budget", "target_sparsity", CalibratedRowFraction)),
+    ] + [  # one raw setting per head (B/k, β, window, key budget): grid_calibration
+        (name, [{"target_sparsity": s} for s in SPARSITY_TARGETS], head_grid_fitter(name))
+        for name in HEAD_GRIDS
     ]
 
 

@@ -25,6 +25,7 @@ from torch import Tensor
 
 from sparsefinder.calibrated_sweep import SPARSITY_TARGETS
 from sparsefinder.graphs import AttentionRecord
+from sparsefinder.grid_calibration import HEAD_GRIDS, layer_predictor, measure_grid
 from sparsefinder.predictors.calibrated import (
     CalibratedDistance,
     CalibratedRowFraction,
@@ -32,11 +33,14 @@ from sparsefinder.predictors.calibrated import (
     ThresholdDistance,
 )
 from sparsefinder.predictors.row_fraction import RowFraction
-from sparsefinder.projections import HeadProjections
+from sparsefinder.projections import HeadProjections, ProjectionsError
 
 FORMAT = "sparsefinder-calibration"
 #: Calibrated methods a table holds, and the estimator of each (budget allocation).
 ESTIMATORS = {"distance-budget": CalibratedDistance, "rowfrac-budget": CalibratedRowFraction}
+#: Per-head raw settings a table holds (``grid_calibration``): those that do not read the
+#: projections, so they hold whatever projections the table is fitted for.
+GRID_METHODS = ("kmeans-routed-budget", "window-budget")
 
 
 class CalibrationError(ValueError):
@@ -53,8 +57,10 @@ class CalibrationTable:
     """Per-head parameters of each calibrated method at each target sparsity.
 
     ``params[method]`` is float32 (targets, layers, heads): squared thresholds for
-    ``distance-budget``, keep fractions for ``rowfrac-budget``; ``train_sparsity`` and
-    ``train_recall`` the train estimates, same shapes.
+    ``distance-budget``, keep fractions for ``rowfrac-budget``, indices into ``grids[method]``
+    (the raw settings) for the :data:`GRID_METHODS`; ``train_sparsity`` and ``train_recall``
+    the train estimates, same shapes. ``projections_file`` names the projections file (next
+    to the table) it was fitted for, so an app can load them whatever its own projections.
     """
 
     model_id: str
@@ -64,12 +70,16 @@ class CalibrationTable:
     train_sparsity: dict[str, Tensor] = field(default_factory=dict)
     train_recall: dict[str, Tensor] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
+    grids: dict[str, list[dict]] = field(default_factory=dict)
+    projections_file: str = ""
 
     @classmethod
     def fit(cls, records: Sequence[AttentionRecord], projections: HeadProjections,
             projections_sha256: str, targets: Sequence[float] = SPARSITY_TARGETS,
-            samples_per_text: int = 1024, seed: int = 0) -> CalibrationTable:
-        """Fit every method of :data:`ESTIMATORS` at every target on TRAIN records."""
+            samples_per_text: int = 1024, seed: int = 0,
+            grid_methods: Sequence[str] = GRID_METHODS) -> CalibrationTable:
+        """Fit every method of :data:`ESTIMATORS` and ``grid_methods`` at every target on
+        TRAIN records."""
         samples = DistanceSamples.from_records(records, projections, samples_per_text, seed,
                                                rank_fractions=True)
         params, sparsity, recall = {}, {}, {}
@@ -80,11 +90,25 @@ class CalibrationTable:
             params[method] = torch.stack([getattr(f, attr).float() for f in fitted])
             sparsity[method] = torch.stack([f.train_sparsity_.float() for f in fitted])
             recall[method] = torch.stack([f.train_recall_.float() for f in fitted])
+        grids = {}
+        for method in grid_methods:
+            raw, grid = HEAD_GRIDS[method]
+            try:
+                table = measure_grid(records, projections, raw, grid)
+            except ProjectionsError:  # e.g. no key codebooks for this model: not in the table
+                continue
+            choices = torch.stack([table.choose(float(t)) for t in targets])  # (T, L, H)
+            params[method] = choices.float()
+            picked = [table.recall.gather(-1, c[..., None])[..., 0] for c in choices]
+            recall[method] = torch.stack(picked).float()
+            sparsity[method] = torch.stack([1.0 - table.density.gather(-1, c[..., None])[..., 0]
+                                            for c in choices]).float()
+            grids[method] = table.grid
         return cls(model_id=projections.model_id, projections_sha256=projections_sha256,
                    targets=[float(t) for t in targets], params=params,
                    train_sparsity=sparsity, train_recall=recall,
                    metadata={"n_texts": len(records), "samples_per_text": samples_per_text,
-                             "seed": seed, "allocation": "budget"})
+                             "seed": seed, "allocation": "budget"}, grids=grids)
 
     def index(self, target: float) -> int:
         """Position of ``target`` in the table (it must be one of :attr:`targets`)."""
@@ -94,18 +118,22 @@ class CalibrationTable:
         raise ValueError(f"target sparsity {target} is not calibrated; choose one of "
                          f"{self.targets}")
 
-    def predictor(self, method: str, target: float, layer: int) -> Any:
-        """The predictor of ``method`` at ``target`` for one layer."""
+    def predictor(self, method: str, target: float, layer: int, projections: Any = None) -> Any:
+        """The predictor of ``method`` at ``target`` for one layer (``projections``: what a
+        per-head raw setting is built with, e.g. the model id for routed k-means)."""
         if method not in self.params:
             raise ValueError(f"no {method!r} in this calibration table ({list(self.params)})")
         values = self.params[method][self.index(target), layer]
+        if method in self.grids:
+            return layer_predictor(HEAD_GRIDS[method][0], self.grids[method], values.long(),
+                                   projections, layer)
         return ThresholdDistance(values) if method == "distance-budget" else RowFraction(values)
 
     def fitted_for(self, method: str) -> Callable[[dict, Any, int], Any]:
         """The ``fitted`` factory of one calibrated method (what a sweep's ``fit`` returns)."""
 
         def build(params: dict, projections: Any, layer: int) -> Any:
-            return self.predictor(method, float(params["target_sparsity"]), layer)
+            return self.predictor(method, float(params["target_sparsity"]), layer, projections)
 
         return build
 
@@ -116,7 +144,8 @@ class CalibrationTable:
         torch.save({"format": FORMAT, "model_id": self.model_id,
                     "projections_sha256": self.projections_sha256, "targets": self.targets,
                     "params": self.params, "train_sparsity": self.train_sparsity,
-                    "train_recall": self.train_recall, "metadata": self.metadata}, tmp)
+                    "train_recall": self.train_recall, "metadata": self.metadata,
+                    "grids": self.grids, "projections_file": self.projections_file}, tmp)
         os.replace(tmp, path)
         return path
 
@@ -142,4 +171,19 @@ class CalibrationTable:
                    targets=list(payload["targets"]), params=dict(payload["params"]),
                    train_sparsity=dict(payload.get("train_sparsity") or {}),
                    train_recall=dict(payload.get("train_recall") or {}),
-                   metadata=dict(payload.get("metadata") or {}))
+                   metadata=dict(payload.get("metadata") or {}),
+                   grids=dict(payload.get("grids") or {}),
+                   projections_file=str(payload.get("projections_file") or ""))
+
+    def own_projections(self, table_path: str | Path) -> HeadProjections:
+        """The projections this table was fitted for: ``projections_file`` next to the table,
+        checked against :attr:`projections_sha256`."""
+        if not self.projections_file:
+            raise CalibrationError("this calibration table does not name its projections file; "
+                                   "remake it with `sparsefinder calibrate`")
+        path = Path(table_path).with_name(self.projections_file)
+        if not path.is_file() or file_digest(path) != self.projections_sha256:
+            raise CalibrationError(f"{self.projections_file} (next to {Path(table_path).name}) "
+                                   "is missing or not the file the table was fitted for; remake "
+                                   "it with `make assets`")
+        return HeadProjections.load(path, expected_model_id=self.model_id)

@@ -57,17 +57,26 @@ def device_for(requested: str, world: World) -> str:
     return requested
 
 
+def backend_for(device: str) -> str:
+    """``nccl`` when this process drives a GPU (``cuda``/``auto`` with CUDA present), else
+    ``gloo``. NCCL reduces in GPU memory over NVLink/InfiniBand; gloo works on any CPU."""
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"--device {device} was asked for but CUDA is not available here; "
+                         "use --device cpu (gloo) or run on a machine with GPUs")
+    gpu = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    return "nccl" if gpu else "gloo"
+
+
 @contextlib.contextmanager
 def torchrun_group(device: str = "auto") -> Iterator[World]:
     """Join torchrun's process group for the block (no-op world of one without torchrun)."""
     if not launched_by_torchrun() or (dist.is_initialized()):
         yield current_world()
         return
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    gpu = torch.cuda.is_available() and not device.startswith("cpu")
-    if gpu:
-        torch.cuda.set_device(local)
-    dist.init_process_group(backend="nccl" if gpu else "gloo", timeout=TIMEOUT)
+    backend = backend_for(device)
+    if backend == "nccl":  # one process per GPU: rank-local collectives on cuda:LOCAL_RANK
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(backend=backend, timeout=TIMEOUT)
     try:
         yield current_world()
     finally:

@@ -48,7 +48,7 @@ def score_specs_streaming(
     for record in records:
         if projections is not None:
             projections.check_record(record)
-        scorer = Scorer(record)
+        scorer = Scorer(record, extra=False)  # recall and sparsity are all it reduces
         vectors = RecordInputs(record, projections)
         rows = []
         for c, spec in enumerate(specs):

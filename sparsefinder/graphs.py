@@ -18,8 +18,15 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from sparsefinder.attention import AttentionCall, capture
-from sparsefinder.masks import shared_causal_mask
+from sparsefinder.attention import (
+    AttentionCall,
+    EdgeCall,
+    UnsupportedModelError,
+    capture,
+    capture_edges,
+)
+from sparsefinder.gold_edges import DEFAULT_BUDGET_MIB, DEFAULT_MAX_EDGE_MIB, GoldEdges
+from sparsefinder.masks import layer_allowed
 from sparsefinder.models import LoadedModel
 
 
@@ -40,6 +47,9 @@ class LayerGraph:
     gold: Tensor  # bool (heads, n, m): True where the entmax probability is > 0
     prob_values: Tensor  # float32 (edges,): probabilities on gold edges, row-major order
     scaling: float
+    #: A decoder's local layer: only keys ``0 <= i - j < sliding_window`` are allowed (gold,
+    #: predictions and the sparsity denominator all use ``masks.layer_allowed``).
+    sliding_window: int | None = None
 
     def probs(self) -> Tensor:
         """Dense (heads, n, m) probabilities, built on demand."""
@@ -50,9 +60,10 @@ class LayerGraph:
     def scores(self, causal: bool = False) -> Tensor:
         """The attention scores QKᵀ·scaling that entmax saw (future masked to -inf if causal)."""
         scores = torch.matmul(self.queries, self.keys.transpose(-1, -2)) * self.scaling
-        if causal:
-            n, m = scores.shape[-2:]
-            scores = scores.masked_fill(~shared_causal_mask(n, m), float("-inf"))
+        n, m = scores.shape[-2:]
+        allowed = layer_allowed(n, m, causal=causal, sliding_window=self.sliding_window)
+        if allowed is not None:
+            scores = scores.masked_fill(~allowed, float("-inf"))
         return scores
 
 
@@ -156,6 +167,7 @@ def _layer_graph(call: AttentionCall, row: int, length: int) -> LayerGraph:
         gold=gold.cpu(),
         prob_values=probs[gold].detach().float().cpu(),
         scaling=call.scaling,
+        sliding_window=call.sliding_window,
     )
 
 
@@ -206,6 +218,12 @@ def extract(
                 input_ids=input_ids.to(loaded.device),
                 attention_mask=attention_mask.to(loaded.device),
             )
+        if not per_row[0]:  # a model whose layers never called the entmax function
+            raise UnsupportedModelError(
+                f"model {loaded.model_id!r} ran without calling α-entmax attention in any layer "
+                "(its attention does not go through transformers' AttentionInterface); "
+                "load it with sparsefinder.models.load_model"
+            )
         for row, i in enumerate(batch):
             item = items[i]
             records[i] = AttentionRecord(
@@ -220,3 +238,65 @@ def extract(
         bar.update(len(batch))
     bar.close()
     return [record for record in records if record is not None]
+
+
+@dataclass
+class LayerEdges:
+    """One layer of one long text: q/k entering QKᵀ and the gold graph as CSR edges."""
+
+    queries: Tensor  # float32 (heads, n, d)
+    keys: Tensor  # float32 (heads, m, d)
+    edges: GoldEdges
+    scaling: float
+
+
+@dataclass
+class EdgeRecord:
+    """Tokens and per-layer gold edges of one text, extracted in bounded memory."""
+
+    text: str
+    tokens: list[str]
+    causal: bool
+    layers: list[LayerEdges] = field(default_factory=list)
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.tokens)
+
+
+@torch.inference_mode()
+def extract_edges(
+    loaded: LoadedModel,
+    text: str,
+    *,
+    budget_mib: float = DEFAULT_BUDGET_MIB,
+    max_edge_mib: float = DEFAULT_MAX_EDGE_MIB,
+) -> EdgeRecord:
+    """Gold edges of every layer for ONE text, never holding an (n, n) matrix per head.
+
+    For long inputs (thousands of tokens, on a model whose positions reach that far): memory
+    is ~``budget_mib`` per block plus the edges (see :mod:`sparsefinder.gold_edges`). A text
+    longer than the model's maximum length is an error (no silent truncation here).
+    """
+    check_text(text)
+    encoding = loaded.tokenizer(text, truncation=False)
+    ids = encoding["input_ids"]
+    if len(ids) > loaded.max_length:
+        raise TextInputError(
+            f"the text has {len(ids)} tokens, more than the model's maximum of "
+            f"{loaded.max_length}; shorten it, or use a long-context model"
+        )
+    layers: list[LayerEdges] = []
+
+    def sink(call: EdgeCall) -> None:
+        layers.append(LayerEdges(
+            queries=call.query[0].detach().float().cpu().contiguous(),
+            keys=call.key[0].detach().float().cpu().contiguous(),
+            edges=call.edges[0].to("cpu"),
+            scaling=call.scaling,
+        ))
+
+    input_ids = torch.tensor([ids], device=loaded.device)
+    with capture_edges(sink, budget_mib=budget_mib, max_edge_mib=max_edge_mib):
+        loaded.model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
+    return EdgeRecord(text, loaded.tokenizer.convert_ids_to_tokens(ids), loaded.causal, layers)

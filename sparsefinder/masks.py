@@ -6,7 +6,10 @@ decoder's cache). With that alignment
 
 - the causal mask keeps key j for query i iff ``j <= i + (m - n)``: for ``n == m`` the lower
   triangle with the diagonal, ``n(n+1)/2`` pairs;
-- the window band of size w keeps ``|i + (m - n) - j| <= w // 2``.
+- the window band of size w keeps ``|i + (m - n) - j| <= w // 2``;
+- a decoder's *sliding-window* layer (Mistral, Qwen2, Gemma local layers) of window W keeps
+  key j iff ``0 <= i + (m - n) - j < W`` (transformers' ``sliding_window_overlay``), i.e. the
+  query and its W - 1 predecessors.
 
 Masks are cached (a slider move rebuilds the same ones for every layer); the cached tensors
 are read-only by convention, so the public functions return them only where documented.
@@ -78,3 +81,31 @@ def window_band(n: int, m: int, size: int, device: torch.device | str | None = N
     A fresh tensor (a copy of a cached band), so callers may modify it.
     """
     return _band(n, m, max(int(size), 0), _device(device)).clone()
+
+
+@lru_cache(maxsize=64)
+def _sliding(n: int, m: int, window: int, device: torch.device) -> Tensor:
+    return _causal(n, m, device).triu(diagonal=m - n - window + 1)
+
+
+def sliding_window_mask(n: int, m: int, window: int,
+                        device: torch.device | str | None = None) -> Tensor:
+    """Bool (n, m): a causal sliding-window layer's allowed pairs (cached: never modify it)."""
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"sliding window must be an integer >= 1, got {window!r}")
+    return _sliding(n, m, window, _device(device))
+
+
+def layer_allowed(n: int, m: int, *, causal: bool, sliding_window: int | None = None,
+                  device: torch.device | str | None = None) -> Tensor | None:
+    """The (n, m) pairs a layer may attend to, or None when every pair is allowed.
+
+    Why one function: gold extraction, predictions and the sparsity denominator must agree on
+    what "allowed" means, or a sliding-window layer's predictions would be credited (or
+    charged) for pairs the model can never attend to.
+    """
+    if sliding_window:
+        return sliding_window_mask(n, m, int(sliding_window), device)
+    if causal:
+        return shared_causal_mask(n, m, device)
+    return None

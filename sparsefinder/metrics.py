@@ -8,7 +8,8 @@ text), so padding never enters a numerator or a denominator.
   has recall 1.0 by convention: there is nothing to miss.
 - ``sparsity = 1 - |pred| / D`` per head, with ``D = n·m``, or in the causal (decoder) case
   the number of non-future pairs, ``n(n+1)/2`` when ``n == m``; future pairs are then not
-  counted in ``|pred|`` either.
+  counted in ``|pred|`` either. A decoder's sliding-window layer (``LayerGraph.sliding_window``)
+  counts only its window's pairs in ``D`` and ``|pred|`` (:class:`Scorer`).
 
 Averaging (``macro_average``) is macro, in this order: for every (layer, head) the mean over
 texts (each text weighs the same, whatever its length); then, per layer, the mean over heads;
@@ -27,7 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from sparsefinder.masks import n_allowed_pairs, shared_causal_mask
+from sparsefinder.masks import layer_allowed, n_allowed_pairs, shared_causal_mask
 
 if TYPE_CHECKING:
     from sparsefinder.graphs import AttentionRecord
@@ -159,12 +160,15 @@ def block_graph(mask: Tensor, block: int) -> Tensor:
     if nb * block != n or mb * block != m:  # pad with False to whole tiles
         mask = torch.nn.functional.pad(mask, (0, mb * block - m, 0, nb * block - n))
     lead = mask.shape[:-2]
-    if block % 8 == 0 and mask.is_contiguous():
-        # 8 keys per int64 word: reduce the key axis on words, not on single bools
-        words = mask.view(torch.int64).reshape(*lead, nb * block, mb, block // 8)
-        cols = words.ne(0).any(-1)  # (..., N, mb)
-    else:
-        cols = mask.reshape(*lead, nb * block, mb, block).any(-1)
+    if mask.numel() == 0:
+        return torch.zeros(*lead, nb, mb, dtype=torch.bool, device=mask.device)
+    if block % 8 == 0 and mask.is_contiguous() and mask.storage_offset() % 8 == 0:
+        # 8 keys per int64 word (bool bytes are 0/1, so a word is >= 0 and > 0 iff one of its
+        # keys is set): max over the block's rows first (a contiguous reduction), then over
+        # the block's words
+        words = mask.view(torch.int64).reshape(*lead, nb, block, mb * (block // 8))
+        return words.amax(-2).reshape(*lead, nb, mb, block // 8).amax(-1) > 0
+    cols = mask.reshape(*lead, nb * block, mb, block).any(-1)
     # the query axis: max over the block's rows of 0/1 bytes
     rows = cols.view(torch.uint8).reshape(*lead, nb, block, mb).amax(-2)
     return rows.view(torch.bool)
@@ -210,14 +214,32 @@ def gold_sparsity(gold: Tensor, *, causal: bool = False) -> Tensor:
     return sparsity(gold, causal=causal)
 
 
+#: Metrics a :class:`Scorer` adds to recall and sparsity (issue 10), as named in the sweep's
+#: columns: ``block_recall16``/``block_recall64`` are :func:`block_recall` at 16 and 64.
+EXTRA_METRICS: tuple[str, ...] = (
+    "precision", "exact_fraction", "mass_recall", "block_recall16", "block_recall64",
+)
+BLOCK_SIZES: tuple[int, ...] = (16, 64)
+
+
 @dataclass
 class GraphScores:
-    """Scores of one text: ``recall``, ``sparsity`` (and optionally ``gold_sparsity``) as
-    float64 tensors of shape (layers, heads)."""
+    """Scores of one text: ``recall``, ``sparsity`` (and optionally ``gold_sparsity`` and the
+    :data:`EXTRA_METRICS`) as float64 tensors of shape (layers, heads)."""
 
     recall: Tensor
     sparsity: Tensor
     gold_sparsity: Tensor | None = None
+    precision: Tensor | None = None
+    exact_fraction: Tensor | None = None
+    mass_recall: Tensor | None = None
+    block_recall16: Tensor | None = None
+    block_recall64: Tensor | None = None
+
+    def metrics(self) -> dict[str, Tensor]:
+        """Every metric present, by name (recall, sparsity, then the extras)."""
+        names = ("recall", "sparsity", *EXTRA_METRICS)
+        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
 
 
 def score_layers(preds: list[Tensor], golds: list[Tensor], causal: bool = False) -> GraphScores:
@@ -233,61 +255,199 @@ def score_layers(preds: list[Tensor], golds: list[Tensor], causal: bool = False)
     )
 
 
+@dataclass
+class _GoldIndex:
+    """One layer's gold edges as a flat list (row-major, the order of ``prob_values``), cut
+    into rows and heads (CSR offsets), with their probabilities and the gold tiles."""
+
+    flat: Tensor  # int64 (E,): positions in the flattened (heads, n, m) mask
+    row_ptr: Tensor  # int64 (heads·n + 1,): edges of row r are flat[row_ptr[r]:row_ptr[r+1]]
+    head_ptr: Tensor  # int64 (heads + 1,)
+    probs: Tensor  # float64 (E,)
+    mass: Tensor  # float64 (heads,): gold probability mass (all of it, future pairs too)
+    tiles: dict[int, Tensor]  # block → bool (heads, nb, mb) gold tiles
+    tile_counts: dict[int, Tensor]  # block → int64 (heads,)
+
+
+def _segments(values: Tensor, ptr: Tensor) -> Tensor:
+    """Sums of ``values`` over the segments ``ptr[i]:ptr[i+1]`` (one cumulative sum)."""
+    running = torch.zeros(values.numel() + 1, dtype=values.dtype, device=values.device)
+    torch.cumsum(values, 0, out=running[1:])
+    return running[ptr[1:]] - running[ptr[:-1]]
+
+
+def _ratio(hit: Tensor, total: Tensor) -> Tensor:
+    """hit / total as float64, 1.0 where total is 0 (nothing to find)."""
+    return torch.where(total > 0, hit.to(_DTYPE) / torch.where(total > 0, total, 1), 1.0)
+
+
+def _coarser_tiles(tiles: Tensor, factor: int) -> Tensor:
+    """Tiles of ``factor``× the block from tiles of one block: a tile of the larger grid is
+    set iff one of the ``factor × factor`` small tiles it covers is (the grids align)."""
+    nb, mb = tiles.shape[-2:]
+    pad_n, pad_m = -nb % factor, -mb % factor
+    if pad_n or pad_m:
+        tiles = torch.nn.functional.pad(tiles, (0, pad_m, 0, pad_n))
+    lead = tiles.shape[:-2]
+    grid = tiles.view(torch.uint8).reshape(*lead, (nb + pad_n) // factor, factor,
+                                           (mb + pad_m) // factor, factor)
+    return grid.amax((-3, -1)).view(torch.bool)
+
+
+def _tiles(mask: Tensor) -> dict[int, Tensor]:
+    """:func:`block_graph` at every size of :data:`BLOCK_SIZES`; the 64-tiles come from the
+    16-tiles (a 64 × 64 tile is 4 × 4 tiles of 16), so the mask is read once."""
+    small = block_graph(mask, BLOCK_SIZES[0])
+    return {BLOCK_SIZES[0]: small,
+            **{b: _coarser_tiles(small, b // BLOCK_SIZES[0]) for b in BLOCK_SIZES[1:]}}
+
+
 class Scorer:
-    """Recall, sparsity and gold sparsity of predictions for ONE record: the one scoring path.
+    """Every metric of predictions for ONE record: the one scoring path.
 
     Built once per record, it caches what does not depend on the prediction — each layer's
     gold mask, |G| per (layer, head), the gold sparsity and the denominator of Eq. 5 — and
     takes ``causal`` from the record, so a decoder is never scored with the n·m denominator
     by mistake. A prediction then costs two popcounts per layer: |Ĝ ∧ G| and |Ĝ|.
     The numbers are exactly those of :func:`recall` and :func:`sparsity`.
+
+    With ``extra`` (the default) it also gives the :data:`EXTRA_METRICS`, from intermediates
+    shared by all of them: the gold edges are listed once per layer (row-major, with their
+    probabilities, cut into rows and heads). A prediction is then read only AT the gold
+    edges (one gather): a cumulative sum of the misses gives, per row, whether the row is
+    exact, and per head the recall and the precision's numerator; one of the missed
+    probabilities the mass recall; and the prediction's 16-tiles (one pass over the mask,
+    the 64-tiles derived from them) the block recalls. Equal to :func:`precision`,
+    :func:`exact_fraction`, :func:`mass_recall` and :func:`block_recall` (float sums in
+    another order: to ~1e-12).
     """
 
-    def __init__(self, record: AttentionRecord) -> None:
+    def __init__(self, record: AttentionRecord, *, extra: bool = True) -> None:
         if not record.layers:
             raise ValueError("the record has no layers; extract it with graphs.extract()")
+        self.record = record
+        self.extra = bool(extra)
         self.causal: bool = bool(record.causal)
         self.golds: list[Tensor] = record.gold_masks()
         n, m = self.golds[0].shape[-2:]
         self.shape: tuple[int, int] = (int(n), int(m))
         self.denominator: int = n_allowed_pairs(int(n), int(m), causal=self.causal)
-        self.gold_counts: Tensor = torch.stack([count_true(self._allowed(g)) for g in self.golds])
-        self.gold_sparsity: Tensor = self._sparsity(self.gold_counts)
+        # Sliding-window (local) layers of decoders allow fewer pairs: their masks and
+        # denominators are per layer (None / the shared denominator everywhere else).
+        self._masks: list[Tensor | None] = [
+            layer_allowed(int(n), int(m), causal=self.causal,
+                          sliding_window=getattr(graph, "sliding_window", None))
+            for graph in record.layers
+        ]
+        self._denominators: list[int] = [
+            self.denominator if not getattr(graph, "sliding_window", None)
+            else int(count_true(mask[None])[0])
+            for graph, mask in zip(record.layers, self._masks, strict=True)
+        ]
+        self.gold_counts: Tensor = torch.stack(
+            [count_true(self._allowed(g, i)) for i, g in enumerate(self.golds)])
+        self.gold_sparsity: Tensor = torch.stack(
+            [self._sparsity(c, i) for i, c in enumerate(self.gold_counts)])
+        self._index: dict[int, _GoldIndex] = {}
 
-    def _allowed(self, mask: Tensor) -> Tensor:
-        if not self.causal:
+    def _allowed(self, mask: Tensor, layer: int) -> Tensor:
+        allowed = self._masks[layer]
+        if allowed is None:
             return mask
-        return mask & shared_causal_mask(*self.shape, mask.device)
+        return mask & allowed.to(mask.device)
 
-    def _sparsity(self, kept: Tensor) -> Tensor:
-        if self.denominator == 0:
+    def _sparsity(self, kept: Tensor, layer: int) -> Tensor:
+        denominator = self._denominators[layer]
+        if denominator == 0:
             return torch.ones(kept.shape, dtype=_DTYPE)
-        return 1.0 - kept.to(_DTYPE) / self.denominator
+        return 1.0 - kept.to(_DTYPE) / denominator
 
-    def layer(self, layer: int, pred: Tensor) -> tuple[Tensor, Tensor]:
-        """(recall, sparsity) per head of one layer's prediction bool (heads, n, m)."""
+    def _check(self, layer: int, pred: Tensor) -> None:
         _check_mask("pred", pred)
         gold = self.golds[layer]
         if pred.shape != gold.shape:
             raise ValueError(
                 f"layer {layer}: pred {tuple(pred.shape)} and gold {tuple(gold.shape)} must match"
             )
-        pred = self._allowed(pred)
+
+    def layer(self, layer: int, pred: Tensor) -> tuple[Tensor, Tensor]:
+        """(recall, sparsity) per head of one layer's prediction bool (heads, n, m)."""
+        self._check(layer, pred)
+        gold = self.golds[layer]
+        pred = self._allowed(pred, layer)
         total = self.gold_counts[layer]
         hit = count_true(pred & gold)
         recall_ = torch.where(total > 0, hit.to(_DTYPE) / total.clamp(min=1), 1.0)
-        return recall_, self._sparsity(count_true(pred))
+        return recall_, self._sparsity(count_true(pred), layer)
+
+    def _gold_index(self, layer: int) -> _GoldIndex:
+        if layer not in self._index:
+            graph = self.record.layers[layer]
+            gold = graph.gold
+            heads, n, _ = gold.shape
+            flat = gold.reshape(-1).nonzero()[:, 0]
+            probs = graph.prob_values.to(gold.device, _DTYPE)
+            mass = torch.zeros(heads, dtype=_DTYPE, device=gold.device).index_add_(
+                0, flat // (n * self.shape[1]), probs)
+            if self._masks[layer] is not None:  # gold has no disallowed pair by construction;
+                keep = self._allowed(gold, layer).reshape(-1)[flat]  # never count one
+                flat, probs = flat[keep], probs[keep]
+            rows = flat // self.shape[1]  # global row id: head·n + i
+            row_ptr = torch.searchsorted(rows, torch.arange(heads * n + 1, device=gold.device))
+            allowed_gold = self._allowed(gold, layer)
+            tiles = _tiles(allowed_gold.contiguous())
+            self._index[layer] = _GoldIndex(
+                flat=flat, row_ptr=row_ptr, head_ptr=row_ptr[::n] if n else row_ptr[:1].repeat(
+                    heads + 1), probs=probs, mass=mass, tiles=tiles,
+                tile_counts={b: t.sum((-2, -1), dtype=torch.int64) for b, t in tiles.items()})
+        return self._index[layer]
+
+    def layer_scores(self, layer: int, pred: Tensor) -> dict[str, Tensor]:
+        """Every metric (recall, sparsity and the :data:`EXTRA_METRICS`) per head of one
+        layer's prediction bool (heads, n, m): float64 (heads,) each."""
+        self._check(layer, pred)
+        heads, n = pred.shape[0], self.shape[0]
+        index = self._gold_index(layer)
+        allowed = self._allowed(pred, layer).contiguous()
+        kept = count_true(allowed)
+        missed = ~allowed.reshape(-1).index_select(0, index.flat)  # (E,) gold edges not kept
+        missed_rows = _segments(missed.to(torch.int32), index.row_ptr)  # (heads·n,)
+        missed_heads = missed_rows.view(heads, n).sum(-1, dtype=torch.int64) if n else (
+            torch.zeros(heads, dtype=torch.int64))
+        total = self.gold_counts[layer]
+        hit = total - missed_heads
+        lost = _segments(torch.where(missed, index.probs, 0.0), index.head_ptr)
+        inexact = (missed_rows > 0).view(heads, n).sum(-1, dtype=torch.int64) if n else 0
+        tiles = _tiles(allowed)
+        out = {
+            "recall": _ratio(hit, total),
+            "sparsity": self._sparsity(kept, layer),
+            "precision": _ratio(hit, kept),
+            "exact_fraction": (1.0 - torch.as_tensor(inexact, dtype=_DTYPE) / n if n
+                               else torch.ones(heads, dtype=_DTYPE)),
+            "mass_recall": torch.where(index.mass > 0, 1.0 - lost / torch.where(
+                index.mass > 0, index.mass, 1.0), 1.0),
+        }
+        for block in BLOCK_SIZES:
+            both = (tiles[block] & index.tiles[block]).sum((-2, -1), dtype=torch.int64)
+            out[f"block_recall{block}"] = _ratio(both, index.tile_counts[block])
+        return out
 
     def score(self, preds: Sequence[Tensor]) -> GraphScores:
         """Scores of every (layer, head) from per-layer predictions bool (heads, n, m)."""
         if len(preds) != len(self.golds):
             raise ValueError(f"got {len(preds)} predicted layers but {len(self.golds)} gold layers")
-        pairs = [self.layer(index, pred) for index, pred in enumerate(preds)]
-        return GraphScores(
-            recall=torch.stack([r for r, _ in pairs]),
-            sparsity=torch.stack([s for _, s in pairs]),
-            gold_sparsity=self.gold_sparsity,
-        )
+        if not self.extra:
+            pairs = [self.layer(index, pred) for index, pred in enumerate(preds)]
+            return GraphScores(
+                recall=torch.stack([r for r, _ in pairs]),
+                sparsity=torch.stack([s for _, s in pairs]),
+                gold_sparsity=self.gold_sparsity,
+            )
+        per_layer = [self.layer_scores(index, pred) for index, pred in enumerate(preds)]
+        stacked = {name: torch.stack([scores[name] for scores in per_layer])
+                   for name in per_layer[0]}
+        return GraphScores(gold_sparsity=self.gold_sparsity, **stacked)
 
 
 def macro_average(scores: list[GraphScores]) -> dict[str, Tensor | float | int]:
@@ -295,14 +455,15 @@ def macro_average(scores: list[GraphScores]) -> dict[str, Tensor | float | int]:
 
     Returns ``{metric}_per_head`` (layers, heads) = mean over texts, ``{metric}_per_layer``
     (layers,) = mean over heads of that, and ``{metric}`` (a float) = mean over layers, for
-    ``metric`` in recall, sparsity and (when every text has it) gold_sparsity; plus
-    ``n_texts``.
+    ``metric`` in recall, sparsity and (when every text has them) gold_sparsity and the
+    :data:`EXTRA_METRICS`; plus ``n_texts``.
     """
     if not scores:
         raise ValueError("macro_average needs the scores of at least one text")
     metrics = ["recall", "sparsity"]
-    if all(s.gold_sparsity is not None for s in scores):
-        metrics.append("gold_sparsity")
+    for name in ("gold_sparsity", *EXTRA_METRICS):
+        if all(getattr(s, name) is not None for s in scores):
+            metrics.append(name)
     shapes = {tuple(s.recall.shape) for s in scores}
     if len(shapes) != 1:
         raise ValueError(f"all texts must have the same (layers, heads), got {sorted(shapes)}")

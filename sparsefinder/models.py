@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedTokenizerBase
 
-from sparsefinder.attention import use_entmax
+from sparsefinder.attention import UnsupportedModelError, use_entmax
 from sparsefinder.entmax_ops import validate_alpha
 from sparsefinder.serving import (
     InputRefused,
@@ -73,6 +73,26 @@ class LoadedModel:
         return int(getattr(config, "num_attention_heads", None) or config.n_head)
 
     @property
+    def num_key_value_heads(self) -> int:
+        """Key/value heads (fewer than :attr:`num_heads` with grouped-query attention).
+
+        Heads are counted as QUERY heads everywhere (records, projections, metrics): query
+        head h is scored against its shared key head ``h // (num_heads // kv_heads)``.
+        """
+        config = self.model.config
+        return int(getattr(config, "num_key_value_heads", None) or self.num_heads)
+
+    @property
+    def sliding_window_layers(self) -> dict[int, int]:
+        """``{layer: window}`` for the local (sliding-window) layers, from the config."""
+        config = self.model.config
+        window = getattr(config, "sliding_window", None)
+        types = getattr(config, "layer_types", None)
+        if not window or not types:
+            return {}
+        return {i: int(window) for i, kind in enumerate(types) if kind == "sliding_attention"}
+
+    @property
     def head_dim(self) -> int:
         config = self.model.config
         explicit = getattr(config, "head_dim", None)
@@ -84,6 +104,7 @@ class LoadedModel:
             "model": self.model_id,
             "layers": self.num_layers,
             "heads": self.num_heads,
+            "kv_heads": self.num_key_value_heads,
             "head_dim": self.head_dim,
             "alpha": self.alpha,
             "device": str(self.device),
@@ -281,7 +302,10 @@ def load_model(
         config, tokenizer, model = _load_checked(name, source, resolved_device)
         if adapter is not None:
             model, metadata = _merge_adapter(model, adapter)
-        use_entmax(model, alpha)
+        try:
+            use_entmax(model, alpha)
+        except UnsupportedModelError as error:
+            raise ModelLoadError(f"cannot load {name!r} with α-entmax: {error}") from error
         model.eval().to(resolved_device)
     if tokenizer.pad_token is None:  # GPT-2 style tokenizers: padding is masked out anyway
         tokenizer.pad_token = tokenizer.eos_token

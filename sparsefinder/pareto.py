@@ -41,6 +41,10 @@ Baselines (paper §5 and appendix C; each random one seeded with ``seed = layer`
   skipped with a warning without them). Each mask is fitted once per layer and re-targeted
   per grid point.
 - ``distance-nodiag``: SparseBERT's no-diagonal variant of ``distance`` (same grid).
+- ``quest`` (group ``long-context``): Quest's page-level min/max key bounds, pages of 16 keys,
+  each query keeps its top {1, 2, 4, 8, 16, 32, 64} pages (on the original q/k, training-free);
+  ``hashattention``: HashAttention-style 16-bit learned codes of q/k (fitted on TRAINING gold
+  graphs), keys within Hamming distance {0, …, 8}.
 
 - ``<method>+window``: the method ∪ ``Window(WITH_WINDOW_SIZE)``. The paper uses w = 11 (MT,
   ~35 tokens) or 25 (MLM, 512 tokens) in its per-head figures and w = 3 in its efficiency
@@ -58,15 +62,16 @@ import json
 import math
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 import torch
+from torch import Tensor
 
 from sparsefinder.calibrated_sweep import DISTANCE_FINE_GRID, calibrated_grids
 from sparsefinder.graphs import AttentionRecord
-from sparsefinder.metrics import GraphScores, Scorer, macro_average
+from sparsefinder.metrics import EXTRA_METRICS, GraphScores, Scorer, block_recall, macro_average
 from sparsefinder.projections import HeadProjections, ProjectionsError
 from sparsefinder.spec import PredictorSpec, RecordInputs, predict_record
 
@@ -86,6 +91,9 @@ REFORMER_GRID = [2, 4, 6, 8, 10, 12]
 ROUTING_GRID = [2, 4, 6, 8, 10]
 TOPK_GRID = [1, 2, 4, 8, 16, 32]
 STATIC_MASK_GRID = [0.5, 0.7, 0.8, 0.9, 0.95, 0.98]
+QUEST_PAGE = 16
+QUEST_GRID = [1, 2, 4, 8, 16, 32, 64]
+HASH_DISTANCE_GRID = [0, 1, 2, 3, 4, 5, 6, 7, 8]
 
 
 @dataclass(frozen=True)
@@ -121,6 +129,7 @@ GROUPS: dict[str, list[str]] = {
         "longformer", "bigbird", "reformer", "reformer+window", "routing", "routing+window",
         "topk", "sparsebert-dams", "sparsebert-damu", "distance-nodiag",
     ],
+    "long-context": ["quest", "hashattention"],
 }
 
 
@@ -145,6 +154,10 @@ ROUTED_BUDGET_GRID = [
 ]
 ROUTED_TOP_GRID = [{"n_clusters": 128, "n_routes": t}
                    for t in (2, 4, 6, 8, 9, 10, 11, 12, 14, 16, 20, 24, 32)]
+#: Block Sparsefinder curves: (name, block size, single keys per query block), and the grid
+#: of key blocks per query block (besides the diagonal block); 512 tokens = 16 blocks of 32.
+BLOCK_CURVES = (("block", 32, 0), ("block16", 16, 0), ("block+keys", 32, 16))
+BLOCK_GRID = [0, 1, 2, 3, 4, 5, 6, 8, 10, 12]
 TOPP_GRID = [0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99, 1.0]
 
 
@@ -190,6 +203,16 @@ def _register_defaults() -> None:
     register_curve("kmeans-routed", "kmeans-routed", ROUTED_BUDGET_GRID, replace=True)
     register_curve("kmeans-routed-top", "kmeans-routed-top", ROUTED_TOP_GRID, replace=True)
     register_curve("topp", "topp", [{"p": p} for p in TOPP_GRID], replace=True)
+    # Issue 14: long-context baselines on the model's own q/k (sparsefinder.predictors.quest,
+    # .hash_codes; codes fitted on TRAIN graphs).
+    register_curve("quest", "quest", [{"page_size": QUEST_PAGE, "pages": p} for p in QUEST_GRID],
+                   replace=True)
+    register_curve("hashattention", "hashattention",
+                   [{"max_distance": t} for t in HASH_DISTANCE_GRID], replace=True)
+    # Issue 13: block Sparsefinder, 32-token blocks, key blocks per query block.
+    for name, size, keys in BLOCK_CURVES:
+        register_curve(name, "block", [{"block": size, "n_blocks": b, "n_keys": keys}
+                                       for b in BLOCK_GRID], replace=True)
 
 
 _register_defaults()
@@ -254,6 +277,17 @@ class SpecScores:
     recall_per_layer: list[float]
     sparsity_per_layer: list[float]
     n_texts: int
+    #: macro averages of the :data:`~sparsefinder.metrics.EXTRA_METRICS` (precision, exact
+    #: fraction, mass recall, block recall at 16 and 64), same averaging as recall
+    extra: dict[str, float] = field(default_factory=dict)
+    #: tile recall at the method's own ``block`` parameter (metrics.block_recall); NaN
+    #: for token-level methods
+    block_recall: float = math.nan
+
+    @property
+    def exact_fraction(self) -> float:
+        """Share of query rows whose whole gold support is predicted."""
+        return self.extra.get("exact_fraction", math.nan)
 
 
 def score_specs(
@@ -264,7 +298,7 @@ def score_specs(
     fitted: Sequence[Any] | None = None,
     on_progress: ProgressFn | None = None,
 ) -> tuple[list[SpecScores], GraphScores]:
-    """Macro-averaged recall/sparsity of every spec on ``records`` and the gold sparsity.
+    """Macro-averaged scores of every spec on ``records`` and the gold sparsity.
 
     Per text: one :class:`Scorer`, one :class:`RecordInputs` (projections computed once per
     layer), then for each spec ``scorer.score(predict_record(...))`` — the same calls the
@@ -284,30 +318,48 @@ def score_specs(
     built = [spec.build_layers(projections, num_layers, fit)
              for spec, fit in zip(specs, fitted, strict=True)]
     per_spec: list[list[GraphScores]] = [[] for _ in specs]
+    extras: list[list[Tensor]] = [[] for _ in specs]  # (layers, heads) per text
     gold: list[GraphScores] = []
     for index, record in enumerate(records):
         scorer = Scorer(record)
         vectors = RecordInputs(record, projections)
         for c, spec in enumerate(specs):
-            per_spec[c].append(scorer.score(predict_record(spec, built[c], vectors)))
+            preds = predict_record(spec, built[c], vectors)
+            per_spec[c].append(scorer.score(preds))
+            extras[c].append(_own_block_recall(spec, preds, scorer))
         gold.append(GraphScores(recall=torch.ones_like(scorer.gold_sparsity),
                                 sparsity=scorer.gold_sparsity))
         if on_progress is not None:
             on_progress((index + 1) / len(records),
                         f"text {index + 1} of {len(records)} ({len(specs)} settings)")
     results = []
-    for scores in per_spec:
+    for scores, extra in zip(per_spec, extras, strict=True):
         avg = macro_average(scores)
+        # macro: texts, then heads, then layers (equal shapes: the mean of means is the mean)
+        # macro over texts, heads, layers (equal shapes: the mean of means is the mean)
+        block = float(torch.stack(extra).mean()) if extra else math.nan
         results.append(SpecScores(
             recall=float(avg["recall"]), sparsity=float(avg["sparsity"]),
             recall_per_layer=[float(x) for x in avg["recall_per_layer"]],
             sparsity_per_layer=[float(x) for x in avg["sparsity_per_layer"]],
-            n_texts=int(avg["n_texts"]),
+            n_texts=int(avg["n_texts"]), block_recall=block,
+            extra={name: float(avg[name]) for name in EXTRA_METRICS if name in avg},
         ))
     gold_avg = macro_average(gold)
     gold_scores = GraphScores(recall=gold_avg["recall_per_layer"],
                               sparsity=gold_avg["sparsity_per_layer"])
     return results, gold_scores
+
+
+def _own_block_recall(spec: PredictorSpec, preds: Sequence[Tensor], scorer: Scorer) -> Tensor:
+    """(layers, heads) float64: block recall at the spec's own ``block`` parameter (NaN for
+    methods without one; the Scorer's extras give it at 16 and 64)."""
+    block = spec.param_dict.get("block")
+    rows = []
+    for pred, gold in zip(preds, scorer.golds, strict=True):
+        rows.append(block_recall(pred, gold, int(block), causal=scorer.causal) if block
+                    else torch.full(pred.shape[:1], math.nan, dtype=torch.float64))
+    return torch.stack(rows)
 
 
 def score_spec(records: Sequence[AttentionRecord], projections: HeadProjections | None,
@@ -334,9 +386,13 @@ def sweep(
     be built (k-means without centroids for that B) are skipped with a warning.
     ``on_progress(fraction, message)`` reports progress (the CLI draws a bar with it).
 
-    Columns: ``method`` (curve name), ``params`` (JSON), ``recall``, ``sparsity`` (macro
-    averages), ``recall_per_layer``/``sparsity_per_layer`` (JSON lists), ``n_texts``. The gold
-    sparsity (overall and per layer) is in ``df.attrs``.
+    Columns: ``method`` (curve name), ``params`` (JSON), ``recall``, ``sparsity``, then
+    ``precision``, ``exact_fraction``, ``mass_recall``, ``block_recall16``, ``block_recall64``
+    (macro averages, :data:`~sparsefinder.metrics.EXTRA_METRICS`),
+    ``recall_per_layer``/``sparsity_per_layer`` (JSON lists), ``n_texts`` and
+    ``block_recall`` (tile recall at the method's own ``block`` parameter, NaN for methods
+    without one, e.g. every token-level method). The gold sparsity (overall and per layer) is
+    in ``df.attrs``.
     """
     if not records:
         raise ValueError("sweep needs at least one record (a text's gold graphs)")
@@ -390,9 +446,11 @@ def sweep(
             "params": spec.params_json(),
             "recall": result.recall,
             "sparsity": result.sparsity,
+            **{name: result.extra.get(name, math.nan) for name in EXTRA_METRICS},
             "recall_per_layer": json.dumps([round(x, 6) for x in result.recall_per_layer]),
             "sparsity_per_layer": json.dumps([round(x, 6) for x in result.sparsity_per_layer]),
             "n_texts": result.n_texts,
+            "block_recall": result.block_recall,
         }
         for (name, spec), result in zip(rows, results, strict=True)
     ])
@@ -463,3 +521,28 @@ def recall_at_sparsity(
             row[f"recall@{level:g}"] = value
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def metrics_at_sparsity(df: pd.DataFrame, levels: Sequence[float] = SPARSITY_LEVELS
+                        ) -> pd.DataFrame:
+    """Every metric of the configuration that gives each method's recall at each level.
+
+    The configuration is the one the step rule of :func:`recall_at_sparsity` reads: the
+    frontier point with the best recall among those with sparsity ≥ level. One row per
+    (method, level) that some configuration reaches: ``method``, ``level``, ``params``,
+    ``recall``, ``sparsity`` and the :data:`~sparsefinder.metrics.EXTRA_METRICS` present in
+    ``df`` (how good the graph at that point is besides its recall).
+    """
+    extras = [name for name in EXTRA_METRICS if name in df.columns]
+    rows = []
+    for method, group in pareto_frontier(df).groupby("method", sort=False):
+        for level in levels:
+            above = group[group["sparsity"] >= level]
+            if above.empty:
+                continue
+            best = above.loc[above["recall"].idxmax()]
+            rows.append({"method": method, "level": level, "params": best["params"],
+                         "recall": best["recall"], "sparsity": best["sparsity"],
+                         **{name: best[name] for name in extras}})
+    return pd.DataFrame(rows, columns=["method", "level", "params", "recall", "sparsity",
+                                       *extras])

@@ -66,7 +66,7 @@ import math
 import os
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -603,8 +603,13 @@ def train_projections(
     progress: bool = False,
     model_id: str = "",
     alpha: float = 1.5,
+    device: torch.device | str = "cpu",
 ) -> HeadProjections:
     """Learn the projections of every head from gold graphs with the Eq. 7 hinge loss.
+
+    ``device``: where the Adam steps run (e.g. ``"cuda"``): the token tables and the batch
+    indices move there; sampling and the init stay on the CPU (one generator, so the same
+    seed draws the same pairs on every device), and the result is on the CPU.
 
     ``batch_size`` counts positives per head per step (every head of a layer steps at once);
     the paper's 16 is far too small for CPU training on millions of pairs, so we default to
@@ -617,6 +622,7 @@ def train_projections(
         negatives_per_positive=negatives_per_positive, seed=seed, init=init,
     )
     layers, heads, d = _check_records(records, rank)
+    device = torch.device(device)
     generator = torch.Generator().manual_seed(seed)
     weights, biases = [], []
     loss_first, loss_last, n_pos = [], [], []
@@ -624,6 +630,8 @@ def train_projections(
                disable=not progress)
     for layer in range(layers):
         pairs = _layer_pairs(records, layer)
+        on_device = pairs if device.type == "cpu" else replace(
+            pairs, q_table=pairs.q_table.to(device), k_table=pairs.k_table.to(device))
         weight: Tensor | None = None
         optimizer: torch.optim.Optimizer | None = None
         history: list[Tensor] = []
@@ -638,14 +646,15 @@ def train_projections(
                     w0 = _discriminative_init(pairs, neg_rows, sample, rank, margin)
                 else:
                     w0 = torch.randn(heads, rank, d, generator=generator) / math.sqrt(d)
-                weight = w0.contiguous()
+                weight = w0.to(device).contiguous()
                 optimizer = torch.optim.Adam([weight], lr=lr)
             # Table rows of the whole epoch, gathered once: (heads, L) and (heads, L, num).
-            rows = (pairs.q_row[ids], pairs.k_row[ids], neg_rows[ids])
+            rows = tuple(r.to(device) for r in (pairs.q_row[ids], pairs.k_row[ids],
+                                                neg_rows[ids]))
             for step in range(steps):
                 cut = slice(step * batch_size, (step + 1) * batch_size)
                 history.append(
-                    _step(pairs, *(r[:, cut] for r in rows), weight, optimizer, margin)
+                    _step(on_device, *(r[:, cut] for r in rows), weight, optimizer, margin)
                 )
             bar.update(1)
         losses = torch.stack(history).tolist()
@@ -653,7 +662,7 @@ def train_projections(
         loss_first.append(sum(losses[:tail]) / tail)
         loss_last.append(sum(losses[-tail:]) / tail)
         n_pos.append(int(pairs.head.numel()))
-        w = weight.detach()
+        w = weight.detach().cpu()
         tokens = torch.cat([r.layers[layer].queries for r in records]
                            + [r.layers[layer].keys for r in records], dim=1).float()
         biases.append(-(w @ tokens.mean(1)[..., None])[..., 0])  # centre projected tokens

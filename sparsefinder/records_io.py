@@ -31,6 +31,7 @@ def _pack_layer(layer: LayerGraph) -> dict:
         "shape": torch.tensor(layer.gold.shape),
         "prob_values": layer.prob_values,
         "scaling": torch.tensor(layer.scaling, dtype=torch.float64),
+        "sliding_window": int(layer.sliding_window or 0),
     }
 
 
@@ -44,6 +45,7 @@ def _unpack_layer(packed: dict) -> LayerGraph:
         gold=gold,
         prob_values=packed["prob_values"],
         scaling=float(packed["scaling"]),
+        sliding_window=int(packed.get("sliding_window", 0)) or None,
     )
 
 

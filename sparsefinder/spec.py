@@ -30,8 +30,10 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 from torch import Tensor
 
+from sparsefinder.masks import layer_allowed
 from sparsefinder.predictors import (
     BigBird,
+    BlockSparsefinder,
     Distance,
     GlobalTokens,
     Longformer,
@@ -192,6 +194,30 @@ def _static_mask(p: Params, c: BuildContext) -> Predictor:
     return mask
 
 
+def _quest(p: Params, c: BuildContext) -> Predictor:
+    from sparsefinder.predictors.quest import QuestPages
+
+    return QuestPages(int(p["pages"]), int(p["page_size"]))
+
+
+def _hash_codes_fit(train_records: Sequence[AttentionRecord]) -> Any:
+    from sparsefinder.predictors.hash_codes import fit_hash_codes
+
+    if not train_records:
+        raise ValueError("hashattention codes are learned from training graphs; "
+                         "pass train_records=...")
+    return fit_hash_codes(train_records)
+
+
+def _hash_codes(p: Params, c: BuildContext) -> Predictor:
+    from sparsefinder.predictors.hash_codes import HammingCodes
+
+    if c.fitted is None:
+        raise ValueError("this method is learned from training graphs; pass train_records=...")
+    w_query, w_key = c.fitted[c.layer]
+    return HammingCodes(w_query, w_key, int(p["max_distance"]))
+
+
 def _register_defaults() -> None:
     defaults = [
         Method("distance", "Distance (t)", ("threshold",),
@@ -227,6 +253,17 @@ def _register_defaults() -> None:
                _routed_kmeans("top"), inputs="original"),
         Method("topp", "Top-p of entmax (ORACLE)", ("p",), _topp, inputs="original",
                oracle=True),
+        # Issue 14: long-context baselines (training-free page bounds; learned hash codes).
+        Method("quest", "Quest pages (min/max key bounds)", ("page_size", "pages"), _quest,
+               inputs="original"),
+        Method("hashattention", "HashAttention (learned bit codes)", ("max_distance",),
+               _hash_codes, inputs="original", fit=_hash_codes_fit),
+        # Issue 13: block Sparsefinder (paper §6): nearest key blocks (and single keys) of
+        # pooled projected query blocks; what sparsefinder.block_sparse computes attention on.
+        Method("block", "Block Sparsefinder (block, key blocks, single keys)",
+               ("block", "n_blocks", "n_keys"),
+               lambda p, c: BlockSparsefinder(int(p["block"]), int(p["n_blocks"]),
+                                              int(p["n_keys"]))),
     ]
     from sparsefinder.calibrated_sweep import calibrated_methods, fitted_build
 
@@ -234,10 +271,19 @@ def _register_defaults() -> None:
               "distance-budget": "Distance, per-head t, sparsity budget across heads",
               "distance-calibrated-recall": "Distance, per-head t for a target recall",
               "rowfrac-calibrated": "Nearest keys, per-head row fraction for a target",
-              "rowfrac-budget": "Nearest keys, row fractions, sparsity budget"}
+              "rowfrac-budget": "Nearest keys, row fractions, sparsity budget",
+              "window-budget": "Window, per-head w, sparsity budget",
+              "quantization-budget": "Quantization, per-head β, sparsity budget",
+              "kmeans-budget": "k-means, per-head (B, k), sparsity budget",
+              "kmeans-routed-budget": "Routed k-means, per-head key budget, sparsity budget"}
+    from sparsefinder.grid_calibration import HEAD_GRIDS
+
+    raw_inputs = {method.name: method.inputs for method in defaults}
     for name, grid, fitter in calibrated_methods():
+        # a per-head setting of a raw family reads what that family reads
+        inputs = raw_inputs[HEAD_GRIDS[name][0]] if name in HEAD_GRIDS else "projected"
         defaults.append(Method(name, labels.get(name, name), tuple(grid[0]), fitted_build,
-                               fit=fitter))
+                               inputs=inputs, fit=fitter))
     for method in defaults:
         register_method(method, replace=True)
 
@@ -406,7 +452,8 @@ def predict_record(spec: PredictorSpec, predictors: Sequence[Predictor | None],
                    vectors: RecordInputs) -> list[Tensor]:
     """Bool (heads, n, m) masks of every layer of one record, from per-layer predictors built
     from ``spec`` (see :meth:`PredictorSpec.build_layers`); an absent predictor predicts the
-    empty graph."""
+    empty graph. A sliding-window layer's prediction is cut to its window, as the model's
+    own mask cuts its attention."""
     record = vectors.record
     if len(predictors) != record.num_layers:
         raise ValueError(f"got predictors for {len(predictors)} layers, the record has "
@@ -417,5 +464,11 @@ def predict_record(spec: PredictorSpec, predictors: Sequence[Predictor | None],
             masks.append(torch.zeros_like(record.layers[layer].gold))
             continue
         q, k = vectors.get(layer, spec.inputs)
-        masks.append(predictor.predict(q, k, causal=record.causal))
+        mask = predictor.predict(q, k, causal=record.causal)
+        window = record.layers[layer].sliding_window
+        if window:  # a local layer: keys outside its window can never be attended to
+            n, m = mask.shape[-2:]
+            mask = mask & layer_allowed(n, m, causal=record.causal, sliding_window=window,
+                                        device=mask.device)
+        masks.append(mask)
     return masks

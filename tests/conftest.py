@@ -20,6 +20,18 @@ if os.environ.get("CI"):
 REPO = Path(__file__).resolve().parents[1]
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """Tests marked ``cuda`` skip (and say so) on machines without a CUDA GPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (none visible here)")
+    for item in items:
+        if item.get_closest_marker("cuda") is not None:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def default_model():
     """all-MiniLM-L6-v2 with entmax-1.5 attention; shared because loading costs seconds."""

@@ -36,12 +36,14 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def torchrun(script: list[str], nproc: int = 2, timeout: int = 180
+def torchrun(script: list[str], nproc: int = 2, timeout: int = 180, gpus: bool = False
              ) -> subprocess.CompletedProcess:
-    """``torchrun --nproc_per_node=N`` on 127.0.0.1 with a free port (CPU, gloo)."""
+    """``torchrun --nproc_per_node=N`` on 127.0.0.1 with a free port (CPU and gloo, unless
+    ``gpus``: then the GPUs stay visible and ``--device cuda`` runs go through NCCL)."""
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "CUDA_VISIBLE_DEVICES": ""}
+           "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    if not gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ""
     command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
                "--master_addr=127.0.0.1", f"--master_port={free_port()}", *script]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout,

@@ -79,9 +79,43 @@ def test_save_load_and_refusals(fitted, tmp_path):
         CalibrationTable.load(bad)
 
 
-def test_the_bundled_table_belongs_to_the_bundled_projections():
-    table = CalibrationTable.load(BUNDLED_CALIBRATION,
-                                  projections_sha256=file_digest(BUNDLED_PROJECTIONS))
-    assert 0.9 in table.targets and set(table.params) == {"distance-budget", "rowfrac-budget"}
+def test_the_bundled_table_names_and_matches_its_projections():
+    table = CalibrationTable.load(BUNDLED_CALIBRATION)
+    assert table.projections_file == "projections-r8-lowrank-logistic.pt"
+    assert table.projections_sha256 == file_digest(
+        BUNDLED_PROJECTIONS.with_name(table.projections_file))
+    assert file_digest(BUNDLED_PROJECTIONS) != table.projections_sha256  # not the paper file
+    assert 0.9 in table.targets and set(table.params) == {
+        "distance-budget", "rowfrac-budget", "kmeans-routed-budget", "window-budget"}
     assert table.params["rowfrac-budget"].shape[1:] == (6, 12)
     assert table.metadata["split"] == "train"
+    projections = table.own_projections(BUNDLED_CALIBRATION)
+    assert projections.model_id == table.model_id and projections.weight.shape[2] >= 8
+
+
+def test_per_head_grid_methods_in_the_table(fitted, tmp_path):
+    from sparsefinder.predictors import Window
+    from sparsefinder.predictors.per_head import PerHeadSelect
+
+    table, projections, _ = fitted
+    # routed k-means has no key codebooks for the synthetic model: left out, not an error
+    assert "window-budget" in table.params and "kmeans-routed-budget" not in table.params
+    choice = table.params["window-budget"][table.index(0.8), 1].long()
+    predictor = table.predictor("window-budget", 0.8, 1)
+    assert isinstance(predictor, PerHeadSelect)
+    q = k = torch.zeros(HEADS, 9, 2)
+    for head, index in enumerate(choice.tolist()):
+        window = table.grids["window-budget"][index]["window"]
+        assert torch.equal(predictor.predict(q, k)[head], Window(window).predict(q, k)[head])
+    assert float(table.train_sparsity["window-budget"][table.index(0.8)].mean()) >= 0.8 - 1e-6
+    table.projections_file = "proj.pt"
+    path = table.save(tmp_path / "calibration.pt")
+    loaded = CalibrationTable.load(path)
+    assert loaded.grids == table.grids and loaded.projections_file == "proj.pt"
+    with pytest.raises(CalibrationError, match="proj.pt .* is missing"):
+        loaded.own_projections(path)
+    projections.save(tmp_path / "proj.pt")
+    with pytest.raises(CalibrationError, match="not the file the table was fitted for"):
+        loaded.own_projections(path)  # fitted for "digest", not this file
+    loaded.projections_sha256 = file_digest(tmp_path / "proj.pt")
+    assert torch.equal(loaded.own_projections(path).weight, projections.weight)

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import copy
 import importlib.util
+import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
 from sparsefinder.cli import main
+from sparsefinder.distributed_centroids import fit_centroids_sharded
 from sparsefinder.distributed_sweep import sweep_streaming
 from sparsefinder.distributed_train import train_projections_sharded
 from sparsefinder.pareto import sweep
-from sparsefinder.projections import HeadProjections, train_projections
+from sparsefinder.projections import HeadProjections, fit_centroids, train_projections
 from sparsefinder.shards import ShardedRecords
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
@@ -75,3 +79,59 @@ def test_train_command_reads_a_shard_store(store, tmp_path):
                                           batch_size=64, seed=3)
     assert torch.equal(saved.weight, reference.weight) and 2 in saved.centroids
     assert saved.metadata["n_texts"] == len(records)
+
+
+def test_centroids_sample_every_record_like_fit_centroids(store):
+    """One process, records handed over in another order with their corpus positions."""
+    records = ShardedRecords(store).load_all()
+    projections = train_projections(records, batch_size=64, seed=3)
+    reference = fit_centroids(copy.deepcopy(projections), records, [2, 3], max_points=40,
+                              n_init=1, seed=5)
+    order = list(range(len(records)))[::-1]
+    got = fit_centroids_sharded(copy.deepcopy(projections), [records[i] for i in order],
+                                order, [2, 3], max_points=40, n_init=1, seed=5)
+    for b in (2, 3):
+        torch.testing.assert_close(got.centroids[b], reference.centroids[b])
+    with pytest.raises(ValueError, match="share a position"):
+        fit_centroids_sharded(copy.deepcopy(projections), records[:2], [0, 0], [2])
+
+
+def test_two_ranks_train_and_sweep_commands_match_one_process(store, tmp_path):
+    """`torchrun -m sparsefinder train/sweep --records`: centroids from BOTH ranks' chunks
+    (subsampled across ranks), and the sweep's points = one process over all records."""
+    train = torchrun(["-m", "sparsefinder", "train", "--records", str(store), "--out",
+                      str(tmp_path / "model"), "--batch-size", "64", "--seed", "3",
+                      "--clusters", "2,3", "--kmeans-n-init", "1", "--kmeans-max-points", "40"])
+    assert train.returncode == 0, train.stdout + train.stderr
+    saved = HeadProjections.load(tmp_path / "model" / "projections.pt")
+    assert saved.metadata["kmeans_ranks"] == 2
+    records = ShardedRecords(store).load_all()
+    reference = fit_centroids(copy.deepcopy(saved), records, [2, 3], max_points=40, n_init=1,
+                              seed=3)
+    for b in (2, 3):
+        torch.testing.assert_close(saved.centroids[b], reference.centroids[b])
+    methods = "distance,kmeans,window"
+    sweep_run = torchrun(["-m", "sparsefinder", "sweep", "--records", str(store),
+                          "--projections", str(tmp_path / "model" / "projections.pt"),
+                          "--out", str(tmp_path / "sweep"), "--methods", methods])
+    assert sweep_run.returncode == 0, sweep_run.stdout + sweep_run.stderr
+    points = pd.read_csv(tmp_path / "sweep" / "points.csv")
+    with pytest.warns(UserWarning, match="no k-means centroids for B=4"):
+        expected = sweep(records, saved, methods)  # B = 2, 3 only, like the 2-rank sweep
+    assert list(points["params"]) == list(expected["params"])
+    assert set(points["method"]) == {"distance", "kmeans", "window"}
+    assert points["recall"].tolist() == pytest.approx(expected["recall"].tolist(), abs=1e-12)
+    assert points["sparsity"].tolist() == pytest.approx(expected["sparsity"].tolist(),
+                                                        abs=1e-12)
+    summary = json.loads((tmp_path / "sweep" / "points.json").read_text())
+    assert summary["ranks"] == 2 and summary["n_texts"] == len(records)
+    assert summary["gold_sparsity"] == pytest.approx(expected.attrs["gold_sparsity"], abs=1e-12)
+    assert (tmp_path / "sweep" / "pareto.html").is_file()
+
+
+def test_sweep_command_on_records_refuses_what_it_cannot_do(store, tmp_path, capsys):
+    out = ["--records", str(store), "--out", str(tmp_path)]
+    assert main(["sweep", *out, "--methods", "sparsebert-dams"]) == 2
+    assert "--records cannot sweep only sparsebert-dams" in capsys.readouterr().err
+    assert main(["sweep", *out, "--accuracy", "--methods", "window"]) == 2
+    assert "drop --records (or --accuracy)" in capsys.readouterr().err

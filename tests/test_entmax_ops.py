@@ -206,6 +206,7 @@ def test_requires_grad_defers_to_the_package_and_backpropagates():
         x.grad = None
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
 def test_fast_path_on_cuda():
     gen = torch.Generator().manual_seed(3)

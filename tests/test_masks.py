@@ -88,3 +88,19 @@ def test_window_band_of_negative_size_is_empty_and_cached_bands_are_shared():
     assert not window_band(3, 3, -2).any()
     assert shared_causal_mask(5, 5) is shared_causal_mask(5, 5)
     assert causal_mask(5, 5) is not shared_causal_mask(5, 5)
+
+
+def test_sliding_window_mask_keeps_the_query_and_its_window_minus_one_predecessors():
+    from sparsefinder.masks import layer_allowed, sliding_window_mask
+
+    mask = sliding_window_mask(6, 6, 3)
+    expected = torch.tensor([[i - 2 <= j <= i for j in range(6)] for i in range(6)])
+    assert torch.equal(mask, expected)
+    # with a key prefix (m > n) the window is aligned like the causal mask
+    assert torch.equal(sliding_window_mask(2, 5, 2),
+                       torch.tensor([[0, 0, 1, 1, 0], [0, 0, 0, 1, 1]], dtype=torch.bool))
+    assert layer_allowed(4, 4, causal=False) is None
+    assert torch.equal(layer_allowed(4, 4, causal=True), torch.ones(4, 4, dtype=torch.bool).tril())
+    assert torch.equal(layer_allowed(6, 6, causal=True, sliding_window=3), expected)
+    with pytest.raises(ValueError, match="sliding window must be an integer >= 1"):
+        sliding_window_mask(4, 4, 0)

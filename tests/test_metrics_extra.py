@@ -155,3 +155,83 @@ def test_mass_recall_matches_a_dense_sum():
     expected = (probs * pred).sum((-2, -1)).double() / probs.sum((-2, -1)).double()
     assert torch.allclose(mass_recall(pred, probs), expected)
     assert mass_recall(pred[:, :0], probs[:, :0]).tolist() == [1.0] * 4
+
+
+# ---------------------------------------------------------------- the Scorer's one pass
+
+
+def _record(golds: list[torch.Tensor], causal: bool, gen: torch.Generator):
+    from sparsefinder.graphs import AttentionRecord, LayerGraph
+
+    layers = []
+    for gold in golds:
+        heads, n, m = gold.shape
+        weights = torch.rand(heads, n, m, generator=gen) * gold
+        probs = weights / weights.sum(-1, keepdim=True).clamp(min=1e-12)
+        layers.append(LayerGraph(torch.zeros(heads, n, 2), torch.zeros(heads, m, 2), gold,
+                                 probs[gold].float(), 1.5))
+    return AttentionRecord(text="x", tokens=["t"] * golds[0].shape[1],
+                           offsets=[(0, 0)] * golds[0].shape[1],
+                           special=[False] * golds[0].shape[1], causal=causal, layers=layers)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("n", [0, 1, 5, 16, 37, 64, 90])
+def test_scorer_extras_equal_the_metric_functions(causal, n):
+    from sparsefinder.metrics import EXTRA_METRICS, Scorer, sparsity
+
+    gen = torch.Generator().manual_seed(n)
+    golds = []
+    for density in (0.05, 0.3):
+        gold = torch.rand(4, n, n, generator=gen) < density
+        gold[0] = False  # a head without gold edges
+        if n:
+            gold[1, 0] = False  # a row without gold edges
+        if causal:
+            gold &= causal_mask(n, n)
+        golds.append(gold)
+    record = _record(golds, causal, gen)
+    scorer = Scorer(record)
+    for trial in range(3):
+        preds = [(torch.rand(4, n, n, generator=gen) < 0.2 * trial) | (g & (torch.rand(
+            4, n, n, generator=gen) < 0.9)) for g in golds]
+        scores = scorer.score(preds)
+        assert set(scores.metrics()) == {"recall", "sparsity", *EXTRA_METRICS}
+        for layer, (pred, gold) in enumerate(zip(preds, golds, strict=True)):
+            probs = record.layers[layer].probs()
+            expected = {
+                "recall": recall(pred & causal_mask(n, n) if causal else pred, gold),
+                "sparsity": sparsity(pred, causal=causal),
+                "precision": precision(pred, gold, causal=causal),
+                "exact_fraction": exact_fraction(pred, gold),
+                "mass_recall": mass_recall(pred, probs),
+                "block_recall16": block_recall(pred, gold, 16, causal=causal),
+                "block_recall64": block_recall(pred, gold, 64, causal=causal),
+            }
+            for name, value in expected.items():
+                got = getattr(scores, name)[layer]
+                assert got.dtype == torch.float64, name
+                if name in ("recall", "sparsity"):  # integer counts: exactly equal
+                    assert torch.equal(got, value), name
+                else:  # mass_recall: the function sums float32 probabilities (~1e-7 error)
+                    atol = 1e-6 if name == "mass_recall" else 1e-12
+                    assert torch.allclose(got, value, rtol=0, atol=atol), (name, got, value)
+        basic = Scorer(record, extra=False).score(preds)
+        assert basic.precision is None
+        assert torch.equal(basic.recall, scores.recall)
+        assert torch.equal(basic.sparsity, scores.sparsity)
+
+
+@pytest.mark.parametrize("block", [8, 16, 24, 64])
+def test_block_graph_fast_path_equals_the_definition(block):
+    gen = torch.Generator().manual_seed(block)
+    for n, m in ((block * 3, block * 2), (37, 100), (1, 9)):
+        mask = torch.rand(3, n, m, generator=gen) < 0.02
+        tiles = block_graph(mask, block)
+        nb, mb = -(-n // block), -(-m // block)
+        expected = torch.zeros(3, nb, mb, dtype=torch.bool)
+        for i in range(nb):
+            for j in range(mb):
+                expected[:, i, j] = mask[:, i * block:(i + 1) * block,
+                                         j * block:(j + 1) * block].flatten(1).any(-1)
+        assert torch.equal(tiles, expected)

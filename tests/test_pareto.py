@@ -414,6 +414,17 @@ def test_default_curves_exactly(default_curves) -> None:
     expected["kmeans-routed"] = ("kmeans-routed", 0, ROUTED_BUDGET_GRID)
     expected["kmeans-routed-top"] = ("kmeans-routed-top", 0, ROUTED_TOP_GRID)
     expected["topp"] = ("topp", 0, [{"p": p} for p in TOPP_GRID])
+    # issue 14: long-context baselines
+    from sparsefinder.pareto import HASH_DISTANCE_GRID, QUEST_GRID, QUEST_PAGE
+
+    expected["quest"] = ("quest", 0, [{"page_size": QUEST_PAGE, "pages": p} for p in QUEST_GRID])
+    expected["hashattention"] = ("hashattention", 0,
+                                 [{"max_distance": t} for t in HASH_DISTANCE_GRID])
+    # issue 13: block Sparsefinder at blocks of 32 and 16, and with single keys
+    blocks = [0, 1, 2, 3, 4, 5, 6, 8, 10, 12]
+    for name, size, keys in (("block", 32, 0), ("block16", 16, 0), ("block+keys", 32, 16)):
+        expected[name] = ("block", 0, [{"block": size, "n_blocks": b, "n_keys": keys}
+                                       for b in blocks])
     assert set(default_curves) == set(expected)
     for name, want in expected.items():
         assert _grid(name) == want, name
@@ -452,7 +463,7 @@ def test_resolve_methods_messages_and_order() -> None:
                                          r"comma list$"):
         resolve_methods(" , ")
     with pytest.raises(ValueError, match=r"^unknown method 'nope'; choose from: all, "
-                                         r"sparsefinder, baselines, distance, "):
+                                         r"sparsefinder, baselines, long-context, distance, "):
         resolve_methods("nope")
 
 
@@ -556,3 +567,78 @@ def test_the_skip_warning_points_at_the_caller(records) -> None:
     with pytest.warns(UserWarning) as caught:
         sweep(records, None, "sparsebert-dams,window")
     assert caught[0].filename == __file__
+
+
+def test_sweeps_report_exact_fraction_and_block_recall(records, projections) -> None:
+    from sparsefinder.metrics import block_recall, exact_fraction
+
+    df = sweep(records, projections, ["block16", "distance"])
+    block = df[df.method == "block16"]
+    assert block.block_recall.notna().all()
+    assert df[df.method == "distance"].block_recall.isna().all()
+    assert (block.exact_fraction.diff().dropna() >= -1e-12).all()  # more blocks, more exact rows
+    row = block.iloc[3]
+    spec = curve_spec("block16", json.loads(row.params))
+    preds = [spec.build(projections, layer) for layer in range(records[0].num_layers)]
+    expected_exact, expected_block = [], []
+    for record in records:
+        masks = predict_record(spec, preds, RecordInputs(record, projections))
+        golds = record.gold_masks()
+        pairs = list(zip(masks, golds, strict=True))
+        expected_exact.append(torch.stack([exact_fraction(p, g) for p, g in pairs]))
+        expected_block.append(torch.stack([block_recall(p, g, 16, causal=record.causal)
+                                           for p, g in pairs]))
+    assert row.exact_fraction == pytest.approx(float(torch.stack(expected_exact).mean()))
+    assert row.block_recall == pytest.approx(float(torch.stack(expected_block).mean()))
+
+
+def test_sweep_extra_metrics_are_macro_averages_of_the_plain_functions(points, records,
+                                                                      projections) -> None:
+    """precision, exact fraction, mass recall and block recall columns (issue 10) are the
+    macro averages (texts, heads, layers) of the metric functions on each prediction."""
+    from sparsefinder.metrics import (
+        EXTRA_METRICS,
+        block_recall,
+        exact_fraction,
+        mass_recall,
+        precision,
+    )
+
+    functions = {
+        "precision": lambda p, g, probs: precision(p, g),
+        "exact_fraction": lambda p, g, probs: exact_fraction(p, g),
+        "mass_recall": lambda p, g, probs: mass_recall(p, probs),
+        "block_recall16": lambda p, g, probs: block_recall(p, g, 16),
+        "block_recall64": lambda p, g, probs: block_recall(p, g, 64),
+    }
+    assert set(functions) == set(EXTRA_METRICS)
+    for name in ("distance", "kmeans+window", "topk"):
+        for _, row in points[points["method"] == name].iterrows():
+            spec = curve_spec(name, json.loads(row["params"]))
+            per_text = {metric: [] for metric in functions}
+            for record in records:
+                preds = predict_record(spec, spec.build_layers(projections, LAYERS),
+                                       RecordInputs(record, projections))
+                for metric, fn in functions.items():
+                    per_text[metric].append(torch.stack([
+                        fn(p, layer.gold, layer.probs())
+                        for p, layer in zip(preds, record.layers, strict=True)]))
+            for metric, values in per_text.items():
+                expected = float(torch.stack(values).mean(0).mean(-1).mean())
+                assert row[metric] == pytest.approx(expected, abs=1e-6), (name, metric)
+
+
+def test_metrics_at_sparsity_reads_the_step_rule_configuration() -> None:
+    from sparsefinder.pareto import metrics_at_sparsity
+
+    df = _df([("a", 0.70, 0.99), ("a", 0.80, 0.90), ("a", 0.92, 0.60), ("a", 0.96, 0.30),
+              ("b", 0.50, 1.00)])
+    df["precision"] = [0.1, 0.2, 0.3, 0.4, 0.5]
+    out = metrics_at_sparsity(df, (0.75, 0.9, 0.95))
+    assert out["method"].tolist() == ["a", "a", "a"]  # b reaches no level
+    assert out["recall"].tolist() == [0.90, 0.60, 0.30]
+    assert out["precision"].tolist() == [0.2, 0.3, 0.4]
+    at = recall_at_sparsity(df, (0.75, 0.9, 0.95)).set_index("method")
+    assert out["recall"].tolist() == at.loc["a"].tolist()
+    assert list(out.columns) == ["method", "level", "params", "recall", "sparsity",
+                                 "precision"]

@@ -559,3 +559,17 @@ def test_load_messages(tmp_path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert HeadProjections.load(good, expected_alpha=1.5 + 1e-12).alpha == 1.5
+
+
+def test_explicit_cpu_device_is_the_default(records: list[AttentionRecord]) -> None:
+    a = train_projections(records, rank=2, seed=3)
+    b = train_projections(records, rank=2, seed=3, device="cpu")
+    assert torch.equal(a.weight, b.weight)
+
+
+@pytest.mark.cuda
+def test_training_on_cuda_matches_the_cpu(records: list[AttentionRecord]) -> None:
+    cpu = train_projections(records, rank=2, seed=3)
+    gpu = train_projections(records, rank=2, seed=3, device="cuda")
+    assert gpu.weight.device.type == "cpu"  # results come back to the CPU
+    torch.testing.assert_close(gpu.weight, cpu.weight, atol=1e-3, rtol=1e-3)

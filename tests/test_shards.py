@@ -23,16 +23,15 @@ KILLER = """
 import os, signal, sys
 import sparsefinder.shards as shards
 from sparsefinder.cli import main
-real, seen = shards._write_atomic, []
-def dying(path, data):
-    if os.environ["RANK"] == "1" and path.name.endswith(".pt"):
-        seen.append(path)
-        if len(seen) == 2:  # rank 1's second chunk: die half-way through writing it
-            with open(path.with_name(path.name + ".partial"), "wb") as handle:
-                handle.write(data[: len(data) // 2])
+real, seen = shards._HashingFile.write, set()
+def dying(self, data):
+    # rank 1's second chunk (chunk 3): die half-way through streaming it into its .partial
+    if os.environ["RANK"] == "1" and self.name.endswith("chunk-00003.pt.partial"):
+        if self.size > 0:
+            self.handle.flush()
             os.kill(os.getpid(), signal.SIGKILL)
-    real(path, data)
-shards._write_atomic = dying
+    return real(self, data)
+shards._HashingFile.write = dying
 raise SystemExit(main(sys.argv[1:]))
 """
 
@@ -79,7 +78,8 @@ def test_two_ranks_match_one_process_and_resume_after_a_killed_worker(setup):
     assert killed.returncode != 0, killed.stdout + killed.stderr
     store = out / "records-all"
     assert read_manifest(store)["status"] == "running"
-    assert (store / "chunk-00003.pt.partial").is_file()  # 6 chunks; rank 1 has 1, 3, 5
+    partial = store / "chunk-00003.pt.partial"  # 6 chunks; rank 1 has 1, 3, 5
+    assert partial.is_file() and partial.stat().st_size > 0
     assert not (store / "chunk-00003.pt").exists()
     with pytest.raises(ShardsError, match="incomplete"):
         ShardedRecords(store)
@@ -110,6 +110,8 @@ def test_single_process_store_errors_and_checksums(setup, capsys, monkeypatch):
     assert main(extract_args(model, corpus, out, "--sharded")) == 0
     store = out / "records-all"
     assert_same(ShardedRecords(store).load_all(), reference)
+    edges = sum(int(layer.gold.sum()) for r in reference for layer in r.layers)
+    assert sum(c["gold_edges"] for c in read_manifest(store)["chunks"]) == edges
     # another alpha on the same folder
     assert main(extract_args(model, corpus, out, "--sharded", "--alpha", "2")) == 2
     assert "use a new --out folder for another model or alpha" in capsys.readouterr().err

@@ -143,6 +143,12 @@ REGISTRY = {
     "kmeans-routed-top": ("Routed k-means (B, routes)", ("n_clusters", "n_routes"),
                           "original", False, False),
     "topp": ("Top-p of entmax (ORACLE)", ("p",), "original", True, False),
+    "quest": ("Quest pages (min/max key bounds)", ("page_size", "pages"), "original", False,
+              False),
+    "hashattention": ("HashAttention (learned bit codes)", ("max_distance",), "original", False,
+                      True),
+    "block": ("Block Sparsefinder (block, key blocks, single keys)",
+              ("block", "n_blocks", "n_keys"), "projected", False, False),
     "distance-calibrated": ("Distance, per-head t for a target sparsity", ("target_sparsity",),
                             "projected", False, True),
     "distance-budget": ("Distance, per-head t, sparsity budget across heads",
@@ -153,6 +159,14 @@ REGISTRY = {
                            ("target_sparsity",), "projected", False, True),
     "rowfrac-budget": ("Nearest keys, row fractions, sparsity budget", ("target_sparsity",),
                        "projected", False, True),
+    "window-budget": ("Window, per-head w, sparsity budget", ("target_sparsity",), "shape",
+                      False, True),
+    "quantization-budget": ("Quantization, per-head β, sparsity budget", ("target_sparsity",),
+                            "projected", False, True),
+    "kmeans-budget": ("k-means, per-head (B, k), sparsity budget", ("target_sparsity",),
+                      "projected", False, True),
+    "kmeans-routed-budget": ("Routed k-means, per-head key budget, sparsity budget",
+                             ("target_sparsity",), "original", False, True),
 }
 
 

@@ -13,9 +13,10 @@ import streamlit as st
 
 from app import shell
 from sparsefinder.explore import clusters as exclusters
-from sparsefinder.explore import inputs, live, tables
+from sparsefinder.explore import inputs, live, long_view, tables
 from sparsefinder.explore import prepared as prep
 from sparsefinder.explore import state as urlstate
+from sparsefinder.figures import blocks as block_figures
 from sparsefinder.figures import common as common_figures
 from sparsefinder.figures import graphs as graph_figures
 from sparsefinder.figures import thumbnails
@@ -53,6 +54,16 @@ def _head_picker(ctx: shell.AppContext) -> None:
                   **shell.bind("w_colour_by", "overview"))
 
 
+_EXTRA_LABELS = {"precision": "precision", "exact_fraction": "exact rows",
+                 "mass_recall": "mass recall", "block_recall16": "block recall 16",
+                 "block_recall64": "block recall 64"}
+_EXTRA_HELP = ("precision: share of predicted pairs that are gold edges · exact rows: share of "
+               "query rows whose whole gold support is predicted (they get exactly the true "
+               "attention) · mass recall: share of the gold probability mass kept · block "
+               "recall b: share of the gold b×b tiles the prediction touches (what a "
+               "block-sparse kernel computes).")
+
+
 def _metrics(summary: dict[str, live.Summary], layer: int, head: int) -> None:
     scopes = {"head": f"Head L{layer}·H{head}", "layer": f"Layer {layer}", "model": "Model"}
     for column, (scope, title) in zip(st.columns(3), scopes.items(), strict=True):
@@ -68,6 +79,10 @@ def _metrics(summary: dict[str, live.Summary], layer: int, head: int) -> None:
                       "(decoders: over the n(n+1)/2 allowed pairs).")
         c.metric(f"{scope.title()} gold sparsity", f"{values.gold_sparsity:.3f}",
                  help="Sparsity of the true α-entmax graph: what a perfect predictor reaches.")
+        if values.extra:
+            column.caption(" · ".join(f"{_EXTRA_LABELS.get(name, name)} {value:.3f}"
+                                      for name, value in values.extra.items()),
+                           help=_EXTRA_HELP)
 
 
 @st.fragment
@@ -87,7 +102,7 @@ def explorer() -> None:
     _accuracy(ctx, state)
 
     labels = inputs.token_labels(record)
-    shown = _token_range(record.n_tokens)
+    shown = _token_range(record)
     figure = _head_figure(record, preds, layer, head, labels, shown)
     tag = f"L{layer}H{head}"
     cluster = _cluster_outline(ctx, state, figure, labels) if shown == slice(None) else None
@@ -105,11 +120,13 @@ def explorer() -> None:
     st.caption(":green[■ TP] predicted gold edge · :red[■ FN] missed gold edge · "
                ":orange[■ FP] extra predicted edge. Hover an edge for its tokens; zooming one "
                "panel zooms all three.")
+    if record.n_tokens > long_view.LONG_TEXT:
+        _block_overview(record, preds, layer, head)
     grid_col, dl_col = st.columns([2, 1])
     metric = state.overview
     with grid_col:
         st.markdown(f"**All layers × heads** · coloured by {metric}; click a cell to open it")
-        values = (scores.recall if metric == "recall" else scores.sparsity).numpy()
+        values = getattr(scores, metric).numpy()
         st.plotly_chart(graph_figures.overview_figure(values, metric, (layer, head)),
                         config=common_figures.chart_config(f"overview_{metric}"), key="w_overview",
                         on_select=_pick_from_grid, selection_mode="points")
@@ -170,7 +187,9 @@ def _accuracy(ctx: shell.AppContext, state: urlstate.ViewState) -> None:
                  "the others when attention is restricted to this setting's graphs?"):
         model_key = ctx.cache_key[:2] + ctx.cache_key[3:]
         start = time.perf_counter()
-        task = shell.cached_task_accuracy(model_key, spec.key, spec, ctx.prepared.projections)
+        task = shell.cached_task_accuracy(model_key, spec.key, spec,
+                                          ctx.prepared.projections_for(spec.method),
+                                          ctx.prepared.fitted(spec.method))
         took = time.perf_counter() - start
         a, b, c = st.columns(3)
         a.metric("Retrieval top-1 agreement", f"{task.retrieval_top1:.3f}")
@@ -179,14 +198,71 @@ def _accuracy(ctx: shell.AppContext, state: urlstate.ViewState) -> None:
         st.caption(f"Task measure on {task.n_texts} validation texts: {took:.1f} s.")
 
 
-def _token_range(n: int) -> slice:
+def _token_range(record) -> slice:
     """All tokens, or (long texts) a window chosen with a range slider: every token of a
-    window of ≤ 64 is labelled, so a 512-token head stays readable."""
+    window of ≤ 64 is labelled, so a 512-token head stays readable. Texts longer than
+    ``long_view.LONG_TEXT`` open on their first 256 tokens, with a search box that moves
+    the window to a word."""
+    n = record.n_tokens
     if n <= graph_figures.ALL_TICKS:
         return slice(None)
+    if st.session_state.get("_w_token_range_n") != n or "w_token_range" not in st.session_state:
+        st.session_state["w_token_range"] = long_view.default_window(n)  # a new text
+        st.session_state["_w_token_range_n"] = n
+    if n > long_view.LONG_TEXT:
+        st.text_input("Find a token (moves the window to its first occurrence)",
+                      key="w_token_search", on_change=_search_tokens, args=(record,),
+                      placeholder="a word of the text")
+        if st.session_state.get("_w_token_search_note"):
+            st.caption(st.session_state["_w_token_search_note"])
     start, end = st.slider("Tokens shown (every token is labelled when ≤ 64 are shown)",
-                           0, n, (0, n), key="w_token_range")
+                           0, n, key="w_token_range")
     return slice(None) if (start, end) == (0, n) else slice(start, max(end, start + 1))
+
+
+def _window_size(n: int) -> int:
+    start, end = st.session_state.get("w_token_range", long_view.default_window(n))
+    return max(1, end - start)
+
+
+def _search_tokens(record) -> None:
+    """Move the window to the first token matching the search box (callback)."""
+    query = st.session_state.get("w_token_search", "")
+    hits = long_view.find_tokens(record, query)
+    n = record.n_tokens
+    if not query.strip():
+        st.session_state["_w_token_search_note"] = ""
+        return
+    if not hits:
+        st.session_state["_w_token_search_note"] = f"No token matches {query!r}."
+        return
+    st.session_state["w_token_range"] = long_view.window_around(hits[0], n, _window_size(n))
+    more = f"; also at {', '.join(map(str, hits[1:6]))}" + (" …" if len(hits) > 6 else "")
+    st.session_state["_w_token_search_note"] = (
+        f"{query!r}: token {hits[0]}" + (more if len(hits) > 1 else "") + ".")
+
+
+def _pick_block() -> None:
+    """A click on the block overview centres the window on that query block."""
+    selection = st.session_state.get("w_block_overview") or {}
+    points = selection.get("selection", {}).get("points", [])
+    n = st.session_state.get("_w_token_range_n")
+    if points and points[0].get("customdata") is not None and n:
+        position = int(points[0]["customdata"][0])
+        st.session_state["w_token_range"] = long_view.window_around(position, n,
+                                                                    _window_size(n))
+
+
+def _block_overview(record, preds, layer: int, head: int) -> None:
+    """The whole head at block level, with the shown window outlined (long texts)."""
+    overview = long_view.block_overview(record.layers[layer].gold[head], preds[layer][head])
+    n = record.n_tokens
+    window = st.session_state.get("w_token_range", long_view.default_window(n))
+    st.markdown(f"**Whole head L{layer}H{head}, by blocks of {overview.block} tokens** · "
+                "colour: recall in the block; click a block to show its queries")
+    st.plotly_chart(block_figures.block_overview_figure(overview, tuple(window)),
+                    config=common_figures.chart_config(f"blocks_L{layer}H{head}"),
+                    key="w_block_overview", on_select=_pick_block, selection_mode="points")
 
 
 def _head_figure(record, preds, layer: int, head: int, labels: list[str], shown: slice):
@@ -194,7 +270,7 @@ def _head_figure(record, preds, layer: int, head: int, labels: list[str], shown:
     gold probability."""
     gold = record.layers[layer].gold[head][shown, shown]
     pred = preds[layer][head][shown, shown]
-    probs = record.layers[layer].probs()[head][shown, shown].numpy()
+    probs = long_view.head_probs(record.layers[layer], head, shown, shown).numpy()
     codes = tables.diff_codes(pred, gold)
     where = "" if shown == slice(None) else f" · tokens {shown.start}–{shown.stop - 1}"
     return graph_figures.head_figure(gold.numpy(), pred.numpy(), codes, labels[shown],
@@ -224,7 +300,7 @@ def _model_view(prepared: prep.PreparedText, preds, scores, state) -> None:
     kind = st.radio("Model view: every head's", ["diff", "gold", "predicted"], horizontal=True,
                     key="w_model_view_kind")
     codes = tables.heads_codes(prepared.record, preds, kind)
-    values = (scores.recall if state.overview == "recall" else scores.sparsity).numpy()
+    values = getattr(scores, state.overview).numpy()
     st.plotly_chart(thumbnails.heads_figure(codes, kind, (state.layer, state.head), values,
                                             state.overview),
                     config=common_figures.chart_config(f"model_view_{kind}"),

@@ -74,6 +74,8 @@ def pareto_view() -> None:
     _, scores = shell.predictions(ctx, state)
     label = live.describe(live.spec_for(state, prepared))
     methods, skipped = pareto.available_curves(prepared.projections)
+    if prepared.calibration is not None:  # their curves come from the bundled table
+        skipped = {m: why for m, why in skipped.items() if m not in prepared.calibration.params}
     if skipped:
         st.caption("Not swept: " + "; ".join(f"{m} ({why})" for m, why in skipped.items()))
 
@@ -95,14 +97,14 @@ def pareto_view() -> None:
     clicked = right.button("Run on the validation corpus", key="w_val_run",
                            help="Extracts gold graphs (slow on CPU), then sweeps every method.")
     model_key = ctx.cache_key[:2] + ctx.cache_key[3:]
-    result = shell.corpus_sweep(model_key, ctx.loaded, prepared.projections, methods,
-                                int(passages), compute=clicked)
+    result = shell.corpus_sweep(model_key, ctx.loaded, prepared, methods, int(passages),
+                                compute=clicked)
     if result is None:
         st.caption("Not computed yet for this model and number of passages.")
         return
     records, corpus_frame = result
     spec = live.spec_for(state, prepared)
-    corpus_current = live.score_setting(records, prepared.projections, spec,
+    corpus_current = live.score_setting(records, prepared.projections_for(spec.method), spec,
                                         prepared.fitted(spec.method))
     _figure(corpus_frame, corpus_current, label,
             f"Sparsity–recall on {len(records)} validation texts", "pareto_validation")

@@ -1,8 +1,11 @@
 """`sparsefinder calibrate`: per-head calibrated settings for a grid of target sparsities.
 
-Fits ``distance-budget`` (per-head distance thresholds) and ``rowfrac-budget`` (per-head
-row fractions) on the TRAIN split's gold graphs for the given projections and writes a small
-table the app drives its "target sparsity" slider from (see :mod:`sparsefinder.calibration`).
+Fits ``distance-budget`` (per-head distance thresholds), ``rowfrac-budget`` (per-head row
+fractions), ``kmeans-routed-budget`` (per-head key budgets) and ``window-budget`` (per-head
+windows) on the TRAIN split's gold graphs for the given projections and writes a small table
+the app drives its "target sparsity" slider and its text sweep's calibrated curves from (see
+:mod:`sparsefinder.calibration`). The table names its projections file, which the app loads
+for the table's methods.
 """
 
 from __future__ import annotations
@@ -42,6 +45,11 @@ def run(args: argparse.Namespace) -> int:
           f"train split -> {len(texts)} texts")
     records = extract(loaded, texts, batch_size=args.batch, progress=True)
     table = CalibrationTable.fit(records, projections, file_digest(args.projections))
+    # the app loads these projections for the table's methods, looked up next to the table
+    table.projections_file = args.projections.name
+    if args.projections.resolve().parent != args.out.resolve().parent:
+        print(f"note: the app looks for {args.projections.name} next to {args.out}; copy it "
+              "there to use this table in the app")
     table.metadata.update({"corpus": str(args.corpus), "split": "train",
                            "alpha": loaded.alpha})
     path = table.save(args.out)

@@ -1,11 +1,16 @@
 """`sparsefinder sweep`: sparsity–recall points, Pareto frontiers and a plot on held-out text.
 
 Writes DIR/points.csv, DIR/points.json (points plus gold sparsity), DIR/frontier.csv,
-DIR/recall_at_sparsity.csv and DIR/pareto.html (self-contained, opens offline).
+DIR/recall_at_sparsity.csv, DIR/metrics_at_sparsity.csv (precision, exact fraction, mass
+recall and block recall of the configuration behind each R@level) and DIR/pareto.html
+(self-contained, opens offline). Every point carries all metrics (``metrics.EXTRA_METRICS``).
 
 Methods learned from training gold graphs (the SparseBERT static masks) are fitted on the
 first ``--train-passages`` passages of the TRAIN split of the same corpus, never on the
 split being evaluated.
+
+``--records DIR`` sweeps a shard store instead of extracting (under torchrun each rank scores
+its chunks; :mod:`sparsefinder.distributed_sweep` reduces the sums exactly).
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+
+import pandas as pd
 
 from sparsefinder.commands._common import (
     add_corpus_arguments,
@@ -25,7 +32,14 @@ from sparsefinder.figures.common import write_figure_html
 from sparsefinder.figures.pareto import pareto_figure
 from sparsefinder.graphs import AttentionRecord, extract
 from sparsefinder.models import DEFAULT_MODEL, LoadedModel, load_model
-from sparsefinder.pareto import CURVES, pareto_frontier, recall_at_sparsity, resolve_methods, sweep
+from sparsefinder.pareto import (
+    CURVES,
+    metrics_at_sparsity,
+    pareto_frontier,
+    recall_at_sparsity,
+    resolve_methods,
+    sweep,
+)
 from sparsefinder.projections import HeadProjections
 from sparsefinder.resources import BUNDLED_PROJECTIONS
 
@@ -61,6 +75,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="also run the model restricted to every grid point's predicted graphs and write "
              "sparsity-accuracy frontiers (accuracy_*.csv, accuracy.json, pareto_accuracy.html)",
     )
+    parser.add_argument(
+        "--records", type=Path, default=None,
+        help="sweep a shard store from `sparsefinder extract --sharded`/torchrun "
+             "(DIR/records-SPLIT) instead of extracting; under `torchrun --nproc_per_node=N "
+             "-m sparsefinder sweep --records ...` each rank scores its chunks and the macro "
+             "averages are all-reduced (model, alpha and split come from the store)",
+    )
     return parser
 
 
@@ -93,8 +114,84 @@ def _train_records(
     return extract(loaded, texts, batch_size=args.batch, progress=True)
 
 
+def _write_results(points: pd.DataFrame, out: Path, summary: dict, title: str) -> None:
+    """points.csv/.json, frontier.csv, recall_at_sparsity.csv, metrics_at_sparsity.csv and
+    pareto.html in ``out``."""
+    frontier = pareto_frontier(points)
+    at = recall_at_sparsity(points)
+    metrics_at = metrics_at_sparsity(points)
+    out.mkdir(parents=True, exist_ok=True)
+    points.to_csv(out / "points.csv", index=False)
+    frontier.to_csv(out / "frontier.csv", index=False)
+    at.to_csv(out / "recall_at_sparsity.csv", index=False)
+    metrics_at.to_csv(out / "metrics_at_sparsity.csv", index=False)
+    gold = points.attrs["gold_sparsity"]
+    gold_layers = points.attrs["gold_sparsity_per_layer"]
+    summary = {
+        **summary, "gold_sparsity": gold, "gold_sparsity_per_layer": gold_layers,
+        "points": [
+            {**row, **{key: json.loads(row[key]) for key in _JSON_COLUMNS}}
+            for row in json.loads(points.to_json(orient="records"))
+        ],
+    }
+    (out / "points.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    write_figure_html(pareto_figure(points, gold, title=title), out / "pareto.html")
+    print(f"gold sparsity: {gold:.4f} (per layer: "
+          f"{', '.join(f'{x:.4f}' for x in gold_layers)})")
+    print(at.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    at_90 = metrics_at[metrics_at["level"] == 0.9].drop(columns=["level", "params"])
+    if not at_90.empty:
+        print("every metric at the configuration behind R@0.9:")
+        print(at_90.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    print(f"wrote {len(points)} points to {out}/ (points.csv, points.json, frontier.csv, "
+          "recall_at_sparsity.csv, metrics_at_sparsity.csv, pareto.html)")
+
+
+def _run_from_store(args: argparse.Namespace, methods: list[str]) -> int:
+    """Sweep a shard store: each torchrun rank streams its chunks, sums are all-reduced."""
+    from sparsefinder import distributed
+    from sparsefinder.distributed_sweep import sweep_streaming
+    from sparsefinder.shards import ShardedRecords
+
+    if args.accuracy:
+        raise ValueError("--accuracy reruns the model on texts and cannot read --records; "
+                         "drop --records (or --accuracy)")
+    learned = [m for m in methods if CURVES[m].needs_training]
+    if learned:
+        print(f"note: skipping {', '.join(learned)} with --records (they are fitted on "
+              "training gold graphs; sweep without --records to include them)")
+        methods = [m for m in methods if m not in learned]
+        if not methods:
+            raise ValueError(f"--records cannot sweep only {', '.join(learned)}; add other "
+                             "--methods or drop --records")
+    with distributed.torchrun_group(args.device) as world:
+        store = ShardedRecords(args.records)
+        model_id, alpha = store.manifest["model_id"], float(store.manifest["alpha"])
+        if args.projections is None and model_id != DEFAULT_MODEL:
+            raise ValueError(f"--projections is required for the shards of model {model_id!r} "
+                             f"in {args.records}; pass the file from `sparsefinder train`")
+        path = args.projections if args.projections is not None else BUNDLED_PROJECTIONS
+        projections = HeadProjections.load(path, expected_model_id=model_id,
+                                           expected_alpha=alpha)
+        split = store.manifest.get("split")
+        if split == "train" or projections.metadata.get("split") == split:
+            print(f"warning: evaluating on the {split} split the projections were trained on")
+        points = sweep_streaming(store.iter_records(world.rank, world.size), projections,
+                                 projections.num_layers, methods)
+        if world.is_main:
+            n_texts = int(points["n_texts"].iloc[0])
+            summary = {"model": model_id, "alpha": alpha, "records": str(args.records),
+                       "corpus": store.manifest.get("corpus"), "split": split,
+                       "n_texts": n_texts, "ranks": world.size}
+            title = f"Sparsity–recall, {model_id}, {split} split ({n_texts} texts)"
+            _write_results(points, Path(args.out), summary, title)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     methods = resolve_methods(args.methods)  # fail on a typo before loading anything
+    if args.records is not None:
+        return _run_from_store(args, methods)
     loaded = load_model(args.model, alpha=args.alpha, device=args.device)
     projections = HeadProjections.load(
         _projections_path(args), expected_model_id=loaded.model_id, expected_alpha=loaded.alpha
@@ -116,32 +213,11 @@ def run(args: argparse.Namespace) -> int:
     with progress_bar("sweep") as on_progress:
         points = sweep(records, projections, methods, train_records=train_records,
                        on_progress=on_progress)
-    frontier = pareto_frontier(points)
-    at = recall_at_sparsity(points)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    points.to_csv(out / "points.csv", index=False)
-    frontier.to_csv(out / "frontier.csv", index=False)
-    at.to_csv(out / "recall_at_sparsity.csv", index=False)
-    gold = points.attrs["gold_sparsity"]
-    gold_layers = points.attrs["gold_sparsity_per_layer"]
-    summary = {
-        "model": loaded.model_id, "alpha": loaded.alpha, "corpus": str(args.corpus),
-        "split": args.split, "n_texts": len(records), "gold_sparsity": gold,
-        "gold_sparsity_per_layer": gold_layers,
-        "points": [
-            {**row, **{key: json.loads(row[key]) for key in _JSON_COLUMNS}}
-            for row in json.loads(points.to_json(orient="records"))
-        ],
-    }
-    (out / "points.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    summary = {"model": loaded.model_id, "alpha": loaded.alpha, "corpus": str(args.corpus),
+               "split": args.split, "n_texts": len(records)}
     title = f"Sparsity–recall, {loaded.model_id}, {args.split} split ({len(records)} texts)"
-    write_figure_html(pareto_figure(points, gold, title=title), out / "pareto.html")
-    print(f"gold sparsity: {gold:.4f} (per layer: "
-          f"{', '.join(f'{x:.4f}' for x in gold_layers)})")
-    print(at.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
-    print(f"wrote {len(points)} points to {out}/ (points.csv, points.json, frontier.csv, "
-          "recall_at_sparsity.csv, pareto.html)")
+    out = Path(args.out)
+    _write_results(points, out, summary, title)
     if args.accuracy:
         from sparsefinder.commands._accuracy import run_accuracy
 

@@ -89,13 +89,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--records", type=Path, default=None,
         help="train on a shard store from `sparsefinder extract --sharded`/torchrun "
              "(DIR/records-SPLIT) instead of extracting; under torchrun data-parallel, each "
-             "rank on its chunks (k-means centroids: rank 0's chunks)",
+             "rank on its chunks (k-means centroids: sampled from every rank's chunks)",
     )
     return parser
 
 
 def _run_from_store(args: argparse.Namespace) -> int:
     from sparsefinder import distributed
+    from sparsefinder.distributed_centroids import fit_centroids_sharded
     from sparsefinder.distributed_train import train_projections_sharded
     from sparsefinder.shards import ShardedRecords
 
@@ -103,10 +104,11 @@ def _run_from_store(args: argparse.Namespace) -> int:
         raise ValueError(f"--records trains the paper objective only (data-parallel hinge), "
                          f"not --objective {args.objective}; drop --records to train it")
     lr = args.lr if args.lr is not None else DEFAULT_LR["paper"]
-    with distributed.torchrun_group("cpu") as world:
+    with distributed.torchrun_group(args.device) as world:
         store = ShardedRecords(args.records)
         model_id, alpha = store.manifest["model_id"], float(store.manifest["alpha"])
-        records = list(store.iter_records(world.rank, world.size))
+        indexed = list(store.iter_indexed(world.rank, world.size))
+        records = [record for _, record in indexed]
         start = time.perf_counter()
         projections = train_projections_sharded(
             [records], rank=args.rank, margin=args.margin, lr=lr, epochs=args.epochs,
@@ -114,10 +116,11 @@ def _run_from_store(args: argparse.Namespace) -> int:
             seed=args.seed, init=args.init, model_id=model_id, alpha=alpha,
         )
         trained = time.perf_counter() - start
+        if args.clusters:  # every rank: the sample is drawn from all ranks' records
+            fit_centroids_sharded(projections, records, [i for i, _ in indexed],
+                                  args.clusters, max_points=args.kmeans_max_points,
+                                  n_init=args.kmeans_n_init, seed=args.seed)
         if world.is_main:
-            fit_centroids(projections, records, args.clusters,
-                          max_points=args.kmeans_max_points, n_init=args.kmeans_n_init,
-                          seed=args.seed)
             projections.metadata.update({"records": str(args.records), "n_texts": len(store),
                                          "train_seconds": round(trained, 2)})
             path = projections.save(Path(args.out) / args.filename)

@@ -11,6 +11,7 @@ the app computes once per text and caches.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sparsefinder.accuracy import EncodedTexts, compare, encode
 from sparsefinder.models import LoadedModel
@@ -41,12 +42,15 @@ def setting_accuracy(
     spec: PredictorSpec,
     projections: HeadProjections | None,
     full: EncodedTexts | None = None,
+    fitted: Any = None,
 ) -> SettingAccuracy:
-    """Run ``text`` restricted to ``spec``'s graphs and compare with ``full`` (the reference)."""
+    """Run ``text`` restricted to ``spec``'s graphs and compare with ``full`` (the reference);
+    ``fitted``: what a calibrated method is built from (``prepared.fitted(spec.method)``)."""
     if full is None:
         full = reference(loaded, text)
     stats = RestrictionStats()
-    graph = spec_graph(spec, projections, loaded.num_layers, model_name=loaded.model_id)
+    graph = spec_graph(spec, projections, loaded.num_layers, fitted=fitted,
+                       model_name=loaded.model_id)
     restricted = encode(loaded.model, loaded.tokenizer, [text], graph_fn=graph,
                         max_length=loaded.max_length, warn_empty=False, stats=stats)
     scores = compare(full, restricted)
@@ -75,6 +79,7 @@ def task_accuracy(
     spec: PredictorSpec,
     projections: HeadProjections | None,
     full: EncodedTexts | None = None,
+    fitted: Any = None,
 ) -> TaskAccuracy:
     """Retrieval agreement of ``texts`` (e.g. validation passages) restricted to ``spec``'s
     graphs against their full α-entmax run (``full``, cache it): each passage's nearest
@@ -83,7 +88,8 @@ def task_accuracy(
         raise ValueError("retrieval agreement needs at least two texts")
     if full is None:
         full = encode(loaded.model, loaded.tokenizer, texts, max_length=loaded.max_length)
-    graph = spec_graph(spec, projections, loaded.num_layers, model_name=loaded.model_id)
+    graph = spec_graph(spec, projections, loaded.num_layers, fitted=fitted,
+                       model_name=loaded.model_id)
     restricted = encode(loaded.model, loaded.tokenizer, texts, graph_fn=graph,
                         max_length=loaded.max_length, warn_empty=False)
     scores = compare(full, restricted)

@@ -49,6 +49,8 @@ def extract_one(loaded: Any, text: str) -> tuple[AttentionRecord, list[str]]:
     Raises TextInputError for an empty text. A LongTextWarning becomes a note that says how
     the text was handled instead of a console warning nobody sees.
     """
+    if loaded.max_length > LONG_EXTRACTION and _tokens(loaded, text) > LONG_EXTRACTION:
+        return _extract_long(loaded, text)  # a long-context model (else: as always)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", LongTextWarning)
         record = extract(loaded, text, long_text="truncate")[0]
@@ -58,6 +60,36 @@ def extract_one(loaded: Any, text: str) -> tuple[AttentionRecord, list[str]]:
         for w in caught
         if issubclass(w.category, LongTextWarning)
     ]
+    notes.extend(input_notes(record, getattr(loaded.tokenizer, "unk_token", None)))
+    return record, notes
+
+
+#: Texts longer than this (on a long-context model) go through bounded-memory extraction.
+LONG_EXTRACTION = 1024
+
+
+def _tokens(loaded: Any, text: str) -> int:
+    return len(loaded.tokenizer(text, truncation=False)["input_ids"])
+
+
+def _extract_long(loaded: Any, text: str) -> tuple[AttentionRecord, list[str]]:
+    """A long text on a long-context model: gold edges block by block (bounded memory,
+    ``sparsefinder.long_context``), cut at the model's limit with the same note."""
+    from sparsefinder.long_context import extract_long
+
+    notes = []
+    encoding = loaded.tokenizer(text, truncation=False, return_offsets_mapping=True)
+    total = len(encoding["input_ids"])
+    if total > loaded.max_length:
+        end = encoding["offset_mapping"][loaded.max_length - 1][1]
+        text = text[:end]
+        while _tokens(loaded, text) > loaded.max_length:  # merges across the cut
+            text = text[:-1]
+    record = extract_long(loaded, text)
+    if total > loaded.max_length:
+        notes.append(f"Text too long for the model: it has {total} tokens, more than its "
+                     f"maximum of {loaded.max_length}, so it was truncated to its first "
+                     f"{record.n_tokens} tokens.")
     notes.extend(input_notes(record, getattr(loaded.tokenizer, "unk_token", None)))
     return record, notes
 

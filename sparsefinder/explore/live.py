@@ -9,7 +9,7 @@ for every grid point — so a setting shows the same numbers here as in a sweep.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -90,13 +90,14 @@ def spec_for(state: ViewState, prepared: PreparedText) -> PredictorSpec:
 
 def predict(prepared: PreparedText, spec: PredictorSpec) -> list[Tensor]:
     """Predicted bool masks (heads, n, n) of every layer of the prepared text."""
-    predictors = spec.build_layers(prepared.projections, prepared.num_layers,
+    predictors = spec.build_layers(prepared.projections_for(spec.method), prepared.num_layers,
                                    prepared.fitted(spec.method))
-    return predict_record(spec, predictors, prepared.vectors)
+    return predict_record(spec, predictors, prepared.inputs_for(spec.method))
 
 
 def score(prepared: PreparedText, preds: Sequence[Tensor]) -> GraphScores:
-    """Recall, sparsity and gold sparsity of every (layer, head) (the prepared scorer)."""
+    """Every metric of every (layer, head) (the prepared scorer): recall, sparsity, gold
+    sparsity and ``metrics.EXTRA_METRICS``."""
     return prepared.scorer.score(preds)
 
 
@@ -112,6 +113,8 @@ class Summary:
     recall: float
     sparsity: float
     gold_sparsity: float
+    #: the other metrics present (``metrics.EXTRA_METRICS``: precision, exact fraction…)
+    extra: dict[str, float] = field(default_factory=dict)
 
 
 def summarize(scores: GraphScores, layer: int, head: int) -> dict[str, Summary]:
@@ -122,9 +125,11 @@ def summarize(scores: GraphScores, layer: int, head: int) -> dict[str, Summary]:
 
     def at(select: Callable[[Tensor], Tensor]) -> Summary:
         gold = scores.gold_sparsity if scores.gold_sparsity is not None else scores.sparsity
+        extra = {name: float(select(values)) for name, values in scores.metrics().items()
+                 if name not in ("recall", "sparsity")}
         return Summary(recall=float(select(scores.recall)),
                        sparsity=float(select(scores.sparsity)),
-                       gold_sparsity=float(select(gold)))
+                       gold_sparsity=float(select(gold)), extra=extra)
 
     return {
         "head": at(lambda x: x[layer, head]),
@@ -140,7 +145,7 @@ def score_setting(records: Sequence[AttentionRecord], projections: HeadProjectio
     calibrated method is built from, e.g. ``prepared.fitted(spec.method)``)."""
     results, gold = pareto.score_specs(records, projections, [spec], fitted=[fitted])
     return Summary(recall=results[0].recall, sparsity=results[0].sparsity,
-                   gold_sparsity=float(gold.sparsity.mean()))
+                   gold_sparsity=float(gold.sparsity.mean()), extra=dict(results[0].extra))
 
 
 def describe(spec: PredictorSpec) -> str:
@@ -149,6 +154,8 @@ def describe(spec: PredictorSpec) -> str:
     labels = {
         "rowfrac-budget": lambda: f"nearest keys, target sparsity {p['target_sparsity']:g}",
         "distance-budget": lambda: f"distance, target sparsity {p['target_sparsity']:g}",
+        "kmeans-routed-budget": lambda: (f"routed k-means, target sparsity "
+                                         f"{p['target_sparsity']:g}"),
         "distance": lambda: f"distance t={p['threshold']:.3g}",
         "quantization": lambda: f"quantization β={p['bins']}",
         "kmeans": lambda: f"k-means B={p['n_clusters']} k={p['top_k']}",

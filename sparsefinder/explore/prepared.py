@@ -23,7 +23,7 @@ from sparsefinder.projections import HeadProjections
 from sparsefinder.spec import RecordInputs
 
 #: The calibrated methods the app offers (a target-sparsity slider), best first.
-CALIBRATED_APP_METHODS = ("rowfrac-budget", "distance-budget")
+CALIBRATED_APP_METHODS = ("distance-budget", "rowfrac-budget", "kmeans-routed-budget")
 
 
 @dataclass
@@ -40,6 +40,9 @@ class PreparedText:
     notes: list[str] = field(default_factory=list)
     t_max: float = 1.0
     calibration: CalibrationTable | None = None  # target-sparsity settings for projections
+    #: the text projected with the calibration table's OWN projections (the best file, e.g.
+    #: r = 8 lowrank-logistic), which its methods read; None: they read ``vectors``
+    calibrated_vectors: RecordInputs | None = None
 
     @property
     def projections(self) -> HeadProjections | None:
@@ -66,16 +69,30 @@ class PreparedText:
     def n_tokens(self) -> int:
         return self.record.n_tokens
 
+    def inputs_for(self, method: str) -> RecordInputs:
+        """The inputs ``method`` reads: the calibration table's projections for its methods,
+        else the app's (one file need not serve every method: k-means needs the shared
+        space of the paper's projections, the calibrated distance the best file)."""
+        if (self.calibrated_vectors is not None and self.calibration is not None
+                and method in self.calibration.params):
+            return self.calibrated_vectors
+        return self.vectors
+
+    def projections_for(self, method: str) -> HeadProjections | None:
+        """The projections ``method``'s predictors are built with (see :meth:`inputs_for`)."""
+        return self.inputs_for(method).projections
+
     def available_methods(self) -> list[str]:
         """App methods that can run on this text (learned ones need projections/centroids)."""
         methods = []
-        if self.has_projections and self.calibration is not None:
+        if self.calibration is not None and (self.has_projections
+                                             or self.calibrated_vectors is not None):
             methods += [m for m in CALIBRATED_APP_METHODS if m in self.calibration.params]
         if self.has_projections:
             methods += ["distance", "quantization"]
             if self.cluster_choices:
                 methods.append("kmeans")
-        return [*methods, "fixed"]
+        return [*methods, "quest", "fixed"]  # Quest reads the model's own q/k
 
     def fitted(self, method: str) -> Any:
         """What a calibrated method's predictors are built from (the table), else None."""
@@ -92,14 +109,25 @@ def prepare(
     *,
     t_range: bool = True,
     calibration: CalibrationTable | None = None,
+    calibration_projections: HeadProjections | None = None,
 ) -> PreparedText:
     """Check the projections against the record, project every layer once and compute the
     slider range for t (``t_range=False`` skips that when no slider will be drawn).
-    ``calibration`` (fitted for these projections) drives the target-sparsity methods."""
+    ``calibration`` drives the target-sparsity methods: fitted for ``projections``, or for
+    its own ``calibration_projections`` (then used for its methods, whatever
+    ``projections`` is; a table whose projections do not fit the record is left out)."""
     vectors = RecordInputs(record, projections)
+    calibrated_vectors = None
+    if calibration is not None and calibration_projections is not None:
+        try:
+            calibrated_vectors = RecordInputs(record, calibration_projections)
+        except ValueError:  # another model's or shape's projections
+            calibration = None
+    elif projections is None:
+        calibration = None
     prepared = PreparedText(record=record, vectors=vectors, scorer=Scorer(record),
-                            notes=list(notes),
-                            calibration=calibration if projections is not None else None)
+                            notes=list(notes), calibration=calibration,
+                            calibrated_vectors=calibrated_vectors)
     if projections is not None and t_range:
         prepared.t_max = distance_range(
             [vectors.projected(layer) for layer in range(record.num_layers)])

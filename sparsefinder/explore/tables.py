@@ -28,7 +28,8 @@ _DIFF_NAMES = ("none", "TP", "FN", "FP")
 
 
 def metrics_frame(scores: GraphScores) -> pd.DataFrame:
-    """One row per (layer, head): recall, sparsity and gold sparsity (the CSV download)."""
+    """One row per (layer, head): recall, sparsity, gold sparsity and the other metrics
+    present (precision, exact fraction, mass recall, block recall; the CSV download)."""
     layers, heads = scores.recall.shape
     grid_layer, grid_head = np.meshgrid(np.arange(layers), np.arange(heads), indexing="ij")
     return pd.DataFrame({
@@ -37,6 +38,8 @@ def metrics_frame(scores: GraphScores) -> pd.DataFrame:
         "recall": scores.recall.numpy().ravel(),
         "sparsity": scores.sparsity.numpy().ravel(),
         "gold_sparsity": scores.gold_sparsity.numpy().ravel(),
+        **{name: values.numpy().ravel() for name, values in scores.metrics().items()
+           if name not in ("recall", "sparsity")},
     })
 
 

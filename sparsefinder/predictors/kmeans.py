@@ -51,19 +51,32 @@ def intersect(bq: Tensor, bk: Tensor) -> Tensor:
     return acc.clamp_(max=1).view(torch.bool)
 
 
+def head_samples(n_points: int, heads: int, max_points: int | None,
+                 random_state: int) -> list[np.ndarray | None]:
+    """Sorted indices of the points each head's fit uses (None: all ``n_points``).
+
+    Drawn without replacement from one generator seeded by ``random_state``, head after head,
+    so any process that knows ``n_points`` draws the same sample (the distributed fit in
+    :mod:`sparsefinder.distributed_centroids` relies on it).
+    """
+    if max_points is None or n_points <= max_points:
+        return [None] * heads
+    rng = np.random.default_rng(random_state)
+    return [np.sort(rng.choice(n_points, max_points, replace=False)) for _ in range(heads)]
+
+
 def fit_head_centroids(
     x_all: np.ndarray, n_clusters: int, *, n_init: int, max_iter: int, random_state: int,
     max_points: int | None,
 ) -> tuple[Tensor, Tensor]:
     """One scikit-learn k-means (k-means++) per head of float32 points (heads, N, d) →
     (centroids (heads, B, d) float32, inertia (heads,) float64). Heads with more than
-    ``max_points`` points are subsampled without replacement, seeded by ``random_state``."""
-    n_points = x_all.shape[1]
-    rng = np.random.default_rng(random_state)
+    ``max_points`` points are subsampled without replacement (:func:`head_samples`)."""
+    samples = head_samples(x_all.shape[1], x_all.shape[0], max_points, random_state)
     centroids, inertia = [], []
-    for x in x_all:  # one sklearn fit per head
-        if max_points is not None and n_points > max_points:
-            x = x[np.sort(rng.choice(n_points, max_points, replace=False))]
+    for x, sample in zip(x_all, samples, strict=True):  # one sklearn fit per head
+        if sample is not None:
+            x = x[sample]
         km = _SkKMeans(n_clusters=n_clusters, init="k-means++", n_init=n_init,
                        max_iter=max_iter, random_state=random_state).fit(x)
         centroids.append(torch.from_numpy(km.cluster_centers_.astype(np.float32)))

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import re
 
+import numpy as np
+import pytest
 from apptest_helpers import assert_clean, assert_head_graphs, figures, metric, new_app
 
 
@@ -120,6 +123,30 @@ def test_head_navigation_and_url_state(with_projections):
     assert metric(at, "Layer recall") == round(float(expected.recall[2].mean()), 3)
 
 
+def test_extra_metrics_read_out_and_overview_colour(with_projections):
+    """Precision, exact rows, mass recall and block recall (issue 10) are read out per scope
+    and colour the overview grid, with the library's numbers for the same setting."""
+    at = new_app(layer="2", head="0", method="distance", t="0.3", window="5",
+                 overview="exact_fraction").run()
+    assert_clean(at)
+    assert at.radio(key="w_colour_by").value == "exact_fraction"
+    expected = _library_scores(with_projections, "distance", t=0.3, window=5)
+    read_outs = [c.value for c in at.caption if c.value.startswith("precision ")]
+    assert len(read_outs) == 3  # head, layer, model
+    head, layer, _ = read_outs
+    assert f"exact rows {float(expected.exact_fraction[2, 0]):.3f}" in head
+    assert f"mass recall {float(expected.mass_recall[2, 0]):.3f}" in head
+    assert f"block recall 16 {float(expected.block_recall16[2].mean()):.3f}" in layer
+    (grid,) = [f for f in figures(at) if f["data"][0].get("marker", {}).get("colorbar")]
+    assert grid["data"][0]["marker"]["colorbar"]["title"]["text"] == "exact_fraction"
+    colours = grid["data"][0]["marker"]["color"]
+    if isinstance(colours, dict):  # plotly's typed-array encoding
+        colours = np.frombuffer(base64.b64decode(colours["bdata"]), colours["dtype"]).tolist()
+    assert colours == pytest.approx(expected.exact_fraction.flatten().tolist())
+    at.radio(key="w_colour_by").set_value("precision").run()
+    assert at.query_params["overview"] == "precision"
+
+
 def test_bad_url_parameters_are_reported_not_raised(with_projections):
     at = new_app(method="magic", layer="99", window="-4").run()
     assert_clean(at)
@@ -190,10 +217,11 @@ def test_output_accuracy_of_the_setting(with_projections):
 
 def test_first_screen_is_the_best_method_at_its_calibrated_setting():
     """With the bundled projections and calibration (no fixture), the Explorer opens on the
-    row-fraction budget at target sparsity 0.90; the target slider moves sparsity."""
+    distance budget at target sparsity 0.90, read with the calibration table's own (r = 8
+    lowrank-logistic) projections; the target slider moves sparsity."""
     at = new_app().run()
     assert_clean(at)
-    assert at.selectbox(key="w_method").value == "rowfrac-budget"
+    assert at.selectbox(key="w_method").value == "distance-budget"
     assert at.select_slider(key="w_target").value == 0.9
     assert not at.warning  # nothing switched off
     sparse = metric(at, "Model sparsity")
@@ -202,3 +230,13 @@ def test_first_screen_is_the_best_method_at_its_calibrated_setting():
     at.select_slider(key="w_target").set_value(0.75).run()
     assert at.query_params["target"] == "0.75"
     assert metric(at, "Model sparsity") < sparse and metric(at, "Model recall") > recall
+
+
+def test_output_accuracy_of_the_calibrated_default():
+    """The first screen's method (distance-budget, from the bundled table and its own
+    projections) runs in the restricted forward too: the table's predictors, not a refit."""
+    at = new_app().run()
+    at.toggle(key="w_accuracy_on").set_value(True).run()
+    assert_clean(at)
+    assert 0.0 < metric(at, "Output cosine") <= 1.0
+    assert 0.85 <= metric(at, "Sparsity run") <= 0.95  # the 0.90 target ∪ window ∪ global

@@ -55,6 +55,19 @@ def test_sweep_writes_all_outputs(trained, tmp_path: Path, capsys) -> None:
     at = pd.read_csv(out / "recall_at_sparsity.csv")
     assert list(at.columns) == ["method", "recall@0.75", "recall@0.9", "recall@0.95"]
     assert (out / "pareto.html").stat().st_size > 1_000_000  # plotly.js inlined
+    # every point carries every metric (issue 10), and the configuration behind each R@level
+    extras = ["precision", "exact_fraction", "mass_recall", "block_recall16", "block_recall64"]
+    assert list(points.columns[2:9]) == ["recall", "sparsity", *extras]
+    assert points[extras].notna().all().all()
+    assert ((points[extras] >= 0) & (points[extras] <= 1)).all().all()
+    assert "exact_fraction" in summary["points"][0]
+    metrics_at = pd.read_csv(out / "metrics_at_sparsity.csv")
+    assert list(metrics_at.columns) == ["method", "level", "params", "recall", "sparsity",
+                                        *extras]
+    for row in metrics_at.itertuples():
+        assert row.sparsity >= row.level
+        reached = at.set_index("method").loc[row.method, f"recall@{row.level:g}"]
+        assert row.recall == pytest.approx(reached)
 
 
 def test_sweep_refuses_empty_validation(trained, tmp_path: Path, capsys) -> None:
@@ -111,3 +124,25 @@ def test_sweep_calibrated_methods_with_lowrank_projections(trained, tmp_path: Pa
     # six train texts and three held-out ones: the estimate is coarse, the trend is not
     assert (calibrated["sparsity"] - targets).abs().max() < 0.1
     assert calibrated["sparsity"].is_monotonic_increasing
+
+
+def test_calibrate_writes_a_table_naming_its_projections(trained, tmp_path: Path,
+                                                         capsys) -> None:
+    from sparsefinder.calibration import CalibrationTable, file_digest
+
+    tiny, proj = trained
+    folder = tmp_path / "assets"
+    folder.mkdir()
+    shutil.copy(proj, folder / "projections-x.pt")
+    rc = main(["calibrate", "--model", str(tiny), "--max-passages", "4", "--projections",
+               str(folder / "projections-x.pt"), "--out", str(folder / "calibration.pt"),
+               "--device", "cpu"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "distance-budget: train sparsity at target 0.90" in out and "note:" not in out
+    table = CalibrationTable.load(folder / "calibration.pt")
+    assert table.projections_file == "projections-x.pt"
+    assert table.projections_sha256 == file_digest(folder / "projections-x.pt")
+    # routed k-means has no key codebooks for the tiny model; the window needs none
+    assert {"distance-budget", "rowfrac-budget", "window-budget"} == set(table.params)
+    assert table.own_projections(folder / "calibration.pt").model_id == table.model_id

@@ -66,3 +66,30 @@ def test_pareto_star_is_the_sweeps_point_for_the_same_setting(default_model, pre
     star = live.score_setting(records, projections, spec)
     assert (star.recall, star.sparsity) == (point["recall"], point["sparsity"])
     assert star.gold_sparsity == corpus.attrs["gold_sparsity"]
+
+
+def test_text_sweep_includes_the_calibrated_curves_of_the_bundled_table(record, projections):
+    """The app cannot fit calibrated methods (no train graphs at hand): their curves come from
+    the bundled table, built with the table's own projections, scored like any sweep row."""
+    from sparsefinder.calibration import CalibrationTable
+    from sparsefinder.explore import prepared as prep
+    from sparsefinder.resources import BUNDLED_CALIBRATION
+    from sparsefinder.spec import PredictorSpec
+
+    table = CalibrationTable.load(BUNDLED_CALIBRATION)
+    own = table.own_projections(BUNDLED_CALIBRATION)
+    prepared = prep.prepare(record, projections, calibration=table, calibration_projections=own)
+    assert prepared.projections_for("distance-budget") is own
+    assert prepared.projections_for("distance") is projections
+    assert "kmeans-routed-budget" in prepared.available_methods()
+    frame = excorpus.sweep_records([record], projections, ["window"], calibration=table,
+                                   calibration_projections=own)
+    assert set(frame.method) == {"window", *table.params}
+    rows = frame[frame.method == "distance-budget"]
+    assert len(rows) == len(table.targets)
+    row = rows[rows.params == json.dumps({"target_sparsity": 0.9})].iloc[0]
+    # the same numbers as the Explorer shows for that setting
+    spec = PredictorSpec.of("distance-budget", {"target_sparsity": 0.9})
+    scores = live.score(prepared, live.predict(prepared, spec))
+    assert row.recall == pytest.approx(float(scores.recall.mean()), abs=1e-12)
+    assert row.exact_fraction == pytest.approx(float(scores.exact_fraction.mean()), abs=1e-12)

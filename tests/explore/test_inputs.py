@@ -34,3 +34,30 @@ def test_token_labels_are_unique(prepared):
     labels = inputs.token_labels(prepared.record)
     assert len(set(labels)) == len(labels)
     assert labels[2].endswith(prepared.record.tokens[2])
+
+
+def test_default_model_keeps_truncating_long_texts_as_before(default_model):
+    from sparsefinder.explore.inputs import extract_one
+
+    record, notes = extract_one(default_model, "word " * 1500)
+    assert record.n_tokens == 512 and record.truncated
+    assert notes and "more than 512 tokens" in notes[0]
+
+
+def test_long_context_model_uses_bounded_extraction_and_truncates_at_its_limit(tmp_path):
+    from sparsefinder.decoders import save_tiny_decoder
+    from sparsefinder.explore.inputs import LONG_EXTRACTION, extract_one
+    from sparsefinder.long_context import long_texts
+    from sparsefinder.models import load_model
+
+    limit = LONG_EXTRACTION + 76
+    loaded = load_model(str(save_tiny_decoder("llama", tmp_path / "llama", max_positions=limit)),
+                        device="cpu")
+    (text,) = long_texts(loaded.tokenizer, limit + 300, 1, "train")
+    record, notes = extract_one(loaded, text)
+    assert limit - 3 <= record.n_tokens <= limit
+    assert record.text == text[:len(record.text)] and len(record.text) < len(text)
+    assert any(f"maximum of {limit}" in note and "truncated" in note for note in notes)
+    (fits,) = long_texts(loaded.tokenizer, limit - 20, 1, "train")
+    record, notes = extract_one(loaded, fits)
+    assert record.n_tokens == len(loaded.tokenizer(fits)["input_ids"]) and not notes

@@ -38,7 +38,7 @@ def test_k_over_half_of_b_is_named_and_really_full(prepared):
 
 def test_without_projections_learned_methods_are_off_but_fixed_patterns_work(record):
     bare = prep.prepare(record, None)
-    assert bare.available_methods() == ["fixed"]
+    assert bare.available_methods() == ["quest", "fixed"]  # Quest reads the model q/k
     state = urlstate.ViewState(method="kmeans", window=3, global_tokens=())
     clamped, notes = live.clamp(state, bare)
     assert clamped.method == "kmeans" and notes and "projections" in notes[0]
@@ -248,3 +248,20 @@ def test_summarize_without_gold_sparsity_and_labels():
     assert live.describe(spec) == "quantization β=5 ∪ window 3 ∪ global first+last"
     spec = urlstate.to_spec(urlstate.ViewState(window=0, global_tokens=()), "fixed")
     assert live.describe(spec) == "empty graph"
+
+
+def test_quest_runs_from_the_model_vectors_without_projections(record):
+    from sparsefinder.predictors.quest import QuestPages
+
+    bare = prep.prepare(record, None)
+    state = urlstate.ViewState(method="quest", pages=2, window=0, global_tokens=())
+    assert live.effective_method(state, bare) == "quest"
+    spec = live.spec_for(state, bare)
+    assert spec.param_dict == {"page_size": urlstate.QUEST_PAGE, "pages": 2}
+    preds = live.predict_layers(bare, state)
+    graph = record.layers[0]
+    expected = QuestPages(2, urlstate.QUEST_PAGE).predict(graph.queries, graph.keys,
+                                                          causal=record.causal)
+    assert torch.equal(preds[0], expected)
+    parsed, problems = urlstate.parse_view_state({"method": "quest", "pages": "65"})
+    assert parsed.method == "quest" and parsed.pages == 8 and "pages" in problems[0]

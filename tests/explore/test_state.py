@@ -174,8 +174,8 @@ def test_problem_messages_name_what_is_expected():
     _, problems = urlstate.parse_view_state({"method": "magic", "example": "nope",
                                              "global": "first,middle"})
     assert problems == [
-        "ignored URL parameter method='magic': expected one of rowfrac-budget, "
-        "distance-budget, distance, quantization, kmeans, fixed",
+        "ignored URL parameter method='magic': expected one of distance-budget, "
+        "rowfrac-budget, kmeans-routed-budget, distance, quantization, kmeans, quest, fixed",
         "ignored URL parameter global='first,middle': expected a comma list of "
         "('first', 'last') or 'none'",
         "ignored URL parameter example='nope': expected a bundled example name",

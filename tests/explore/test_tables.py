@@ -56,7 +56,10 @@ def test_downloads_are_valid_csv_and_json(prepared):
     state = urlstate.ViewState(method="distance", t=0.5)
     scores = live.score(prepared, live.predict_layers(prepared, state))
     frame = pd.read_csv(__import__("io").BytesIO(tables.to_csv(tables.metrics_frame(scores))))
-    assert list(frame.columns) == ["layer", "head", "recall", "sparsity", "gold_sparsity"]
+    assert list(frame.columns) == ["layer", "head", "recall", "sparsity", "gold_sparsity",
+                                   "precision", "exact_fraction", "mass_recall",
+                                   "block_recall16", "block_recall64"]
+    assert np.allclose(frame["exact_fraction"], scores.exact_fraction.numpy().ravel())
     report = json.loads(tables.to_json(tables.view_report(state, scores, "m", 1.5, 17)))
     assert report["state"]["method"] == "distance"
     assert set(report["summary"]) == {"head", "layer", "model"}

@@ -116,3 +116,37 @@ def test_errors():
         RoutedKMeans().fit(None, torch.randn(5, 4))
     empty = model.predict(torch.zeros(2, 0, 4), torch.zeros(2, 3, 4))
     assert empty.shape == (2, 0, 3)
+
+
+@pytest.mark.parametrize("mode", ["budget", "top"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_packed_routes_equal_the_sorted_routes(mode, causal):
+    """The CPU path (one integer sort, a threshold per query) routes exactly as a full
+    stable sort of the scores does, ties (equal scores, ±0.0, duplicated centroids) too."""
+    from sparsefinder.predictors import routed_kmeans as rk
+
+    gen = torch.Generator().manual_seed(7)
+    for trial in range(12):
+        b = int(torch.randint(1, 40, (1,), generator=gen))
+        n = int(torch.randint(1, 50, (1,), generator=gen))
+        m = n if trial % 2 else int(torch.randint(1, 50, (1,), generator=gen))
+        centroids = torch.randn(3, b, 4, generator=gen)
+        if b > 2:
+            centroids[:, 1] = centroids[:, 0]
+        q, k = _qk(heads=3, n=n, m=m, seed=trial)
+        if trial % 3 == 0:
+            q = q.round()  # many exactly equal scores
+        for budget in (0.01, 0.08, 0.3, 1.0):
+            model = RoutedKMeans.from_centroids(centroids, mode=mode, budget=budget,
+                                                n_routes=min(3, b))
+            key_ids = model.assign_keys(k)
+            score = torch.bmm(q, centroids.transpose(1, 2))
+            score[0, 0, :] = 0.0
+            score[0, 0, 0] = -0.0
+            counts, limit = None, None
+            if mode == "budget":
+                counts, visible = model._counts(key_ids, n, b, causal, torch.float32)
+                limit = budget * visible
+            sorted_routes = rk._routes_sorted(score.clone(), counts, limit, model.n_routes)
+            packed_routes = rk._routes_packed(score.clone(), counts, limit, model.n_routes)
+            assert torch.equal(packed_routes, sorted_routes), (trial, budget)

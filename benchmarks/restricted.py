@@ -1,0 +1,311 @@
+"""Block-sparse entmax attention (block Sparsefinder) against dense attention, n = 1024…8192.
+
+Run under the shared lock (the machine has 2 cores):
+``flock /tmp/sparsefinder-bench.lock .venv/bin/python benchmarks/restricted.py``.
+
+**Inputs: real q/k.** Random Gaussian q/k have no block structure, so the default model's
+own vectors are used: the VALIDATION passages of the default corpus (held out from the
+bundled projections' training) are joined into one long document, tokenized, cut into
+consecutive 510-token windows (+ [CLS]/[SEP] = 512, the model's limit), and each window is
+run through all-MiniLM-L6-v2 with entmax-1.5 attention; the q/k of one layer (``--layer``,
+default 2; 12 heads × 32 dims) of consecutive windows are concatenated to n tokens. Within a
+window these are exactly the model's vectors; across windows the scores are those of real
+vectors from other positions of the same document (as a longer-context model would see more
+of it). Values v are Gaussian (timings do not depend on them). All methods get the same
+q/k/v, fp32, one 12-head layer, bidirectional, ``torch.inference_mode``.
+
+**Methods** (each a full attention layer: scores → normalisation → ``probs @ v``):
+
+* ``block-sparsefinder`` — :class:`~sparsefinder.predictors.block.BlockSparsefinder` on the
+  bundled projections (query blocks of ``--block`` = 32 tokens pooled; per query block the
+  ``--n-blocks`` = 4 nearest key blocks, the ``--n-keys`` = 256 nearest single keys outside
+  them and the diagonal band of 3 blocks: ~480 of 4096 keys a query), then
+  :func:`~sparsefinder.block_sparse.block_sparse_entmax`. The setting was chosen on q/k of
+  TRAIN-split text at n = 4096 (best exact fraction at ~1/8 of the keys), not on these
+  inputs. Its time INCLUDES projecting q/k and predicting the selection (``predict``);
+* ``entmax15 full sort`` — ``entmax.entmax15(scores)`` (sorts every row);
+* ``entmax15 k=64`` — ``entmax.entmax15(scores, k=64)`` (partial sort, the package's option);
+* ``entmax15 fast dense`` — sparsefinder's sort-free dense solver, for information;
+* ``sdpa softmax`` — ``torch.nn.functional.scaled_dot_product_attention`` (fused, no scores).
+
+**Memory, honestly.** tracemalloc misses torch's allocations, so each measurement runs in
+its own fresh process: it loads the inputs, warms the method up once on the first 512
+tokens, resets the peak RSS (``/proc/self/clear_refs`` ← 5), runs, and reports ``VmHWM -
+VmRSS at reset`` — every byte the kernel had to back during the call, whoever allocated it.
+Seconds are the median of ``--repeats`` runs (one run when a run takes > 5 s). A dense
+method whose memory, extrapolated from the smaller n, exceeds 80% of MemAvailable is
+skipped with that estimate instead of being killed for memory.
+
+**Quality** of the predicted selection at each n: edge recall (gold edges computed) and
+exact fraction (query rows whose whole gold support is computed, which by sparse-consistency
+get exactly full entmax's output), against gold edges from the bounded extraction
+(:func:`sparsefinder.gold_edges.entmax_edges`). ``--no-quality`` skips it.
+
+Last line (n = 4096): ``vs_full=<x> vs_k64=<y> extra_mib=<z> n8192_ok=<0|1>``, ratios =
+their seconds / ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+METHODS = ("block-sparsefinder", "entmax15 full sort", "entmax15 k=64", "entmax15 fast dense",
+           "sdpa softmax")
+DENSE = {"entmax15 full sort", "entmax15 k=64", "entmax15 fast dense"}
+SIZES = (1024, 2048, 4096, 8192)
+WINDOW = 512
+
+
+# ---------------------------------------------------------------------------- inputs
+
+
+def real_qk(layer: int, n_max: int, split: str = "validation"
+            ) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """(q, k) (12, n_max, 32) of one layer over consecutive 512-token windows."""
+    from sparsefinder.attention import capture
+    from sparsefinder.corpus import default_corpus
+    from sparsefinder.models import load_model
+
+    loaded = load_model("default", alpha=1.5, device="cpu")
+    tok = loaded.tokenizer
+    source = split
+    ids = tok(" ".join(default_corpus(split)), add_special_tokens=False)["input_ids"]
+    if len(ids) < n_max:  # a small validation split: fall back to every passage
+        source = "all"
+        ids = tok(" ".join(default_corpus("all")), add_special_tokens=False)["input_ids"]
+    body = WINDOW - 2
+    qs, ks = [], []
+    total = 0
+    for start in range(0, len(ids), body):
+        window = [tok.cls_token_id, *ids[start : start + body], tok.sep_token_id]
+        calls = []
+        with torch.inference_mode(), capture(calls.append):
+            loaded.model(input_ids=torch.tensor([window]))
+        qs.append(calls[layer].query[0].float())
+        ks.append(calls[layer].key[0].float())
+        total += len(window)
+        if total >= n_max:
+            break
+    q, k = torch.cat(qs, 1)[:, :n_max].contiguous(), torch.cat(ks, 1)[:, :n_max].contiguous()
+    if q.shape[1] < n_max:
+        raise SystemExit(f"the corpus has only {q.shape[1]} tokens, fewer than n={n_max}")
+    return q, k, f"{source} split, {len(qs)} windows"
+
+
+# ---------------------------------------------------------------------------- one method
+
+
+def _rss(field: str) -> float:
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith(field):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def _runner(method: str, args: argparse.Namespace, layer: int):
+    """A function (q, k, v) → (output, predict seconds) for one method."""
+    import torch.nn.functional as F
+    from entmax import entmax15
+
+    from sparsefinder.block_sparse import block_sparse_entmax
+    from sparsefinder.entmax_ops import entmax_normalize
+
+    if method == "block-sparsefinder":
+        from sparsefinder.predictors.block import BlockSparsefinder
+        from sparsefinder.projections import HeadProjections
+        from sparsefinder.resources import BUNDLED_PROJECTIONS
+
+        projections = HeadProjections.load(BUNDLED_PROJECTIONS)
+        predictor = BlockSparsefinder(args.block, args.n_blocks, args.n_keys, window_blocks=2)
+
+        def run(q, k, v):
+            start = time.perf_counter()
+            graph, extra = predictor.select(projections.project_queries(layer, q),
+                                            projections.project_keys(layer, k))
+            predicted = time.perf_counter() - start
+            out = block_sparse_entmax(q, k, v, graph, args.block, extra_keys=extra)
+            return out, predicted
+
+        return run
+
+    def scores(q, k):
+        return torch.matmul(q, k.transpose(-1, -2)).mul_(q.shape[-1] ** -0.5)
+
+    if method == "sdpa softmax":
+        return lambda q, k, v: (F.scaled_dot_product_attention(q, k, v), 0.0)
+    normalise = {
+        "entmax15 full sort": lambda s: entmax15(s, dim=-1),
+        "entmax15 k=64": lambda s: entmax15(s, dim=-1, k=64),
+        "entmax15 fast dense": lambda s: entmax_normalize(s, 1.5),
+    }[method]
+    return lambda q, k, v: (torch.matmul(normalise(scores(q, k)), v), 0.0)
+
+
+def child(args: argparse.Namespace) -> None:
+    """Measure one (method, n) in this fresh process; print one JSON line."""
+    data = torch.load(args.data, weights_only=True)
+    n = args.n
+    q, k, v = (data[name][:, :n].contiguous() for name in ("q", "k", "v"))
+    run = _runner(args.child, args, data["layer"])
+    with torch.inference_mode():
+        run(q[:, :WINDOW], k[:, :WINDOW], v[:, :WINDOW])  # warm-up: lazy init, kernels
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+        base = _rss("VmRSS")
+        times, predicts = [], []
+        for _ in range(args.repeats):
+            start = time.perf_counter()
+            out, predicted = run(q, k, v)
+            times.append(time.perf_counter() - start)
+            predicts.append(predicted)
+            del out
+            if times[-1] > 5:
+                break
+    print(json.dumps({"seconds": statistics.median(times), "predict": statistics.median(predicts),
+                      "extra_mib": _rss("VmHWM") - base, "runs": len(times)}))
+
+
+def measure(method: str, n: int, data: Path, args: argparse.Namespace) -> dict:
+    command = [sys.executable, __file__, "--child", method, "--n", str(n), "--data", str(data),
+               "--repeats", str(args.repeats), "--block", str(args.block),
+               "--n-blocks", str(args.n_blocks), "--n-keys", str(args.n_keys)]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    if done.returncode != 0:
+        return {"error": (done.stderr.strip().splitlines() or ["killed"])[-1][:120]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _available_mib() -> float:
+    with open("/proc/meminfo") as handle:
+        for line in handle:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1024
+    return float("inf")
+
+
+# ---------------------------------------------------------------------------- quality
+
+
+def quality(q: torch.Tensor, k: torch.Tensor, layer: int, args: argparse.Namespace
+            ) -> tuple[float, float, float]:
+    """(edge recall, exact fraction, gold density) of the predicted selection."""
+    from sparsefinder.gold_edges import entmax_edges
+    from sparsefinder.predictors.block import BlockSparsefinder
+    from sparsefinder.projections import HeadProjections
+    from sparsefinder.resources import BUNDLED_PROJECTIONS
+
+    projections = HeadProjections.load(BUNDLED_PROJECTIONS)
+    predictor = BlockSparsefinder(args.block, args.n_blocks, args.n_keys, window_blocks=2)
+    with torch.inference_mode():
+        graph, extra = predictor.select(projections.project_queries(layer, q),
+                                        projections.project_keys(layer, k))
+        edges, _ = entmax_edges(q, k, q.shape[-1] ** -0.5)
+    heads, n = q.shape[:2]
+    counts = edges.row_counts().view(-1)
+    rows = torch.repeat_interleave(torch.arange(heads * n), counts)
+    head, query = rows // n, rows % n
+    b = args.block
+    keys = edges.indices.long()
+    in_tile = graph[head, query // b, keys // b]
+    hit = in_tile
+    if extra is not None:  # (heads, nb, G): is the key among its query block's extra keys?
+        per_block = torch.zeros(heads, graph.shape[1], n, dtype=torch.bool)
+        per_block.scatter_(-1, extra, True)
+        hit = in_tile | per_block[head, query // b, keys]
+    missed_rows = torch.zeros(heads * n, dtype=torch.int64).index_add_(0, rows, (~hit).long())
+    exact = float((missed_rows == 0).double().mean())
+    return float(hit.double().mean()), exact, edges.density
+
+
+# ---------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
+    parser.add_argument("--layer", type=int, default=2)
+    parser.add_argument("--block", type=int, default=32)
+    parser.add_argument("--n-blocks", type=int, default=4)
+    parser.add_argument("--n-keys", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-quality", action="store_true")
+    parser.add_argument("--child", choices=METHODS)
+    parser.add_argument("--n", type=int)
+    parser.add_argument("--data")
+    args = parser.parse_args()
+    if args.child:
+        child(args)
+        return
+
+    print(f"load avg {os.getloadavg()[0]:.2f} (over {os.cpu_count()} cores), torch threads "
+          f"{torch.get_num_threads()}, glibc malloc defaults")
+    n_max = max(args.sizes)
+    q, k, source = real_qk(args.layer, n_max)
+    v = torch.randn(q.shape, generator=torch.Generator().manual_seed(0))
+    print(f"inputs: all-MiniLM-L6-v2 layer {args.layer} q/k (12 heads x 32), default corpus "
+          f"{source} concatenated to n={n_max}; block={args.block}, n_blocks={args.n_blocks}, "
+          f"n_keys={args.n_keys}, diagonal band of 3 blocks")
+    results: dict[tuple[int, str], dict] = {}
+    per_score: dict[str, float] = {}  # MiB per score of each dense method, largest n so far
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "qkv.pt"
+        torch.save({"q": q, "k": k, "v": v, "layer": args.layer}, data)
+        for n in sorted(args.sizes):
+            for method in METHODS:
+                scores = 12 * n * n
+                if method in per_score:
+                    need = per_score[method] * scores
+                    if need > 0.8 * _available_mib():
+                        results[n, method] = {"skipped": f"needs ~{need / 1024:.0f} GiB"}
+                        continue
+                result = measure(method, n, data, args)
+                results[n, method] = result
+                if method in DENSE and "extra_mib" in result:
+                    per_score[method] = result["extra_mib"] / scores
+            if not args.no_quality:
+                recall, exact, density = quality(q[:, :n], k[:, :n], args.layer, args)
+                results[n, "quality"] = {"recall": recall, "exact": exact,
+                                         "density": density}
+    print(f"{'n':>5}  {'method':<20}{'seconds':>9}{'predict':>9}{'extra MiB':>11}"
+          f"{'their s / ours':>16}")
+    for n in sorted(args.sizes):
+        ours = results[n, "block-sparsefinder"].get("seconds")
+        for method in METHODS:
+            r = results[n, method]
+            if "seconds" not in r:
+                print(f"{n:>5}  {method:<20}{r.get('skipped') or r.get('error')}")
+                continue
+            ratio = f"{r['seconds'] / ours:>15.2f}x" if ours else ""
+            print(f"{n:>5}  {method:<20}{r['seconds']:>9.3f}{r['predict']:>9.3f}"
+                  f"{r['extra_mib']:>11.0f}{ratio}")
+        if (n, "quality") in results:
+            qd = results[n, "quality"]
+            print(f"{n:>5}  quality: edge recall {qd['recall']:.4f}, exact rows "
+                  f"{qd['exact']:.4f}, gold density {qd['density']:.4f}")
+    print(f"load avg after: {os.getloadavg()[0]:.2f}")
+    at = {m: results.get((4096, m), {}) for m in METHODS}
+    ours = at["block-sparsefinder"].get("seconds", float("nan"))
+    vs_full = at["entmax15 full sort"].get("seconds", float("nan")) / ours
+    vs_k64 = at["entmax15 k=64"].get("seconds", float("nan")) / ours
+    extra = at["block-sparsefinder"].get("extra_mib", float("nan"))
+    n8192_ok = int("seconds" in results.get((8192, "block-sparsefinder"), {}))
+    print(f"vs_full={vs_full:.2f} vs_k64={vs_k64:.2f} extra_mib={extra:.0f} n8192_ok={n8192_ok}")
+
+
+if __name__ == "__main__":
+    main()

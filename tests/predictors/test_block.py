@@ -1,0 +1,83 @@
+"""Block Sparsefinder: nearest key blocks of pooled projections, ∪ the diagonal band."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sparsefinder.metrics import block_graph, block_recall, exact_fraction
+from sparsefinder.predictors.block import BlockSparsefinder, pool_blocks
+from sparsefinder.spec import PredictorSpec
+
+
+def test_pool_blocks_means_including_a_partial_last_block():
+    x = torch.arange(10, dtype=torch.float32).view(1, 10, 1)
+    assert pool_blocks(x, 4).view(-1).tolist() == [1.5, 5.5, 8.5]
+
+
+def test_nearest_blocks_and_the_diagonal():
+    # Query block 0 sits next to key block 2; query block 2 next to key block 0.
+    q = torch.tensor([0.0] * 4 + [10.0] * 4 + [20.0] * 4).view(1, 12, 1)
+    k = torch.tensor([20.0] * 4 + [30.0] * 4 + [0.0] * 4).view(1, 12, 1)
+    graph = BlockSparsefinder(4, 1).predict_blocks(q, k)
+    assert graph[0].tolist() == [[True, False, True], [True, True, False],
+                                 [True, False, True]]
+    only_nearest = BlockSparsefinder(4, 1, window_blocks=0).predict_blocks(q, k)
+    assert only_nearest[0].tolist() == [[False, False, True], [True, False, False],
+                                        [True, False, False]]
+
+
+def test_token_mask_is_the_expanded_block_graph_and_causal_drops_the_future():
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 50, 4, generator=g), torch.randn(2, 50, 4, generator=g)
+    predictor = BlockSparsefinder(8, 2)
+    graph = predictor.predict_blocks(q, k)
+    mask = predictor.predict(q, k)
+    assert torch.equal(block_graph(mask, 8), graph)
+    assert (graph.sum(-1) >= 2).all()
+    causal = predictor.predict(q, k, causal=True)
+    assert not (causal & ~torch.ones(50, 50, dtype=torch.bool).tril()).any()
+    assert causal.diagonal(dim1=-2, dim2=-1).all()  # the diagonal block is always kept
+    blocks = predictor.predict_blocks(q, k, causal=True)
+    assert not (blocks & ~torch.ones(7, 7, dtype=torch.bool).tril()).any()
+    assert (blocks.sum(-1) >= torch.arange(1, 8).clamp(max=2)).all()  # 2 nearest past blocks
+
+
+def test_more_blocks_never_lose_recall():
+    g = torch.Generator().manual_seed(1)
+    q, k = torch.randn(3, 64, 4, generator=g), torch.randn(3, 64, 4, generator=g)
+    gold = torch.rand(3, 64, 64, generator=g) < 0.05
+    previous = None
+    for n_blocks in range(0, 9):
+        pred = BlockSparsefinder(8, n_blocks).predict(q, k)
+        recall = block_recall(pred, gold, 8)
+        if previous is not None:
+            assert (recall >= previous).all()
+        previous = recall
+    assert torch.allclose(previous, torch.ones(3, dtype=torch.float64))
+    assert torch.allclose(exact_fraction(pred, gold), torch.ones(3, dtype=torch.float64))
+
+
+def test_spec_builds_it_and_bad_parameters_are_errors():
+    spec = PredictorSpec.of("block", {"block": 32, "n_blocks": 3, "n_keys": 5})
+    assert spec.build(None, 0) == BlockSparsefinder(32, 3, 5)
+    with pytest.raises(ValueError, match="block must be an integer >= 1"):
+        BlockSparsefinder(0, 1)
+    with pytest.raises(ValueError, match="n_blocks must be an integer >= 0"):
+        BlockSparsefinder(8, -1)
+    with pytest.raises(ValueError, match="n_keys must be an integer >= 0"):
+        BlockSparsefinder(8, 1, n_keys=True)
+
+
+def test_single_keys_are_the_nearest_outside_the_chosen_blocks():
+    q = torch.zeros(1, 8, 1)  # two query blocks of 4, both at 0
+    k = torch.tensor([9.0, 9, 9, 9, 0.5, 8, 0.1, 7]).view(1, 8, 1)
+    predictor = BlockSparsefinder(4, 0, n_keys=2, window_blocks=1)
+    graph, extra = predictor.select(q, k)
+    assert graph[0].tolist() == [[True, False], [False, True]]  # the diagonal blocks
+    assert sorted(extra[0, 0].tolist()) == [4, 6]  # nearest keys outside block 0
+    mask = predictor.predict(q, k)
+    assert mask[0, 0].tolist() == [True] * 4 + [True, False, True, False]
+    assert mask[0, 3].tolist() == mask[0, 0].tolist()  # the whole query block
+    causal = predictor.predict(q, k, causal=True)
+    assert not (causal[0] & ~torch.ones(8, 8, dtype=torch.bool).tril()).any()

@@ -1,0 +1,66 @@
+"""Quest page selection: the bound is a true upper bound, the top pages are kept, causal."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sparsefinder.predictors.quest import QuestPages
+
+
+def _qk(heads=3, n=50, d=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(heads, n, d, generator=g), torch.randn(heads, n, d, generator=g)
+
+
+def test_bound_is_an_upper_bound_on_every_key_of_its_page():
+    q, k = _qk(n=45)  # 45 = 2 full pages of 16 + a partial one
+    quest = QuestPages(pages=1, page_size=16)
+    bounds = quest.upper_bounds(q, k)
+    scores = q @ k.transpose(-1, -2)
+    for p in range(bounds.shape[-1]):
+        page_max = scores[..., p * 16:(p + 1) * 16].amax(-1)
+        assert torch.all(bounds[..., p] >= page_max - 1e-5)
+    # the brute-force bound sum_d max(q_d*min_d, q_d*max_d)
+    low, high = quest.page_bounds(k)
+    brute = torch.maximum(q[:, :, None, :] * low[:, None], q[:, :, None, :] * high[:, None])
+    torch.testing.assert_close(bounds, brute.sum(-1))
+
+
+def test_keeps_the_pages_of_highest_bound_and_counts_them():
+    q, k = _qk(n=64)
+    quest = QuestPages(pages=2, page_size=16)
+    mask = quest.predict(q, k)
+    bounds = quest.upper_bounds(q, k)
+    expected_pages = bounds.topk(2, dim=-1).indices.sort(-1).values
+    for h in range(3):
+        for i in range(64):
+            kept_pages = mask[h, i].view(4, 16)
+            assert torch.all(kept_pages.all(-1) | ~kept_pages.any(-1))  # whole pages
+            assert kept_pages.any(-1).nonzero().flatten().tolist() == \
+                expected_pages[h, i].tolist()
+    # every query's best key lies in a kept page whenever its page has the top bound
+    assert QuestPages(pages=4, page_size=16).predict(q, k).all()
+
+
+def test_causal_never_keeps_the_future_and_ranks_only_started_pages():
+    q, k = _qk(n=40)
+    mask = QuestPages(pages=2, page_size=8).predict(q, k, causal=True)
+    assert not mask[:, ~torch.ones(40, 40, dtype=torch.bool).tril()].any()
+    assert mask[:, torch.arange(40), torch.arange(40)].sum() > 0
+    # query 3 (page 0 only started) keeps keys 0..3 and nothing else
+    assert torch.equal(mask[:, 3].nonzero()[:, 1].unique(), torch.arange(4))
+
+
+def test_more_pages_never_lose_an_edge():
+    q, k = _qk(n=70)
+    masks = [QuestPages(pages=p, page_size=8).predict(q, k, causal=True) for p in (1, 2, 4, 8)]
+    for small, large in zip(masks, masks[1:], strict=False):
+        assert torch.all(large | ~small)
+
+
+@pytest.mark.parametrize("bad", [{"pages": 0}, {"pages": 2, "page_size": 0},
+                                 {"pages": True}])
+def test_bad_parameters_are_named(bad):
+    with pytest.raises(ValueError, match="must be an integer >= 1"):
+        QuestPages(**bad)
