@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from sparsefinder.adapter_file import read_adapter
 from sparsefinder.cli import main
 from sparsefinder.models import load_model
@@ -37,3 +39,14 @@ def test_adapt_refuses_an_uncovered_family(tiny_model_dirs, tmp_path, capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert "model family 'gpt2' is not covered" in err and "Traceback" not in err
+
+
+@pytest.mark.cuda
+def test_adapt_runs_on_cuda_and_the_adapter_loads_on_cpu(tiny_model_dirs, tmp_path):
+    folder = tiny_model_dirs["bert"]
+    assert main(["adapt", "--model", str(folder), "--out", str(tmp_path), "--device", "cuda",
+                 "--max-passages", "6", "--eval-passages", "2", "--steps", "3",
+                 "--batch-size", "2", "--max-tokens", "24", "--rank", "2"]) == 0
+    loaded = load_model(str(folder), adapter=tmp_path / "entmax_adapter.safetensors",
+                        device="cpu")
+    assert loaded.adapter is not None
