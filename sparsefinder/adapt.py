@@ -24,6 +24,7 @@ The adapter file (:mod:`sparsefinder.adapter_file`) holds only the LoRA matrices
 from __future__ import annotations
 
 import math
+import re
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -36,11 +37,12 @@ from torch import Tensor, nn
 from sparsefinder.attention import AttentionCall, capture
 from sparsefinder.models import LoadedModel
 
-#: Module-name suffixes of the BERT-family layers LoRA can target, by group.
+#: Module-name patterns (end of the dotted name) of the BERT-family layers LoRA can target,
+#: by group; the FFN output is ``layer.N.output.dense``, not ``attention.output.dense``.
 TARGET_GROUPS: dict[str, tuple[str, ...]] = {
-    "attention": ("attention.self.query", "attention.self.key", "attention.self.value",
-                  "attention.output.dense"),
-    "ffn": ("intermediate.dense", "output.dense"),
+    "attention": (r"attention\.self\.query", r"attention\.self\.key", r"attention\.self\.value",
+                  r"attention\.output\.dense"),
+    "ffn": (r"intermediate\.dense", r"layer\.\d+\.output\.dense"),
 }
 CHECKPOINT_NAME = "adapt-checkpoint.pt"
 
@@ -93,11 +95,12 @@ class AdaptConfig:
 def target_modules(model: nn.Module, targets: Sequence[str]) -> list[str]:
     """Full names of the linear layers the LoRA adapters go on; an uncovered family is an
     error (the groups name BERT-style modules: query/key/value, intermediate/output)."""
-    suffixes = tuple(s for group in targets for s in TARGET_GROUPS[group])
-    names = [name for name, module in model.named_modules()
-             if isinstance(module, nn.Linear) and name.endswith(suffixes)]
-    kinds = {s for s in suffixes for n in names if n.endswith(s)}
-    missing = [s for s in suffixes if s not in kinds]
+    patterns = [p for group in targets for p in TARGET_GROUPS[group]]
+    found = {p: [name for name, module in model.named_modules()
+                 if isinstance(module, nn.Linear) and re.search(rf"(^|\.){p}$", name)]
+             for p in patterns}
+    names = sorted({name for group in found.values() for name in group})
+    missing = [p.replace("\\", "") for p, hits in found.items() if not hits]
     if missing:
         family = getattr(getattr(model, "config", None), "model_type", type(model).__name__)
         raise AdaptError(

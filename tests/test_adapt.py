@@ -112,3 +112,12 @@ def test_bad_settings_and_uncovered_family(tiny_model_dirs):
     gpt2 = load_model(str(tiny_model_dirs["gpt2"]), device="cpu")
     with pytest.raises(AdaptError, match="model family 'gpt2' is not covered"):
         target_modules(gpt2.model, ("attention",))
+
+
+def test_target_groups_pick_the_right_layers(tiny_model_dirs):
+    model = load_model(str(tiny_model_dirs["bert"]), device="cpu").model
+    ffn = target_modules(model, ("ffn",))
+    attention = target_modules(model, ("attention",))
+    assert len(ffn) == 2 * 2 and len(attention) == 4 * 2  # 2 layers
+    assert not any("attention" in name for name in ffn)  # not attention.output.dense
+    assert sorted(ffn + attention) == target_modules(model, ("attention", "ffn"))
