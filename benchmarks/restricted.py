@@ -28,6 +28,13 @@ q/k/v, fp32, one 12-head layer, bidirectional, ``torch.inference_mode``.
 * ``entmax15 fast dense`` — sparsefinder's sort-free dense solver, for information;
 * ``sdpa softmax`` — ``torch.nn.functional.scaled_dot_product_attention`` (fused, no scores).
 
+**Threads.** Every method runs with the same ``--threads`` (default 1) and the same glibc
+malloc tuning (:func:`sparsefinder.runtime.tune_cpu_allocator`). One thread by default
+because this 2-core machine is shared: with 2 OpenMP threads and other jobs running, the
+threads' barrier spinning inflated the many small operations of the block-sparse path 3-10×
+from run to run (measured 0.44-4.3 s for the same call), while big dense kernels suffered
+less; ``--threads 2`` measures that configuration on a quiet machine.
+
 **Memory, honestly.** tracemalloc misses torch's allocations, so each measurement runs in
 its own fresh process: it loads the inputs, warms the method up once on the first 512
 tokens, resets the peak RSS (``/proc/self/clear_refs`` ← 5), runs, and reports ``VmHWM -
@@ -157,6 +164,10 @@ def _runner(method: str, args: argparse.Namespace, layer: int):
 
 def child(args: argparse.Namespace) -> None:
     """Measure one (method, n) in this fresh process; print one JSON line."""
+    from sparsefinder.runtime import tune_cpu_allocator
+
+    tune_cpu_allocator()  # every method alike, as the CLI and benchmarks/extract.py do
+    torch.set_num_threads(args.threads)
     data = torch.load(args.data, weights_only=True)
     n = args.n
     q, k, v = (data[name][:, :n].contiguous() for name in ("q", "k", "v"))
@@ -181,7 +192,8 @@ def child(args: argparse.Namespace) -> None:
 
 def measure(method: str, n: int, data: Path, args: argparse.Namespace) -> dict:
     command = [sys.executable, __file__, "--child", method, "--n", str(n), "--data", str(data),
-               "--repeats", str(args.repeats), "--block", str(args.block),
+               "--repeats", str(args.repeats), "--threads", str(args.threads),
+               "--block", str(args.block),
                "--n-blocks", str(args.n_blocks), "--n-keys", str(args.n_keys)]
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
@@ -243,6 +255,7 @@ def main() -> None:
     parser.add_argument("--n-blocks", type=int, default=4)
     parser.add_argument("--n-keys", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-quality", action="store_true")
     parser.add_argument("--child", choices=METHODS)
     parser.add_argument("--n", type=int)
@@ -253,7 +266,7 @@ def main() -> None:
         return
 
     print(f"load avg {os.getloadavg()[0]:.2f} (over {os.cpu_count()} cores), torch threads "
-          f"{torch.get_num_threads()}, glibc malloc defaults")
+          f"{args.threads} for every method, glibc malloc tuned for every method")
     n_max = max(args.sizes)
     q, k, source = real_qk(args.layer, n_max)
     v = torch.randn(q.shape, generator=torch.Generator().manual_seed(0))
