@@ -75,7 +75,7 @@ assets-projections: install
 # The entmax adapter of the default model (issue 18): LoRA distillation of MiniLM's softmax self
 # into its 1.5-entmax self on the default corpus' train split (every 10th passage held out to
 # compare settings). Resumable: an interrupted run continues from build/adapter.
-# Then rebuild what depends on the model: `make assets assets-projections`.
+# Then rebuild what depends on the model: `make assets` (it runs assets-projections too).
 assets-adapter: install
 	$(BIN)/sparsefinder adapt --model default --out build/adapter --resume --steps 400 --lr 2e-3 \
 	  --w-sparse 1 --measure-every 100 $(ADAPT_ARGS)
