@@ -66,6 +66,7 @@ def save_adapter(path: str | Path, tensors: dict[str, torch.Tensor],
     tmp = path.with_suffix(".tmp")
     save_file({k: v.detach().to("cpu", torch.float32).contiguous() for k, v in tensors.items()},
               str(tmp), metadata=header)
+    tmp.chmod(0o644)  # safetensors writes 0600; an asset must be readable by every user
     tmp.replace(path)
     return path
 
