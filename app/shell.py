@@ -127,7 +127,16 @@ def cached_prepared(
         record, notes = inputs.extract_one(loaded, text)
     calibration, own = cached_calibration(projections_key, loaded.model_id)
     return prep.prepare(record, _projections, notes, calibration=calibration,
-                        calibration_projections=own)
+                        calibration_projections=own,
+                        hash_codes=cached_hash_codes(loaded.model_id))
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def cached_hash_codes(model_id: str) -> Any:
+    """The bundled HashAttention codes when they were learned for this model, else None."""
+    from sparsefinder.hash_code_table import bundled_hash_codes
+
+    return bundled_hash_codes(model_id)
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
@@ -225,13 +234,16 @@ def cached_text_sweep(cache_key: tuple, methods: tuple[str, ...],
 
 
 def _calibrated(prepared: prep.PreparedText) -> dict[str, Any]:
-    """The calibration table of a prepared text and the projections its methods read: the
-    sweeps add its curves (the app has no train graphs to fit them)."""
+    """The calibration table of a prepared text and the projections its methods read, and the
+    bundled hash codes: the sweeps add their curves (the app has no train graphs to fit
+    them)."""
     table = prepared.calibration
+    learned = {"hash_codes": prepared.hash_codes} if prepared.hash_codes is not None else {}
     if table is None or not table.params:
-        return {}
+        return learned
     return {"calibration": table,
-            "calibration_projections": prepared.projections_for(next(iter(table.params)))}
+            "calibration_projections": prepared.projections_for(next(iter(table.params))),
+            **learned}
 
 
 @st.cache_resource(show_spinner=False)
@@ -693,6 +705,13 @@ def method_sliders(ctx: AppContext, columns: int = 4) -> urlstate.ViewState:
             help="Keys in pages; each query keeps the pages with the highest upper bound "
                  "Σ_d max(q_d·min_d, q_d·max_d) of its score (Quest, training-free).",
             **bind("w_pages", "pages", int, int))
+    elif method == "hashattention":
+        next(col).slider(
+            "Hamming distance (of 16-bit codes)", 0, urlstate.HASH_BITS,
+            help="Each query keeps the keys whose learned binary code differs from its own "
+                 "in at most this many bits (HashAttention-style codes, learned on TRAIN "
+                 "gold graphs; bundled for the default model).",
+            **bind("w_hamming", "hamming", int, int))
     next(col).select_slider("Window size", options=urlstate.WINDOW_CHOICES,
                             help="Adds edges |i−j| ≤ size//2 (0 = off).",
                             **bind("w_window", "window", urlstate.snap_window, int))

@@ -76,6 +76,8 @@ def pareto_view() -> None:
     methods, skipped = pareto.available_curves(prepared.projections)
     if prepared.calibration is not None:  # their curves come from the bundled table
         skipped = {m: why for m, why in skipped.items() if m not in prepared.calibration.params}
+    if prepared.hash_codes is not None:  # its curve comes from the bundled codes
+        skipped.pop("hashattention", None)
     if skipped:
         st.caption("Not swept: " + "; ".join(f"{m} ({why})" for m, why in skipped.items()))
 

@@ -16,7 +16,10 @@ from sparsefinder import pareto
 from sparsefinder.calibration import CalibrationTable
 from sparsefinder.corpus import corpus_texts
 from sparsefinder.graphs import AttentionRecord, extract
+from sparsefinder.hash_code_table import HashCodeTable
+from sparsefinder.metrics import GraphScores
 from sparsefinder.projections import HeadProjections
+from sparsefinder.spec import PredictorSpec
 
 ProgressFn = Callable[[float, str], None]
 
@@ -51,12 +54,14 @@ def sweep_records(
     on_progress: ProgressFn | None = None,
     calibration: CalibrationTable | None = None,
     calibration_projections: HeadProjections | None = None,
+    hash_codes: HashCodeTable | None = None,
 ) -> pd.DataFrame:
     """``pareto.sweep`` of ``methods`` on ``records``, reporting progress; with a
     ``calibration`` table, also the curves of its calibrated methods (which a sweep fits on
     train records the app has not extracted), read from the table and built with its own
-    projections (``calibration_projections``; default ``projections``)."""
-    if not methods and calibration is None:
+    projections (``calibration_projections``; default ``projections``); with ``hash_codes``
+    (learned on train graphs), the ``hashattention`` curve."""
+    if not methods and calibration is None and hash_codes is None:
         raise ValueError("no sweep method can run here (learned methods need projections)")
     frames = []
     if methods:
@@ -64,8 +69,35 @@ def sweep_records(
     if calibration is not None:
         frames.append(calibrated_curves(records, calibration_projections or projections,
                                         calibration))
+    if hash_codes is not None:
+        frames.append(fitted_curve(records, "hashattention", hash_codes.maps))
     frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     frame.attrs = dict(frames[0].attrs)
+    return frame
+
+
+def fitted_curve(records: Sequence[AttentionRecord], name: str, fitted: Any) -> pd.DataFrame:
+    """Rows of :func:`pareto.sweep` for curve ``name`` built from ``fitted`` (what
+    ``spec.fit(train_records)`` would return, e.g. bundled hash codes): same specs, same
+    scoring, no training graphs needed."""
+    specs = list(pareto.CURVES[name].specs)
+    results, gold = pareto.score_specs(records, None, specs, fitted=[fitted] * len(specs))
+    return _points_frame([name] * len(specs), specs, results, gold)
+
+
+def _points_frame(names: Sequence[str], specs: Sequence[PredictorSpec],
+                  results: Sequence[pareto.SpecScores], gold: GraphScores) -> pd.DataFrame:
+    """Scored specs as rows shaped like :func:`pareto.sweep`'s (gold sparsity in attrs)."""
+    frame = pd.DataFrame([
+        {"method": name, "params": spec.params_json(), "recall": result.recall,
+         "sparsity": result.sparsity, **result.extra,
+         "recall_per_layer": json.dumps([round(x, 6) for x in result.recall_per_layer]),
+         "sparsity_per_layer": json.dumps([round(x, 6) for x in result.sparsity_per_layer]),
+         "n_texts": result.n_texts}
+        for name, spec, result in zip(names, specs, results, strict=True)
+    ])
+    frame.attrs["gold_sparsity"] = float(gold.sparsity.mean())
+    frame.attrs["gold_sparsity_per_layer"] = [float(x) for x in gold.sparsity]
     return frame
 
 
@@ -93,14 +125,4 @@ def calibrated_curves(records: Sequence[AttentionRecord], projections: HeadProje
     if not specs:
         raise ValueError("the calibration table holds no curve that can run here")
     results, gold = pareto.score_specs(records, projections, specs, fitted=fitted)
-    frame = pd.DataFrame([
-        {"method": method, "params": spec.params_json(), "recall": result.recall,
-         "sparsity": result.sparsity, **result.extra,
-         "recall_per_layer": json.dumps([round(x, 6) for x in result.recall_per_layer]),
-         "sparsity_per_layer": json.dumps([round(x, 6) for x in result.sparsity_per_layer]),
-         "n_texts": result.n_texts}
-        for method, spec, result in zip(rows, specs, results, strict=True)
-    ])
-    frame.attrs["gold_sparsity"] = float(gold.sparsity.mean())
-    frame.attrs["gold_sparsity_per_layer"] = [float(x) for x in gold.sparsity]
-    return frame
+    return _points_frame(rows, specs, results, gold)

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from sparsefinder.calibration import CalibrationTable
 from sparsefinder.graphs import AttentionRecord
+from sparsefinder.hash_code_table import HashCodeTable
 from sparsefinder.metrics import Scorer
 from sparsefinder.projections import HeadProjections
 from sparsefinder.spec import RecordInputs
@@ -43,6 +44,8 @@ class PreparedText:
     #: the text projected with the calibration table's OWN projections (the best file, e.g.
     #: r = 8 lowrank-logistic), which its methods read; None: they read ``vectors``
     calibrated_vectors: RecordInputs | None = None
+    #: learned HashAttention codes that read this model's q/k (None: the method is off)
+    hash_codes: HashCodeTable | None = None
 
     @property
     def projections(self) -> HeadProjections | None:
@@ -92,10 +95,15 @@ class PreparedText:
             methods += ["distance", "quantization"]
             if self.cluster_choices:
                 methods.append("kmeans")
+        if self.hash_codes is not None:
+            methods.append("hashattention")
         return [*methods, "quest", "fixed"]  # Quest reads the model's own q/k
 
     def fitted(self, method: str) -> Any:
-        """What a calibrated method's predictors are built from (the table), else None."""
+        """What a calibrated method's predictors are built from (the table), the learned
+        hash codes for ``hashattention``, else None."""
+        if method == "hashattention":
+            return self.hash_codes.maps if self.hash_codes is not None else None
         if self.calibration is None or method not in self.calibration.params:
             return None
         return self.calibration.fitted_for(method)
@@ -110,12 +118,14 @@ def prepare(
     t_range: bool = True,
     calibration: CalibrationTable | None = None,
     calibration_projections: HeadProjections | None = None,
+    hash_codes: HashCodeTable | None = None,
 ) -> PreparedText:
     """Check the projections against the record, project every layer once and compute the
     slider range for t (``t_range=False`` skips that when no slider will be drawn).
     ``calibration`` drives the target-sparsity methods: fitted for ``projections``, or for
     its own ``calibration_projections`` (then used for its methods, whatever
-    ``projections`` is; a table whose projections do not fit the record is left out)."""
+    ``projections`` is; a table whose projections do not fit the record is left out).
+    ``hash_codes`` enable ``hashattention`` when they fit the record's shape."""
     vectors = RecordInputs(record, projections)
     calibrated_vectors = None
     if calibration is not None and calibration_projections is not None:
@@ -127,7 +137,9 @@ def prepare(
         calibration = None
     prepared = PreparedText(record=record, vectors=vectors, scorer=Scorer(record),
                             notes=list(notes), calibration=calibration,
-                            calibrated_vectors=calibrated_vectors)
+                            calibrated_vectors=calibrated_vectors,
+                            hash_codes=(hash_codes if hash_codes is not None
+                                        and hash_codes.fits(record) else None))
     if projections is not None and t_range:
         prepared.t_max = distance_range(
             [vectors.projected(layer) for layer in range(record.num_layers)])

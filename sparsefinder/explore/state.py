@@ -15,11 +15,13 @@ from typing import Any
 from sparsefinder.explore.inputs import DEFAULT_EXAMPLE, list_examples
 from sparsefinder.explore.texts import is_text_id
 from sparsefinder.metrics import EXTRA_METRICS
+from sparsefinder.predictors.hash_codes import HASH_BITS
 from sparsefinder.spec import GLOBAL_CHOICES, METHODS, PredictorSpec
 
 #: Methods the app's sliders drive (keys of the one registry, ``sparsefinder.spec.METHODS``).
 APP_METHODS: tuple[str, ...] = ("distance-budget", "rowfrac-budget", "kmeans-routed-budget",
-                                 "distance", "quantization", "kmeans", "quest", "fixed")
+                                 "distance", "quantization", "kmeans", "hashattention", "quest",
+                                 "fixed")
 #: Methods driven by a target sparsity (per-head settings calibrated on train graphs).
 TARGET_METHODS = frozenset({"rowfrac-budget", "distance-budget", "kmeans-routed-budget"})
 DEFAULT_TARGET = 0.9
@@ -64,6 +66,7 @@ class ViewState:
     clusters: int | None = None  # B; None = the smallest B the projections offer
     top_k: int = 1
     pages: int = 8
+    hamming: int = 3  # hashattention: largest Hamming distance of a kept key's code
     window: int = 3
     global_tokens: tuple[str, ...] = GLOBAL_CHOICES
     layer: int = 0
@@ -88,6 +91,7 @@ PARAM_NAMES: dict[str, str] = {
     "clusters": "B",
     "top_k": "k",
     "pages": "pages",
+    "hamming": "hd",
     "window": "window",
     "global_tokens": "global",
     "layer": "layer",
@@ -142,6 +146,7 @@ def parse_view_state(
         "clusters": lambda s: _parse_int(s, 1, None),
         "top_k": lambda s: _parse_int(s, 1, None),
         "pages": lambda s: _parse_int(s, 1, MAX_PAGES),
+        "hamming": lambda s: _parse_int(s, 0, HASH_BITS),
         "window": lambda s: _parse_int(s, 0, MAX_WINDOW),
         "global_tokens": _parse_global,
         "layer": lambda s: _parse_int(s, 0, None),
@@ -241,6 +246,8 @@ def to_spec(state: ViewState, method: str | None = None) -> PredictorSpec:
         params = {"n_clusters": int(state.clusters), "top_k": int(state.top_k)}
     elif method == "quest":
         params = {"page_size": QUEST_PAGE, "pages": int(state.pages)}
+    elif method == "hashattention":
+        params = {"max_distance": int(state.hamming)}
     return PredictorSpec.of(method, params, window=int(state.window),
                             global_tokens=state.global_tokens)
 

@@ -93,6 +93,18 @@ def test_method_select_in_sidebar_switches_sliders(with_projections):
     assert at.query_params["method"] == "distance"
 
 
+def test_larger_hamming_distance_never_lowers_recall(with_projections):
+    """HashAttention from the bundled codes (learned on TRAIN graphs of the default model):
+    a larger Hamming radius keeps a superset of keys; the whole radius keeps every key."""
+    at = new_app(method="hashattention", hd="0", **ALONE).run()
+    assert_clean(at)
+    assert at.query_params["method"] == "hashattention"
+    scores = _sweep_slider(at, "slider", "w_hamming", [0, 2, 5, 16])
+    _assert_monotone(scores)
+    assert scores[-1] == (1.0, 0.0)
+    assert at.query_params["hd"] == "16"
+
+
 def test_quantization_slider_changes_scores(with_projections):
     at = new_app(method="quantization", window="0", **{"global": "none"}).run()
     before = _model_scores(at)

@@ -93,3 +93,24 @@ def test_text_sweep_includes_the_calibrated_curves_of_the_bundled_table(record, 
     scores = live.score(prepared, live.predict(prepared, spec))
     assert row.recall == pytest.approx(float(scores.recall.mean()), abs=1e-12)
     assert row.exact_fraction == pytest.approx(float(scores.exact_fraction.mean()), abs=1e-12)
+
+
+def test_sweep_records_adds_the_hash_codes_curve(prepared):
+    import torch
+
+    from sparsefinder import pareto
+    from sparsefinder.explore.corpus import sweep_records
+    from sparsefinder.hash_code_table import HashCodeTable
+
+    record = prepared.record
+    gen = torch.Generator().manual_seed(2)
+    heads, d = record.num_heads, record.layers[0].queries.shape[-1]
+    codes = HashCodeTable(model_id="m", alpha=1.5, maps=[
+        (torch.randn(heads, d, 16, generator=gen), torch.randn(heads, d, 16, generator=gen))
+        for _ in range(record.num_layers)])
+    frame = sweep_records([record], prepared.projections, ["window"], hash_codes=codes)
+    rows = frame[frame.method == "hashattention"]
+    assert len(rows) == len(pareto.CURVES["hashattention"].specs)
+    assert (rows.recall.diff().dropna() >= -1e-12).all()  # a larger radius keeps more keys
+    assert (frame[frame.method == "window"].n_texts == 1).all()
+    assert "precision" in rows.columns and rows.precision.notna().all()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from sparsefinder.explore import prepared as prep
 
 
@@ -9,3 +11,28 @@ def test_round_up_and_distance_range(prepared):
     assert prep._round_up(0.37) == 0.5 and prep._round_up(3.2) == 5.0
     assert prep._round_up(10.0) == 10.0
     assert prepared.t_max > 0
+
+
+def test_hash_codes_enable_hashattention_when_they_fit(record, projections):
+    from sparsefinder.explore import live
+    from sparsefinder.explore import state as urlstate
+    from sparsefinder.hash_code_table import HashCodeTable
+
+    gen = torch.Generator().manual_seed(1)
+    heads, d = record.num_heads, record.layers[0].queries.shape[-1]
+    maps = [(torch.randn(heads, d, 16, generator=gen), torch.randn(heads, d, 16, generator=gen))
+            for _ in range(record.num_layers)]
+    codes = HashCodeTable(model_id="m", alpha=1.5, maps=maps)
+    without = prep.prepare(record, projections)
+    assert "hashattention" not in without.available_methods()
+    assert without.fitted("hashattention") is None
+    ready = prep.prepare(record, projections, hash_codes=codes)
+    assert "hashattention" in ready.available_methods()
+    assert ready.fitted("hashattention") is maps
+    state = urlstate.ViewState(method="hashattention", hamming=16, window=0, global_tokens=())
+    preds = live.predict_layers(ready, state)
+    assert all(p.all() for p in preds)  # distance 16 of 16 bits: every key
+    tight = live.predict_layers(ready, state.with_(hamming=0))
+    assert sum(int(p.sum()) for p in tight) < sum(int(p.sum()) for p in preds)
+    other = HashCodeTable(model_id="m", alpha=1.5, maps=maps[:2])  # another model's shape
+    assert prep.prepare(record, projections, hash_codes=other).hash_codes is None

@@ -14,7 +14,7 @@ def test_view_state_round_trips_through_query_params():
                                window=5, global_tokens=("last",), layer=3, head=7, query=4,
                                example="science_news", model="/models/my-entmax-bert",
                                alpha=2.0, text_id=texts.text_id("pasted"),
-                               overview="sparsity")
+                               overview="sparsity", hamming=7)
     params = urlstate.view_state_to_params(state)
     assert all(isinstance(v, str) for v in params.values())
     parsed, problems = urlstate.parse_view_state(params)
@@ -91,6 +91,7 @@ BOUNDS = [
     ("layer", "layer", 0, None),
     ("head", "head", 0, None),
     ("query", "query", 0, None),
+    ("hd", "hamming", 0, urlstate.HASH_BITS),
 ]
 
 
@@ -157,6 +158,8 @@ def test_to_spec_for_every_app_method():
     assert urlstate.to_spec(state, "kmeans").params == (("n_clusters", 6), ("top_k", 2))
     assert urlstate.to_spec(state.with_(method="quantization")).method == "quantization"
     assert urlstate.to_spec(state, "fixed").params == ()
+    assert urlstate.to_spec(state.with_(hamming=5), "hashattention").params == (
+        ("max_distance", 5),)
     with pytest.raises(ValueError, match="^k-means needs a number of clusters B; clamp the"):
         urlstate.to_spec(state.with_(clusters=None), "kmeans")
 
@@ -175,7 +178,8 @@ def test_problem_messages_name_what_is_expected():
                                              "global": "first,middle"})
     assert problems == [
         "ignored URL parameter method='magic': expected one of distance-budget, "
-        "rowfrac-budget, kmeans-routed-budget, distance, quantization, kmeans, quest, fixed",
+        "rowfrac-budget, kmeans-routed-budget, distance, quantization, kmeans, hashattention, "
+        "quest, fixed",
         "ignored URL parameter global='first,middle': expected a comma list of "
         "('first', 'last') or 'none'",
         "ignored URL parameter example='nope': expected a bundled example name",

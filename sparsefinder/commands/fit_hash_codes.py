@@ -1,0 +1,61 @@
+"""`sparsefinder fit-hash-codes`: HashAttention-style codes (the ``hashattention`` method)
+learned on the gold graphs of the corpus' TRAIN split; the validation split is never read.
+
+For the default model the result is bundled as ``sparsefinder/assets/default/hash_codes.pt``
+(`make assets`), which lets the app offer the method without extracting training graphs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from sparsefinder.commands._common import add_corpus_arguments, add_model_arguments
+from sparsefinder.corpus import chunk_passages, load_corpus
+from sparsefinder.graphs import extract
+from sparsefinder.hash_code_table import HashCodeTable
+from sparsefinder.models import load_model
+from sparsefinder.predictors.hash_codes import HASH_BITS, fit_hash_codes
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "fit-hash-codes",
+        help="learn HashAttention-style q/k codes (hashattention method) on the train split",
+    )
+    add_model_arguments(parser)
+    add_corpus_arguments(parser, default_split="train")
+    parser.add_argument("--out", required=True, type=Path, help="output file (.pt)")
+    parser.add_argument("--bits", type=int, default=HASH_BITS, help="code length per head")
+    parser.add_argument("--steps", type=int, default=300, help="Adam steps per layer")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch", type=int, default=8, help="texts per forward pass")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.split == "validation":
+        print("note: fitting on the validation split; evaluate on another split")
+    if args.bits < 1 or args.steps < 1:
+        raise ValueError(f"--bits and --steps must be positive, got {args.bits} and {args.steps}")
+    loaded = load_model(args.model, alpha=args.alpha, device=args.device)
+    passages = load_corpus(args.corpus, args.split)
+    if args.max_passages is not None:
+        passages = passages[: max(args.max_passages, 0)]
+    if not passages:
+        raise ValueError(f"the {args.split} split of corpus {args.corpus} has no passages")
+    texts = chunk_passages(passages, loaded.tokenizer, loaded.max_length)
+    print(f"model {loaded.model_id}; {len(passages)} passages of the {args.split} split "
+          f"-> {len(texts)} texts")
+    records = extract(loaded, texts, batch_size=args.batch, progress=True)
+    start = time.perf_counter()
+    maps = fit_hash_codes(records, bits=args.bits, steps=args.steps, seed=args.seed)
+    table = HashCodeTable(
+        model_id=loaded.model_id, alpha=loaded.alpha, maps=maps,
+        metadata={"corpus": str(args.corpus), "split": args.split, "texts": len(texts),
+                  "bits": args.bits, "steps": args.steps, "seed": args.seed})
+    path = table.save(args.out)
+    print(f"fitted {args.bits}-bit codes for {len(maps)} layers in "
+          f"{time.perf_counter() - start:.0f}s; wrote {path} ({path.stat().st_size / 1e3:.0f} KB)")
+    return 0
