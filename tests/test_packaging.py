@@ -37,6 +37,7 @@ def installed(tmp_path_factory) -> Path:
     )
     assert (target / "sparsefinder" / "assets" / "default" / "projections.pt").is_file()
     assert (target / "sparsefinder" / "assets" / "default" / "entmax_adapter.safetensors").is_file()
+    assert (target / "sparsefinder" / "assets" / "default" / "hash_codes.pt").is_file()
     assert not (target / "sparsefinder" / "__editable__").exists()
     return target
 
