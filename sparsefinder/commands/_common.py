@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
+
+if TYPE_CHECKING:
+    from sparsefinder.graphs import AttentionRecord
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,3 +54,25 @@ def progress_bar(desc: str) -> Iterator[Callable[[float, str], None]]:
         yield update
     finally:
         bar.close()
+
+
+def fitting_records(args: argparse.Namespace) -> tuple[Any, list[AttentionRecord]]:
+    """The model and gold-graph records a fitting command learns from: the corpus split
+    (TRAIN by default; a note when it is validation), long passages chunked to the model's
+    length, ``--max-passages`` honoured. Returns (loaded model, records)."""
+    from sparsefinder.corpus import chunk_passages, load_corpus
+    from sparsefinder.graphs import extract
+    from sparsefinder.models import load_model
+
+    if args.split == "validation":
+        print("note: fitting on the validation split; evaluate on another split")
+    loaded = load_model(args.model, alpha=args.alpha, device=args.device)
+    passages = load_corpus(args.corpus, args.split)
+    if args.max_passages is not None:
+        passages = passages[: max(args.max_passages, 0)]
+    if not passages:
+        raise ValueError(f"the {args.split} split of corpus {args.corpus} has no passages")
+    texts = chunk_passages(passages, loaded.tokenizer, loaded.max_length)
+    print(f"model {loaded.model_id}; {len(passages)} passages of the {args.split} split "
+          f"-> {len(texts)} texts")
+    return loaded, extract(loaded, texts, batch_size=args.batch, progress=True)

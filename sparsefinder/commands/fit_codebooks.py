@@ -12,11 +12,12 @@ import argparse
 import time
 from pathlib import Path
 
-from sparsefinder.commands._common import add_corpus_arguments, add_model_arguments
-from sparsefinder.corpus import chunk_passages, load_corpus
-from sparsefinder.graphs import extract
+from sparsefinder.commands._common import (
+    add_corpus_arguments,
+    add_model_arguments,
+    fitting_records,
+)
 from sparsefinder.key_codebooks import DEFAULT_CLUSTERS, fit_codebooks
-from sparsefinder.models import load_model
 
 
 def _clusters(text: str) -> list[int]:
@@ -52,18 +53,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.split == "validation":
-        print("note: fitting on the validation split; evaluate on another split")
-    loaded = load_model(args.model, alpha=args.alpha, device=args.device)
-    passages = load_corpus(args.corpus, args.split)
-    if args.max_passages is not None:
-        passages = passages[: max(args.max_passages, 0)]
-    if not passages:
-        raise ValueError(f"the {args.split} split of corpus {args.corpus} has no passages")
-    texts = chunk_passages(passages, loaded.tokenizer, loaded.max_length)
-    print(f"model {loaded.model_id}; {len(passages)} passages of the {args.split} split "
-          f"-> {len(texts)} texts")
-    records = extract(loaded, texts, batch_size=args.batch, progress=True)
+    loaded, records = fitting_records(args)
     start = time.perf_counter()
     codebooks = fit_codebooks(
         records, args.clusters, model_id=loaded.model_id, alpha=loaded.alpha,

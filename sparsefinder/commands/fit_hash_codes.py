@@ -11,11 +11,12 @@ import argparse
 import time
 from pathlib import Path
 
-from sparsefinder.commands._common import add_corpus_arguments, add_model_arguments
-from sparsefinder.corpus import chunk_passages, load_corpus
-from sparsefinder.graphs import extract
+from sparsefinder.commands._common import (
+    add_corpus_arguments,
+    add_model_arguments,
+    fitting_records,
+)
 from sparsefinder.hash_code_table import HashCodeTable
-from sparsefinder.models import load_model
 from sparsefinder.predictors.hash_codes import HASH_BITS, fit_hash_codes
 
 
@@ -35,25 +36,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.split == "validation":
-        print("note: fitting on the validation split; evaluate on another split")
     if args.bits < 1 or args.steps < 1:
         raise ValueError(f"--bits and --steps must be positive, got {args.bits} and {args.steps}")
-    loaded = load_model(args.model, alpha=args.alpha, device=args.device)
-    passages = load_corpus(args.corpus, args.split)
-    if args.max_passages is not None:
-        passages = passages[: max(args.max_passages, 0)]
-    if not passages:
-        raise ValueError(f"the {args.split} split of corpus {args.corpus} has no passages")
-    texts = chunk_passages(passages, loaded.tokenizer, loaded.max_length)
-    print(f"model {loaded.model_id}; {len(passages)} passages of the {args.split} split "
-          f"-> {len(texts)} texts")
-    records = extract(loaded, texts, batch_size=args.batch, progress=True)
+    loaded, records = fitting_records(args)
     start = time.perf_counter()
     maps = fit_hash_codes(records, bits=args.bits, steps=args.steps, seed=args.seed)
     table = HashCodeTable(
         model_id=loaded.model_id, alpha=loaded.alpha, maps=maps,
-        metadata={"corpus": str(args.corpus), "split": args.split, "texts": len(texts),
+        metadata={"corpus": str(args.corpus), "split": args.split, "texts": len(records),
                   "bits": args.bits, "steps": args.steps, "seed": args.seed})
     path = table.save(args.out)
     print(f"fitted {args.bits}-bit codes for {len(maps)} layers in "
