@@ -44,11 +44,7 @@ from sparsefinder.projections import (
 
 def _initial_bias(pairs: _LayerPairs, weight: Tensor, ids: Tensor, neg_rows: Tensor) -> Tensor:
     """Midpoint of the mean positive and negative squared distances, per head → (heads,)."""
-    heads, size = ids.shape
-    flat = ids.reshape(-1)
-    q = pairs.q_table.index_select(0, pairs.q_row[flat])
-    dp = (q - pairs.k_table.index_select(0, pairs.k_row[flat])).view(heads, size, -1)
-    dn = (q - pairs.k_table.index_select(0, neg_rows[flat, 0])).view(heads, size, -1)
+    dp, dn = pairs.first_negative_differences(ids, neg_rows)
     wt = weight.transpose(-1, -2)
     return (torch.bmm(dp, wt).square().sum(-1).mean(-1)
             + torch.bmm(dn, wt).square().sum(-1).mean(-1)) / 2
@@ -64,12 +60,8 @@ def logistic_step(
     ‖WΔ‖²``, ``∂z/∂W = −2 (WΔ) Δᵀ`` and ``∂z/∂b = 1``; the loss derivative is ``σ(z) − 1``
     for a positive and ``σ(z)`` for a negative. Returns the mean loss (0-dim).
     """
-    heads, size, num = n_rows.shape
-    d = pairs.q_table.shape[1]
-    q = pairs.q_table.index_select(0, q_rows.reshape(-1)).view(heads, size, 1, d)
-    diff_pos = q[:, :, 0] - pairs.k_table.index_select(0, k_rows.reshape(-1)).view(heads, size, d)
-    diff_neg = (q - pairs.k_table.index_select(0, n_rows.reshape(-1)).view(heads, size, num, d)
-                ).view(heads, size * num, d)
+    _, size, num = n_rows.shape
+    diff_pos, diff_neg = pairs.batch_differences(q_rows, k_rows, n_rows)
     wt = weight.transpose(-1, -2)
     z_pos_vec = torch.bmm(diff_pos, wt)  # (heads, B, r)
     z_neg_vec = torch.bmm(diff_neg, wt)  # (heads, B·num, r)

@@ -407,6 +407,29 @@ class _LayerPairs:
     gold_flat: Tensor  # bool: every text's gold mask of this layer, flattened
     gold_edges: Tensor  # (heads,) all gold edges of each head, with or without a non-edge
 
+    def first_negative_differences(self, ids: Tensor, neg_rows: Tensor) -> tuple[Tensor, Tensor]:
+        """q − k of the positives ``ids`` (heads, S) and of each one's first negative:
+        two (heads, S, d) tensors (what the initialisations average over)."""
+        heads, size = ids.shape
+        flat = ids.reshape(-1)
+        q = self.q_table.index_select(0, self.q_row[flat])
+        dp = (q - self.k_table.index_select(0, self.k_row[flat])).view(heads, size, -1)
+        dn = (q - self.k_table.index_select(0, neg_rows[flat, 0])).view(heads, size, -1)
+        return dp, dn
+
+    def batch_differences(self, q_rows: Tensor, k_rows: Tensor, n_rows: Tensor
+                          ) -> tuple[Tensor, Tensor]:
+        """q − k of a batch's positives (heads, B, d) and of their ``num`` negatives each
+        (heads, B·num, d), from table rows (heads, B) and (heads, B, num)."""
+        heads, size, num = n_rows.shape
+        d = self.q_table.shape[1]
+        q = self.q_table.index_select(0, q_rows.reshape(-1)).view(heads, size, 1, d)
+        diff_pos = q[:, :, 0] - self.k_table.index_select(0, k_rows.reshape(-1)).view(
+            heads, size, d)
+        diff_neg = (q - self.k_table.index_select(0, n_rows.reshape(-1)).view(
+            heads, size, num, d)).view(heads, size * num, d)
+        return diff_pos, diff_neg
+
 
 def _layer_pairs(records: Sequence[AttentionRecord], layer: int) -> _LayerPairs:
     """Gathers the positives of one layer; rows without any non-edge are dropped."""
@@ -527,12 +550,8 @@ def _init_moments(pairs: _LayerPairs, neg_rows: Tensor, sample: Tensor
     ``sample`` (heads, S) holds positive ids per head (a prefix of the shuffled schedule);
     returns ``(Σ Δ_P Δ_Pᵀ, Σ Δ_N Δ_Nᵀ, S)`` so data-parallel ranks can add theirs up.
     """
-    heads, size = sample.shape
-    flat = sample.reshape(-1)
-    q = pairs.q_table.index_select(0, pairs.q_row[flat])
-    dp = (q - pairs.k_table.index_select(0, pairs.k_row[flat])).view(heads, size, -1)
-    dn = (q - pairs.k_table.index_select(0, neg_rows[flat, 0])).view(heads, size, -1)
-    return (dp.transpose(1, 2) @ dp).double(), (dn.transpose(1, 2) @ dn).double(), size
+    dp, dn = pairs.first_negative_differences(sample, neg_rows)
+    return (dp.transpose(1, 2) @ dp).double(), (dn.transpose(1, 2) @ dn).double(), dp.shape[1]
 
 
 def _solve_init(c_pos: Tensor, c_neg: Tensor, rank: int, margin: float) -> Tensor:
@@ -703,11 +722,7 @@ def _hinge_grad(
     step, which is what bounds the speed of these tiny (r = 4) problems on a CPU.
     """
     heads, size, num = n_rows.shape
-    d = pairs.q_table.shape[1]
-    q = pairs.q_table.index_select(0, q_rows.reshape(-1)).view(heads, size, 1, d)
-    diff_pos = q[:, :, 0] - pairs.k_table.index_select(0, k_rows.reshape(-1)).view(heads, size, d)
-    diff_neg = (q - pairs.k_table.index_select(0, n_rows.reshape(-1)).view(heads, size, num, d)
-                ).view(heads, size * num, d)
+    diff_pos, diff_neg = pairs.batch_differences(q_rows, k_rows, n_rows)
     wt = weight.transpose(-1, -2)
     z_pos = torch.bmm(diff_pos, wt)  # (heads, B, r)
     z_neg = torch.bmm(diff_neg, wt)  # (heads, B·num, r)
