@@ -289,16 +289,10 @@ def _check_targets(target_sparsity: float | None, target_recall: float | None,
         raise ValueError(f"allocation must be one of {ALLOCATIONS}, got {allocation!r}")
 
 
-class CalibratedDistance:
-    """Per-head distance thresholds that meet a target sparsity or recall (scikit-learn style).
-
-    Hyperparameters: exactly one of ``target_sparsity``/``target_recall`` in (0, 1), and
-    ``allocation`` ("equal" or "budget", see the module docstring). ``fit(samples)`` (a
-    :class:`DistanceSamples` of TRAIN records, or use :meth:`fit_records`) learns
-    ``sq_thresholds_`` (layers, heads) and the train estimates ``train_sparsity_`` /
-    ``train_recall_`` (layers, heads). :meth:`for_layer` gives a layer's predictor;
-    :meth:`predict` predicts one layer directly.
-    """
+class _TargetCalibrated:
+    """Hyperparameters shared by the calibrated predictors: exactly one of
+    ``target_sparsity``/``target_recall`` in (0, 1), and an ``allocation`` across heads
+    (checked when fitting, scikit-learn style)."""
 
     def __init__(
         self,
@@ -312,6 +306,18 @@ class CalibratedDistance:
 
     def _check(self) -> None:
         _check_targets(self.target_sparsity, self.target_recall, self.allocation)
+
+
+class CalibratedDistance(_TargetCalibrated):
+    """Per-head distance thresholds that meet a target sparsity or recall (scikit-learn style).
+
+    Hyperparameters: exactly one of ``target_sparsity``/``target_recall`` in (0, 1), and
+    ``allocation`` ("equal" or "budget", see the module docstring). ``fit(samples)`` (a
+    :class:`DistanceSamples` of TRAIN records, or use :meth:`fit_records`) learns
+    ``sq_thresholds_`` (layers, heads) and the train estimates ``train_sparsity_`` /
+    ``train_recall_`` (layers, heads). :meth:`for_layer` gives a layer's predictor;
+    :meth:`predict` predicts one layer directly.
+    """
 
     def fit_records(
         self, records: Sequence[AttentionRecord], projections, samples_per_text: int = 1024,
@@ -377,7 +383,7 @@ class CalibratedDistance:
         return self.for_layer(layer).predict(q, k, causal=causal)
 
 
-class CalibratedRowFraction:
+class CalibratedRowFraction(_TargetCalibrated):
     """Per-head keep fractions of :class:`RowFraction` for a target sparsity or recall.
 
     Same hyperparameters as :class:`CalibratedDistance`. ``fit(samples)`` needs samples drawn
@@ -386,28 +392,18 @@ class CalibratedRowFraction:
     sparsity target every head keeps ``1 − target`` of each row.
     """
 
-    def __init__(
-        self,
-        target_sparsity: float | None = None,
-        target_recall: float | None = None,
-        allocation: str = "equal",
-    ) -> None:
-        self.target_sparsity = target_sparsity
-        self.target_recall = target_recall
-        self.allocation = allocation
-
     def fit_records(
         self, records: Sequence[AttentionRecord], projections, samples_per_text: int = 1024,
         seed: int = 0,
     ) -> CalibratedRowFraction:
         """Sample TRAIN records projected with ``projections`` and fit on them."""
-        _check_targets(self.target_sparsity, self.target_recall, self.allocation)
+        self._check()
         return self.fit(DistanceSamples.from_records(
             records, projections, samples_per_text, seed, rank_fractions=True))
 
     def fit(self, samples: DistanceSamples) -> CalibratedRowFraction:
         """Choose the per-head fractions on train samples; returns ``self``."""
-        _check_targets(self.target_sparsity, self.target_recall, self.allocation)
+        self._check()
         if not isinstance(samples, DistanceSamples) or samples.gold_fraction is None:
             raise TypeError("fit() takes DistanceSamples drawn with rank_fractions=True")
         layers, heads = samples.shape
