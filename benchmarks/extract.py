@@ -3,7 +3,10 @@
 all-MiniLM-L6-v2 (6 layers × 12 heads) on real prose (Python's pydoc topics, truncated to 512
 tokens), ``torch.inference_mode``, the median of interleaved rounds after warm-up for:
 
-* ``entmax (fast)``  — sparsefinder's attention with the sort-free solver (the default);
+* ``entmax (fast)``  — sparsefinder's attention with the sort-free solver (the default: on a
+  CPU the compiled row solver, ``sparsefinder.entmax_rows``);
+* ``entmax (blocks)`` — the same with the tensor-op block solver (the GPU path), for
+  information;
 * ``entmax15 (pkg)`` — the same attention with the ``entmax`` package's sort-based entmax15
   (``reference_mode``), for information;
 * ``softmax eager`` / ``softmax sdpa`` — transformers' stock attention implementations.
@@ -40,6 +43,7 @@ from sparsefinder.entmax_ops import (  # noqa: E402
     SolverStats,
     entmax15_fast,
     reference_mode,
+    solver_engine,
 )
 from sparsefinder.models import load_model  # noqa: E402
 from sparsefinder.runtime import tune_cpu_allocator  # noqa: E402
@@ -79,8 +83,13 @@ def main() -> None:
         with reference_mode():
             forward()
 
+    def blocks_forward() -> None:
+        with solver_engine("blocks"):
+            forward()
+
     configs: dict[str, tuple[str, Callable[[], None]]] = {
         "entmax (fast)": (ENTMAX_ATTENTION, forward),
+        "entmax (blocks)": (ENTMAX_ATTENTION, blocks_forward),
         "entmax15 (pkg)": (ENTMAX_ATTENTION, reference_forward),
         "softmax eager": ("eager", forward),
         "softmax sdpa": ("sdpa", forward),

@@ -45,10 +45,13 @@ rounding of τ: same support (except keys lying exactly on the threshold, which 
 and rounding-level mass there) and probabilities within ~1e-6 of it — closer to the exact
 (float64) values than the package's own float32 result, whose prefix cumsums drift by ~1e-6.
 
-Speed (MiniLM, one 512-token text, 2-core CPU, 2 threads): 6-20 ms a layer instead of ~100
-ms for the package, against ~2 ms for softmax; much of what is left is the fixed cost of ~200
-small tensor operations a call rather than arithmetic. Entry points also tune glibc malloc
-(:func:`sparsefinder.runtime.tune_cpu_allocator`); importing this module changes nothing.
+Two solvers run this algorithm (:data:`ENGINES`). On a CPU the default is the compiled
+per-row solver of :mod:`sparsefinder.entmax_rows` (numba): the tensor-op version below costs
+~200 small operations a call, each a parallel region, which is most of its time (MiniLM,
+n=512: ~35 ms a forward pass against ~6 ms for softmax) and which a busy machine stretches
+many times over. The tensor-op version stays for GPUs and wherever numba is missing. Entry
+points also tune glibc malloc (:func:`sparsefinder.runtime.tune_cpu_allocator`); importing
+this module changes nothing.
 """
 
 from __future__ import annotations
@@ -63,6 +66,8 @@ import torch
 import torch.nn.functional as F
 from entmax import entmax15, entmax_bisect, sparsemax
 from torch import Tensor
+
+from sparsefinder import entmax_rows
 
 # A finite "minus infinity": entmax's sort-and-cumsum threshold algorithm turns -inf into NaN,
 # and any score this far below the row maximum is outside every α>1 support anyway.
@@ -87,7 +92,13 @@ _COMPACT_BELOW = 0.7
 # fallback (an evaluation costs about as much as sorting ~10 rows of 512; see _solve_blocks).
 _TAIL_ROWS = 8
 
+#: Solvers: ``rows`` — the compiled per-row solver (:mod:`sparsefinder.entmax_rows`, CPU,
+#: needs numba); ``blocks`` — the tensor-op block solver below (any device); ``auto`` —
+#: rows where it applies, else blocks.
+ENGINES = ("auto", "rows", "blocks")
+
 _reference_mode: ContextVar[bool] = ContextVar("sparsefinder_entmax_reference", default=False)
+_engine: ContextVar[str] = ContextVar("sparsefinder_entmax_engine", default="auto")
 
 
 
@@ -103,6 +114,19 @@ def reference_mode(enabled: bool = True) -> Iterator[None]:
         yield
     finally:
         _reference_mode.reset(token)
+
+
+@contextmanager
+def solver_engine(engine: str) -> Iterator[None]:
+    """Within this block, the fast functions use ``engine`` (:data:`ENGINES`) unless a call
+    names one. For benchmarks and tests that compare the two solvers."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    token = _engine.set(engine)
+    try:
+        yield
+    finally:
+        _engine.reset(token)
 
 
 @dataclass
@@ -382,8 +406,44 @@ def _solve_blocks(
     return tau, ~live
 
 
+def _use_rows(engine: str | None, x: Tensor) -> bool:
+    """Whether ``x`` goes to the compiled row solver (:mod:`sparsefinder.entmax_rows`)."""
+    engine = engine or _engine.get()
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    if engine == "blocks":
+        return False
+    usable = x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
+    if engine == "rows" and not (usable and entmax_rows.available()):
+        raise ValueError("engine='rows' needs float32/float64 scores on the CPU and the numba "
+                         "package (pip install numba); use engine='auto' or 'blocks'")
+    return usable and entmax_rows.available()
+
+
+def _fast_rows(
+    x: Tensor, squared: bool, max_iter: int, stats: SolverStats | None, block: int
+) -> Tensor:
+    """The row solver on contiguous CPU (rows, n) ``x``, the fallback on its open rows."""
+    probs, certified, evaluations, kept = entmax_rows.solve_rows(x, squared, max_iter, block)
+    open_rows = (~certified).nonzero().squeeze(1)
+    if stats is not None:
+        stats.calls += 1
+        stats.rows += x.shape[0]
+        stats.fallback_rows += int(open_rows.numel())
+        stats.evaluations += int(evaluations.sum())
+        stats.block_fraction_sum += float(kept.sum()) / (x.shape[0] * -(-x.shape[1] // block))
+    if open_rows.numel():
+        probs[open_rows] = _fallback(x[open_rows], entmax15 if squared else sparsemax)
+    return probs
+
+
 def _fast(
-    scores: Tensor, squared: bool, max_iter: int, stats: SolverStats | None, block: int
+    scores: Tensor,
+    squared: bool,
+    max_iter: int,
+    stats: SolverStats | None,
+    block: int,
+    engine: str | None = None,
 ) -> Tensor:
     """Shared body of :func:`entmax15_fast` and :func:`sparsemax_fast` (last axis)."""
     if scores.numel() == 0:
@@ -394,6 +454,8 @@ def _fast(
     x = scores.reshape(-1, n).to(compute_dtype).contiguous()
     rows = x.shape[0]
     block = max(1, min(block, n))
+    if _use_rows(engine, x):
+        return _fast_rows(x, squared, max_iter, stats, block).to(scores.dtype).view(shape)
     row_max, zb, lo = _block_bound(x, squared, block)
     brow, z, top, where_to = _gather_blocks(x, row_max, zb, lo, squared, block)
     tau, certified = _solve_blocks(brow, z, top, lo.squeeze(1), squared, max_iter, stats)
@@ -445,6 +507,7 @@ def entmax15_fast(
     max_iter: int = _MAX_ITER,
     stats: SolverStats | None = None,
     block: int = _BLOCK,
+    engine: str | None = None,
 ) -> Tensor:
     """1.5-entmax over the last axis, equal to ``entmax.entmax15`` without sorting.
 
@@ -452,10 +515,12 @@ def entmax15_fast(
     :func:`_candidates`: why each answer is exact). Inference only: with ``requires_grad``
     inputs it defers to ``entmax15``, which has a backward. ``max_iter=0`` sends every row to
     the fallback, ``block`` sets the pruning granularity (1 = per key); both for tests.
+    ``engine`` picks the solver (:data:`ENGINES`; by default that of
+    :func:`solver_engine`, ``auto``: compiled rows on a CPU).
     """
     if scores.requires_grad:
         return entmax15(scores, dim=-1)
-    return _fast(scores, True, max_iter, stats, block)
+    return _fast(scores, True, max_iter, stats, block, engine)
 
 
 def sparsemax_fast(
@@ -463,6 +528,7 @@ def sparsemax_fast(
     max_iter: int = _MAX_ITER,
     stats: SolverStats | None = None,
     block: int = _BLOCK,
+    engine: str | None = None,
 ) -> Tensor:
     """Sparsemax over the last axis, equal to ``entmax.sparsemax`` without sorting.
 
@@ -471,7 +537,7 @@ def sparsemax_fast(
     """
     if scores.requires_grad:
         return sparsemax(scores, dim=-1)
-    return _fast(scores, False, max_iter, stats, block)
+    return _fast(scores, False, max_iter, stats, block, engine)
 
 
 def entmax_normalize(scores: Tensor, alpha: float, allowed: Tensor | None = None) -> Tensor:

@@ -35,7 +35,8 @@ from sparsefinder.entmax_ops import (
 
 FAST = {1.5: (entmax15_fast, entmax15), 2.0: (sparsemax_fast, sparsemax)}
 SETTINGS = settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=150, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 KINDS = ["normal", "ties", "huge", "equal", "masked", "spiky", "mixed"]
 
@@ -103,6 +104,14 @@ def _check_equal(fast: torch.Tensor, ref64: torch.Tensor, on_threshold: float = 
     torch.testing.assert_close(fast.double(), ref64, atol=1e-6, rtol=0)
     torch.testing.assert_close(fast.sum(-1).double(), torch.ones_like(ref64[..., 0]),
                                atol=1e-5, rtol=0)
+
+
+@pytest.fixture(autouse=True, params=["rows", "blocks"])
+def engine(request):
+    """Every test runs on both solvers: the compiled rows (the CPU default) and the tensor-op
+    blocks (the GPU path, run here on the CPU)."""
+    with entmax_ops.solver_engine(request.param):
+        yield request.param
 
 
 # (a) the fast path is the package's function --------------------------------------------
