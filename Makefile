@@ -61,6 +61,8 @@ assets: install assets-projections
 	$(BIN)/sparsefinder train --model default --corpus default --out sparsefinder/assets/default
 	$(BIN)/sparsefinder fit-codebooks --model default --corpus default --out sparsefinder/assets/default/key_codebooks.pt
 	$(BIN)/sparsefinder fit-hash-codes --model default --corpus default --out sparsefinder/assets/default/hash_codes.pt
+	$(BIN)/sparsefinder fit-block-projections --model default --corpus default \
+	  --out sparsefinder/assets/default/block_projections.pt
 	$(BIN)/sparsefinder calibrate --model default \
 	  --projections sparsefinder/assets/default/projections-r8-lowrank-logistic.pt \
 	  --out sparsefinder/assets/default/calibration.pt

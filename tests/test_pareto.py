@@ -425,6 +425,9 @@ def test_default_curves_exactly(default_curves) -> None:
     for name, size, keys in (("block", 32, 0), ("block16", 16, 0), ("block+keys", 32, 16)):
         expected[name] = ("block", 0, [{"block": size, "n_blocks": b, "n_keys": keys}
                                        for b in blocks])
+    # ... and with projections learned on pooled 32-token blocks (paper §6)
+    expected["block-learned"] = ("block-learned", 0, [{"block": 32, "n_blocks": b}
+                                                      for b in blocks])
     assert set(default_curves) == set(expected)
     for name, want in expected.items():
         assert _grid(name) == want, name
