@@ -47,12 +47,15 @@ from sparsefinder.resources import BUNDLED_BLOCK_PROJECTIONS
 
 #: Tokens per block of the bundled block projections (the block curves' main size).
 DEFAULT_BLOCK = 32
+#: Block sizes with bundled projections and a ``block…-learned`` curve (the block curves').
+LEARNED_BLOCKS = (16, 32)
 #: Chosen on the TRAIN split only (4/5 of its texts to fit, every 5th held out; criterion:
-#: held-out block recall at 1 and 2 key blocks per query block, 32-token blocks) among
-#: r ∈ {4, 8} × epochs ∈ {1, 10, 30, 100}: r = 8, 1 epoch (0.658 vs 0.645-0.653 for the
-#: others; the discriminative init already does most of the work on so few block pairs).
+#: held-out block recall averaged over 1 and 2 key blocks per query block) among
+#: r ∈ {4, 8} × epochs ∈ {1, 10, 30, 100}, per block size: 32 tokens → r = 8, 1 epoch
+#: (0.658 vs 0.645-0.653; the discriminative init does most of the work on so few block
+#: pairs), 16 tokens → r = 8, 100 epochs (0.458 vs 0.449-0.455). Differences are ~1 point.
 DEFAULT_RANK = 8
-DEFAULT_EPOCHS = 1
+EPOCHS_BY_BLOCK = {16: 100, 32: 1}
 GRANULARITY = "block"
 
 
@@ -83,16 +86,18 @@ def block_record(record: AttentionRecord, block: int) -> AttentionRecord:
 
 
 def train_block_projections(records: Sequence[AttentionRecord], *, block: int = DEFAULT_BLOCK,
-                            rank: int = DEFAULT_RANK, epochs: int = DEFAULT_EPOCHS,
+                            rank: int = DEFAULT_RANK, epochs: int | None = None,
                             **kwargs: Any) -> HeadProjections:
     """Eq. 7 projections of pooled query/key blocks of every head (see the module docstring).
 
-    ``rank``/``epochs`` defaults were chosen on the TRAIN split (module constants). ``kwargs``
+    ``rank`` and ``epochs`` (default: :data:`EPOCHS_BY_BLOCK`, else 1) were chosen on the
+    TRAIN split. ``kwargs``
     go to :func:`~sparsefinder.projections.train_projections` (rank, margin, lr,
     epochs, batch_size, seed…); the result's metadata records ``granularity="block"`` and
     ``block``, which :class:`~sparsefinder.predictors.block.LearnedBlockSparsefinder` checks.
     """
     blocks = [block_record(r, block) for r in records]
+    epochs = epochs if epochs is not None else EPOCHS_BY_BLOCK.get(block, 1)
     projections = train_projections(blocks, rank=rank, epochs=epochs, dense_heads="zero",
                                     **kwargs)
     tiles = [int(g.gold.sum()) for r in blocks for g in r.layers]
@@ -126,10 +131,31 @@ def load_block_projections(path: str | Path, expected_model_id: str | None = Non
     return projections
 
 
-def bundled_block_projections(model_id: str = DEFAULT_MODEL_ID) -> HeadProjections | None:
-    """The bundled block projections when they exist and are for ``model_id``; else None."""
+def train_block_projections_by_size(records: Sequence[AttentionRecord],
+                                    blocks: Sequence[int] = LEARNED_BLOCKS, **kwargs: Any
+                                    ) -> dict[int, HeadProjections]:
+    """:func:`train_block_projections` at every block size: what the ``block-learned`` method
+    fits on training graphs (each size its own map; a map is tied to its block size)."""
+    return {block: train_block_projections(records, block=block, **kwargs) for block in blocks}
+
+
+def bundled_block_projections(model_id: str = DEFAULT_MODEL_ID, block: int = DEFAULT_BLOCK
+                              ) -> HeadProjections | None:
+    """The bundled block projections of ``block`` tokens when they exist and are for
+    ``model_id``; else None."""
     if model_id == DEFAULT_MODEL:
         model_id = DEFAULT_MODEL_ID
-    if model_id != DEFAULT_MODEL_ID or not BUNDLED_BLOCK_PROJECTIONS.is_file():
+    path = BUNDLED_BLOCK_PROJECTIONS.get(block)
+    if model_id != DEFAULT_MODEL_ID or path is None or not path.is_file():
         return None
-    return load_block_projections(BUNDLED_BLOCK_PROJECTIONS, expected_model_id=model_id)
+    projections = load_block_projections(path, expected_model_id=model_id)
+    check_block_projections(projections, block)
+    return projections
+
+
+def bundled_block_projections_by_size(model_id: str = DEFAULT_MODEL_ID
+                                      ) -> dict[int, HeadProjections]:
+    """Every bundled block size for ``model_id`` (empty for other models): the ``fitted``
+    value of the ``block-learned`` method, without training graphs at hand."""
+    found = {block: bundled_block_projections(model_id, block) for block in LEARNED_BLOCKS}
+    return {block: p for block, p in found.items() if p is not None}

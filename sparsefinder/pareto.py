@@ -69,7 +69,6 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from sparsefinder.block_projections import DEFAULT_BLOCK
 from sparsefinder.calibrated_sweep import DISTANCE_FINE_GRID, calibrated_grids
 from sparsefinder.graphs import AttentionRecord
 from sparsefinder.metrics import EXTRA_METRICS, GraphScores, Scorer, block_recall, macro_average
@@ -161,7 +160,7 @@ BLOCK_CURVES = (("block", 32, 0), ("block16", 16, 0), ("block+keys", 32, 16))
 BLOCK_GRID = [0, 1, 2, 3, 4, 5, 6, 8, 10, 12]
 #: Block Sparsefinder with projections learned on pooled blocks (paper §6): (name, block);
 #: the block size must be the one the projections were trained on (block_projections).
-LEARNED_BLOCK_CURVES = (("block-learned", DEFAULT_BLOCK),)
+LEARNED_BLOCK_CURVES = (("block-learned", 32), ("block16-learned", 16))
 TOPP_GRID = [0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99, 1.0]
 
 

@@ -9,9 +9,11 @@ import torch
 
 from sparsefinder.block_projections import (
     DEFAULT_BLOCK,
+    LEARNED_BLOCKS,
     block_pair_labels,
     block_record,
     bundled_block_projections,
+    bundled_block_projections_by_size,
     check_block_projections,
     load_block_projections,
     train_block_projections,
@@ -23,7 +25,7 @@ from sparsefinder.pareto import score_specs
 from sparsefinder.predictors.block import LearnedBlockSparsefinder, pool_blocks
 from sparsefinder.projections import HeadProjections, ProjectionsError
 from sparsefinder.resources import BUNDLED_BLOCK_PROJECTIONS, BUNDLED_PROJECTIONS
-from sparsefinder.spec import PredictorSpec
+from sparsefinder.spec import PredictorSpec, RecordInputs, predict_record
 
 
 def _record(queries: torch.Tensor, keys: torch.Tensor, gold: torch.Tensor,
@@ -149,7 +151,7 @@ def test_token_projections_or_another_block_size_are_refused():
         check_block_projections(token)
     with pytest.raises(ProjectionsError, match="fit-block-projections"):
         load_block_projections(BUNDLED_PROJECTIONS)
-    blocks = load_block_projections(BUNDLED_BLOCK_PROJECTIONS)
+    blocks = load_block_projections(BUNDLED_BLOCK_PROJECTIONS[32])
     with pytest.raises(ProjectionsError, match="trained on blocks of 32 tokens, not 16"):
         check_block_projections(blocks, 16)
     spec = PredictorSpec.of("block-learned", {"block": 16, "n_blocks": 1})
@@ -157,28 +159,39 @@ def test_token_projections_or_another_block_size_are_refused():
         spec.build(None, 0, blocks)
     with pytest.raises(ValueError, match="learned from training graphs"):
         spec.build(None, 0, None)
+    with pytest.raises(ValueError, match=r"no block projections for blocks of 16 tokens "
+                                         r"\(fitted: \[32\]\)"):
+        spec.build(None, 0, {32: blocks})
 
 
-def test_the_bundled_asset_fits_the_default_model(default_model):
-    assert BUNDLED_BLOCK_PROJECTIONS.stat().st_size < 300_000
-    projections = bundled_block_projections("default")
-    assert projections is not None and projections.model_id == DEFAULT_MODEL_ID
+def test_the_bundled_assets_fit_the_default_model(default_model):
+    bundled = bundled_block_projections_by_size("default")
+    assert sorted(bundled) == list(LEARNED_BLOCKS) == [16, 32]
     config = default_model.model.config
     heads = config.num_attention_heads
-    assert (projections.num_layers, projections.num_heads, projections.head_dim) == (
-        config.num_hidden_layers, heads, config.hidden_size // heads)
-    meta = projections.metadata
-    assert meta["block"] == DEFAULT_BLOCK and meta["split"] == "train"
-    assert meta["corpus"] == "default" and meta["max_passages"] is None
+    for block, projections in bundled.items():
+        assert BUNDLED_BLOCK_PROJECTIONS[block].stat().st_size < 300_000
+        assert projections.model_id == DEFAULT_MODEL_ID
+        assert (projections.num_layers, projections.num_heads, projections.head_dim) == (
+            config.num_hidden_layers, heads, config.hidden_size // heads)
+        meta = projections.metadata
+        assert meta["block"] == block and meta["split"] == "train"
+        assert meta["corpus"] == "default" and meta["max_passages"] is None
+    assert bundled_block_projections("default").metadata["block"] == DEFAULT_BLOCK
     assert bundled_block_projections("someone/else") is None
-    # it predicts on a real text's q/k: one block graph per layer, diagonal always kept
+    assert bundled_block_projections("default", block=8) is None
+    assert bundled_block_projections_by_size("someone/else") == {}
+    # they predict on a real text's q/k through the registry: block graphs per layer, the
+    # diagonal always kept, scored with block recall
     from sparsefinder.graphs import extract
 
     record = extract(default_model, ["Block projections pool thirty-two tokens at a time, "
                                      "then pick the key blocks each query block needs. " * 3])[0]
-    layer = record.layers[2]
-    predictor = LearnedBlockSparsefinder(projections.weight[2], DEFAULT_BLOCK, 1)
-    mask = predictor.predict(layer.queries, layer.keys)
-    assert mask.shape == layer.gold.shape
-    assert mask.diagonal(dim1=-2, dim2=-1).all()
-    assert (block_recall(mask, layer.gold, DEFAULT_BLOCK) > 0).all()
+    for block in LEARNED_BLOCKS:
+        spec = PredictorSpec.of("block-learned", {"block": block, "n_blocks": 1})
+        masks = predict_record(spec, spec.build_layers(None, record.num_layers, bundled),
+                               RecordInputs(record))
+        for mask, layer in zip(masks, record.layers, strict=True):
+            assert mask.shape == layer.gold.shape
+            assert mask.diagonal(dim1=-2, dim2=-1).all()
+            assert (block_recall(mask, layer.gold, block) > 0).all()

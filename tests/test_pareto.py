@@ -426,8 +426,8 @@ def test_default_curves_exactly(default_curves) -> None:
         expected[name] = ("block", 0, [{"block": size, "n_blocks": b, "n_keys": keys}
                                        for b in blocks])
     # ... and with projections learned on pooled 32-token blocks (paper §6)
-    expected["block-learned"] = ("block-learned", 0, [{"block": 32, "n_blocks": b}
-                                                      for b in blocks])
+    for name, size in (("block-learned", 32), ("block16-learned", 16)):
+        expected[name] = ("block-learned", 0, [{"block": size, "n_blocks": b} for b in blocks])
     assert set(default_curves) == set(expected)
     for name, want in expected.items():
         assert _grid(name) == want, name

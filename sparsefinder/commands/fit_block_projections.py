@@ -2,9 +2,10 @@
 learned with Eq. 7 on the block pairs of the gold graphs of the corpus' TRAIN split; the
 validation split is never read (unless asked, with a note).
 
-For the default model the result is bundled as
-``sparsefinder/assets/default/block_projections.pt`` (`make assets`); the ``block-learned``
-method and ``benchmarks/restricted.py --selector learned`` read it.
+For the default model the results are bundled as
+``sparsefinder/assets/default/block_projections-b{16,32}.pt`` (`make assets`); the
+``block-learned`` method (curves ``block-learned``, ``block16-learned``) fits the same maps on
+training graphs in a sweep, and ``benchmarks/restricted.py --selector learned`` reads them.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from pathlib import Path
 
 from sparsefinder.block_projections import (
     DEFAULT_BLOCK,
-    DEFAULT_EPOCHS,
     DEFAULT_RANK,
     train_block_projections,
 )
@@ -36,7 +36,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--out", required=True, type=Path, help="output file (.pt)")
     parser.add_argument("--block", type=int, default=DEFAULT_BLOCK, help="tokens per block")
     parser.add_argument("--rank", type=int, default=DEFAULT_RANK, help="projection dimension r")
-    parser.add_argument("--epochs", type=int, default=DEFAULT_EPOCHS)
+    parser.add_argument("--epochs", type=int, default=None,
+                        help="passes over the block pairs (default: chosen per block size on "
+                             "the train split, block_projections.EPOCHS_BY_BLOCK)")
     parser.add_argument("--lr", type=float, default=0.01, help="Adam learning rate")
     parser.add_argument("--margin", type=float, default=1.0, help="hinge margin ω")
     parser.add_argument("--batch-size", type=int, default=1024,
