@@ -95,11 +95,14 @@ class BlockSparsefinder:
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
 
-    def select(self, q: Tensor, k: Tensor, *, causal: bool = False
-               ) -> tuple[Tensor, Tensor | None]:
+    def select(self, q: Tensor, k: Tensor, *, causal: bool = False,
+               graph: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         """(block graph bool (heads, ceil(n/b), ceil(m/b)), extra keys int64 (heads,
         ceil(n/b), n_keys) or None) — the inputs of
-        :func:`~sparsefinder.block_sparse.block_sparse_entmax`."""
+        :func:`~sparsefinder.block_sparse.block_sparse_entmax`.
+
+        ``graph``: key blocks chosen elsewhere (e.g. by :class:`LearnedBlockSparsefinder`);
+        then only the ``n_keys`` nearest single keys outside them are added here."""
         check_shapes(q, k)
         heads, n, _ = q.shape
         m = k.shape[1]
@@ -111,10 +114,14 @@ class BlockSparsefinder:
         last_query = _last_query(n, m, b, q.device)
         if causal:
             near = near.masked_fill(torch.arange(m, device=q.device) > last_query, -torch.inf)
-        padded = torch.nn.functional.pad(near, (0, nk * b - m), value=-torch.inf)
-        tiles = padded.view(heads, nq, nk, b).amax(-1)
-        graph = keep_blocks(tiles, self.n_blocks, self.window_blocks, last_query, b,
-                            causal=causal)
+        if graph is None:
+            padded = torch.nn.functional.pad(near, (0, nk * b - m), value=-torch.inf)
+            tiles = padded.view(heads, nq, nk, b).amax(-1)
+            graph = keep_blocks(tiles, self.n_blocks, self.window_blocks, last_query, b,
+                                causal=causal)
+        elif tuple(graph.shape) != (heads, nq, nk):
+            raise ValueError(f"graph must be bool (heads, ceil(n/b), ceil(m/b)) = "
+                             f"{(heads, nq, nk)}, got {tuple(graph.shape)}")
         extra = None
         if self.n_keys:
             covered = graph.repeat_interleave(b, -1)[..., :m]

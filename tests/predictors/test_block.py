@@ -120,3 +120,16 @@ def test_learned_blocks_refuse_bad_inputs():
     predictor = LearnedBlockSparsefinder(torch.zeros(2, 2, 6), 8, 1)
     with pytest.raises(ValueError, match=r"the model's own vectors"):
         predictor.predict(torch.zeros(2, 10, 4), torch.zeros(2, 10, 4))
+
+
+def test_single_keys_can_be_added_to_key_blocks_chosen_elsewhere():
+    g = torch.Generator().manual_seed(2)
+    q, k = torch.randn(2, 40, 4, generator=g), torch.randn(2, 40, 4, generator=g)
+    chosen = torch.zeros(2, 5, 5, dtype=torch.bool)
+    chosen[:, :, 0] = True
+    graph, extra = BlockSparsefinder(8, 1, n_keys=3).select(q, k, graph=chosen)
+    assert graph is chosen and extra.shape == (2, 5, 3)
+    assert (extra >= 8).all()  # never a key of the blocks already kept
+    with pytest.raises(ValueError, match=r"graph must be bool \(heads, ceil\(n/b\), "
+                                         r"ceil\(m/b\)\) = \(2, 5, 5\), got \(2, 4, 5\)"):
+        BlockSparsefinder(8, 1).select(q, k, graph=chosen[:, :4])
