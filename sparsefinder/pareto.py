@@ -552,3 +552,35 @@ def metrics_at_sparsity(df: pd.DataFrame, levels: Sequence[float] = SPARSITY_LEV
                          **{name: best[name] for name in extras}})
     return pd.DataFrame(rows, columns=["method", "level", "params", "recall", "sparsity",
                                        *extras])
+
+
+def matched_sparsity(df: pd.DataFrame, reference: str, other: str,
+                     metrics: Sequence[str] = ("recall", "block_recall", "exact_fraction")
+                     ) -> pd.DataFrame:
+    """Curve ``other`` read at the sparsity of every point of curve ``reference``.
+
+    One row per ``reference`` point (by sparsity, descending): its ``params``, ``sparsity``,
+    each metric, and ``<metric>_other``: ``other``'s metric linearly interpolated between its
+    two points around that sparsity (the curve as drawn; NaN outside its sparsity range).
+    For a fair comparison of two predictors whose grids do not land on the same sparsities
+    (e.g. learned vs pooled block projections at one number of key blocks).
+    """
+    import numpy as np
+
+    ref = df[df["method"] == reference].sort_values("sparsity", ascending=False, kind="stable")
+    oth = df[df["method"] == other].sort_values("sparsity", kind="stable")
+    if ref.empty or oth.empty:
+        missing = [name for name, part in ((reference, ref), (other, oth)) if part.empty]
+        raise ValueError(f"no points of {', '.join(missing)} in these results")
+    xs = oth["sparsity"].to_numpy(dtype=float)
+    rows = []
+    for _, row in ref.iterrows():
+        inside = xs[0] <= row["sparsity"] <= xs[-1]
+        out: dict[str, Any] = {"params": row["params"], "sparsity": row["sparsity"]}
+        for name in metrics:
+            out[name] = row[name]
+            out[f"{name}_other"] = (float(np.interp(row["sparsity"], xs,
+                                                    oth[name].to_numpy(dtype=float)))
+                                    if inside else math.nan)
+        rows.append(out)
+    return pd.DataFrame(rows)
