@@ -646,8 +646,9 @@ def train_projections(
     ``dense_heads``: what to do with a head that has gold edges but no row holding a
     non-edge (nothing to contrast): ``"error"`` (default; at token level such a head is
     dense at this α) or ``"zero"``: its map stays exactly zero (zero weights get a zero
-    gradient) and the layer's heads are listed in ``metadata["dense_heads"]`` (block
-    projections use this: a head attending to every tile of every training text).
+    gradient; its constant hinge ω counts in the reported mean loss) and the layer's such
+    heads are listed in ``metadata["dense_heads"]`` (block projections use this: a head
+    attending to every tile of every training text).
 
     ``device``: where the Adam steps run (e.g. ``"cuda"``): the token tables and the batch
     indices move there; sampling and the init stay on the CPU (one generator, so the same
