@@ -61,6 +61,9 @@ assets: install assets-projections
 	$(BIN)/sparsefinder train --model default --corpus default --out sparsefinder/assets/default
 	$(BIN)/sparsefinder fit-codebooks --model default --corpus default --out sparsefinder/assets/default/key_codebooks.pt
 	$(BIN)/sparsefinder fit-hash-codes --model default --corpus default --out sparsefinder/assets/default/hash_codes.pt
+	for b in 16 32; do $(BIN)/sparsefinder fit-block-projections --model default \
+	  --corpus default --block $$b --out sparsefinder/assets/default/block_projections-b$$b.pt \
+	  || exit 1; done
 	$(BIN)/sparsefinder calibrate --model default \
 	  --projections sparsefinder/assets/default/projections-r8-lowrank-logistic.pt \
 	  --out sparsefinder/assets/default/calibration.pt

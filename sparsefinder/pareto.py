@@ -158,6 +158,9 @@ ROUTED_TOP_GRID = [{"n_clusters": 128, "n_routes": t}
 #: of key blocks per query block (besides the diagonal block); 512 tokens = 16 blocks of 32.
 BLOCK_CURVES = (("block", 32, 0), ("block16", 16, 0), ("block+keys", 32, 16))
 BLOCK_GRID = [0, 1, 2, 3, 4, 5, 6, 8, 10, 12]
+#: Block Sparsefinder with projections learned on pooled blocks (paper §6): (name, block);
+#: the block size must be the one the projections were trained on (block_projections).
+LEARNED_BLOCK_CURVES = (("block-learned", 32), ("block16-learned", 16))
 TOPP_GRID = [0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99, 1.0]
 
 
@@ -213,6 +216,9 @@ def _register_defaults() -> None:
     for name, size, keys in BLOCK_CURVES:
         register_curve(name, "block", [{"block": size, "n_blocks": b, "n_keys": keys}
                                        for b in BLOCK_GRID], replace=True)
+    for name, size in LEARNED_BLOCK_CURVES:
+        register_curve(name, "block-learned", [{"block": size, "n_blocks": b}
+                                               for b in BLOCK_GRID], replace=True)
 
 
 _register_defaults()
@@ -546,3 +552,35 @@ def metrics_at_sparsity(df: pd.DataFrame, levels: Sequence[float] = SPARSITY_LEV
                          **{name: best[name] for name in extras}})
     return pd.DataFrame(rows, columns=["method", "level", "params", "recall", "sparsity",
                                        *extras])
+
+
+def matched_sparsity(df: pd.DataFrame, reference: str, other: str,
+                     metrics: Sequence[str] = ("recall", "block_recall", "exact_fraction")
+                     ) -> pd.DataFrame:
+    """Curve ``other`` read at the sparsity of every point of curve ``reference``.
+
+    One row per ``reference`` point (by sparsity, descending): its ``params``, ``sparsity``,
+    each metric, and ``<metric>_other``: ``other``'s metric linearly interpolated between its
+    two points around that sparsity (the curve as drawn; NaN outside its sparsity range).
+    For a fair comparison of two predictors whose grids do not land on the same sparsities
+    (e.g. learned vs pooled block projections at one number of key blocks).
+    """
+    import numpy as np
+
+    ref = df[df["method"] == reference].sort_values("sparsity", ascending=False, kind="stable")
+    oth = df[df["method"] == other].sort_values("sparsity", kind="stable")
+    if ref.empty or oth.empty:
+        missing = [name for name, part in ((reference, ref), (other, oth)) if part.empty]
+        raise ValueError(f"no points of {', '.join(missing)} in these results")
+    xs = oth["sparsity"].to_numpy(dtype=float)
+    rows = []
+    for _, row in ref.iterrows():
+        inside = xs[0] <= row["sparsity"] <= xs[-1]
+        out: dict[str, Any] = {"params": row["params"], "sparsity": row["sparsity"]}
+        for name in metrics:
+            out[name] = row[name]
+            out[f"{name}_other"] = (float(np.interp(row["sparsity"], xs,
+                                                    oth[name].to_numpy(dtype=float)))
+                                    if inside else math.nan)
+        rows.append(out)
+    return pd.DataFrame(rows)

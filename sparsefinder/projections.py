@@ -575,12 +575,25 @@ def _discriminative_init(
     return _solve_init(c_pos / size, c_neg / size, rank, margin)
 
 
+def dense_heads_of(pairs: _LayerPairs, heads: int) -> list[int]:
+    """Heads with gold edges but no (edge, non-edge) pair in any row: nothing to contrast."""
+    counts = torch.bincount(pairs.head, minlength=heads)
+    return [h for h in range(heads) if int(counts[h]) == 0 and int(pairs.gold_edges[h]) > 0]
+
+
 def _schedule(pairs: _LayerPairs, heads: int, batch_size: int, generator: torch.Generator,
-              steps: int | None = None) -> tuple[Tensor, int]:
+              steps: int | None = None, borrow: Sequence[int] = ()) -> tuple[Tensor, int]:
     """Positive ids (heads, steps * batch_size): a shuffled epoch per head, cycled.
 
-    ``steps`` overrides the epoch length (data-parallel ranks agree on the longest one)."""
+    ``steps`` overrides the epoch length (data-parallel ranks agree on the longest one).
+    Heads in ``borrow`` without positives take the ids of the head with the most (only so
+    that every head has a batch: the caller keeps their weights at zero, which zeroes their
+    gradient)."""
     counts = torch.bincount(pairs.head, minlength=heads)
+    borrowed = [h for h in borrow if int(counts[h]) == 0]
+    if borrowed and int(counts.max()) > 0:
+        counts = counts.clone()
+        counts[borrowed] = -1  # filled from the donor below
     if int(counts.min()) == 0:
         empty = (counts == 0).nonzero()[:, 0].tolist()
         dense = [h for h in empty if int(pairs.gold_edges[h]) > 0]
@@ -595,16 +608,19 @@ def _schedule(pairs: _LayerPairs, heads: int, batch_size: int, generator: torch.
             f"heads {empty} have no gold edge at all in the training records; train on "
             "more (or longer) texts"
         )
+    donor = int(counts.argmax())
+    counts = torch.where(counts < 0, 0, counts)
     steps = steps if steps is not None else math.ceil(int(counts.max()) / batch_size)
     order = torch.argsort(pairs.head, stable=True)
     starts = torch.cumsum(counts, 0) - counts
     length = steps * batch_size
     ids = torch.empty(heads, length, dtype=torch.long)
-    for h in range(heads):
+    for row in range(heads):
+        h = donor if row in borrowed else row  # the donor's positives, see the docstring
         count = int(counts[h])
         reps = math.ceil(length / count)
         perms = torch.cat([torch.randperm(count, generator=generator) for _ in range(reps)])
-        ids[h] = order[starts[h] + perms[:length]]
+        ids[row] = order[starts[h] + perms[:length]]
     return ids, steps
 
 
@@ -623,8 +639,16 @@ def train_projections(
     model_id: str = "",
     alpha: float = 1.5,
     device: torch.device | str = "cpu",
+    dense_heads: str = "error",
 ) -> HeadProjections:
     """Learn the projections of every head from gold graphs with the Eq. 7 hinge loss.
+
+    ``dense_heads``: what to do with a head that has gold edges but no row holding a
+    non-edge (nothing to contrast): ``"error"`` (default; at token level such a head is
+    dense at this α) or ``"zero"``: its map stays exactly zero (zero weights get a zero
+    gradient; its constant hinge ω counts in the reported mean loss) and the layer's such
+    heads are listed in ``metadata["dense_heads"]`` (block projections use this: a head
+    attending to every tile of every training text).
 
     ``device``: where the Adam steps run (e.g. ``"cuda"``): the token tables and the batch
     indices move there; sampling and the init stay on the CPU (one generator, so the same
@@ -640,31 +664,39 @@ def train_projections(
         rank=rank, margin=margin, lr=lr, epochs=epochs, batch_size=batch_size,
         negatives_per_positive=negatives_per_positive, seed=seed, init=init,
     )
+    if dense_heads not in ("error", "zero"):
+        raise ValueError(f"dense_heads must be 'error' or 'zero', got {dense_heads!r}")
     layers, heads, d = _check_records(records, rank)
     device = torch.device(device)
     generator = torch.Generator().manual_seed(seed)
     weights, biases = [], []
-    loss_first, loss_last, n_pos = [], [], []
+    loss_first, loss_last, n_pos, zeroed = [], [], [], []
     bar = tqdm(total=layers * epochs, desc="projections", unit="layer·epoch",
                disable=not progress)
     for layer in range(layers):
         pairs = _layer_pairs(records, layer)
+        dense = dense_heads_of(pairs, heads) if dense_heads == "zero" else []
+        zeroed.append(dense)
         on_device = pairs if device.type == "cpu" else replace(
             pairs, q_table=pairs.q_table.to(device), k_table=pairs.k_table.to(device))
         weight: Tensor | None = None
         optimizer: torch.optim.Optimizer | None = None
         history: list[Tensor] = []
-        for _epoch in range(epochs):
+        if len(dense) == heads:  # nothing to contrast in this layer: every map stays zero
+            weight = torch.zeros(heads, rank, d)
+            bar.update(epochs)
+        for _epoch in range(epochs if weight is None else 0):
             negs = sample_negatives(pairs.gold_flat, pairs.gold_base, pairs.n_allowed,
                                     negatives_per_positive, generator)
             neg_rows = pairs.k_base[:, None] + negs  # (P, num) rows into k_table
-            ids, steps = _schedule(pairs, heads, batch_size, generator)
+            ids, steps = _schedule(pairs, heads, batch_size, generator, borrow=dense)
             if weight is None:
                 if init == "discriminative":
                     sample = ids[:, : min(_INIT_SAMPLE, ids.shape[1])]
                     w0 = _discriminative_init(pairs, neg_rows, sample, rank, margin)
                 else:
                     w0 = torch.randn(heads, rank, d, generator=generator) / math.sqrt(d)
+                w0[dense] = 0.0  # stays 0: a zero map has a zero hinge gradient
                 weight = w0.to(device).contiguous()
                 optimizer = torch.optim.Adam([weight], lr=lr)
             # Table rows of the whole epoch, gathered once: (heads, L) and (heads, L, num).
@@ -676,7 +708,7 @@ def train_projections(
                     _step(on_device, *(r[:, cut] for r in rows), weight, optimizer, margin)
                 )
             bar.update(1)
-        losses = torch.stack(history).tolist()
+        losses = torch.stack(history).tolist() if history else [math.nan]
         tail = max(1, len(losses) // 10)
         loss_first.append(sum(losses[:tail]) / tail)
         loss_last.append(sum(losses[-tail:]) / tail)
@@ -694,6 +726,8 @@ def train_projections(
         "positives_per_layer": n_pos,
         "loss_first": loss_first, "loss_last": loss_last,
     }
+    if dense_heads == "zero":
+        metadata["dense_heads"] = zeroed
     return HeadProjections(
         weight=torch.stack(weights), bias=torch.stack(biases), model_id=model_id,
         alpha=float(alpha), metadata=metadata,

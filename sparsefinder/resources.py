@@ -24,3 +24,8 @@ EXAMPLES_DIR = asset_path("examples")
 COREF_PROBES = asset_path("coref_probes.json")
 #: The entmax adapter merged into the default model (`make assets-adapter` rebuilds it).
 BUNDLED_ADAPTER = asset_path("default", "entmax_adapter.safetensors")
+#: Block-level projections of the default model by block size (paper §6: Eq. 7 on pooled
+#: blocks; `sparsefinder fit-block-projections`, part of `make assets`).
+BUNDLED_BLOCK_PROJECTIONS = {
+    block: asset_path("default", f"block_projections-b{block}.pt") for block in (16, 32)
+}

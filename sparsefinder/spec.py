@@ -218,6 +218,34 @@ def _hash_codes(p: Params, c: BuildContext) -> Predictor:
     return HammingCodes(w_query, w_key, int(p["max_distance"]))
 
 
+def _block_projections_fit(train_records: Sequence[AttentionRecord]) -> Any:
+    from sparsefinder.block_projections import train_block_projections_by_size
+
+    if not train_records:
+        raise ValueError("block-learned projections are learned from training graphs; "
+                         "pass train_records=...")
+    return train_block_projections_by_size(train_records)
+
+
+def _learned_block(p: Params, c: BuildContext) -> Predictor:
+    """``fitted``: block projections by block size (the fit's result or
+    ``block_projections.bundled_block_projections_by_size``), or one size's projections."""
+    from sparsefinder.block_projections import check_block_projections
+    from sparsefinder.predictors.block import LearnedBlockSparsefinder
+
+    if c.fitted is None:
+        raise ValueError("this method is learned from training graphs; pass train_records=... "
+                         "(or the bundled block projections as fitted=...)")
+    block = int(p["block"])
+    fitted = c.fitted.get(block) if isinstance(c.fitted, dict) else c.fitted
+    if fitted is None:
+        raise ValueError(f"no block projections for blocks of {block} tokens (fitted: "
+                         f"{sorted(c.fitted)}); train them with `sparsefinder "
+                         f"fit-block-projections --block {block}`")
+    check_block_projections(fitted, block)
+    return LearnedBlockSparsefinder(fitted.weight[c.layer], block, int(p["n_blocks"]))
+
+
 def _register_defaults() -> None:
     defaults = [
         Method("distance", "Distance (t)", ("threshold",),
@@ -264,6 +292,11 @@ def _register_defaults() -> None:
                ("block", "n_blocks", "n_keys"),
                lambda p, c: BlockSparsefinder(int(p["block"]), int(p["n_blocks"]),
                                               int(p["n_keys"]))),
+        # The same selection (n_keys = 0) scored by projections learned on the pooled blocks
+        # themselves (sparsefinder.block_projections), fitted on TRAIN gold graphs.
+        Method("block-learned", "Block Sparsefinder, learned block projections",
+               ("block", "n_blocks"), _learned_block, inputs="original",
+               fit=_block_projections_fit),
     ]
     from sparsefinder.calibrated_sweep import calibrated_methods, fitted_build
 

@@ -425,6 +425,9 @@ def test_default_curves_exactly(default_curves) -> None:
     for name, size, keys in (("block", 32, 0), ("block16", 16, 0), ("block+keys", 32, 16)):
         expected[name] = ("block", 0, [{"block": size, "n_blocks": b, "n_keys": keys}
                                        for b in blocks])
+    # ... and with projections learned on pooled 32-token blocks (paper §6)
+    for name, size in (("block-learned", 32), ("block16-learned", 16)):
+        expected[name] = ("block-learned", 0, [{"block": size, "n_blocks": b} for b in blocks])
     assert set(default_curves) == set(expected)
     for name, want in expected.items():
         assert _grid(name) == want, name
@@ -642,3 +645,21 @@ def test_metrics_at_sparsity_reads_the_step_rule_configuration() -> None:
     assert out["recall"].tolist() == at.loc["a"].tolist()
     assert list(out.columns) == ["method", "level", "params", "recall", "sparsity",
                                  "precision"]
+
+
+def test_matched_sparsity_interpolates_the_other_curve() -> None:
+    from sparsefinder.pareto import matched_sparsity
+
+    df = pd.DataFrame([
+        {"method": "a", "params": "{}", "sparsity": 0.5, "recall": 0.6, "exact_fraction": 0.1},
+        {"method": "a", "params": "{}", "sparsity": 0.9, "recall": 0.2, "exact_fraction": 0.0},
+        {"method": "b", "params": "{}", "sparsity": 0.4, "recall": 0.8, "exact_fraction": 0.5},
+        {"method": "b", "params": "{}", "sparsity": 0.8, "recall": 0.4, "exact_fraction": 0.1},
+    ])
+    got = matched_sparsity(df, "a", "b", metrics=("recall", "exact_fraction"))
+    assert got["sparsity"].tolist() == [0.9, 0.5]
+    assert math.isnan(got["recall_other"][0])  # 0.9 is sparser than every point of b
+    assert got["recall_other"][1] == pytest.approx(0.7)
+    assert got["exact_fraction_other"][1] == pytest.approx(0.4)
+    with pytest.raises(ValueError, match="no points of c in these results"):
+        matched_sparsity(df, "a", "c")

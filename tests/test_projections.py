@@ -440,6 +440,19 @@ def test_dense_and_empty_heads_messages(records: list[AttentionRecord]) -> None:
     one = torch.zeros(HEADS, 5, 5, dtype=torch.bool)
     one[:, 2, 1] = True  # a single gold edge per head is enough
     assert train_projections([_fixed_record([one, one], causal=False)], rank=2).rank == 2
+    # dense_heads="zero" (block projections): the dense head keeps a zero map, the other
+    # head trains exactly as without it; a head without any edge is still an error
+    zeroed = train_projections([_fixed_record([gold, gold], causal=False)], rank=2,
+                               dense_heads="zero", init="random")
+    assert zeroed.metadata["dense_heads"] == [[1], [1]]
+    assert zeroed.weight[:, 1].abs().sum() == 0 and (zeroed.weight[:, 0].abs().sum(-1) > 0).all()
+    empty = torch.zeros(HEADS, 5, 5, dtype=torch.bool)
+    empty[0, :, 0] = True
+    with pytest.raises(ValueError, match=r"^heads \[1\] have no gold edge at all"):
+        train_projections([_fixed_record([empty, empty], causal=False)], rank=2,
+                          dense_heads="zero")
+    with pytest.raises(ValueError, match="dense_heads must be 'error' or 'zero', got 'skip'"):
+        train_projections([_fixed_record([one, one], causal=False)], dense_heads="skip")
 
 
 # ---------------------------------------------------------------- the file and its checks

@@ -149,6 +149,8 @@ REGISTRY = {
                       True),
     "block": ("Block Sparsefinder (block, key blocks, single keys)",
               ("block", "n_blocks", "n_keys"), "projected", False, False),
+    "block-learned": ("Block Sparsefinder, learned block projections", ("block", "n_blocks"),
+                      "original", False, True),
     "distance-calibrated": ("Distance, per-head t for a target sparsity", ("target_sparsity",),
                             "projected", False, True),
     "distance-budget": ("Distance, per-head t, sparsity budget across heads",

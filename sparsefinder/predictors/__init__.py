@@ -5,7 +5,7 @@ Add new predictors (e.g. baselines) by importing them here and listing them in `
 
 from sparsefinder.predictors.base import Predictor
 from sparsefinder.predictors.bigbird import BigBird
-from sparsefinder.predictors.block import BlockSparsefinder
+from sparsefinder.predictors.block import BlockSparsefinder, LearnedBlockSparsefinder
 from sparsefinder.predictors.distance import Distance
 from sparsefinder.predictors.global_tokens import GlobalTokens
 from sparsefinder.predictors.kmeans import KMeans
@@ -38,4 +38,5 @@ __all__ = [
     "RoutedKMeans",
     "TopP",
     "BlockSparsefinder",
+    "LearnedBlockSparsefinder",
 ]

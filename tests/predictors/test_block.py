@@ -81,3 +81,55 @@ def test_single_keys_are_the_nearest_outside_the_chosen_blocks():
     assert mask[0, 3].tolist() == mask[0, 0].tolist()  # the whole query block
     causal = predictor.predict(q, k, causal=True)
     assert not (causal[0] & ~torch.ones(8, 8, dtype=torch.bool).tril()).any()
+
+
+# ==================================================================== learned block projections
+
+
+def test_learned_blocks_score_pooled_projections_shapes_and_causal():
+    from sparsefinder.predictors.block import LearnedBlockSparsefinder
+
+    g = torch.Generator().manual_seed(1)
+    q, k = torch.randn(3, 50, 6, generator=g), torch.randn(3, 50, 6, generator=g)
+    weight = torch.randn(3, 2, 6, generator=g)
+    predictor = LearnedBlockSparsefinder(weight, 8, 2)
+    graph = predictor.predict_blocks(q, k)
+    assert graph.shape == (3, 7, 7) and graph.dtype == torch.bool
+    # exactly the 2 nearest pooled key blocks ∪ the diagonal block
+    qb, kb = pool_blocks(q, 8) @ weight.transpose(1, 2), pool_blocks(k, 8) @ weight.transpose(1, 2)
+    near = torch.cdist(qb, kb).topk(2, dim=-1, largest=False).indices
+    want = torch.zeros(3, 7, 7, dtype=torch.bool).scatter(-1, near, True) | torch.eye(7).bool()
+    assert torch.equal(graph, want)
+    mask = predictor.predict(q, k)
+    assert mask.shape == (3, 50, 50) and torch.equal(block_graph(mask, 8), graph)
+    causal = predictor.predict(q, k, causal=True)
+    assert not (causal & ~torch.ones(50, 50, dtype=torch.bool).tril()).any()
+    assert causal.diagonal(dim1=-2, dim2=-1).all()
+    blocks = predictor.predict_blocks(q, k, causal=True)
+    assert not (blocks & ~torch.ones(7, 7, dtype=torch.bool).tril()).any()
+    assert (blocks.sum(-1)[:, 2:] >= 2).all()  # past blocks fill the budget when they exist
+
+
+def test_learned_blocks_refuse_bad_inputs():
+    from sparsefinder.predictors.block import LearnedBlockSparsefinder
+
+    with pytest.raises(ValueError, match=r"weight must be one layer's block projections"):
+        LearnedBlockSparsefinder(torch.zeros(2, 6), 8, 1)
+    with pytest.raises(ValueError, match="n_blocks must be an integer >= 0"):
+        LearnedBlockSparsefinder(torch.zeros(2, 2, 6), 8, -1)
+    predictor = LearnedBlockSparsefinder(torch.zeros(2, 2, 6), 8, 1)
+    with pytest.raises(ValueError, match=r"the model's own vectors"):
+        predictor.predict(torch.zeros(2, 10, 4), torch.zeros(2, 10, 4))
+
+
+def test_single_keys_can_be_added_to_key_blocks_chosen_elsewhere():
+    g = torch.Generator().manual_seed(2)
+    q, k = torch.randn(2, 40, 4, generator=g), torch.randn(2, 40, 4, generator=g)
+    chosen = torch.zeros(2, 5, 5, dtype=torch.bool)
+    chosen[:, :, 0] = True
+    graph, extra = BlockSparsefinder(8, 1, n_keys=3).select(q, k, graph=chosen)
+    assert graph is chosen and extra.shape == (2, 5, 3)
+    assert (extra >= 8).all()  # never a key of the blocks already kept
+    with pytest.raises(ValueError, match=r"graph must be bool \(heads, ceil\(n/b\), "
+                                         r"ceil\(m/b\)\) = \(2, 5, 5\), got \(2, 4, 5\)"):
+        BlockSparsefinder(8, 1).select(q, k, graph=chosen[:, :4])
