@@ -22,7 +22,9 @@ the difference). CPU is utime + stime from ``/proc/<pid>/stat``, reaped children
 The server also logs each script run (``SPARSEFINDER_RUN_LOG``, see ``app/run_log.py``):
 per phase, the number of full runs and fragment reruns with their summed wall and CPU time.
 
-Run: ``.venv/bin/python benchmarks/app_load.py [--sessions 10] [--moves 3]``
+Run: ``.venv/bin/python benchmarks/app_load.py [--sessions 10] [--moves 3] [--client-nice 10]``
+(``--client-nice``: chromium runs at that nice level, so the server is served first, as if
+the browsers were on the users' own machines; the default is equal footing.)
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -111,13 +113,15 @@ def _machine_busy() -> float:
 
 @dataclass
 class Usage:
-    """CPU seconds so far: server tree, chromium processes, the rest of this benchmark."""
+    """CPU seconds so far: server tree, chromium processes, the rest of this benchmark, the
+    machine; ``others``: every other process (pid -> (name, CPU s)), to name who else ran."""
 
     wall: float
     server: float
     chromium: float
     driver: float
     machine: float
+    others: dict[int, tuple[str, float]] = field(default_factory=dict)
 
     @classmethod
     def now(cls, server_pid: int) -> Usage:
@@ -125,12 +129,22 @@ class Usage:
         server = _descendants(table, server_pid)
         client = _descendants(table, os.getpid()) - server
         chromium = {p for p in client if table[p][1].startswith("chrom")}
+        others = {p: (table[p][1], table[p][2]) for p in table.keys() - server - client}
         return cls(time.perf_counter(), sum(table[p][2] for p in server),
                    sum(table[p][2] for p in chromium),
-                   sum(table[p][2] for p in client - chromium), _machine_busy())
+                   sum(table[p][2] for p in client - chromium), _machine_busy(), others)
 
     def minus(self, before: Usage) -> Usage:
-        return Usage(*(a - b for a, b in zip(astuple(self), astuple(before), strict=True)))
+        others = {p: (name, cpu - before.others.get(p, (name, 0.0))[1])
+                  for p, (name, cpu) in self.others.items()}
+        return Usage(self.wall - before.wall, self.server - before.server,
+                     self.chromium - before.chromium, self.driver - before.driver,
+                     self.machine - before.machine, others)
+
+    def busiest_others(self, count: int = 3) -> str:
+        """The other processes that used most CPU (a busy machine explains slow numbers)."""
+        top = sorted(self.others.values(), key=lambda item: -item[1])[:count]
+        return ", ".join(f"{name} {cpu:.1f}" for name, cpu in top if cpu >= 0.1) or "none"
 
 
 def read_runs(path: Path) -> list[tuple[float, str, float, float]]:
@@ -148,12 +162,14 @@ def phase_report(name: str, used: Usage, runs: list, span: tuple[float, float]) 
     inside = [r for r in runs if span[0] <= r[0] <= span[1]]
     text = (f"{name}: wall {used.wall:.1f} s · CPU s: server {used.server:.1f}, chromium "
             f"{used.chromium:.1f}, driver {used.driver:.1f}, whole machine {used.machine:.1f} "
-            f"(other processes {used.machine - used.server - used.chromium - used.driver:.1f})")
+            f"(other processes {used.machine - used.server - used.chromium - used.driver:.1f}: "
+            f"{used.busiest_others()})")
     for kind in ("full", "fragment"):
         mine = [r for r in inside if r[1] == kind]
         if mine:
             text += (f"\n  server {kind} runs: {len(mine)}, wall {sum(r[2] for r in mine):.1f} s "
-                     f"(median {statistics.median(r[2] for r in mine):.2f}), script-thread CPU "
+                     f"(median {statistics.median(r[2] for r in mine):.2f}, p95 "
+                     f"{p95([r[2] for r in mine]):.2f}), script-thread CPU "
                      f"{sum(r[3] for r in mine):.1f} s "
                      f"(median {statistics.median(r[3] for r in mine):.2f})")
     return text
@@ -198,7 +214,7 @@ async def move_slider(page, moves: int, timeout_ms: int) -> list[float]:
     return samples
 
 
-async def run(args: argparse.Namespace, port: int, server_pid: int
+async def run(args: argparse.Namespace, port: int, server_pid: int, executable: str
               ) -> tuple[float, list, list, int, list]:
     """(cold start s, first-graph samples, slider samples, errors, phases); a phase is
     (name, Usage spent in it, (unix start, unix end))."""
@@ -209,7 +225,7 @@ async def run(args: argparse.Namespace, port: int, server_pid: int
     errors = 0
     phases = []
     async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = await playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
 
         def mark() -> tuple[Usage, float]:
             return Usage.now(server_pid), time.time()
@@ -255,15 +271,25 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=10)
     parser.add_argument("--moves", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds per wait")
+    parser.add_argument("--client-nice", type=int, default=0,
+                        help="run chromium at this nice level (e.g. 10): the server gets the "
+                             "CPU first, as if the clients ran on their own machines; they "
+                             "still share the cores with it (default 0: equal footing)")
     args = parser.parse_args()
     port = free_port()
     scratch = tempfile.TemporaryDirectory()
     log = Path(scratch.name) / "runs.log"
+    executable = CHROMIUM
+    if args.client_nice:
+        executable = str(Path(scratch.name) / "chromium")
+        Path(executable).write_text(f'#!/bin/sh\nexec nice -n {args.client_nice} {CHROMIUM} "$@"\n')
+        Path(executable).chmod(0o755)
     os.environ[RUN_LOG_ENV] = str(log)  # the server logs each script run's wall and CPU time
     server = start_server(port, None)
     try:
         wait_healthy(port)
-        cold, first_graph, slider, errors, phases = asyncio.run(run(args, port, server.pid))
+        cold, first_graph, slider, errors, phases = asyncio.run(run(args, port, server.pid,
+                                                                    executable))
         rss = rss_mb(server.pid)
         runs = read_runs(log)
     finally:
@@ -273,7 +299,8 @@ def main() -> None:
     for name, used, span in phases:
         print(phase_report(name, used, runs, span))
     print(f"{args.sessions} sessions on one server, load avg {os.getloadavg()[0]:.1f} "
-          f"({os.cpu_count()} cores); cold start (first user) {cold:.1f} s")
+          f"({os.cpu_count()} cores); cold start (first user) {cold:.1f} s"
+          + (f"; chromium at nice {args.client_nice}" if args.client_nice else ""))
     if first_graph:
         print(f"first graph, users 2..{args.sessions}: median "
               f"{statistics.median(first_graph):.1f} s, max {max(first_graph):.1f} s")
