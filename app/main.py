@@ -29,7 +29,7 @@ if "_started" not in st.session_state:  # a session's first run only (no flash o
     _starting.info("Starting Sparsefinder: loading PyTorch and the model (a few seconds on "
                    "the first visit)…", icon=":material/hourglass_top:")
 
-from app import shell  # noqa: E402
+from app import run_log, shell  # noqa: E402
 from sparsefinder import runtime  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -45,6 +45,11 @@ PAGES: list[tuple[str, str, str]] = [
 
 
 def main() -> None:
+    with run_log.timed("full"):  # off unless SPARSEFINDER_RUN_LOG is set (app_load.py)
+        _run()
+
+
+def _run() -> None:
     # The app is an entry point: it may opt in to process-wide settings (both idempotent).
     runtime.tune_cpu_allocator()
     runtime.set_torch_threads()

@@ -149,7 +149,8 @@ def test_effective_streamlit_config_from_the_repository_root(tmp_path):
     """What `streamlit run` (started from the root) would use, read in a fresh process with
     an empty home folder, so a user's ~/.streamlit cannot hide a missing setting."""
     keys = ["server.address", "server.maxUploadSize", "server.enableXsrfProtection",
-            "server.enableCORS", "browser.gatherUsageStats"]
+            "server.enableCORS", "browser.gatherUsageStats", "server.fileWatcherType",
+            "runner.postScriptGC"]
     script = (
         "import json, sys\nfrom streamlit import config\n"
         "config.get_config_options(force_reparse=True)\n"
@@ -168,6 +169,9 @@ def test_effective_streamlit_config_from_the_repository_root(tmp_path):
     assert values["server.address"] == "127.0.0.1"
     assert values["server.enableXsrfProtection"] is True
     assert values["browser.gatherUsageStats"] is False
+    # ten users (issue 12): no per-run module scan and no full GC after every script run
+    assert values["server.fileWatcherType"] == "none"
+    assert values["runner.postScriptGC"] is False
     upload_bytes = values["server.maxUploadSize"] * 1024 * 1024
     assert upload_bytes <= 10 * 1024 * 1024  # a few MB, not Streamlit's default 200 MB
     assert upload_bytes == serving.ServingPolicy().max_projections_bytes

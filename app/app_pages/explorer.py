@@ -11,7 +11,7 @@ import time
 
 import streamlit as st
 
-from app import shell
+from app import run_log, shell
 from sparsefinder.explore import clusters as exclusters
 from sparsefinder.explore import inputs, live, long_view, tables
 from sparsefinder.explore import prepared as prep
@@ -87,6 +87,11 @@ def _metrics(summary: dict[str, live.Summary], layer: int, head: int) -> None:
 
 @st.fragment
 def explorer() -> None:
+    with run_log.timed("fragment"):  # a slider move; off unless SPARSEFINDER_RUN_LOG is set
+        _explorer()
+
+
+def _explorer() -> None:
     ctx = shell.context()
     if not ctx.ready:
         return

@@ -211,6 +211,8 @@ def test_explorer_shows_the_output_accuracy_of_the_setting(server, page):
     page.wait_for_function(f"() => ({METRIC_JS})('Output cosine') !== null", timeout=120_000)
     cosine = float(page.evaluate(METRIC_JS, "Output cosine"))
     assert -1.0 <= cosine <= 1.0
+    # drawn after the metrics in the same run: it may arrive in a later websocket message
+    page.locator("text=Accuracy of this setting").wait_for(timeout=30_000)
     assert page.locator("text=Accuracy of this setting").count() == 1
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "browser_accuracy.png"))
