@@ -424,14 +424,25 @@ def _fast_rows(
     x: Tensor, squared: bool, max_iter: int, stats: SolverStats | None, block: int
 ) -> Tensor:
     """The row solver on contiguous CPU (rows, n) ``x``, the fallback on its open rows."""
-    probs, certified, evaluations, kept = entmax_rows.solve_rows(x, squared, max_iter, block)
+    probs, certified, evaluations, kept = entmax_rows.solve_rows(
+        x, squared, max_iter, block, _BOUND_STEPS)
+    if stats is not None:
+        stats.evaluations += int(evaluations.sum())
+    kept_fraction = float(kept.sum()) / (x.shape[0] * -(-x.shape[1] // block))
+    return _fall_back_open_rows(x, probs, certified, squared, stats, kept_fraction)
+
+
+def _fall_back_open_rows(
+    x: Tensor, probs: Tensor, certified: Tensor, squared: bool, stats: SolverStats | None,
+    kept_fraction: float,
+) -> Tensor:
+    """Both solvers' last step: the package on the rows not certified, and the counters."""
     open_rows = (~certified).nonzero().squeeze(1)
     if stats is not None:
         stats.calls += 1
         stats.rows += x.shape[0]
         stats.fallback_rows += int(open_rows.numel())
-        stats.evaluations += int(evaluations.sum())
-        stats.block_fraction_sum += float(kept.sum()) / (x.shape[0] * -(-x.shape[1] // block))
+        stats.block_fraction_sum += kept_fraction
     if open_rows.numel():
         probs[open_rows] = _fallback(x[open_rows], entmax15 if squared else sparsemax)
     return probs
@@ -470,15 +481,7 @@ def _fast(
         flat = x.new_zeros(rows * n + 1)
         flat.scatter_(0, where_to.view(-1), values.view(-1))
         probs = flat[: rows * n].view(rows, n)
-    open_rows = (~certified).nonzero().squeeze(1)
-    if stats is not None:
-        stats.calls += 1
-        stats.rows += rows
-        stats.fallback_rows += int(open_rows.numel())
-        stats.block_fraction_sum += brow.numel() / zb.numel()
-    if open_rows.numel():
-        reference = entmax15 if squared else sparsemax
-        probs[open_rows] = _fallback(x[open_rows], reference)
+    probs = _fall_back_open_rows(x, probs, certified, squared, stats, brow.numel() / zb.numel())
     return probs.to(scores.dtype).view(shape)
 
 

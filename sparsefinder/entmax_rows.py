@@ -43,8 +43,6 @@ from torch import Tensor
 
 # No "no NaN / no inf" flags: -inf scores occur (masked keys) and must compare as such.
 _FASTMATH = {"reassoc", "nsz", "contract"}
-# Newton steps on the block maxima (as entmax_ops._BOUND_STEPS) and the bound's margin.
-_BOUND_STEPS = 2
 # Below this many scores a call is not split over threads (the hand-off costs ~50 µs).
 _SPLIT_MIN_SCORES = 1 << 16
 
@@ -75,8 +73,8 @@ def _kernel():  # noqa: ANN202 - returns a numba dispatcher
         return peak
 
     @njit(cache=True, nogil=True, error_model="numpy", fastmath=_FASTMATH)
-    def solve_rows(x, block, squared, max_iter, out, certified, evaluations,  # noqa: ANN001,ANN202
-                   kept_blocks):
+    def solve_rows(x, block, squared, max_iter, bound_steps, out, certified,  # noqa: ANN001,ANN202
+                   evaluations, kept_blocks):
         rows, n = x.shape
         per_row = (n + block - 1) // block
         tops = np.empty(per_row, np.float64)
@@ -104,7 +102,7 @@ def _kernel():  # noqa: ANN202 - returns a numba dispatcher
                 tops[b] = (tops[b] - peak) * half
             # 2. Newton steps from -1 on the block maxima: a lower bound on τ*.
             t = -1.0
-            for _ in range(_BOUND_STEPS):
+            for _ in range(bound_steps):
                 s0 = 0.0
                 s1 = 0.0
                 s2 = 0.0
@@ -203,7 +201,7 @@ def available() -> bool:
 
 
 def solve_rows(
-    x: Tensor, squared: bool, max_iter: int, block: int = 16
+    x: Tensor, squared: bool, max_iter: int, block: int = 16, bound_steps: int = 2
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``[z - τ*]_+^β`` for every row of the contiguous CPU (rows, n) float32/float64 ``x``.
 
@@ -220,13 +218,13 @@ def solve_rows(
     kernel = _kernel()
     workers = min(torch.get_num_threads(), os.cpu_count() or 1, rows)
     if workers <= 1 or x.numel() < _SPLIT_MIN_SCORES:
-        kernel(arrays[0], block, squared, max_iter, *arrays[1:])
+        kernel(arrays[0], block, squared, max_iter, bound_steps, *arrays[1:])
     else:
         bounds = np.linspace(0, rows, workers + 1).astype(int)
         chunks = [[v[a:b] for v in arrays] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-        jobs = [_pool(workers - 1).submit(kernel, c[0], block, squared, max_iter, *c[1:])
-                for c in chunks[1:]]
-        kernel(chunks[0][0], block, squared, max_iter, *chunks[0][1:])  # this thread's share
+        jobs = [_pool(workers - 1).submit(kernel, c[0], block, squared, max_iter, bound_steps,
+                                          *c[1:]) for c in chunks[1:]]
+        kernel(chunks[0][0], block, squared, max_iter, bound_steps, *chunks[0][1:])  # ours
         for job in jobs:
             job.result()
     return (out, torch.from_numpy(certified), torch.from_numpy(evaluations),

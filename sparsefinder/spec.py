@@ -200,13 +200,19 @@ def _quest(p: Params, c: BuildContext) -> Predictor:
     return QuestPages(int(p["pages"]), int(p["page_size"]))
 
 
+def _training_graphs(
+    train_records: Sequence[AttentionRecord], what: str
+) -> Sequence[AttentionRecord]:
+    """``train_records``, or the error a learned method gives when it has none."""
+    if not train_records:
+        raise ValueError(f"{what} are learned from training graphs; pass train_records=...")
+    return train_records
+
+
 def _hash_codes_fit(train_records: Sequence[AttentionRecord]) -> Any:
     from sparsefinder.predictors.hash_codes import fit_hash_codes
 
-    if not train_records:
-        raise ValueError("hashattention codes are learned from training graphs; "
-                         "pass train_records=...")
-    return fit_hash_codes(train_records)
+    return fit_hash_codes(_training_graphs(train_records, "hashattention codes"))
 
 
 def _hash_codes(p: Params, c: BuildContext) -> Predictor:
@@ -221,10 +227,8 @@ def _hash_codes(p: Params, c: BuildContext) -> Predictor:
 def _block_projections_fit(train_records: Sequence[AttentionRecord]) -> Any:
     from sparsefinder.block_projections import train_block_projections_by_size
 
-    if not train_records:
-        raise ValueError("block-learned projections are learned from training graphs; "
-                         "pass train_records=...")
-    return train_block_projections_by_size(train_records)
+    return train_block_projections_by_size(
+        _training_graphs(train_records, "block-learned projections"))
 
 
 def _learned_block(p: Params, c: BuildContext) -> Predictor:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
@@ -33,6 +34,16 @@ def add_corpus_arguments(parser: argparse.ArgumentParser, default_split: str) ->
     )
     parser.add_argument("--split", default=default_split, choices=["train", "validation", "all"])
     parser.add_argument("--max-passages", type=int, default=None, help="use at most N passages")
+
+
+def add_fitting_arguments(parser: argparse.ArgumentParser) -> None:
+    """What every ``fit-*`` command takes: the model, the corpus (TRAIN by default), the
+    output file, a seed and the texts per forward pass :func:`fitting_records` uses."""
+    add_model_arguments(parser)
+    add_corpus_arguments(parser, default_split="train")
+    parser.add_argument("--out", required=True, type=Path, help="output file (.pt)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch", type=int, default=8, help="texts per forward pass")
 
 
 def passages_label(max_passages: int | None) -> str:

@@ -12,18 +12,13 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 from sparsefinder.block_projections import (
     DEFAULT_BLOCK,
     DEFAULT_RANK,
     train_block_projections,
 )
-from sparsefinder.commands._common import (
-    add_corpus_arguments,
-    add_model_arguments,
-    fitting_records,
-)
+from sparsefinder.commands._common import add_fitting_arguments, fitting_records
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -31,9 +26,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "fit-block-projections",
         help="learn projections of pooled query/key blocks (block-learned) on the train split",
     )
-    add_model_arguments(parser)
-    add_corpus_arguments(parser, default_split="train")
-    parser.add_argument("--out", required=True, type=Path, help="output file (.pt)")
+    add_fitting_arguments(parser)
     parser.add_argument("--block", type=int, default=DEFAULT_BLOCK, help="tokens per block")
     parser.add_argument("--rank", type=int, default=DEFAULT_RANK, help="projection dimension r")
     parser.add_argument("--epochs", type=int, default=None,
@@ -43,8 +36,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--margin", type=float, default=1.0, help="hinge margin ω")
     parser.add_argument("--batch-size", type=int, default=1024,
                         help="positive block pairs per head per step")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--batch", type=int, default=8, help="texts per forward pass")
     return parser
 
 

@@ -10,13 +10,8 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
-from sparsefinder.commands._common import (
-    add_corpus_arguments,
-    add_model_arguments,
-    fitting_records,
-)
+from sparsefinder.commands._common import add_fitting_arguments, fitting_records
 from sparsefinder.key_codebooks import DEFAULT_CLUSTERS, fit_codebooks
 
 
@@ -37,9 +32,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "fit-codebooks",
         help="fit per-head key centroids (routed k-means predictor) on the train split",
     )
-    add_model_arguments(parser)
-    add_corpus_arguments(parser, default_split="train")
-    parser.add_argument("--out", required=True, type=Path, help="output file (.pt)")
+    add_fitting_arguments(parser)
     parser.add_argument(
         "--clusters", type=_clusters, default=list(DEFAULT_CLUSTERS),
         help="numbers of centroids B per head (default: "
@@ -47,8 +40,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument("--max-points", type=int, default=20000,
                         help="keys per head used to fit k-means (subsampled, seeded)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--batch", type=int, default=8, help="texts per forward pass")
     return parser
 
 

@@ -9,13 +9,8 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
-from sparsefinder.commands._common import (
-    add_corpus_arguments,
-    add_model_arguments,
-    fitting_records,
-)
+from sparsefinder.commands._common import add_fitting_arguments, fitting_records
 from sparsefinder.hash_code_table import HashCodeTable
 from sparsefinder.predictors.hash_codes import HASH_BITS, fit_hash_codes
 
@@ -25,13 +20,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "fit-hash-codes",
         help="learn HashAttention-style q/k codes (hashattention method) on the train split",
     )
-    add_model_arguments(parser)
-    add_corpus_arguments(parser, default_split="train")
-    parser.add_argument("--out", required=True, type=Path, help="output file (.pt)")
+    add_fitting_arguments(parser)
     parser.add_argument("--bits", type=int, default=HASH_BITS, help="code length per head")
     parser.add_argument("--steps", type=int, default=300, help="Adam steps per layer")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--batch", type=int, default=8, help="texts per forward pass")
     return parser
 
 
