@@ -23,13 +23,14 @@ from typing import Any
 import streamlit as st
 import torch
 
+from sparsefinder.data.records import TextInputError
 from sparsefinder.explore import corpus as excorpus
 from sparsefinder.explore import inputs, live, texts
 from sparsefinder.explore import prepared as prep
 from sparsefinder.explore import state as urlstate
-from sparsefinder.graphs import TextInputError
+from sparsefinder.methods.spec import METHODS
 from sparsefinder.metrics import GraphScores
-from sparsefinder.models import (
+from sparsefinder.models.loading import (
     DEFAULT_MODEL,
     LoadedModel,
     ModelLoadError,
@@ -38,7 +39,6 @@ from sparsefinder.models import (
 )
 from sparsefinder.resources import BUNDLED_CALIBRATION, BUNDLED_PROJECTIONS
 from sparsefinder.serving import InputRefused, ServingPolicy
-from sparsefinder.spec import METHODS
 
 #: Projections of the bundled model; the environment variable points elsewhere (e.g. fresh
 #: ones from `sparsefinder train`) without touching the package's assets.
@@ -107,7 +107,7 @@ def text_store() -> texts.TextStore:
 @st.cache_resource(max_entries=4, show_spinner=False)
 def cached_projections(path: str, digest: str, model_id: str) -> Any:
     """Loaded projections; ``digest`` (file content hash) keys the cache, not the path."""
-    from sparsefinder.projections import HeadProjections
+    from sparsefinder.projections.heads import HeadProjections
 
     return HeadProjections.load(path, expected_model_id=model_id)
 
@@ -134,7 +134,7 @@ def cached_prepared(
 @st.cache_resource(max_entries=4, show_spinner=False)
 def cached_hash_codes(model_id: str) -> Any:
     """The bundled HashAttention codes when they were learned for this model, else None."""
-    from sparsefinder.hash_code_table import bundled_hash_codes
+    from sparsefinder.projections.hash_code_table import bundled_hash_codes
 
     return bundled_hash_codes(model_id)
 
@@ -145,8 +145,8 @@ def cached_calibration(projections_key: str, model_id: str) -> tuple[Any, Any]:
     table with the projections file it names (the best one, whatever the app's own
     projections are), or — a table naming none — the table when it was fitted for the
     projections with this digest; (None, None) otherwise (the calibrated methods are off)."""
-    from sparsefinder.calibration import CalibrationError, CalibrationTable
-    from sparsefinder.projections import ProjectionsError
+    from sparsefinder.calibration.table import CalibrationError, CalibrationTable
+    from sparsefinder.projections.heads import ProjectionsError
 
     if not DEFAULT_CALIBRATION.is_file():
         return None, None
@@ -200,7 +200,7 @@ def cached_task_accuracy(model_key: tuple, spec_key: tuple, _spec: Any, _project
     """Retrieval agreement of a setting on ``TASK_PASSAGES`` validation passages (restricted
     forward passes vs the cached full run), shared by sessions; ``model_key`` = (name, α,
     projections digest)."""
-    from sparsefinder.corpus import corpus_texts
+    from sparsefinder.data.corpus import corpus_texts
     from sparsefinder.explore import accuracy
 
     name, alpha = model_key[0], model_key[1]
@@ -217,7 +217,7 @@ def cached_task_accuracy(model_key: tuple, spec_key: tuple, _spec: Any, _project
 def _reference(cache_key: tuple, _loaded: LoadedModel, text: str,
                _texts: list[str] | None = None) -> Any:
     """The full α-entmax run of the text (or of ``_texts``): the accuracy reference, once."""
-    from sparsefinder.accuracy import encode
+    from sparsefinder.evaluation.accuracy import encode
     from sparsefinder.explore import accuracy
 
     if _texts is not None:
@@ -282,7 +282,7 @@ def corpus_sweep(key: tuple, loaded: LoadedModel, prepared: prep.PreparedText,
 def text_accuracy_sweep(ctx: AppContext, methods: list[str], compute: bool) -> Any:
     """Sparsity–accuracy points of ``methods`` on the current text (one restricted forward
     per grid point), from the store, or computed now with a progress bar; None if not yet."""
-    from sparsefinder.accuracy_sweep import accuracy_sweep
+    from sparsefinder.evaluation.accuracy_sweep import accuracy_sweep
 
     store = _corpus_store()
     key = ("accuracy", *ctx.cache_key, tuple(methods))

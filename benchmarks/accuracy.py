@@ -21,11 +21,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sparsefinder.models import load_model  # noqa: E402
+from sparsefinder.evaluation.restricted import predictor_graph, restrict  # noqa: E402
+from sparsefinder.models.loading import load_model  # noqa: E402
 from sparsefinder.predictors import Distance, Union, Window  # noqa: E402
-from sparsefinder.projections import HeadProjections  # noqa: E402
+from sparsefinder.projections.heads import HeadProjections  # noqa: E402
 from sparsefinder.resources import BUNDLED_PROJECTIONS  # noqa: E402
-from sparsefinder.restricted import predictor_graph, restrict  # noqa: E402
 from sparsefinder.runtime import tune_cpu_allocator  # noqa: E402
 
 N, REPEATS, WARMUP = 512, 9, 2

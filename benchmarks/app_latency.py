@@ -15,7 +15,7 @@ Goal on the 2-core dev CPU: p50 <= 300 ms, p95 <= 600 ms.
 
 Long texts (issue 14): ``--tokens N`` pastes a text of N tokens (consecutive passages of
 the default corpus' train split) instead of opening the example, on ``--model PATH``, or,
-without ``--model``, on a tiny random long-context decoder (``sparsefinder.decoders``: Qwen2,
+without ``--model``, on a tiny random long-context decoder (``sparsefinder.models.decoders``: Qwen2,
 4096 positions, GQA, a sliding-window layer) saved to a temporary folder. Such a model has
 no projections, so use ``--method fixed`` (the window-size slider drives window ∪ global
 tokens; prediction, scoring, the windowed head figure and the block overview all rerun).
@@ -100,9 +100,9 @@ def percentile(values: list[float], q: float) -> float:
 def long_setup(model: str | None, tokens: int, folder: Path) -> tuple[str, str]:
     """(model folder, text of ``tokens`` tokens) for the long-text measurement."""
     sys.path.insert(0, str(ROOT))
-    from sparsefinder.decoders import save_tiny_decoder
-    from sparsefinder.long_context import long_texts
-    from sparsefinder.models import load_model
+    from sparsefinder.data.long_context import long_texts
+    from sparsefinder.models.decoders import save_tiny_decoder
+    from sparsefinder.models.loading import load_model
 
     if model is None:
         model = str(save_tiny_decoder("qwen2", folder / "qwen2", max_positions=4096))

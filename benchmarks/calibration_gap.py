@@ -25,17 +25,17 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sparsefinder.corpus import chunk_passages, load_corpus  # noqa: E402
-from sparsefinder.graphs import extract  # noqa: E402
+from sparsefinder.data.corpus import chunk_passages, load_corpus  # noqa: E402
+from sparsefinder.data.records import extract  # noqa: E402
 from sparsefinder.metrics import macro_average, score_layers  # noqa: E402
-from sparsefinder.models import load_model  # noqa: E402
+from sparsefinder.models.loading import load_model  # noqa: E402
 from sparsefinder.predictors import Distance  # noqa: E402
 from sparsefinder.predictors.calibrated import (  # noqa: E402
     CalibratedDistance,
     CalibratedRowFraction,
     DistanceSamples,
 )
-from sparsefinder.projections import BUNDLED_PROJECTIONS, HeadProjections  # noqa: E402
+from sparsefinder.projections.heads import BUNDLED_PROJECTIONS, HeadProjections  # noqa: E402
 
 TARGETS = (0.75, 0.9, 0.95)
 BUCKETS = ((0, 64), (64, 128), (128, 256), (256, 100_000))

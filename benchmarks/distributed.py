@@ -45,17 +45,17 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from sparsefinder import runtime  # noqa: E402
-from sparsefinder.corpus import corpus_texts  # noqa: E402
-from sparsefinder.graphs import extract  # noqa: E402
-from sparsefinder.models import load_model  # noqa: E402
-from sparsefinder.records_io import save_records  # noqa: E402
-from sparsefinder.shards import extract_sharded  # noqa: E402
+from sparsefinder.data.corpus import corpus_texts  # noqa: E402
+from sparsefinder.data.records import extract  # noqa: E402
+from sparsefinder.data.records_io import save_records  # noqa: E402
+from sparsefinder.data.shards import extract_sharded  # noqa: E402
+from sparsefinder.models.loading import load_model  # noqa: E402
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
        "TOKENIZERS_PARALLELISM": "false", "CUDA_VISIBLE_DEVICES": ""}
 RSS_PROBE = """
 import sys
-from sparsefinder.shards import ShardedRecords
+from sparsefinder.data.shards import ShardedRecords
 store = ShardedRecords(sys.argv[1])
 if sys.argv[2] == "none":
     edges = 0

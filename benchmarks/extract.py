@@ -4,7 +4,7 @@ all-MiniLM-L6-v2 (6 layers × 12 heads) on real prose (Python's pydoc topics, tr
 tokens), ``torch.inference_mode``, the median of interleaved rounds after warm-up for:
 
 * ``entmax (fast)``  — sparsefinder's attention with the sort-free solver (the default: on a
-  CPU the compiled row solver, ``sparsefinder.entmax_rows``);
+  CPU the compiled row solver, ``sparsefinder.attention.entmax_rows``);
 * ``entmax (blocks)`` — the same with the tensor-op block solver (the GPU path), for
   information;
 * ``entmax15 (pkg)`` — the same attention with the ``entmax`` package's sort-based entmax15
@@ -38,14 +38,14 @@ from entmax import entmax15
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sparsefinder.attention import ENTMAX_ATTENTION, AttentionCall, capture  # noqa: E402
-from sparsefinder.entmax_ops import (  # noqa: E402
+from sparsefinder.attention.entmax_ops import (  # noqa: E402
     SolverStats,
     entmax15_fast,
     reference_mode,
     solver_engine,
 )
-from sparsefinder.models import load_model  # noqa: E402
+from sparsefinder.attention.interface import ENTMAX_ATTENTION, AttentionCall, capture  # noqa: E402
+from sparsefinder.models.loading import load_model  # noqa: E402
 from sparsefinder.runtime import tune_cpu_allocator  # noqa: E402
 
 CPU_ALLOCATOR_TUNED = tune_cpu_allocator()

@@ -5,7 +5,8 @@ Run under the shared lock:
 
 Inputs: the same real q/k as ``benchmarks/restricted.py`` (all-MiniLM-L6-v2 layer 2 over
 consecutive 512-token windows of the default corpus, concatenated). The extraction
-(:func:`sparsefinder.gold_edges.entmax_edges`, default budget) runs in a fresh process that
+(:func:`sparsefinder.attention.gold_edges.entmax_edges`, default budget) runs in a fresh process
+that
 resets its peak RSS just before the call (``/proc/self/clear_refs`` ← 5) and reports
 ``VmHWM - VmRSS at reset``: every byte torch or anything else needed, the edges included.
 Exactness: at n = 1024 the edges equal those of the dense path (one (heads, n, n) solve).
@@ -31,7 +32,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 CHILD = """
 import json, sys, time, torch
-from sparsefinder.gold_edges import entmax_edges
+from sparsefinder.attention.gold_edges import entmax_edges
 def rss(field):
     for line in open('/proc/self/status'):
         if line.startswith(field):
@@ -52,8 +53,8 @@ print(json.dumps({'extra_mib': rss('VmHWM') - base, 'seconds': seconds, 'edges':
 def main() -> None:
     from restricted import real_qk
 
-    from sparsefinder.entmax_ops import entmax_normalize
-    from sparsefinder.gold_edges import GoldEdges, entmax_edges
+    from sparsefinder.attention.entmax_ops import entmax_normalize
+    from sparsefinder.attention.gold_edges import GoldEdges, entmax_edges
 
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 8192
     print(f"load avg {os.getloadavg()[0]:.2f} (over {os.cpu_count()} cores), "

@@ -1,9 +1,9 @@
 """Sweep every method (long-context baselines included) on a tiny long-context decoder.
 
 A random tiny decoder of one family (default Qwen2: GQA 4 query / 2 key heads, RoPE, layer 1
-a sliding-window layer of 64 tokens; ``sparsefinder.decoders``) is saved locally with a
+a sliding-window layer of 64 tokens; ``sparsefinder.models.decoders``) is saved locally with a
 4096-token limit. Gold graphs come from bounded-memory extraction
-(``sparsefinder.long_context.extract_long``) on texts of ``--tokens`` tokens made of the
+(``sparsefinder.data.long_context.extract_long``) on texts of ``--tokens`` tokens made of the
 default corpus' TRAIN passages (projections, k-means centroids, HashAttention codes, static
 masks and calibrated thresholds are all fitted on them) and VALIDATION passages (scored).
 Prints recall at sparsity 0.75 / 0.90 / 0.95 of every curve's frontier (step rule) and the
@@ -28,11 +28,11 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sparsefinder.decoders import DECODER_FAMILIES, save_tiny_decoder  # noqa: E402
-from sparsefinder.long_context import extract_long, long_texts  # noqa: E402
-from sparsefinder.models import load_model  # noqa: E402
-from sparsefinder.pareto import recall_at_sparsity, resolve_methods, sweep  # noqa: E402
-from sparsefinder.projections import fit_centroids, train_projections  # noqa: E402
+from sparsefinder.data.long_context import extract_long, long_texts  # noqa: E402
+from sparsefinder.evaluation.pareto import recall_at_sparsity, resolve_methods, sweep  # noqa: E402
+from sparsefinder.models.decoders import DECODER_FAMILIES, save_tiny_decoder  # noqa: E402
+from sparsefinder.models.loading import load_model  # noqa: E402
+from sparsefinder.projections.heads import fit_centroids, train_projections  # noqa: E402
 
 
 def main() -> None:

@@ -1,7 +1,8 @@
 """Quality table of swept methods: R@levels plus the issue-10 metrics at sparsity 0.9.
 
 Reads a ``sparsefinder sweep`` output folder (its points.csv), picks for every method the
-configuration that gives its R@0.90 (step rule of :func:`sparsefinder.pareto.recall_at_sparsity`:
+configuration that gives its R@0.90 (step rule of
+:func:`sparsefinder.evaluation.pareto.recall_at_sparsity`:
 the best recall among frontier points with sparsity ≥ 0.9), re-runs that configuration on the
 same corpus split and scores it with precision, exact fraction, attention-mass recall and block
 recall (16, 64), macro-averaged like the sweep (texts, then heads, then layers). Prints a
@@ -22,8 +23,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sparsefinder.corpus import chunk_passages, load_corpus  # noqa: E402
-from sparsefinder.graphs import extract  # noqa: E402
+from sparsefinder.data.corpus import chunk_passages, load_corpus  # noqa: E402
+from sparsefinder.data.records import extract  # noqa: E402
+from sparsefinder.evaluation.pareto import CURVES, pareto_frontier, recall_at_sparsity  # noqa: E402
 from sparsefinder.metrics import (  # noqa: E402
     block_recall,
     exact_fraction,
@@ -32,9 +34,8 @@ from sparsefinder.metrics import (  # noqa: E402
     recall,
     sparsity,
 )
-from sparsefinder.models import load_model  # noqa: E402
-from sparsefinder.pareto import CURVES, pareto_frontier, recall_at_sparsity  # noqa: E402
-from sparsefinder.projections import BUNDLED_PROJECTIONS, HeadProjections  # noqa: E402
+from sparsefinder.models.loading import load_model  # noqa: E402
+from sparsefinder.projections.heads import BUNDLED_PROJECTIONS, HeadProjections  # noqa: E402
 
 LEVELS = (0.75, 0.9, 0.95)
 AT = 0.9

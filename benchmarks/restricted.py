@@ -20,7 +20,7 @@ q/k/v, fp32, one 12-head layer, bidirectional, ``torch.inference_mode``.
   bundled projections (query blocks of ``--block`` = 32 tokens pooled; per query block the
   ``--n-blocks`` = 4 nearest key blocks, the ``--n-keys`` = 256 nearest single keys outside
   them and the diagonal band of 3 blocks: ~480 of 4096 keys a query), then
-  :func:`~sparsefinder.block_sparse.block_sparse_entmax`. The setting was chosen on q/k of
+  :func:`~sparsefinder.attention.block_sparse.block_sparse_entmax`. The setting was chosen on q/k of
   TRAIN-split text at n = 4096 (best exact fraction at ~1/8 of the keys), not on these
   inputs. Its time INCLUDES projecting q/k and predicting the selection (``predict``).
   The key blocks come from the bundled projections learned on pooled blocks
@@ -53,7 +53,7 @@ skipped with that estimate instead of being killed for memory.
 **Quality** of the predicted selection at each n: edge recall (gold edges computed) and
 exact fraction (query rows whose whole gold support is computed, which by sparse-consistency
 get exactly full entmax's output), against gold edges from the bounded extraction
-(:func:`sparsefinder.gold_edges.entmax_edges`). ``--no-quality`` skips it.
+(:func:`sparsefinder.attention.gold_edges.entmax_edges`). ``--no-quality`` skips it.
 
 Last line (n = 4096): ``vs_full=<x> vs_k64=<y> extra_mib=<z> n8192_ok=<0|1>``, ratios =
 their seconds / ours.
@@ -89,9 +89,9 @@ WINDOW = 512
 def real_qk(layer: int, n_max: int, split: str = "validation"
             ) -> tuple[torch.Tensor, torch.Tensor, str]:
     """(q, k) (12, n_max, 32) of one layer over consecutive 512-token windows."""
-    from sparsefinder.attention import capture
-    from sparsefinder.corpus import default_corpus
-    from sparsefinder.models import load_model
+    from sparsefinder.attention.interface import capture
+    from sparsefinder.data.corpus import default_corpus
+    from sparsefinder.models.loading import load_model
 
     loaded = load_model("default", alpha=1.5, device="cpu")
     tok = loaded.tokenizer
@@ -135,8 +135,8 @@ def _runner(method: str, args: argparse.Namespace, layer: int):
     import torch.nn.functional as F
     from entmax import entmax15
 
-    from sparsefinder.block_sparse import block_sparse_entmax
-    from sparsefinder.entmax_ops import entmax_normalize
+    from sparsefinder.attention.block_sparse import block_sparse_entmax
+    from sparsefinder.attention.entmax_ops import entmax_normalize
 
     if method == "block-sparsefinder":
         select = _selector(args, layer)
@@ -178,14 +178,14 @@ def _selector(args: argparse.Namespace, layer: int):
     pooled token projections (``--selector pooled``) or from the learned block projections
     (``learned``), single keys from the token projections either way."""
     from sparsefinder.predictors.block import BlockSparsefinder, LearnedBlockSparsefinder
-    from sparsefinder.projections import HeadProjections
+    from sparsefinder.projections.heads import HeadProjections
     from sparsefinder.resources import BUNDLED_PROJECTIONS
 
     projections = HeadProjections.load(BUNDLED_PROJECTIONS)
     predictor = BlockSparsefinder(args.block, args.n_blocks, args.n_keys, window_blocks=2)
     learned = None
     if _selector_name(args) == "learned":
-        from sparsefinder.block_projections import bundled_block_projections
+        from sparsefinder.projections.blocks import bundled_block_projections
 
         blocks = bundled_block_projections(block=args.block)
         if blocks is None:
@@ -257,7 +257,7 @@ def _available_mib() -> float:
 def quality(q: torch.Tensor, k: torch.Tensor, layer: int, args: argparse.Namespace
             ) -> tuple[float, float, float]:
     """(edge recall, exact fraction, gold density) of the predicted selection."""
-    from sparsefinder.gold_edges import entmax_edges
+    from sparsefinder.attention.gold_edges import entmax_edges
 
     with torch.inference_mode():
         graph, extra = _selector(args, layer)(q, k)

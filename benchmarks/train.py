@@ -21,10 +21,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sparsefinder.corpus import chunk_passages, load_corpus  # noqa: E402
-from sparsefinder.graphs import extract  # noqa: E402
-from sparsefinder.models import load_model  # noqa: E402
-from sparsefinder.projections import train_projections  # noqa: E402
+from sparsefinder.data.corpus import chunk_passages, load_corpus  # noqa: E402
+from sparsefinder.data.records import extract  # noqa: E402
+from sparsefinder.models.loading import load_model  # noqa: E402
+from sparsefinder.projections.heads import train_projections  # noqa: E402
 
 
 def main() -> None:

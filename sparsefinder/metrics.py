@@ -28,10 +28,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from sparsefinder.masks import layer_allowed, n_allowed_pairs, shared_causal_mask
+from sparsefinder.attention.masks import layer_allowed, n_allowed_pairs, shared_causal_mask
 
 if TYPE_CHECKING:
-    from sparsefinder.graphs import AttentionRecord
+    from sparsefinder.data.records import AttentionRecord
 
 _DTYPE = torch.float64  # averages over many texts; counts stay exact
 def count_true(x: Tensor) -> Tensor:

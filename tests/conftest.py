@@ -35,7 +35,7 @@ def pytest_collection_modifyitems(config, items) -> None:
 @pytest.fixture(scope="session")
 def default_model():
     """all-MiniLM-L6-v2 with entmax-1.5 attention; shared because loading costs seconds."""
-    from sparsefinder.models import load_model
+    from sparsefinder.models.loading import load_model
 
     return load_model("default", alpha=1.5, device="cpu")
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import torch
 
 from sparsefinder import distributed
-from sparsefinder.distributed_sweep import sweep_streaming
-from sparsefinder.distributed_train import train_projections_sharded
-from sparsefinder.shards import ShardedRecords
+from sparsefinder.data.shards import ShardedRecords
+from sparsefinder.evaluation.sharded_sweep import sweep_streaming
+from sparsefinder.projections.data_parallel import train_projections_sharded
 
 METHODS = "distance,quantization,window,longformer"
 

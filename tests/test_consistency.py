@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from sparsefinder.entmax_ops import entmax_normalize
-from sparsefinder.graphs import extract
+from sparsefinder.attention.entmax_ops import entmax_normalize
+from sparsefinder.data.records import extract
 from sparsefinder.metrics import recall
-from sparsefinder.models import load_model
+from sparsefinder.models.loading import load_model
 from sparsefinder.predictors import Distance, Union, Window
-from sparsefinder.projections import HeadProjections
+from sparsefinder.projections.heads import HeadProjections
 from sparsefinder.resources import BUNDLED_PROJECTIONS, EXAMPLES_DIR
 
 ROOT = Path(__file__).resolve().parents[1]

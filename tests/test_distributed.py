@@ -12,12 +12,12 @@ import pytest
 import torch
 
 from sparsefinder.cli import main
-from sparsefinder.distributed_centroids import fit_centroids_sharded
-from sparsefinder.distributed_sweep import sweep_streaming
-from sparsefinder.distributed_train import train_projections_sharded
-from sparsefinder.pareto import sweep
-from sparsefinder.projections import HeadProjections, fit_centroids, train_projections
-from sparsefinder.shards import ShardedRecords
+from sparsefinder.data.shards import ShardedRecords
+from sparsefinder.evaluation.pareto import sweep
+from sparsefinder.evaluation.sharded_sweep import sweep_streaming
+from sparsefinder.projections.data_parallel import train_projections_sharded
+from sparsefinder.projections.distributed_centroids import fit_centroids_sharded
+from sparsefinder.projections.heads import HeadProjections, fit_centroids, train_projections
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
 _spec = importlib.util.spec_from_file_location("distributed_worker", WORKER)

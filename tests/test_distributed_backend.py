@@ -15,9 +15,9 @@ import torch
 
 from sparsefinder import distributed
 from sparsefinder.cli import main
-from sparsefinder.projections import HeadProjections
-from sparsefinder.records_io import load_records
-from sparsefinder.shards import ShardedRecords, read_manifest
+from sparsefinder.data.records_io import load_records
+from sparsefinder.data.shards import ShardedRecords, read_manifest
+from sparsefinder.projections.heads import HeadProjections
 
 _spec = importlib.util.spec_from_file_location(
     "distributed_worker", Path(__file__).with_name("distributed_worker.py"))

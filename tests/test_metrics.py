@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparsefinder.masks import causal_mask
+from sparsefinder.attention.masks import causal_mask
 from sparsefinder.metrics import (
     GraphScores,
     count_true,
@@ -189,7 +189,7 @@ def test_macro_average_rejects_empty_and_mismatched_inputs() -> None:
 
 
 def _scored_record(n: int, causal: bool, seed: int = 0):
-    from sparsefinder.graphs import AttentionRecord, LayerGraph
+    from sparsefinder.data.records import AttentionRecord, LayerGraph
 
     gen = torch.Generator().manual_seed(seed)
     layers = []
@@ -240,7 +240,7 @@ def test_scorer_names_the_layer_of_a_bad_prediction() -> None:
 
 
 def _record_of(golds: list[torch.Tensor], causal: bool = False):
-    from sparsefinder.graphs import AttentionRecord, LayerGraph
+    from sparsefinder.data.records import AttentionRecord, LayerGraph
 
     n = golds[0].shape[-1]
     layers = [LayerGraph(torch.zeros(g.shape[0], n, 2), torch.zeros(g.shape[0], n, 2), g,
@@ -328,7 +328,7 @@ def test_macro_average_is_float64_whatever_the_input() -> None:
 
 def test_scorer_keeps_a_decoder_record_on_its_device() -> None:
     """The meta device stands in for a GPU: the causal cut is built where the masks live."""
-    from sparsefinder.graphs import AttentionRecord, LayerGraph
+    from sparsefinder.data.records import AttentionRecord, LayerGraph
     from sparsefinder.metrics import Scorer
 
     gold = torch.ones(2, 3, 3, dtype=torch.bool, device="meta")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sparsefinder.masks import causal_mask
+from sparsefinder.attention.masks import causal_mask
 from sparsefinder.metrics import (
     block_graph,
     block_recall,
@@ -161,7 +161,7 @@ def test_mass_recall_matches_a_dense_sum():
 
 
 def _record(golds: list[torch.Tensor], causal: bool, gen: torch.Generator):
-    from sparsefinder.graphs import AttentionRecord, LayerGraph
+    from sparsefinder.data.records import AttentionRecord, LayerGraph
 
     layers = []
     for gold in golds:

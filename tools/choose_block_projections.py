@@ -24,12 +24,12 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 
 def rank_and_epochs() -> None:
-    from sparsefinder.block_projections import LEARNED_BLOCKS, train_block_projections
-    from sparsefinder.corpus import corpus_texts
-    from sparsefinder.graphs import extract
-    from sparsefinder.models import load_model
-    from sparsefinder.pareto import score_specs
-    from sparsefinder.spec import PredictorSpec
+    from sparsefinder.data.corpus import corpus_texts
+    from sparsefinder.data.records import extract
+    from sparsefinder.evaluation.pareto import score_specs
+    from sparsefinder.methods.spec import PredictorSpec
+    from sparsefinder.models.loading import load_model
+    from sparsefinder.projections.blocks import LEARNED_BLOCKS, train_block_projections
 
     loaded = load_model("default")
     texts = corpus_texts("default", "train", loaded.tokenizer, loaded.max_length, None)

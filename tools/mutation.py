@@ -39,12 +39,12 @@ EQUIVALENT_FILE = ROOT / "tools" / "equivalent_mutants.txt"
 # module (relative to sparsefinder/) -> the test files that mirror it.
 CORE: dict[str, list[str]] = {
     "metrics.py": ["tests/test_metrics.py"],
-    "entmax_ops.py": ["tests/test_entmax_ops.py"],
-    "projections.py": ["tests/test_projections.py"],
-    "pareto.py": ["tests/test_pareto.py"],
-    "graphs.py": ["tests/test_graphs.py"],
-    "masks.py": ["tests/test_masks.py"],
-    "spec.py": ["tests/test_spec.py"],
+    "attention/entmax_ops.py": ["tests/attention/test_entmax_ops.py"],
+    "projections/heads.py": ["tests/projections/test_heads.py"],
+    "evaluation/pareto.py": ["tests/evaluation/test_pareto.py"],
+    "data/records.py": ["tests/data/test_records.py"],
+    "attention/masks.py": ["tests/attention/test_masks.py"],
+    "methods/spec.py": ["tests/methods/test_spec.py"],
     "explore/live.py": ["tests/explore/test_live.py"],
     "explore/state.py": ["tests/explore/test_state.py"],
 }
@@ -62,9 +62,9 @@ for _path in sorted((ROOT / "sparsefinder" / "predictors").glob("*.py")):
 # - warning-location tests: mutmut's trampolines add a stack frame between the caller and
 #   the library, so a correct stacklevel points at the trampoline there.
 DESELECT = [
-    "tests/test_projections.py::test_progress_bars_count_layers_and_fits",
-    "tests/test_graphs.py::test_long_text_warning_points_at_the_caller",
-    "tests/test_pareto.py::test_the_skip_warning_points_at_the_caller",
+    "tests/projections/test_heads.py::test_progress_bars_count_layers_and_fits",
+    "tests/data/test_records.py::test_long_text_warning_points_at_the_caller",
+    "tests/evaluation/test_pareto.py::test_the_skip_warning_points_at_the_caller",
 ]
 
 KILLED = {"killed", "timeout", "segfault", "caught by type check"}

@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from app import shell
-from sparsefinder.clusters import HeadClusterAnalysis, cluster_tokens
+from sparsefinder.analysis.clusters import HeadClusterAnalysis, cluster_tokens
 from sparsefinder.explore import clusters as exclusters
 from sparsefinder.explore import corpus as excorpus
 from sparsefinder.explore import inputs, tables
@@ -28,7 +28,7 @@ st.title("Clusters")
 @st.cache_resource(max_entries=8, show_spinner="Tagging the text with spaCy…")
 def _text_tags(cache_key: tuple, _record) -> list[str]:
     """POS tags of the current text's tokens (spaCy, aligned to the model's pieces)."""
-    from sparsefinder.pos import align_pos
+    from sparsefinder.analysis.pos import align_pos
 
     return align_pos(_record.text, _record.offsets, _record.special)
 
@@ -45,7 +45,7 @@ def _corpus_tagged(key: tuple, ctx: shell.AppContext, passages: int, compute: bo
     full_key = (*key, passages)
     if full_key in store or not compute:
         return store.get(full_key)
-    from sparsefinder.pos import align_pos
+    from sparsefinder.analysis.pos import align_pos
 
     bar = st.progress(0.0, text="Validation corpus: starting…")
     records = excorpus.corpus_records(

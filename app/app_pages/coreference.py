@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from app import shell
-from sparsefinder import coref, coref_pairs
+from sparsefinder.analysis import coref, coref_pairs
 from sparsefinder.explore import coref as excoref
 from sparsefinder.explore import inputs, live, tables
 from sparsefinder.explore import prepared as prep

@@ -11,7 +11,7 @@ import functools
 import streamlit as st
 
 from app import shell
-from sparsefinder import pareto
+from sparsefinder.evaluation import pareto
 from sparsefinder.explore import live, tables
 from sparsefinder.figures import accuracy as accuracy_figures
 from sparsefinder.figures import common as common_figures

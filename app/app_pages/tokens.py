@@ -15,11 +15,11 @@ import streamlit.components.v1 as components
 from torch import Tensor
 
 from app import shell
+from sparsefinder.data.records import AttentionRecord
 from sparsefinder.explore import head_lines, inputs, tables
 from sparsefinder.figures import common as common_figures
 from sparsefinder.figures import graphs as graph_figures
 from sparsefinder.figures import head_lines as head_lines_figures
-from sparsefinder.graphs import AttentionRecord
 
 st.title("Token view")
 

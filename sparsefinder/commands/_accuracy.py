@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from sparsefinder.accuracy_sweep import accuracy_sweep, write_outputs
 from sparsefinder.commands._common import progress_bar
-from sparsefinder.graphs import AttentionRecord
-from sparsefinder.models import LoadedModel
-from sparsefinder.projections import HeadProjections
+from sparsefinder.data.records import AttentionRecord
+from sparsefinder.evaluation.accuracy_sweep import accuracy_sweep, write_outputs
+from sparsefinder.models.loading import LoadedModel
+from sparsefinder.projections.heads import HeadProjections
 
 
 def run_accuracy(

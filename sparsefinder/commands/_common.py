@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from tqdm.auto import tqdm
 
 if TYPE_CHECKING:
-    from sparsefinder.graphs import AttentionRecord
+    from sparsefinder.data.records import AttentionRecord
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,9 +71,9 @@ def fitting_records(args: argparse.Namespace) -> tuple[Any, list[AttentionRecord
     """The model and gold-graph records a fitting command learns from: the corpus split
     (TRAIN by default; a note when it is validation), long passages chunked to the model's
     length, ``--max-passages`` honoured. Returns (loaded model, records)."""
-    from sparsefinder.corpus import chunk_passages, load_corpus
-    from sparsefinder.graphs import extract
-    from sparsefinder.models import load_model
+    from sparsefinder.data.corpus import chunk_passages, load_corpus
+    from sparsefinder.data.records import extract
+    from sparsefinder.models.loading import load_model
 
     if args.split == "validation":
         print("note: fitting on the validation split; evaluate on another split")

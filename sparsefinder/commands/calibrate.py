@@ -4,7 +4,7 @@ Fits ``distance-budget`` (per-head distance thresholds), ``rowfrac-budget`` (per
 fractions), ``kmeans-routed-budget`` (per-head key budgets) and ``window-budget`` (per-head
 windows) on the TRAIN split's gold graphs for the given projections and writes a small table
 the app drives its "target sparsity" slider and its text sweep's calibrated curves from (see
-:mod:`sparsefinder.calibration`). The table names its projections file, which the app loads
+:mod:`sparsefinder.calibration.table`). The table names its projections file, which the app loads
 for the table's methods.
 """
 
@@ -13,12 +13,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sparsefinder.calibration import CalibrationTable, file_digest
+from sparsefinder.calibration.table import CalibrationTable, file_digest
 from sparsefinder.commands._common import add_model_arguments, passages_label
-from sparsefinder.corpus import corpus_texts
-from sparsefinder.graphs import extract
-from sparsefinder.models import load_model
-from sparsefinder.projections import HeadProjections
+from sparsefinder.data.corpus import corpus_texts
+from sparsefinder.data.records import extract
+from sparsefinder.models.loading import load_model
+from sparsefinder.projections.heads import HeadProjections
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:

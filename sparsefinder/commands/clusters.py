@@ -14,14 +14,14 @@ from pathlib import Path
 import pandas as pd
 import plotly.graph_objects as go
 
-from sparsefinder.clusters import HeadClusterAnalysis
+from sparsefinder.analysis.clusters import HeadClusterAnalysis
+from sparsefinder.analysis.pos import align_doc, load_nlp
 from sparsefinder.commands._common import add_corpus_arguments, add_model_arguments
-from sparsefinder.corpus import corpus_texts
+from sparsefinder.data.corpus import corpus_texts
+from sparsefinder.data.records import extract
 from sparsefinder.figures.clusters import order_tags, pos_recall_figure, queries_keys_figure
-from sparsefinder.graphs import extract
-from sparsefinder.models import load_model
-from sparsefinder.pos import align_doc, load_nlp
-from sparsefinder.projections import HeadProjections
+from sparsefinder.models.loading import load_model
+from sparsefinder.projections.heads import HeadProjections
 from sparsefinder.resources import BUNDLED_PROJECTIONS
 
 DEFAULT_PROJECTIONS = BUNDLED_PROJECTIONS

@@ -1,7 +1,7 @@
 """`sparsefinder coref`: find coreference heads and check that k-means keeps their edges.
 
 Ranks every head by how much gold attention flows from pronouns to their antecedents on the
-bundled probes (see :mod:`sparsefinder.coref` for the exact definitions), prints the top
+bundled probes (see :mod:`sparsefinder.analysis.coref` for the exact definitions), prints the top
 heads, then scores Sparsefinder k-means on the best head(s) over a small (B, top-k) grid:
 recall on the pronoun→antecedent gold edges and sparsity of that head's predicted graph — the
 numbers the paper reports for its RoBERTa coreference head (recall ≈ 0.80, sparsity ≈ 0.75).
@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from sparsefinder.analysis.coref import DEFAULT_PROBES, evaluate_head, load_probes, rank_heads
 from sparsefinder.commands._common import add_model_arguments
 from sparsefinder.commands.clusters import add_projection_arguments
-from sparsefinder.coref import DEFAULT_PROBES, evaluate_head, load_probes, rank_heads
-from sparsefinder.graphs import extract
-from sparsefinder.models import load_model
-from sparsefinder.projections import HeadProjections
+from sparsefinder.data.records import extract
+from sparsefinder.models.loading import load_model
+from sparsefinder.projections.heads import HeadProjections
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:

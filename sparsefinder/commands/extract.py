@@ -6,10 +6,10 @@ import argparse
 from pathlib import Path
 
 from sparsefinder.commands._common import add_corpus_arguments, add_model_arguments
-from sparsefinder.corpus import corpus_texts
-from sparsefinder.graphs import extract
-from sparsefinder.models import load_model
-from sparsefinder.records_io import save_records
+from sparsefinder.data.corpus import corpus_texts
+from sparsefinder.data.records import extract
+from sparsefinder.data.records_io import save_records
+from sparsefinder.models.loading import load_model
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -30,7 +30,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def _run_sharded(args: argparse.Namespace) -> int:
     from sparsefinder import distributed
-    from sparsefinder.shards import extract_sharded
+    from sparsefinder.data.shards import extract_sharded
 
     with distributed.torchrun_group(args.device) as world:
         device = distributed.device_for(args.device, world)

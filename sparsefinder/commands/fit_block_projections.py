@@ -13,12 +13,12 @@ from __future__ import annotations
 import argparse
 import time
 
-from sparsefinder.block_projections import (
+from sparsefinder.commands._common import add_fitting_arguments, fitting_records
+from sparsefinder.projections.blocks import (
     DEFAULT_BLOCK,
     DEFAULT_RANK,
     train_block_projections,
 )
-from sparsefinder.commands._common import add_fitting_arguments, fitting_records
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:

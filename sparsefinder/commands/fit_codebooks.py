@@ -12,7 +12,7 @@ import argparse
 import time
 
 from sparsefinder.commands._common import add_fitting_arguments, fitting_records
-from sparsefinder.key_codebooks import DEFAULT_CLUSTERS, fit_codebooks
+from sparsefinder.projections.key_codebooks import DEFAULT_CLUSTERS, fit_codebooks
 
 
 def _clusters(text: str) -> list[int]:

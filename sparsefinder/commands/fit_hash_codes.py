@@ -11,8 +11,8 @@ import argparse
 import time
 
 from sparsefinder.commands._common import add_fitting_arguments, fitting_records
-from sparsefinder.hash_code_table import HashCodeTable
 from sparsefinder.predictors.hash_codes import HASH_BITS, fit_hash_codes
+from sparsefinder.projections.hash_code_table import HashCodeTable
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from sparsefinder.commands._common import add_model_arguments
-from sparsefinder.models import load_model
+from sparsefinder.models.loading import load_model
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:

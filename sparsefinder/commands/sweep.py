@@ -10,7 +10,7 @@ first ``--train-passages`` passages of the TRAIN split of the same corpus, never
 split being evaluated.
 
 ``--records DIR`` sweeps a shard store instead of extracting (under torchrun each rank scores
-its chunks; :mod:`sparsefinder.distributed_sweep` reduces the sums exactly).
+its chunks; :mod:`sparsefinder.evaluation.sharded_sweep` reduces the sums exactly).
 """
 
 from __future__ import annotations
@@ -27,12 +27,9 @@ from sparsefinder.commands._common import (
     passages_label,
     progress_bar,
 )
-from sparsefinder.corpus import CorpusError, corpus_texts
-from sparsefinder.figures.common import write_figure_html
-from sparsefinder.figures.pareto import pareto_figure
-from sparsefinder.graphs import AttentionRecord, extract
-from sparsefinder.models import DEFAULT_MODEL, LoadedModel, load_model
-from sparsefinder.pareto import (
+from sparsefinder.data.corpus import CorpusError, corpus_texts
+from sparsefinder.data.records import AttentionRecord, extract
+from sparsefinder.evaluation.pareto import (
     CURVES,
     metrics_at_sparsity,
     pareto_frontier,
@@ -40,7 +37,10 @@ from sparsefinder.pareto import (
     resolve_methods,
     sweep,
 )
-from sparsefinder.projections import HeadProjections
+from sparsefinder.figures.common import write_figure_html
+from sparsefinder.figures.pareto import pareto_figure
+from sparsefinder.models.loading import DEFAULT_MODEL, LoadedModel, load_model
+from sparsefinder.projections.heads import HeadProjections
 from sparsefinder.resources import BUNDLED_PROJECTIONS
 
 _JSON_COLUMNS = ("params", "recall_per_layer", "sparsity_per_layer")
@@ -150,8 +150,8 @@ def _write_results(points: pd.DataFrame, out: Path, summary: dict, title: str) -
 def _run_from_store(args: argparse.Namespace, methods: list[str]) -> int:
     """Sweep a shard store: each torchrun rank streams its chunks, sums are all-reduced."""
     from sparsefinder import distributed
-    from sparsefinder.distributed_sweep import sweep_streaming
-    from sparsefinder.shards import ShardedRecords
+    from sparsefinder.data.shards import ShardedRecords
+    from sparsefinder.evaluation.sharded_sweep import sweep_streaming
 
     if args.accuracy:
         raise ValueError("--accuracy reruns the model on texts and cannot read --records; "

@@ -4,11 +4,12 @@ Gold graphs come from the corpus' train split (long passages are chunked to the 
 maximum length, so nothing is silently truncated); the validation split is never read here.
 
 ``--objective`` picks how the projections are obtained (recorded in the file's metadata):
-``paper`` (Eq. 7 hinge, :func:`sparsefinder.projections.train_projections`), ``logistic``
-(pointwise logistic with a per-head bias, :mod:`sparsefinder.logistic`) or ``lowrank``
+``paper`` (Eq. 7 hinge, :func:`sparsefinder.projections.heads.train_projections`), ``logistic``
+(pointwise logistic with a per-head bias, :mod:`sparsefinder.projections.logistic`) or ``lowrank``
 (training-free low-rank approximation of each head's scores with the distance augmentation,
-:mod:`sparsefinder.lowrank`) or ``lowrank-logistic`` (that fit refined with a logistic loss,
-:mod:`sparsefinder.bilinear`). ``make assets-projections`` rebuilds the bundled
+:mod:`sparsefinder.projections.lowrank`) or ``lowrank-logistic`` (that fit refined with a logistic
+loss,
+:mod:`sparsefinder.projections.bilinear`). ``make assets-projections`` rebuilds the bundled
 ``assets/default/projections-r{4,8}-<objective>.pt`` files.
 """
 
@@ -18,18 +19,18 @@ import argparse
 import time
 from pathlib import Path
 
-from sparsefinder.bilinear import refine_lowrank
 from sparsefinder.commands._common import (
     add_corpus_arguments,
     add_model_arguments,
     passages_label,
 )
-from sparsefinder.corpus import corpus_texts
-from sparsefinder.graphs import extract
-from sparsefinder.logistic import train_logistic
-from sparsefinder.lowrank import fit_lowrank
-from sparsefinder.models import load_model
-from sparsefinder.projections import fit_centroids, train_projections
+from sparsefinder.data.corpus import corpus_texts
+from sparsefinder.data.records import extract
+from sparsefinder.models.loading import load_model
+from sparsefinder.projections.bilinear import refine_lowrank
+from sparsefinder.projections.heads import fit_centroids, train_projections
+from sparsefinder.projections.logistic import train_logistic
+from sparsefinder.projections.lowrank import fit_lowrank
 
 DEFAULT_CLUSTERS = "2,4,6,8,10,12,16,20"
 OBJECTIVES = ("paper", "logistic", "lowrank", "lowrank-logistic")
@@ -64,7 +65,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--objective", default="paper", choices=OBJECTIVES,
         help="paper: Eq. 7 hinge; logistic: pointwise logistic with a per-head bias; "
              "lowrank: training-free rank-r approximation of each head's scores "
-             "(projected vectors then have r + 3 coordinates, see sparsefinder.lowrank); "
+             "(projected vectors then have r + 3 coordinates, see "
+             "sparsefinder.projections.lowrank); "
              "lowrank-logistic: lowrank refined with a logistic loss",
     )
     parser.add_argument("--rank", type=int, default=4,
@@ -96,9 +98,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def _run_from_store(args: argparse.Namespace) -> int:
     from sparsefinder import distributed
-    from sparsefinder.distributed_centroids import fit_centroids_sharded
-    from sparsefinder.distributed_train import train_projections_sharded
-    from sparsefinder.shards import ShardedRecords
+    from sparsefinder.data.shards import ShardedRecords
+    from sparsefinder.projections.data_parallel import train_projections_sharded
+    from sparsefinder.projections.distributed_centroids import fit_centroids_sharded
 
     if args.objective != "paper":
         raise ValueError(f"--records trains the paper objective only (data-parallel hinge), "

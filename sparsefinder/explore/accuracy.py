@@ -2,8 +2,9 @@
 
 The live path scores a setting's graphs against the gold graphs without running the model;
 this runs it once more, restricted to the setting's graphs (predicted inside the forward pass,
-:mod:`sparsefinder.restricted`), and compares the output with the full α-entmax run
-(:mod:`sparsefinder.accuracy`, the same measures ``sparsefinder sweep --accuracy`` reports).
+:mod:`sparsefinder.evaluation.restricted`), and compares the output with the full α-entmax run
+(:mod:`sparsefinder.evaluation.accuracy`, the same measures ``sparsefinder sweep --accuracy``
+reports).
 One restricted forward of one text: ~0.1–0.5 s on a CPU. The full run is the ``reference``
 the app computes once per text and caches.
 """
@@ -13,11 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sparsefinder.accuracy import EncodedTexts, compare, encode
-from sparsefinder.models import LoadedModel
-from sparsefinder.projections import HeadProjections
-from sparsefinder.restricted import RestrictionStats, spec_graph
-from sparsefinder.spec import PredictorSpec
+from sparsefinder.evaluation.accuracy import EncodedTexts, compare, encode
+from sparsefinder.evaluation.restricted import RestrictionStats, spec_graph
+from sparsefinder.methods.spec import PredictorSpec
+from sparsefinder.models.loading import LoadedModel
+from sparsefinder.projections.heads import HeadProjections
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,8 @@ def task_accuracy(
 ) -> TaskAccuracy:
     """Retrieval agreement of ``texts`` (e.g. validation passages) restricted to ``spec``'s
     graphs against their full α-entmax run (``full``, cache it): each passage's nearest
-    neighbours among the others, top-1 agreement and nDCG@10 (:mod:`sparsefinder.accuracy`)."""
+    neighbours among the others, top-1 agreement and nDCG@10
+    (:mod:`sparsefinder.evaluation.accuracy`)."""
     if len(texts) < 2:
         raise ValueError("retrieval agreement needs at least two texts")
     if full is None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from torch import Tensor
 
-from sparsefinder.clusters import cluster_edges, head_assignments
+from sparsefinder.analysis.clusters import cluster_edges, head_assignments
 from sparsefinder.explore.prepared import PreparedText
 
 

@@ -9,14 +9,15 @@ import numpy as np
 import pandas as pd
 from torch import Tensor
 
-from sparsefinder.graphs import AttentionRecord
+from sparsefinder.data.records import AttentionRecord
 
 
 def pronoun_rows_frame(record: AttentionRecord, layer: int, head: int,
                        pairs: Sequence[Any], pred: Tensor | None = None) -> pd.DataFrame:
     """Only the pronoun rows of one head, tidy: one row per (pronoun token, key token).
 
-    ``pairs`` are :class:`sparsefinder.coref.PairTokens`; ``pred`` the predicted (n, m) mask
+    ``pairs`` are :class:`sparsefinder.analysis.coref.PairTokens`; ``pred`` the predicted (n, m)
+    mask
     of the head (or None). Columns: pair, query, query_token, key, key_token, prob (gold
     α-entmax probability), gold (edge), predicted, antecedent (key is the pair's antecedent).
     """

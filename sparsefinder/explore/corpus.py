@@ -12,14 +12,14 @@ from typing import Any
 
 import pandas as pd
 
-from sparsefinder import pareto
-from sparsefinder.calibration import CalibrationTable
-from sparsefinder.corpus import corpus_texts
-from sparsefinder.graphs import AttentionRecord, extract
-from sparsefinder.hash_code_table import HashCodeTable
+from sparsefinder.calibration.table import CalibrationTable
+from sparsefinder.data.corpus import corpus_texts
+from sparsefinder.data.records import AttentionRecord, extract
+from sparsefinder.evaluation import pareto
+from sparsefinder.methods.spec import PredictorSpec
 from sparsefinder.metrics import GraphScores
-from sparsefinder.projections import HeadProjections
-from sparsefinder.spec import PredictorSpec
+from sparsefinder.projections.hash_code_table import HashCodeTable
+from sparsefinder.projections.heads import HeadProjections
 
 ProgressFn = Callable[[float, str], None]
 

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from sparsefinder.graphs import AttentionRecord
+from sparsefinder.data.records import AttentionRecord
 
 #: Widest window drawn: at 16 px a row, 96 tokens fill a screen; more lines are a hairball.
 MAX_WINDOW = 96

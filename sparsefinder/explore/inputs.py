@@ -10,7 +10,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from sparsefinder.graphs import AttentionRecord, LongTextWarning, TextInputError, extract
+from sparsefinder.data.records import AttentionRecord, LongTextWarning, TextInputError, extract
 from sparsefinder.resources import EXAMPLES_DIR
 
 DEFAULT_EXAMPLE = "short_dialogue"
@@ -74,8 +74,8 @@ def _tokens(loaded: Any, text: str) -> int:
 
 def _extract_long(loaded: Any, text: str) -> tuple[AttentionRecord, list[str]]:
     """A long text on a long-context model: gold edges block by block (bounded memory,
-    ``sparsefinder.long_context``), cut at the model's limit with the same note."""
-    from sparsefinder.long_context import extract_long
+    ``sparsefinder.data.long_context``), cut at the model's limit with the same note."""
+    from sparsefinder.data.long_context import extract_long
 
     notes = []
     encoding = loaded.tokenizer(text, truncation=False, return_offsets_mapping=True)

@@ -15,7 +15,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from sparsefinder import pareto
+from sparsefinder.data.records import AttentionRecord
+from sparsefinder.evaluation import pareto
 from sparsefinder.explore.prepared import PreparedText, default_threshold
 from sparsefinder.explore.state import (
     DEFAULT_CLUSTERS,
@@ -24,10 +25,9 @@ from sparsefinder.explore.state import (
     method_label,
     to_spec,
 )
-from sparsefinder.graphs import AttentionRecord
+from sparsefinder.methods.spec import PredictorSpec, predict_record
 from sparsefinder.metrics import GraphScores
-from sparsefinder.projections import HeadProjections
-from sparsefinder.spec import PredictorSpec, predict_record
+from sparsefinder.projections.heads import HeadProjections
 
 
 def effective_method(state: ViewState, prepared: PreparedText) -> str:
@@ -141,7 +141,7 @@ def summarize(scores: GraphScores, layer: int, head: int) -> dict[str, Summary]:
 def score_setting(records: Sequence[AttentionRecord], projections: HeadProjections | None,
                   spec: PredictorSpec, fitted: Any = None) -> Summary:
     """Macro-averaged recall/sparsity of one setting on several texts (the Pareto star): the
-    sweep's own scoring, :func:`sparsefinder.pareto.score_specs` (``fitted``: what a
+    sweep's own scoring, :func:`sparsefinder.evaluation.pareto.score_specs` (``fitted``: what a
     calibrated method is built from, e.g. ``prepared.fitted(spec.method)``)."""
     results, gold = pareto.score_specs(records, projections, [spec], fitted=[fitted])
     return Summary(recall=results[0].recall, sparsity=results[0].sparsity,

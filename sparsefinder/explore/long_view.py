@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from sparsefinder.graphs import AttentionRecord, LayerGraph
+from sparsefinder.data.records import AttentionRecord, LayerGraph
 from sparsefinder.metrics import count_true
 
 #: Above this many tokens the Explorer opens on a window instead of the whole head.

@@ -2,7 +2,7 @@
 
 A text is "prepared" once per (model, α, text, projections). A slider move then only builds
 predictors from the setting's spec and runs them on the cached inputs
-(``sparsefinder.spec.RecordInputs``: projected q/k computed once per layer), and the cached
+(``sparsefinder.methods.spec.RecordInputs``: projected q/k computed once per layer), and the cached
 ``Scorer`` counts |Ĝ ∧ G| and |Ĝ|: the model never runs again.
 """
 
@@ -16,12 +16,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from sparsefinder.calibration import CalibrationTable
-from sparsefinder.graphs import AttentionRecord
-from sparsefinder.hash_code_table import HashCodeTable
+from sparsefinder.calibration.table import CalibrationTable
+from sparsefinder.data.records import AttentionRecord
+from sparsefinder.methods.spec import RecordInputs
 from sparsefinder.metrics import Scorer
-from sparsefinder.projections import HeadProjections
-from sparsefinder.spec import RecordInputs
+from sparsefinder.projections.hash_code_table import HashCodeTable
+from sparsefinder.projections.heads import HeadProjections
 
 #: The calibrated methods the app offers (a target-sparsity slider), best first.
 CALIBRATED_APP_METHODS = ("distance-budget", "rowfrac-budget", "kmeans-routed-budget")

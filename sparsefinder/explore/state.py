@@ -2,7 +2,7 @@
 
 Parsed from URL query parameters, never trusted: a bad value falls back to the default with a
 message naming the parameter. :func:`to_spec` turns a state into the
-:class:`~sparsefinder.spec.PredictorSpec` it stands for — the same value the sweeps use.
+:class:`~sparsefinder.methods.spec.PredictorSpec` it stands for — the same value the sweeps use.
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ from typing import Any
 
 from sparsefinder.explore.inputs import DEFAULT_EXAMPLE, list_examples
 from sparsefinder.explore.texts import is_text_id
+from sparsefinder.methods.spec import GLOBAL_CHOICES, METHODS, PredictorSpec
 from sparsefinder.metrics import EXTRA_METRICS
 from sparsefinder.predictors.hash_codes import HASH_BITS
-from sparsefinder.spec import GLOBAL_CHOICES, METHODS, PredictorSpec
 
-#: Methods the app's sliders drive (keys of the one registry, ``sparsefinder.spec.METHODS``).
+#: Methods the app's sliders drive (keys of the one registry,
+#: ``sparsefinder.methods.spec.METHODS``).
 APP_METHODS: tuple[str, ...] = ("distance-budget", "rowfrac-budget", "kmeans-routed-budget",
                                  "distance", "quantization", "kmeans", "hashattention", "quest",
                                  "fixed")

@@ -18,9 +18,9 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from sparsefinder.data.records import AttentionRecord
 from sparsefinder.explore.live import summarize
 from sparsefinder.explore.state import ViewState
-from sparsefinder.graphs import AttentionRecord
 from sparsefinder.metrics import GraphScores
 
 DIFF_NONE, DIFF_TP, DIFF_FN, DIFF_FP = 0, 1, 2, 3

@@ -1,6 +1,6 @@
 """Sparsity–accuracy figures: one panel per measure, each method's points and frontier, full
 entmax as a star and the gold sparsity as a line (the numbers come from
-``sparsefinder.accuracy_sweep``)."""
+``sparsefinder.evaluation.accuracy_sweep``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from sparsefinder.accuracy_sweep import MEASURE_LABELS, MEASURES, frontier
+from sparsefinder.evaluation.accuracy_sweep import MEASURE_LABELS, MEASURES, frontier
 
 _PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
             "#17becf", "#bcbd22", "#7f7f7f"]

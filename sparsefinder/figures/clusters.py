@@ -1,6 +1,6 @@
 """Plotly figures for the cluster analysis (paper Fig. 6), shared by the CLI and the app.
 
-Every function takes the tables of :mod:`sparsefinder.clusters` and returns a
+Every function takes the tables of :mod:`sparsefinder.analysis.clusters` and returns a
 ``go.Figure``; nothing here computes statistics, so the figures always show exactly what the
 CSV files hold.
 """
@@ -14,7 +14,7 @@ import plotly.colors as pc
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from sparsefinder.pos import SPECIAL_TAG, UPOS_TAGS
+from sparsefinder.analysis.pos import SPECIAL_TAG, UPOS_TAGS
 
 _TAG_ORDER = (*UPOS_TAGS, SPECIAL_TAG)
 

@@ -8,7 +8,8 @@ geometry the projections are trained for) plus the band of ``window_blocks`` blo
 the diagonal. Cost: O((n/block)·(m/block)·r) per head, negligible next to attention.
 
 :meth:`BlockSparsefinder.predict_blocks` gives the (heads, n/block, m/block) block graph that
-:func:`sparsefinder.block_sparse.block_sparse_entmax` computes on; :meth:`predict` expands it
+:func:`sparsefinder.attention.block_sparse.block_sparse_entmax` computes on; :meth:`predict`
+expands it
 to the token mask every sweep scores (so recall, sparsity, block recall and exact fraction
 are those of the pairs the block-sparse attention really computes).
 """
@@ -21,7 +22,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from sparsefinder.masks import apply_causal
+from sparsefinder.attention.masks import apply_causal
 from sparsefinder.predictors.base import check_shapes
 from sparsefinder.predictors.distance import pairwise_sq_dist
 
@@ -99,7 +100,7 @@ class BlockSparsefinder:
                graph: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         """(block graph bool (heads, ceil(n/b), ceil(m/b)), extra keys int64 (heads,
         ceil(n/b), n_keys) or None) — the inputs of
-        :func:`~sparsefinder.block_sparse.block_sparse_entmax`.
+        :func:`~sparsefinder.attention.block_sparse.block_sparse_entmax`.
 
         ``graph``: key blocks chosen elsewhere (e.g. by :class:`LearnedBlockSparsefinder`);
         then only the ``n_keys`` nearest single keys outside them are added here."""
@@ -135,7 +136,7 @@ class BlockSparsefinder:
 
     def predict(self, q: Tensor, k: Tensor, *, causal: bool = False) -> Tensor:
         """The selection expanded to token pairs: bool (heads, n, m)."""
-        from sparsefinder.block_sparse import expand_blocks
+        from sparsefinder.attention.block_sparse import expand_blocks
 
         graph, extra = self.select(q, k, causal=causal)
         mask = expand_blocks(graph, self.block, q.shape[1], k.shape[1], extra)
@@ -148,7 +149,7 @@ class LearnedBlockSparsefinder:
     key block) pair, keep the ``n_blocks`` best per query block ∪ the diagonal band.
 
     ``weight`` (heads, r, d) is one layer of block projections
-    (:func:`sparsefinder.block_projections.train_block_projections`, trained on blocks of
+    (:func:`sparsefinder.projections.blocks.train_block_projections`, trained on blocks of
     ``block`` tokens). It reads the model's own q/k (heads, n, d): pooling is linear, so
     ``W·mean(block) = mean(W·token)``; a tile's score is ``−‖W q̄_I − W k̄_J‖²``, the
     geometry Eq. 7 trains. Cost O((n/b)·(m/b)·r + (n + m)·d·r / b) per head. A head whose
@@ -202,7 +203,7 @@ class LearnedBlockSparsefinder:
 
     def predict(self, q: Tensor, k: Tensor, *, causal: bool = False) -> Tensor:
         """The block graph expanded to token pairs: bool (heads, n, m)."""
-        from sparsefinder.block_sparse import expand_blocks
+        from sparsefinder.attention.block_sparse import expand_blocks
 
         mask = expand_blocks(self.predict_blocks(q, k, causal=causal), self.block,
                              q.shape[1], k.shape[1], None)

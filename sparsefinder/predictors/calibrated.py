@@ -43,8 +43,8 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from sparsefinder.graphs import AttentionRecord
-from sparsefinder.masks import allowed_per_row, apply_causal, causal_mask
+from sparsefinder.attention.masks import allowed_per_row, apply_causal, causal_mask
+from sparsefinder.data.records import AttentionRecord
 from sparsefinder.predictors.base import check_shapes
 from sparsefinder.predictors.distance import _partial_sq_dist
 from sparsefinder.predictors.row_fraction import RowFraction

@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from sparsefinder.masks import apply_causal
+from sparsefinder.attention.masks import apply_causal
 from sparsefinder.predictors.base import check_shapes
 
 if TYPE_CHECKING:
-    from sparsefinder.graphs import AttentionRecord
+    from sparsefinder.data.records import AttentionRecord
 
 HASH_BITS = 16
 

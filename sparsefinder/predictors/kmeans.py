@@ -19,7 +19,7 @@ from sklearn.cluster import KMeans as _SkKMeans
 from sklearn.exceptions import NotFittedError
 from torch import Tensor
 
-from sparsefinder.masks import apply_causal
+from sparsefinder.attention.masks import apply_causal
 from sparsefinder.predictors.base import check_shapes
 
 
@@ -57,7 +57,7 @@ def head_samples(n_points: int, heads: int, max_points: int | None,
 
     Drawn without replacement from one generator seeded by ``random_state``, head after head,
     so any process that knows ``n_points`` draws the same sample (the distributed fit in
-    :mod:`sparsefinder.distributed_centroids` relies on it).
+    :mod:`sparsefinder.projections.distributed_centroids` relies on it).
     """
     if max_points is None or n_points <= max_points:
         return [None] * heads

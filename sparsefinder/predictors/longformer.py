@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from sparsefinder.masks import apply_causal, window_band
+from sparsefinder.attention.masks import apply_causal, window_band
 from sparsefinder.predictors.base import check_shapes
 
 

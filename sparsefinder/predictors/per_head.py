@@ -3,7 +3,7 @@
 Why: heads differ (a positional head needs a window of 1, a diffuse one hundreds of keys),
 so one raw hyperparameter shared by all heads — B and k of k-means, β of quantization, the
 window w, the key budget of routed k-means — spends sparsity where it buys little recall.
-:mod:`sparsefinder.grid_calibration` chooses a grid index per head on TRAIN graphs; this
+:mod:`sparsefinder.calibration.grid` chooses a grid index per head on TRAIN graphs; this
 module predicts with the choice.
 """
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from sparsefinder.masks import apply_causal
+from sparsefinder.attention.masks import apply_causal
 from sparsefinder.predictors.base import check_shapes
 
 

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from sparsefinder.masks import apply_causal
+from sparsefinder.attention.masks import apply_causal
 from sparsefinder.predictors.base import check_shapes
 
 

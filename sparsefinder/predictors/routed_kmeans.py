@@ -43,7 +43,7 @@ import torch
 from sklearn.exceptions import NotFittedError
 from torch import Tensor
 
-from sparsefinder.masks import apply_causal
+from sparsefinder.attention.masks import apply_causal
 from sparsefinder.predictors.base import check_shapes
 from sparsefinder.predictors.kmeans import fit_head_centroids
 

@@ -20,7 +20,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from sparsefinder.masks import allowed_per_row, apply_causal, causal_mask
+from sparsefinder.attention.masks import allowed_per_row, apply_causal, causal_mask
 from sparsefinder.predictors.base import check_shapes
 from sparsefinder.predictors.distance import pairwise_sq_dist
 

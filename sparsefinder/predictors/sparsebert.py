@@ -47,7 +47,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from sparsefinder.masks import apply_causal
+from sparsefinder.attention.masks import apply_causal
 from sparsefinder.predictors.base import Fittable, Predictor, check_shapes
 
 _KINDS = ("structured", "unstructured")

@@ -5,7 +5,7 @@ Every query keeps its k highest-scoring keys of the *full* score matrix QKᵀ (Z
 one needs the ORIGINAL queries and keys (heads, n, d), not the low-dimensional projections,
 and it computes all n·m scores, so it saves no work: it is an oracle, bounded only by the
 score matrix itself, showing how well *any* method that keeps a fixed number of keys per
-query could do. The method registry (``sparsefinder.spec``) declares that it reads the
+query could do. The method registry (``sparsefinder.methods.spec``) declares that it reads the
 original vectors (``inputs="original"``).
 
 Ties are broken deterministically: scores strictly above the k-th largest are kept, and
@@ -23,7 +23,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from sparsefinder.masks import apply_causal, causal_mask
+from sparsefinder.attention.masks import apply_causal, causal_mask
 from sparsefinder.predictors.base import check_shapes
 
 

@@ -28,8 +28,8 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from sparsefinder.entmax_ops import entmax_normalize, validate_alpha
-from sparsefinder.masks import causal_mask
+from sparsefinder.attention.entmax_ops import entmax_normalize, validate_alpha
+from sparsefinder.attention.masks import causal_mask
 from sparsefinder.predictors.base import check_shapes
 from sparsefinder.predictors.routed_kmeans import descending_order
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from sparsefinder.masks import apply_causal
+from sparsefinder.attention.masks import apply_causal
 from sparsefinder.predictors.base import (
     Fittable,
     Predictor,

@@ -8,7 +8,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from sparsefinder.masks import apply_causal, window_band
+from sparsefinder.attention.masks import apply_causal, window_band
 from sparsefinder.predictors.base import check_shapes
 
 

@@ -35,7 +35,7 @@ def assert_clean(at) -> None:
 def random_projections(model_id: str, layers: int = 6, heads: int = 12, d: int = 32,
                        rank: int = 4, clusters: tuple[int, ...] = (2, 4, 8)):
     """Untrained projections with centroids: every code path, no training time."""
-    from sparsefinder.projections import HeadProjections
+    from sparsefinder.projections.heads import HeadProjections
 
     gen = torch.Generator().manual_seed(0)
     return HeadProjections(

@@ -27,7 +27,7 @@ def fresh_streamlit_caches():
 def default_projections_file(tmp_path_factory) -> Path:
     from apptest_helpers import random_projections
 
-    from sparsefinder.models import DEFAULT_MODEL_ID
+    from sparsefinder.models.loading import DEFAULT_MODEL_ID
 
     return random_projections(DEFAULT_MODEL_ID).save(
         tmp_path_factory.mktemp("proj") / "projections.pt")

@@ -73,7 +73,7 @@ def test_projections_for_another_model_disable_learned_methods(tmp_path, monkeyp
 
 
 def test_custom_model_without_projections_runs_fixed_patterns(without_projections):
-    from sparsefinder.models import default_model_path
+    from sparsefinder.models.loading import default_model_path
 
     at = new_app(method="distance")
     at.session_state["w_model_kind"] = "custom"
@@ -87,7 +87,7 @@ def test_custom_model_without_projections_runs_fixed_patterns(without_projection
 
 
 def test_unreadable_projections_path_is_a_warning(tmp_path):
-    from sparsefinder.models import default_model_path
+    from sparsefinder.models.loading import default_model_path
 
     at = new_app()
     at.session_state["w_model_kind"] = "custom"

@@ -172,8 +172,8 @@ def _library_scores(projections_file, method: str, **values):
     from sparsefinder.explore import inputs, live
     from sparsefinder.explore import prepared as prep
     from sparsefinder.explore.state import ViewState
-    from sparsefinder.models import load_model
-    from sparsefinder.projections import HeadProjections
+    from sparsefinder.models.loading import load_model
+    from sparsefinder.projections.heads import HeadProjections
 
     loaded = load_model("default")
     record, _ = inputs.extract_one(loaded, inputs.read_example(inputs.DEFAULT_EXAMPLE))

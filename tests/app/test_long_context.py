@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from apptest_helpers import assert_clean, assert_head_graphs, figures, new_app
 
-from sparsefinder.decoders import save_tiny_decoder
+from sparsefinder.data.long_context import long_texts
 from sparsefinder.explore.long_view import DEFAULT_WINDOW
-from sparsefinder.long_context import long_texts
-from sparsefinder.models import load_model
+from sparsefinder.models.decoders import save_tiny_decoder
+from sparsefinder.models.loading import load_model
 
 N_TOKENS = 1600  # > 1024: the bounded-memory extraction path, > 512: the long-text view
 

@@ -13,7 +13,7 @@ import pytest
 from apptest_helpers import assert_clean, assert_head_graphs, new_app
 
 from sparsefinder import serving
-from sparsefinder.models import default_model_path
+from sparsefinder.models.loading import default_model_path
 
 
 def _messages(at) -> str:
@@ -85,7 +85,7 @@ def test_localhost_missing_folder_says_folder_not_found(without_projections):
 
 
 def test_model_that_does_not_fit_in_memory_is_refused(monkeypatch, without_projections):
-    from sparsefinder import models
+    from sparsefinder.models import loading as models
 
     monkeypatch.setattr(models, "available_memory_bytes", lambda: 16 * 1024 * 1024)
     at = new_app().run()

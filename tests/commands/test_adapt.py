@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from sparsefinder.adapter_file import read_adapter
 from sparsefinder.cli import main
-from sparsefinder.models import load_model
+from sparsefinder.models.adapter_file import read_adapter
+from sparsefinder.models.loading import load_model
 
 
 def test_adapt_writes_a_loadable_adapter_and_resumes(tiny_model_dirs, tmp_path, capsys):

@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from sparsefinder.analysis.coref import DEFAULT_PROBES
 from sparsefinder.cli import main
-from sparsefinder.coref import DEFAULT_PROBES
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from sparsefinder.cli import main
-from sparsefinder.models import DEFAULT_MODEL_ID
-from sparsefinder.records_io import load_records
+from sparsefinder.data.records_io import load_records
+from sparsefinder.models.loading import DEFAULT_MODEL_ID
 
 
 def test_extract_writes_compact_records(tmp_path, capsys):

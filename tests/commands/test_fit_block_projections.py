@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sparsefinder.block_projections import load_block_projections
 from sparsefinder.cli import main
-from sparsefinder.models import DEFAULT_MODEL_ID
+from sparsefinder.models.loading import DEFAULT_MODEL_ID
+from sparsefinder.projections.blocks import load_block_projections
 
 
 def test_fit_block_projections_writes_a_loadable_file(tmp_path: Path, capsys) -> None:

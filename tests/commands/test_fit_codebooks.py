@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from sparsefinder.cli import main
-from sparsefinder.key_codebooks import KeyCodebooks
-from sparsefinder.models import DEFAULT_MODEL_ID
+from sparsefinder.models.loading import DEFAULT_MODEL_ID
+from sparsefinder.projections.key_codebooks import KeyCodebooks
 
 
 def test_fit_codebooks_writes_a_loadable_file(tmp_path: Path, capsys) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from sparsefinder.cli import main
-from sparsefinder.hash_code_table import HashCodeTable
-from sparsefinder.models import DEFAULT_MODEL_ID
+from sparsefinder.models.loading import DEFAULT_MODEL_ID
+from sparsefinder.projections.hash_code_table import HashCodeTable
 
 
 def test_fit_hash_codes_writes_a_loadable_file(tmp_path: Path, capsys) -> None:

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from sparsefinder.cli import main
-from sparsefinder.corpus import split_of
+from sparsefinder.data.corpus import split_of
 
 _spec = importlib.util.spec_from_file_location(
     "_tiny_train", Path(__file__).with_name("test_train.py")
@@ -128,7 +128,7 @@ def test_sweep_calibrated_methods_with_lowrank_projections(trained, tmp_path: Pa
 
 def test_calibrate_writes_a_table_naming_its_projections(trained, tmp_path: Path,
                                                          capsys) -> None:
-    from sparsefinder.calibration import CalibrationTable, file_digest
+    from sparsefinder.calibration.table import CalibrationTable, file_digest
 
     tiny, proj = trained
     folder = tmp_path / "assets"

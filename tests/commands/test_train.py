@@ -9,8 +9,8 @@ import torch
 from transformers import AutoTokenizer, BertConfig, BertModel
 
 from sparsefinder.cli import main
-from sparsefinder.models import default_model_path
-from sparsefinder.projections import HeadProjections
+from sparsefinder.models.loading import default_model_path
+from sparsefinder.projections.heads import HeadProjections
 
 
 def make_tiny_bert(folder: Path) -> Path:

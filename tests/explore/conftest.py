@@ -7,7 +7,7 @@ import torch
 
 from sparsefinder.explore import inputs
 from sparsefinder.explore import prepared as prep
-from sparsefinder.projections import HeadProjections
+from sparsefinder.projections.heads import HeadProjections
 
 TEXT = "The cat sat on the mat because the cat was tired, and the mat was warm."
 

@@ -6,10 +6,10 @@ import pytest
 import torch
 from transformers import AutoTokenizer, BertConfig, BertModel
 
-from sparsefinder.attention import use_entmax
+from sparsefinder.attention.interface import use_entmax
 from sparsefinder.explore.accuracy import reference, setting_accuracy
-from sparsefinder.models import LoadedModel, default_model_path
-from sparsefinder.spec import PredictorSpec
+from sparsefinder.methods.spec import PredictorSpec
+from sparsefinder.models.loading import LoadedModel, default_model_path
 
 TEXT = "Sparse attention keeps only a few keys for every query in this sentence."
 
@@ -43,7 +43,7 @@ def test_setting_accuracy_on_one_text(tiny: LoadedModel) -> None:
 
 def test_task_accuracy_is_perfect_at_recall_one_and_needs_two_texts(default_model):
     from sparsefinder.explore.accuracy import task_accuracy
-    from sparsefinder.spec import PredictorSpec
+    from sparsefinder.methods.spec import PredictorSpec
 
     texts = ["The cat sat on the mat.", "Stocks fell sharply on Monday.",
              "A kitten slept on the rug."]

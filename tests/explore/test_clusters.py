@@ -9,7 +9,7 @@ from sparsefinder.explore import clusters as exclusters
 
 
 def test_head_cluster_ids_and_cluster_masks(prepared):
-    from sparsefinder.clusters import head_prediction
+    from sparsefinder.analysis.clusters import head_prediction
 
     q_ids, k_ids = exclusters.head_cluster_ids(prepared, 1, 3, 4, 2)
     n = prepared.n_tokens

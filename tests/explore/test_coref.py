@@ -9,7 +9,7 @@ from sparsefinder.explore import coref as excoref
 
 
 def test_pronoun_rows_frame(record):
-    from sparsefinder.coref import PairTokens
+    from sparsefinder.analysis.coref import PairTokens
 
     pairs = [PairTokens(np.array([8]), np.array([7])), PairTokens(np.array([9, 10]),
                                                                   np.array([2]))]

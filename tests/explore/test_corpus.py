@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sparsefinder import pareto
+from sparsefinder.evaluation import pareto
 from sparsefinder.explore import corpus as excorpus
 from sparsefinder.explore import inputs, live
 from sparsefinder.explore import state as urlstate
@@ -71,10 +71,10 @@ def test_pareto_star_is_the_sweeps_point_for_the_same_setting(default_model, pre
 def test_text_sweep_includes_the_calibrated_curves_of_the_bundled_table(record, projections):
     """The app cannot fit calibrated methods (no train graphs at hand): their curves come from
     the bundled table, built with the table's own projections, scored like any sweep row."""
-    from sparsefinder.calibration import CalibrationTable
+    from sparsefinder.calibration.table import CalibrationTable
     from sparsefinder.explore import prepared as prep
+    from sparsefinder.methods.spec import PredictorSpec
     from sparsefinder.resources import BUNDLED_CALIBRATION
-    from sparsefinder.spec import PredictorSpec
 
     table = CalibrationTable.load(BUNDLED_CALIBRATION)
     own = table.own_projections(BUNDLED_CALIBRATION)
@@ -98,9 +98,9 @@ def test_text_sweep_includes_the_calibrated_curves_of_the_bundled_table(record, 
 def test_sweep_records_adds_the_hash_codes_curve(prepared):
     import torch
 
-    from sparsefinder import pareto
+    from sparsefinder.evaluation import pareto
     from sparsefinder.explore.corpus import sweep_records
-    from sparsefinder.hash_code_table import HashCodeTable
+    from sparsefinder.projections.hash_code_table import HashCodeTable
 
     record = prepared.record
     gen = torch.Generator().manual_seed(2)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from sparsefinder.data.records import TextInputError
 from sparsefinder.explore import inputs
-from sparsefinder.graphs import TextInputError
 
 
 def test_examples_and_uploads():
@@ -45,10 +45,10 @@ def test_default_model_keeps_truncating_long_texts_as_before(default_model):
 
 
 def test_long_context_model_uses_bounded_extraction_and_truncates_at_its_limit(tmp_path):
-    from sparsefinder.decoders import save_tiny_decoder
+    from sparsefinder.data.long_context import long_texts
     from sparsefinder.explore.inputs import LONG_EXTRACTION, extract_one
-    from sparsefinder.long_context import long_texts
-    from sparsefinder.models import load_model
+    from sparsefinder.models.decoders import save_tiny_decoder
+    from sparsefinder.models.loading import load_model
 
     limit = LONG_EXTRACTION + 76
     loaded = load_model(str(save_tiny_decoder("llama", tmp_path / "llama", max_positions=limit)),

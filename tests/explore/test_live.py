@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from sparsefinder.attention.masks import causal_mask
 from sparsefinder.explore import live, tables
 from sparsefinder.explore import prepared as prep
 from sparsefinder.explore import state as urlstate
-from sparsefinder.masks import causal_mask
 from sparsefinder.metrics import recall, score_layers, sparsity
 
 
@@ -152,9 +152,9 @@ def test_kmeans_layer_mask_matches_predict_layers(prepared):
 @pytest.fixture(scope="module")
 def causal_prepared():
     """A synthetic decoder record (7 tokens, 2 layers, 2 heads) with random projections."""
-    from sparsefinder.graphs import AttentionRecord, LayerGraph
-    from sparsefinder.masks import causal_mask
-    from sparsefinder.projections import HeadProjections
+    from sparsefinder.attention.masks import causal_mask
+    from sparsefinder.data.records import AttentionRecord, LayerGraph
+    from sparsefinder.projections.heads import HeadProjections
 
     gen = torch.Generator().manual_seed(4)
     n, heads, d = 7, 2, 4

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from sparsefinder.data.records import AttentionRecord, LayerGraph
 from sparsefinder.explore.long_view import (
     DEFAULT_WINDOW,
     LONG_TEXT,
@@ -15,7 +16,6 @@ from sparsefinder.explore.long_view import (
     head_probs,
     window_around,
 )
-from sparsefinder.graphs import AttentionRecord, LayerGraph
 
 
 def _record(text: str, tokens: list[str], offsets: list[tuple[int, int]]) -> AttentionRecord:

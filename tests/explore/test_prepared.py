@@ -16,7 +16,7 @@ def test_round_up_and_distance_range(prepared):
 def test_hash_codes_enable_hashattention_when_they_fit(record, projections):
     from sparsefinder.explore import live
     from sparsefinder.explore import state as urlstate
-    from sparsefinder.hash_code_table import HashCodeTable
+    from sparsefinder.projections.hash_code_table import HashCodeTable
 
     gen = torch.Generator().manual_seed(1)
     heads, d = record.num_heads, record.layers[0].queries.shape[-1]

@@ -6,7 +6,7 @@ import json
 
 import pandas as pd
 
-from sparsefinder.accuracy_sweep import MEASURES
+from sparsefinder.evaluation.accuracy_sweep import MEASURES
 from sparsefinder.figures.accuracy import accuracy_figure
 
 

@@ -6,10 +6,10 @@ import pandas as pd
 import pytest
 import torch
 
+from sparsefinder.data.records import AttentionRecord, LayerGraph
+from sparsefinder.evaluation.pareto import resolve_methods, sweep
 from sparsefinder.figures.common import write_figure_html
 from sparsefinder.figures.pareto import mark_current, pareto_figure
-from sparsefinder.graphs import AttentionRecord, LayerGraph
-from sparsefinder.pareto import resolve_methods, sweep
 
 
 def _record(gen: torch.Generator, n: int, heads: int = 2, d: int = 8) -> AttentionRecord:

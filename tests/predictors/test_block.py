@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from sparsefinder.methods.spec import PredictorSpec
 from sparsefinder.metrics import block_graph, block_recall, exact_fraction
 from sparsefinder.predictors.block import BlockSparsefinder, pool_blocks
-from sparsefinder.spec import PredictorSpec
 
 
 def test_pool_blocks_means_including_a_partial_last_block():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sparsefinder.graphs import AttentionRecord, LayerGraph
+from sparsefinder.data.records import AttentionRecord, LayerGraph
 from sparsefinder.metrics import macro_average, recall, score_layers, sparsity
 from sparsefinder.predictors import Distance
 from sparsefinder.predictors.calibrated import (
@@ -15,7 +15,7 @@ from sparsefinder.predictors.calibrated import (
     ThresholdDistance,
 )
 from sparsefinder.predictors.row_fraction import RowFraction
-from sparsefinder.projections import HeadProjections
+from sparsefinder.projections.heads import HeadProjections
 
 HEADS, D, LAYERS = 3, 6, 2
 
@@ -167,8 +167,8 @@ def test_head_without_gold_edges_counts_as_recalled() -> None:
 def test_default_model_short_texts(default_model) -> None:
     """Real attention graphs and the bundled projections: the target is met on the texts the
     thresholds were fitted on (estimation is per text, so this holds for a handful)."""
-    from sparsefinder.graphs import extract
-    from sparsefinder.projections import BUNDLED_PROJECTIONS
+    from sparsefinder.data.records import extract
+    from sparsefinder.projections.heads import BUNDLED_PROJECTIONS
 
     projections = HeadProjections.load(BUNDLED_PROJECTIONS)
     texts = ["The cat sat on the mat because it was tired.",

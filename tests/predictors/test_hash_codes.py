@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sparsefinder.graphs import AttentionRecord, LayerGraph
+from sparsefinder.data.records import AttentionRecord, LayerGraph
 from sparsefinder.metrics import Scorer
 from sparsefinder.predictors.hash_codes import HammingCodes, fit_hash_codes
 

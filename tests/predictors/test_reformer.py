@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparsefinder.masks import causal_mask
+from sparsefinder.attention.masks import causal_mask
 from sparsefinder.predictors.reformer import Reformer, lsh_buckets
 
 # Cross-check against reformer-pytorch 1.4.4, LSHAttention(n_hashes=2,

@@ -6,7 +6,7 @@ import pytest
 import torch
 from sklearn.exceptions import NotFittedError
 
-from sparsefinder.masks import causal_mask
+from sparsefinder.attention.masks import causal_mask
 from sparsefinder.predictors.routed_kmeans import RoutedKMeans, descending_order
 
 

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparsefinder.masks import causal_mask
+from sparsefinder.attention.masks import causal_mask
 from sparsefinder.predictors.topk import TopK
 
 

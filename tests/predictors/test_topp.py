@@ -8,7 +8,7 @@ import pytest
 import torch
 from entmax import entmax15
 
-from sparsefinder.masks import causal_mask
+from sparsefinder.attention.masks import causal_mask
 from sparsefinder.predictors.topp import TopP
 
 

@@ -1,0 +1,96 @@
+"""Sweep entries for the calibrated distance predictors (issue 10).
+
+Each grid point is a TARGET (sparsity or recall), not a raw threshold, so the points of a
+curve sit where they are asked to, whatever the projections' scale (an augmented low-rank
+space has distances in the tens, the paper's in units of the margin). Thresholds are fitted
+on the sweep's TRAIN records (``sweep(train_records=...)``, ``sparsefinder sweep
+--train-passages N``), once per projections object: the train pairs are sampled and projected
+once and every target re-uses the samples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sparsefinder.calibration.grid import HEAD_GRIDS, head_grid_fitter
+from sparsefinder.data.records import AttentionRecord
+from sparsefinder.predictors.calibrated import (
+    CalibratedDistance,
+    CalibratedRowFraction,
+    DistanceSamples,
+)
+
+#: Target sparsities: coarse below 0.75, every 0.01 from 0.75 to 0.99.
+SPARSITY_TARGETS = [0.5, 0.6, 0.7] + [round(0.75 + 0.01 * i, 2) for i in range(25)]
+RECALL_TARGETS = [0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99]
+#: A finer raw-threshold grid than the paper's for ``distance``: 0.05 … 5.0 in steps of 0.05.
+DISTANCE_FINE_GRID = [round(0.05 * i, 2) for i in range(1, 101)]
+
+Params = dict[str, Any]
+
+
+def calibrated_fitter(
+    allocation: str, by: str, estimator: type = CalibratedDistance
+) -> Callable[[Sequence[AttentionRecord]], Callable]:
+    """``fit(train_records) -> factory(params, projections, layer)`` for the sweep registry;
+    ``by`` is the grid key ("target_sparsity" or "target_recall"), ``estimator`` the
+    calibrated class (:class:`CalibratedDistance` or :class:`CalibratedRowFraction`)."""
+    rank_fractions = estimator is CalibratedRowFraction
+
+    def fit(train_records: Sequence[AttentionRecord]) -> Callable:
+        cache: dict[int, tuple[Any, DistanceSamples, dict[float, Any]]] = {}
+
+        def build(p: Params, projections: Any, layer: int) -> Any:
+            if projections is None:
+                raise ValueError("calibrated distance needs learned projections; pass projections=")
+            entry = cache.get(id(projections))
+            if entry is None or entry[0] is not projections:
+                samples = DistanceSamples.from_records(train_records, projections,
+                                                       rank_fractions=rank_fractions)
+                entry = (projections, samples, {})
+                cache[id(projections)] = entry
+            target = float(p[by])
+            fitted = entry[2].get(target)
+            if fitted is None:
+                fitted = estimator(**{by: target}, allocation=allocation).fit(entry[1])
+                entry[2][target] = fitted
+            return fitted.for_layer(layer)
+
+        return build
+
+    return fit
+
+
+def calibrated_methods() -> list[tuple[str, list[Params], Callable]]:
+    """(name, grid, fitter) of every calibrated method: the method registry
+    (``sparsefinder.methods.spec``) registers each as a method fitted on train records, and
+    ``pareto`` sweeps each grid as a curve."""
+    return [
+        ("distance-calibrated", [{"target_sparsity": s} for s in SPARSITY_TARGETS],
+         calibrated_fitter("equal", "target_sparsity")),
+        ("distance-budget", [{"target_sparsity": s} for s in SPARSITY_TARGETS],
+         calibrated_fitter("budget", "target_sparsity")),
+        ("distance-calibrated-recall", [{"target_recall": r} for r in RECALL_TARGETS],
+         calibrated_fitter("equal", "target_recall")),
+        ("rowfrac-calibrated", [{"target_sparsity": s} for s in SPARSITY_TARGETS],
+         calibrated_fitter("equal", "target_sparsity", CalibratedRowFraction)),
+        ("rowfrac-budget", [{"target_sparsity": s} for s in SPARSITY_TARGETS],
+         calibrated_fitter("budget", "target_sparsity", CalibratedRowFraction)),
+    ] + [  # one raw setting per head (B/k, β, window, key budget): grid_calibration
+        (name, [{"target_sparsity": s} for s in SPARSITY_TARGETS], head_grid_fitter(name))
+        for name in HEAD_GRIDS
+    ]
+
+
+def calibrated_grids() -> dict[str, list[Params]]:
+    """Name → grid of targets of every calibrated method (the sweep curves)."""
+    return {name: grid for name, grid, _ in calibrated_methods()}
+
+
+def fitted_build(params: Params, context: Any) -> Any:
+    """``Method.build`` of a calibrated method: the fitted factory (``context.fitted``, what
+    :func:`calibrated_fitter` returned) for these params, projections and layer."""
+    if context.fitted is None:
+        raise ValueError("calibrated methods are fitted on training graphs; pass train_records=")
+    return context.fitted(params, context.projections, context.layer)

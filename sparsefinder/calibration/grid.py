@@ -1,0 +1,161 @@
+"""Per-head raw settings (B/k, β, window, key budget) for a target sparsity, chosen on TRAIN.
+
+The calibrated distance methods (:mod:`sparsefinder.predictors.calibrated`) turn a target
+sparsity into a continuous per-head threshold. The other families have a discrete raw
+hyperparameter — k-means' (B, k), quantization's β, the window w, routed k-means' key
+budget — so here each head picks one point of the family's grid:
+
+1. **Measure** (:func:`measure_grid`): every grid point is predicted on every TRAIN record
+   and scored per head with the one :class:`~sparsefinder.metrics.Scorer`; recall and
+   density ``1 − sparsity`` are averaged over texts (each text weighs the same, as in the
+   metrics' macro average) → tables (layers, heads, G).
+2. **Allocate** (:func:`~sparsefinder.predictors.calibrated.allocate`, the same Lagrangian
+   budget as ``distance-budget``): maximise the mean recall over heads subject to the mean
+   density being ``1 − target``; dense heads get more, sparse heads less.
+3. **Predict** with each head's own setting
+   (:class:`~sparsefinder.predictors.per_head.PerHeadSelect`, or for routed k-means one
+   predictor with a per-head budget).
+
+The macro sparsity on train is then the target up to the grid's granularity (72 heads fill
+the gaps); validation is never looked at.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from sparsefinder.data.records import AttentionRecord
+from sparsefinder.metrics import Scorer
+from sparsefinder.predictors.calibrated import allocate
+from sparsefinder.predictors.per_head import PerHeadSelect
+from sparsefinder.projections.heads import ProjectionsError
+
+Params = dict[str, Any]
+
+
+@dataclass
+class GridTable:
+    """Per-head macro recall and density of every grid point on train records.
+
+    ``grid``: the raw parameter dicts (G); ``recall``/``density``: float64 (layers, heads, G).
+    """
+
+    method: str
+    grid: list[Params]
+    recall: Tensor
+    density: Tensor
+    n_texts: int
+
+    def choose(self, target_sparsity: float) -> Tensor:
+        """Grid index per head, long (layers, heads), meeting ``target_sparsity`` on train."""
+        if isinstance(target_sparsity, bool) or not 0.0 < float(target_sparsity) < 1.0:
+            raise ValueError(f"target_sparsity must be in (0, 1), got {target_sparsity!r}")
+        return allocate(self.density, self.recall, float(target_sparsity), None)[..., 0]
+
+    def train_scores(self, choice: Tensor) -> tuple[float, float]:
+        """(mean recall, mean sparsity) on train of a choice (layers, heads)."""
+        pick = choice[..., None]
+        return (float(self.recall.gather(-1, pick).mean()),
+                1.0 - float(self.density.gather(-1, pick).mean()))
+
+
+def measure_grid(records: Sequence[AttentionRecord], projections: Any, method: str,
+                 grid: Sequence[Params]) -> GridTable:
+    """Score every raw setting of ``method`` on TRAIN ``records`` per (layer, head)."""
+    from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
+
+    if not records:
+        raise ValueError("per-head calibration needs at least one TRAIN record")
+    num_layers = records[0].num_layers
+    specs, built, kept = [], [], []
+    for params in grid:  # points that cannot be built (no centroids for that B) are left out
+        spec = PredictorSpec.of(method, params)
+        try:
+            built.append(spec.build_layers(projections, num_layers))
+        except ValueError:  # ProjectionsError is one
+            continue
+        specs.append(spec)
+        kept.append(dict(params))
+    if not specs:
+        # a ProjectionsError: sweeps skip this method's points with a warning
+        raise ProjectionsError(f"no setting of {method!r} can be built with these "
+                               "projections (e.g. no centroids or codebooks for them)")
+    recall = density = None
+    for record in records:
+        scorer = Scorer(record, extra=False)
+        vectors = RecordInputs(record, projections if specs[0].needs_projections else None)
+        scores = [scorer.score(predict_record(spec, layers, vectors))
+                  for spec, layers in zip(specs, built, strict=True)]
+        r = torch.stack([s.recall for s in scores], -1)
+        d = 1.0 - torch.stack([s.sparsity for s in scores], -1)
+        recall = r if recall is None else recall + r
+        density = d if density is None else density + d
+    return GridTable(method=method, grid=kept, recall=recall / len(records),
+                     density=density / len(records), n_texts=len(records))
+
+
+def layer_predictor(method: str, grid: Sequence[Params], picks: Tensor, projections: Any,
+                    layer: int) -> Any:
+    """The predictor of one layer whose head ``h`` uses ``grid[picks[h]]`` of the raw
+    ``method`` (``picks``: long (heads,))."""
+    from sparsefinder.methods.spec import PredictorSpec
+
+    picks = picks.long()
+    if method == "kmeans-routed":  # one predictor, a key budget per head
+        first = PredictorSpec.of(method, grid[0]).build(projections, layer)
+        first.budget = torch.tensor([float(grid[i]["budget"]) for i in picks.tolist()])
+        return first
+    used = sorted(set(picks.tolist()))
+    predictors = [PredictorSpec.of(method, grid[i]).build(projections, layer) for i in used]
+    remap = torch.tensor([used.index(i) for i in picks.tolist()], dtype=torch.long)
+    return PerHeadSelect(predictors, remap)
+
+
+#: The raw grids each per-head calibrated method chooses from (the families' sweep grids,
+#: finer where a head's sparsity moves in large steps).
+HEAD_GRIDS: dict[str, tuple[str, list[Params]]] = {
+    "window-budget": ("window", [{"window": w} for w in
+                                 [0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 15, 19, 23, 27, 31, 41, 51,
+                                  63, 75, 101, 125, 151, 201, 251, 511]]),
+    "quantization-budget": ("quantization", [{"bins": b} for b in
+                                             [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64,
+                                              96, 128]]),
+    "kmeans-budget": ("kmeans", [{"n_clusters": b, "top_k": k}
+                                 for b in [2, 4, 6, 8, 10, 12, 16, 20] for k in (1, 2, 3)
+                                 if k < b]),
+    "kmeans-routed-budget": ("kmeans-routed", [
+        {"n_clusters": 128, "budget": f} for f in
+        [0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.1, 0.12, 0.14,
+         0.16, 0.18, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.8, 1.0]]),
+}
+
+
+def head_grid_fitter(name: str) -> Callable[[Sequence[AttentionRecord]], Callable]:
+    """``fit(train_records) -> factory(params, projections, layer)`` of one per-head
+    calibrated method: the grid is measured once per projections object, each target
+    allocated once, and every layer built from that choice."""
+    method, grid = HEAD_GRIDS[name]
+
+    def fit(train_records: Sequence[AttentionRecord]) -> Callable:
+        cache: dict[int, tuple[Any, GridTable, dict[float, Tensor]]] = {}
+
+        def build(p: Params, projections: Any, layer: int) -> Any:
+            entry = cache.get(id(projections))
+            if entry is None or entry[0] is not projections:
+                entry = (projections, measure_grid(train_records, projections, method, grid), {})
+                cache[id(projections)] = entry
+            target = float(p["target_sparsity"])
+            if target not in entry[2]:
+                entry[2][target] = entry[1].choose(target)
+            table = entry[1]
+            return layer_predictor(table.method, table.grid, entry[2][target][layer],
+                                   projections, layer)
+
+        return build
+
+    return fit

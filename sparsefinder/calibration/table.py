@@ -1,0 +1,189 @@
+"""Calibrated settings fitted once on TRAIN graphs and shipped as a small file.
+
+The calibrated predictors (:mod:`sparsefinder.predictors.calibrated`) turn a *target
+sparsity* into per-head parameters — a squared-distance threshold (``distance-budget``) or a
+per-row keep fraction (``rowfrac-budget``), the heads sharing the sparsity budget so that the
+mean recall is highest. Fitting needs the train split's gold graphs, which an interactive app
+does not want to extract. So ``sparsefinder calibrate`` fits them for a grid of targets and
+writes a :class:`CalibrationTable` beside the projections it was fitted for (a few KB); the
+app drives the calibrated methods from the table, and a sweep with train records fits them
+itself (the same estimators, the same numbers).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from sparsefinder.calibration.curves import SPARSITY_TARGETS
+from sparsefinder.calibration.grid import HEAD_GRIDS, layer_predictor, measure_grid
+from sparsefinder.data.records import AttentionRecord
+from sparsefinder.predictors.calibrated import (
+    CalibratedDistance,
+    CalibratedRowFraction,
+    DistanceSamples,
+    ThresholdDistance,
+)
+from sparsefinder.predictors.row_fraction import RowFraction
+from sparsefinder.projections.heads import HeadProjections, ProjectionsError
+
+FORMAT = "sparsefinder-calibration"
+#: Calibrated methods a table holds, and the estimator of each (budget allocation).
+ESTIMATORS = {"distance-budget": CalibratedDistance, "rowfrac-budget": CalibratedRowFraction}
+#: Per-head raw settings a table holds (``grid_calibration``): those that do not read the
+#: projections, so they hold whatever projections the table is fitted for.
+GRID_METHODS = ("kmeans-routed-budget", "window-budget")
+
+
+class CalibrationError(ValueError):
+    """A calibration file cannot be used; the message says why and how to make a new one."""
+
+
+def file_digest(path: str | Path) -> str:
+    """SHA-256 of a file's bytes (names the projections a table was fitted for)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+@dataclass
+class CalibrationTable:
+    """Per-head parameters of each calibrated method at each target sparsity.
+
+    ``params[method]`` is float32 (targets, layers, heads): squared thresholds for
+    ``distance-budget``, keep fractions for ``rowfrac-budget``, indices into ``grids[method]``
+    (the raw settings) for the :data:`GRID_METHODS`; ``train_sparsity`` and ``train_recall``
+    the train estimates, same shapes. ``projections_file`` names the projections file (next
+    to the table) it was fitted for, so an app can load them whatever its own projections.
+    """
+
+    model_id: str
+    projections_sha256: str
+    targets: list[float]
+    params: dict[str, Tensor]
+    train_sparsity: dict[str, Tensor] = field(default_factory=dict)
+    train_recall: dict[str, Tensor] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    grids: dict[str, list[dict]] = field(default_factory=dict)
+    projections_file: str = ""
+
+    @classmethod
+    def fit(cls, records: Sequence[AttentionRecord], projections: HeadProjections,
+            projections_sha256: str, targets: Sequence[float] = SPARSITY_TARGETS,
+            samples_per_text: int = 1024, seed: int = 0,
+            grid_methods: Sequence[str] = GRID_METHODS) -> CalibrationTable:
+        """Fit every method of :data:`ESTIMATORS` and ``grid_methods`` at every target on
+        TRAIN records."""
+        samples = DistanceSamples.from_records(records, projections, samples_per_text, seed,
+                                               rank_fractions=True)
+        params, sparsity, recall = {}, {}, {}
+        for method, estimator in ESTIMATORS.items():
+            fitted = [estimator(target_sparsity=float(t), allocation="budget").fit(samples)
+                      for t in targets]
+            attr = "sq_thresholds_" if estimator is CalibratedDistance else "fractions_"
+            params[method] = torch.stack([getattr(f, attr).float() for f in fitted])
+            sparsity[method] = torch.stack([f.train_sparsity_.float() for f in fitted])
+            recall[method] = torch.stack([f.train_recall_.float() for f in fitted])
+        grids = {}
+        for method in grid_methods:
+            raw, grid = HEAD_GRIDS[method]
+            try:
+                table = measure_grid(records, projections, raw, grid)
+            except ProjectionsError:  # e.g. no key codebooks for this model: not in the table
+                continue
+            choices = torch.stack([table.choose(float(t)) for t in targets])  # (T, L, H)
+            params[method] = choices.float()
+            picked = [table.recall.gather(-1, c[..., None])[..., 0] for c in choices]
+            recall[method] = torch.stack(picked).float()
+            sparsity[method] = torch.stack([1.0 - table.density.gather(-1, c[..., None])[..., 0]
+                                            for c in choices]).float()
+            grids[method] = table.grid
+        return cls(model_id=projections.model_id, projections_sha256=projections_sha256,
+                   targets=[float(t) for t in targets], params=params,
+                   train_sparsity=sparsity, train_recall=recall,
+                   metadata={"n_texts": len(records), "samples_per_text": samples_per_text,
+                             "seed": seed, "allocation": "budget"}, grids=grids)
+
+    def index(self, target: float) -> int:
+        """Position of ``target`` in the table (it must be one of :attr:`targets`)."""
+        for i, t in enumerate(self.targets):
+            if math.isclose(t, float(target), abs_tol=1e-9):
+                return i
+        raise ValueError(f"target sparsity {target} is not calibrated; choose one of "
+                         f"{self.targets}")
+
+    def predictor(self, method: str, target: float, layer: int, projections: Any = None) -> Any:
+        """The predictor of ``method`` at ``target`` for one layer (``projections``: what a
+        per-head raw setting is built with, e.g. the model id for routed k-means)."""
+        if method not in self.params:
+            raise ValueError(f"no {method!r} in this calibration table ({list(self.params)})")
+        values = self.params[method][self.index(target), layer]
+        if method in self.grids:
+            return layer_predictor(HEAD_GRIDS[method][0], self.grids[method], values.long(),
+                                   projections, layer)
+        return ThresholdDistance(values) if method == "distance-budget" else RowFraction(values)
+
+    def fitted_for(self, method: str) -> Callable[[dict, Any, int], Any]:
+        """The ``fitted`` factory of one calibrated method (what a sweep's ``fit`` returns)."""
+
+        def build(params: dict, projections: Any, layer: int) -> Any:
+            return self.predictor(method, float(params["target_sparsity"]), layer, projections)
+
+        return build
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        torch.save({"format": FORMAT, "model_id": self.model_id,
+                    "projections_sha256": self.projections_sha256, "targets": self.targets,
+                    "params": self.params, "train_sparsity": self.train_sparsity,
+                    "train_recall": self.train_recall, "metadata": self.metadata,
+                    "grids": self.grids, "projections_file": self.projections_file}, tmp)
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path, projections_sha256: str | None = None) -> CalibrationTable:
+        """Read a table; refuse one fitted for other projections (``projections_sha256``)."""
+        remake = ("make one with `sparsefinder calibrate --projections FILE --out "
+                  f"{Path(path).name}`")
+        try:
+            payload = torch.load(path, map_location="cpu", weights_only=True)
+        except FileNotFoundError:
+            raise
+        except Exception as error:  # torch raises many types for a damaged file
+            raise CalibrationError(f"{Path(path).name} is not a readable calibration file; "
+                                   f"{remake}") from error
+        if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+            raise CalibrationError(f"{Path(path).name} is not a calibration file; {remake}")
+        if projections_sha256 is not None and payload["projections_sha256"] != projections_sha256:
+            raise CalibrationError(f"{Path(path).name} was fitted for other projections; "
+                                   f"{remake}")
+        return cls(model_id=payload["model_id"],
+                   projections_sha256=payload["projections_sha256"],
+                   targets=list(payload["targets"]), params=dict(payload["params"]),
+                   train_sparsity=dict(payload.get("train_sparsity") or {}),
+                   train_recall=dict(payload.get("train_recall") or {}),
+                   metadata=dict(payload.get("metadata") or {}),
+                   grids=dict(payload.get("grids") or {}),
+                   projections_file=str(payload.get("projections_file") or ""))
+
+    def own_projections(self, table_path: str | Path) -> HeadProjections:
+        """The projections this table was fitted for: ``projections_file`` next to the table,
+        checked against :attr:`projections_sha256`."""
+        if not self.projections_file:
+            raise CalibrationError("this calibration table does not name its projections file; "
+                                   "remake it with `sparsefinder calibrate`")
+        path = Path(table_path).with_name(self.projections_file)
+        if not path.is_file() or file_digest(path) != self.projections_sha256:
+            raise CalibrationError(f"{self.projections_file} (next to {Path(table_path).name}) "
+                                   "is missing or not the file the table was fitted for; remake "
+                                   "it with `make assets`")
+        return HeadProjections.load(path, expected_model_id=self.model_id)

@@ -1,0 +1,80 @@
+"""Long-context gold records: bounded-memory extraction, as the records every scorer reads.
+
+:func:`sparsefinder.data.records.extract_edges` (issue 13) computes a long text's gold edges block
+by block without an (n, n) score matrix per head; :func:`extract_long` turns them into an
+ordinary :class:`~sparsefinder.data.records.AttentionRecord` (bool gold masks: n²/8 bytes a head,
+2 MiB at n = 4096, where the dense extraction path needs ~32 bytes a score of working
+memory), with the sliding windows of the model's local layers, so predictors, the
+:class:`~sparsefinder.metrics.Scorer`, sweeps and the app use it unchanged.
+
+:func:`long_texts` builds texts of exactly ``n_tokens`` tokens from a corpus split by
+concatenating its passages in order (train and validation stay apart).
+"""
+
+from __future__ import annotations
+
+from sparsefinder.data.corpus import load_corpus
+from sparsefinder.data.records import (
+    AttentionRecord,
+    LayerGraph,
+    check_text,
+    extract,
+    extract_edges,
+)
+from sparsefinder.models.loading import LoadedModel
+
+
+def _soft_capped(loaded: LoadedModel) -> bool:
+    return bool(getattr(loaded.model.config, "attn_logit_softcapping", None))
+
+
+def extract_long(loaded: LoadedModel, text: str, *, budget_mib: float = 256) -> AttentionRecord:
+    """The gold record of ONE text of up to the model's maximum length, in bounded memory.
+
+    Models with attention-logit soft-capping (Gemma 2) go through :func:`extract` instead:
+    the bounded path computes plain scaled scores.
+    """
+    check_text(text)
+    if _soft_capped(loaded):
+        (record,) = extract(loaded, text, long_text="error")
+        return record
+    edges = extract_edges(loaded, text, budget_mib=budget_mib)
+    encoding = loaded.tokenizer(text, return_offsets_mapping=True,
+                                return_special_tokens_mask=True)
+    windows = loaded.sliding_window_layers
+    layers = []
+    for index, layer in enumerate(edges.layers):
+        gold = layer.edges.to_dense().cpu()
+        layers.append(LayerGraph(
+            queries=layer.queries, keys=layer.keys, gold=gold,
+            prob_values=layer.edges.values.float().cpu(),  # CSR order = gold.nonzero() order
+            scaling=layer.scaling, sliding_window=windows.get(index),
+        ))
+    return AttentionRecord(
+        text=text, tokens=edges.tokens,
+        offsets=[tuple(o) for o in encoding["offset_mapping"]],
+        special=[bool(s) for s in encoding["special_tokens_mask"]],
+        causal=edges.causal, layers=layers,
+    )
+
+
+def long_texts(tokenizer: object, n_tokens: int, count: int, split: str = "validation",
+               corpus: str = "default") -> list[str]:
+    """``count`` texts of ``n_tokens`` tokens each, from consecutive passages of ``split``.
+
+    Fewer texts come back when the split runs out; a split too short for one text is an
+    error naming its size.
+    """
+    if n_tokens < 1 or count < 1:
+        raise ValueError(f"n_tokens and count must be >= 1, got {n_tokens} and {count}")
+    ids: list[int] = []
+    for passage in load_corpus(corpus, split):
+        ids += tokenizer(passage + "\n\n", add_special_tokens=False)["input_ids"]
+        if len(ids) >= n_tokens * count:
+            break
+    texts = [tokenizer.decode(ids[i:i + n_tokens])
+             for i in range(0, len(ids) - n_tokens + 1, n_tokens)][:count]
+    if not texts:
+        raise ValueError(f"the {split} split of {corpus!r} has only {len(ids)} tokens, fewer "
+                         f"than one text of {n_tokens}")
+    return texts

@@ -1,0 +1,121 @@
+"""Save and load gold-graph records compactly: edge indices, not dense matrices.
+
+One file per call of :func:`save_records` (a ``torch.save`` of plain tensors and lists, read
+back with ``weights_only=True`` so a file can never run code). Per layer we store the gold
+edges as ``(head, query, key)`` index triples (int16 when n ≤ 32767) with their
+probabilities, and the query/key vectors in float32 so projections can be trained from disk.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from sparsefinder.data.records import AttentionRecord, LayerGraph
+
+FORMAT_VERSION = 1
+
+
+class RecordsFileError(ValueError):
+    """A records file is missing, corrupt or of an unknown format."""
+
+
+def _pack_layer(layer: LayerGraph) -> dict:
+    n = max(layer.gold.shape)
+    index_dtype = torch.int16 if n <= torch.iinfo(torch.int16).max else torch.int32
+    return {
+        "queries": layer.queries,
+        "keys": layer.keys,
+        "edges": layer.gold.nonzero().to(index_dtype),
+        "shape": torch.tensor(layer.gold.shape),
+        "prob_values": layer.prob_values,
+        "scaling": torch.tensor(layer.scaling, dtype=torch.float64),
+        "sliding_window": int(layer.sliding_window or 0),
+    }
+
+
+def _unpack_layer(packed: dict) -> LayerGraph:
+    gold = torch.zeros(tuple(packed["shape"].tolist()), dtype=torch.bool)
+    edges = packed["edges"].long()
+    gold[edges[:, 0], edges[:, 1], edges[:, 2]] = True
+    return LayerGraph(
+        queries=packed["queries"],
+        keys=packed["keys"],
+        gold=gold,
+        prob_values=packed["prob_values"],
+        scaling=float(packed["scaling"]),
+        sliding_window=int(packed.get("sliding_window", 0)) or None,
+    )
+
+
+def records_payload(records: list[AttentionRecord], metadata: dict | None = None) -> dict:
+    """The plain dict :func:`save_records` writes (shards serialise it to bytes themselves)."""
+    return {
+        "format": "sparsefinder-records",
+        "version": FORMAT_VERSION,
+        "metadata": dict(metadata or {}),
+        "records": [
+            {
+                "text": record.text,
+                "tokens": list(record.tokens),
+                "offsets": [list(offset) for offset in record.offsets],
+                "special": list(record.special),
+                "causal": record.causal,
+                "truncated": record.truncated,
+                "layers": [_pack_layer(layer) for layer in record.layers],
+            }
+            for record in records
+        ],
+    }
+
+
+def save_records(
+    records: list[AttentionRecord], path: str | Path, metadata: dict | None = None
+) -> Path:
+    """Write ``records`` to ``path`` (parents created); returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(records_payload(records, metadata), path)
+    return path
+
+
+def load_records(path: str | Path) -> tuple[list[AttentionRecord], dict]:
+    """Read a file written by :func:`save_records`; returns (records, metadata)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"records file {path} does not exist; create it with `sparsefinder extract --out DIR`"
+        )
+    try:
+        payload = torch.load(path, weights_only=True)
+    except Exception as error:  # torch raises many types for a corrupt pickle/zip
+        raise RecordsFileError(
+            f"{path} is not a readable sparsefinder records file ({type(error).__name__}); "
+            "re-create it with `sparsefinder extract`"
+        ) from error
+    return records_from_payload(payload, path)
+
+
+def records_from_payload(payload: object, path: str | Path) -> tuple[list[AttentionRecord], dict]:
+    """Records and metadata from a loaded payload; ``path`` only names it in errors."""
+    if not isinstance(payload, dict) or payload.get("format") != "sparsefinder-records":
+        raise RecordsFileError(f"{path} is not a sparsefinder records file")
+    if payload.get("version") != FORMAT_VERSION:
+        raise RecordsFileError(
+            f"{path} has records format version {payload.get('version')}, this version reads "
+            f"{FORMAT_VERSION}; re-create it with `sparsefinder extract`"
+        )
+    records = [
+        AttentionRecord(
+            text=item["text"],
+            tokens=item["tokens"],
+            offsets=[tuple(offset) for offset in item["offsets"]],
+            special=item["special"],
+            causal=item["causal"],
+            truncated=item["truncated"],
+            layers=[_unpack_layer(layer) for layer in item["layers"]],
+        )
+        for item in payload["records"]
+    ]
+    return records, payload["metadata"]

@@ -1,0 +1,225 @@
+"""Sparsity–accuracy sweeps: every grid point run through the restricted model, and frontiers.
+
+For each grid point of each curve (the same curves and grids as the sparsity–recall sweep,
+:data:`sparsefinder.evaluation.pareto.CURVES`, each point a
+:class:`~sparsefinder.methods.spec.PredictorSpec`)
+the model runs on every text with attention
+restricted to that configuration's predicted graphs (:mod:`sparsefinder.evaluation.restricted`: each
+layer predicts from its own restricted-run q/k), and the output is compared with one full
+α-entmax run (:mod:`sparsefinder.evaluation.accuracy`). Sparsity here is measured on the graphs
+entmax
+actually ran over in the restricted run (the prediction, plus the diagonal of any row it left
+empty; :class:`~sparsefinder.evaluation.restricted.RestrictionStats`), macro over texts, heads,
+layers as
+in :mod:`sparsefinder.metrics`. It differs slightly from the recall sweep's, which predicts
+from the full run's q/k (``sweep_sparsity`` in the output files).
+
+Frontiers are per method and measure: the points that no other point of that method beats
+on both sparsity and the measure. :func:`dominance` asks, per measure and baseline, whether
+the best Sparsefinder method is at least as accurate at every sparsity level where the
+baseline has a configuration (the step rule of
+:func:`sparsefinder.evaluation.pareto.recall_at_sparsity`:
+the best value among frontier points at that sparsity or sparser).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from sparsefinder.data.records import AttentionRecord
+from sparsefinder.evaluation.accuracy import EncodedTexts, compare, encode
+from sparsefinder.evaluation.pareto import CURVES, resolve_methods
+from sparsefinder.evaluation.restricted import RestrictionStats, spec_graph
+from sparsefinder.methods.spec import PredictorSpec
+from sparsefinder.models.loading import LoadedModel
+from sparsefinder.projections.heads import HeadProjections, ProjectionsError
+
+ProgressFn = Callable[[float, str], None]
+
+MEASURES = ("output_cosine", "embedding_cosine", "retrieval_top1", "retrieval_ndcg10")
+MEASURE_LABELS = {
+    "output_cosine": "output cosine (token states)",
+    "embedding_cosine": "sentence-embedding cosine",
+    "retrieval_top1": "retrieval top-1 agreement",
+    "retrieval_ndcg10": "retrieval nDCG@10 vs full",
+}
+SPARSITY_LEVELS = (0.75, 0.9, 0.95)
+#: Methods that are Sparsefinder proper (learned projections), with or without a window.
+SPARSEFINDER_FAMILIES = ("distance", "kmeans", "kmeans-top2", "quantization")
+DOMINANCE_BASELINES = ("window", "longformer", "bigbird")
+DOMINANCE_LEVELS = tuple(round(0.5 + 0.05 * i, 2) for i in range(10))  # 0.50 … 0.95
+
+
+def is_sparsefinder(method: str) -> bool:
+    return method.split("+")[0] in SPARSEFINDER_FAMILIES
+
+
+def accuracy_sweep(
+    loaded: LoadedModel,
+    texts: Sequence[str],
+    projections: HeadProjections | None,
+    methods: str | Sequence[str] = "sparsefinder",
+    *,
+    train_records: Sequence[AttentionRecord] | None = None,
+    batch_size: int = 8,
+    model_name: str = "MODEL",
+    on_progress: ProgressFn | None = None,
+    reference: EncodedTexts | None = None,
+) -> pd.DataFrame:
+    """One row per grid point: in-run ``sparsity`` and every measure of
+    :func:`sparsefinder.evaluation.accuracy.compare`. Curves learned from training graphs are
+    skipped
+    without ``train_records``; grid points the projections cannot build (k-means without
+    centroids for that B) are skipped. ``repaired_rows`` is the fraction of (head, query) rows
+    the graph left empty, which kept their diagonal (no warning per row here; the column
+    reports them). ``on_progress(fraction, message)`` is called after each grid point."""
+    names = resolve_methods(methods)
+    if not texts:
+        raise ValueError("the accuracy sweep needs at least one text")
+    run = dict(batch_size=batch_size, max_length=loaded.max_length)
+    if reference is None:
+        reference = encode(loaded.model, loaded.tokenizer, texts, **run)
+    points: list[tuple[str, PredictorSpec, Any]] = []
+    for name in names:
+        curve = CURVES[name]
+        if curve.needs_training and not train_records:
+            continue
+        fitted = curve.specs[0].fit(train_records) if curve.needs_training else None
+        points.extend((name, spec, fitted) for spec in curve.specs)
+    rows = []
+    for index, (name, spec, fitted) in enumerate(points):
+        try:
+            graph_fn = spec_graph(spec, projections, loaded.num_layers, fitted=fitted,
+                                  model_name=model_name)
+        except ProjectionsError:  # e.g. no centroids stored for this B
+            continue
+        stats = RestrictionStats()
+        restricted = encode(loaded.model, loaded.tokenizer, texts, graph_fn=graph_fn,
+                            warn_empty=False, stats=stats, **run)
+        scores = compare(reference, restricted)
+        overall, per_layer = stats.sparsity()
+        rows.append({
+            "method": name, "params": spec.params_json(), "sparsity": overall,
+            **{m: scores.get(m, math.nan) for m in MEASURES},
+            "layer_cosine": json.dumps(scores.get("layer_cosine", [])),
+            "sparsity_per_layer": json.dumps([round(x, 6) for x in per_layer]),
+            "repaired_rows": stats.repaired_fraction, "n_texts": len(texts),
+        })
+        if on_progress is not None:
+            on_progress((index + 1) / len(points), f"{name} {spec.params_json()}")
+    return pd.DataFrame(rows)
+
+
+# ==================================================================== frontiers
+
+
+def frontier(df: pd.DataFrame, measure: str) -> pd.DataFrame:
+    """Per method, the points no other point of that method beats on sparsity and
+    ``measure`` (sorted by sparsity); NaN values are dropped."""
+    parts = []
+    for _, group in df.dropna(subset=[measure]).groupby("method", sort=False):
+        ordered = group.sort_values(["sparsity", measure], ascending=False, kind="stable")
+        keep, best = [], -math.inf
+        for index, value in ordered[measure].items():
+            if value > best:
+                keep.append(index)
+                best = value
+        parts.append(group.loc[keep].sort_values("sparsity", kind="stable"))
+    return pd.concat(parts) if parts else df.iloc[0:0]
+
+
+def value_at(front: pd.DataFrame, measure: str, level: float) -> float:
+    """Best ``measure`` among points at sparsity ≥ ``level``; NaN if none is that sparse."""
+    above = front[front["sparsity"] >= level]
+    return float(above[measure].max()) if len(above) else math.nan
+
+
+def at_sparsity(
+    df: pd.DataFrame, measures: Sequence[str] = MEASURES,
+    levels: Sequence[float] = SPARSITY_LEVELS,
+) -> pd.DataFrame:
+    """One row per method: ``{measure}@{level}`` by the step rule (:func:`value_at`)."""
+    rows = []
+    for method in dict.fromkeys(df["method"]):
+        row: dict[str, Any] = {"method": method}
+        for measure in measures:
+            front = frontier(df[df["method"] == method], measure)
+            for level in levels:
+                row[f"{measure}@{level:g}"] = value_at(front, measure, level)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def dominance(
+    df: pd.DataFrame, measures: Sequence[str] = MEASURES,
+    baselines: Sequence[str] = DOMINANCE_BASELINES, levels: Sequence[float] = DOMINANCE_LEVELS,
+) -> pd.DataFrame:
+    """Per measure and baseline: at how many levels the best Sparsefinder method is at least
+    as accurate as the baseline (levels where the baseline has no point are not compared)."""
+    ours = df[df["method"].map(is_sparsefinder)]
+    rows = []
+    for measure in measures:
+        best = frontier(ours.assign(method="sparsefinder"), measure) if len(ours) else ours
+        for baseline in baselines:
+            theirs = frontier(df[df["method"] == baseline], measure)
+            if theirs.empty or best.empty:
+                continue
+            compared, wins, worst = 0, 0, math.inf
+            for level in levels:
+                b = value_at(theirs, measure, level)
+                if math.isnan(b):
+                    continue
+                s = value_at(best, measure, level)
+                compared += 1
+                margin = (s - b) if not math.isnan(s) else -math.inf
+                wins += margin >= 0
+                worst = min(worst, margin)
+            rows.append({
+                "measure": measure, "baseline": baseline, "levels_compared": compared,
+                "levels_sparsefinder_ge": wins, "dominates": compared > 0 and wins == compared,
+                "worst_margin": worst if compared else math.nan,
+            })
+    return pd.DataFrame(rows)
+
+
+# ==================================================================== files
+
+def write_outputs(
+    df: pd.DataFrame, out: Path, *, gold_sparsity: float | None, title: str,
+    summary: dict[str, Any], recall_points: pd.DataFrame | None = None,
+) -> dict[str, pd.DataFrame]:
+    """Write accuracy_points.csv, accuracy_frontier.csv, accuracy_at_sparsity.csv,
+    accuracy_dominance.csv, accuracy.json and pareto_accuracy.html into ``out``."""
+    from sparsefinder.figures.accuracy import accuracy_figure
+    from sparsefinder.figures.common import write_figure_html
+
+    out.mkdir(parents=True, exist_ok=True)
+    if recall_points is not None and len(recall_points) and len(df):
+        joined = recall_points[["method", "params", "recall", "sparsity"]].rename(
+            columns={"sparsity": "sweep_sparsity"})
+        df = df.merge(joined, on=["method", "params"], how="left")
+    fronts = pd.concat(
+        [frontier(df, m).assign(measure=m) for m in MEASURES if m in df], ignore_index=True
+    ) if len(df) else df
+    at = at_sparsity(df) if len(df) else df
+    dom = dominance(df) if len(df) else df
+    df.to_csv(out / "accuracy_points.csv", index=False)
+    fronts.to_csv(out / "accuracy_frontier.csv", index=False)
+    at.to_csv(out / "accuracy_at_sparsity.csv", index=False)
+    dom.to_csv(out / "accuracy_dominance.csv", index=False)
+    payload = {
+        **summary, "gold_sparsity": gold_sparsity, "measures": list(MEASURES),
+        "points": json.loads(df.to_json(orient="records")),
+        "at_sparsity": json.loads(at.to_json(orient="records")),
+        "dominance": json.loads(dom.to_json(orient="records")),
+    }
+    (out / "accuracy.json").write_text(json.dumps(payload, indent=1), encoding="utf-8")
+    if len(df):
+        write_figure_html(accuracy_figure(df, gold_sparsity, title), out / "pareto_accuracy.html")
+    return {"points": df, "frontier": fronts, "at_sparsity": at, "dominance": dom}

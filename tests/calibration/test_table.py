@@ -1,0 +1,121 @@
+"""Calibrated target-sparsity settings fitted on train graphs and shipped as a table."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sparsefinder.calibration.table import CalibrationError, CalibrationTable, file_digest
+from sparsefinder.data.records import AttentionRecord, LayerGraph
+from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
+from sparsefinder.metrics import Scorer
+from sparsefinder.predictors.calibrated import ThresholdDistance
+from sparsefinder.predictors.row_fraction import RowFraction
+from sparsefinder.projections.heads import HeadProjections
+from sparsefinder.resources import BUNDLED_CALIBRATION, BUNDLED_PROJECTIONS
+
+HEADS, D, LAYERS = 2, 6, 2
+
+
+def _record(gen: torch.Generator, n: int) -> AttentionRecord:
+    layers = []
+    for _ in range(LAYERS):
+        q, k = torch.randn(HEADS, n, D, generator=gen), torch.randn(HEADS, n, D, generator=gen)
+        scores = q @ k.transpose(-1, -2)
+        gold = scores >= scores.topk(4, dim=-1).values[..., -1:]
+        layers.append(LayerGraph(q, k, gold, torch.ones(int(gold.sum())) / 4, D**-0.5))
+    return AttentionRecord(text="x", tokens=["t"] * n, offsets=[(0, 0)] * n,
+                           special=[False] * n, causal=False, layers=layers)
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    gen = torch.Generator().manual_seed(0)
+    train = [_record(gen, n) for n in range(20, 50, 3)]
+    eye = torch.eye(D).expand(LAYERS, HEADS, D, D).clone()
+    projections = HeadProjections(weight=eye, bias=torch.zeros(LAYERS, HEADS, D),
+                                  model_id="synthetic", alpha=1.5)
+    table = CalibrationTable.fit(train, projections, "digest", targets=[0.5, 0.8, 0.9])
+    return table, projections, gen
+
+
+def test_table_meets_its_targets_on_train_and_builds_the_predictors(fitted):
+    table, projections, _ = fitted
+    for method in ("distance-budget", "rowfrac-budget"):
+        assert table.params[method].shape == (3, LAYERS, HEADS)
+        for i, target in enumerate(table.targets):  # the budget is met on train, macro
+            assert float(table.train_sparsity[method][i].mean()) == pytest.approx(target,
+                                                                                 abs=0.02)
+    assert isinstance(table.predictor("distance-budget", 0.9, 1), ThresholdDistance)
+    assert isinstance(table.predictor("rowfrac-budget", 0.8, 0), RowFraction)
+    with pytest.raises(ValueError, match="not calibrated"):
+        table.predictor("rowfrac-budget", 0.85, 0)
+    with pytest.raises(ValueError, match="no 'distance'"):
+        table.predictor("distance", 0.9, 0)
+
+
+def test_held_out_sparsity_lands_near_the_target(fitted):
+    table, projections, gen = fitted
+    held_out = [_record(gen, n) for n in range(21, 51, 5)]
+    spec = PredictorSpec.of("rowfrac-budget", {"target_sparsity": 0.9})
+    predictors = spec.build_layers(projections, LAYERS, table.fitted_for("rowfrac-budget"))
+    sparsity = [float(Scorer(r).score(predict_record(spec, predictors,
+                                                     RecordInputs(r, projections))).sparsity.mean())
+                for r in held_out]
+    assert sum(sparsity) / len(sparsity) == pytest.approx(0.9, abs=0.03)
+
+
+def test_save_load_and_refusals(fitted, tmp_path):
+    table, _, _ = fitted
+    path = table.save(tmp_path / "calibration.pt")
+    loaded = CalibrationTable.load(path, projections_sha256="digest")
+    assert loaded.targets == table.targets
+    assert torch.equal(loaded.params["rowfrac-budget"], table.params["rowfrac-budget"])
+    with pytest.raises(CalibrationError, match="other projections"):
+        CalibrationTable.load(path, projections_sha256="another")
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a torch file")
+    with pytest.raises(CalibrationError, match="not a readable calibration file"):
+        CalibrationTable.load(bad)
+
+
+def test_the_bundled_table_names_and_matches_its_projections():
+    table = CalibrationTable.load(BUNDLED_CALIBRATION)
+    assert table.projections_file == "projections-r8-lowrank-logistic.pt"
+    assert table.projections_sha256 == file_digest(
+        BUNDLED_PROJECTIONS.with_name(table.projections_file))
+    assert file_digest(BUNDLED_PROJECTIONS) != table.projections_sha256  # not the paper file
+    assert 0.9 in table.targets and set(table.params) == {
+        "distance-budget", "rowfrac-budget", "kmeans-routed-budget", "window-budget"}
+    assert table.params["rowfrac-budget"].shape[1:] == (6, 12)
+    assert table.metadata["split"] == "train"
+    projections = table.own_projections(BUNDLED_CALIBRATION)
+    assert projections.model_id == table.model_id and projections.weight.shape[2] >= 8
+
+
+def test_per_head_grid_methods_in_the_table(fitted, tmp_path):
+    from sparsefinder.predictors import Window
+    from sparsefinder.predictors.per_head import PerHeadSelect
+
+    table, projections, _ = fitted
+    # routed k-means has no key codebooks for the synthetic model: left out, not an error
+    assert "window-budget" in table.params and "kmeans-routed-budget" not in table.params
+    choice = table.params["window-budget"][table.index(0.8), 1].long()
+    predictor = table.predictor("window-budget", 0.8, 1)
+    assert isinstance(predictor, PerHeadSelect)
+    q = k = torch.zeros(HEADS, 9, 2)
+    for head, index in enumerate(choice.tolist()):
+        window = table.grids["window-budget"][index]["window"]
+        assert torch.equal(predictor.predict(q, k)[head], Window(window).predict(q, k)[head])
+    assert float(table.train_sparsity["window-budget"][table.index(0.8)].mean()) >= 0.8 - 1e-6
+    table.projections_file = "proj.pt"
+    path = table.save(tmp_path / "calibration.pt")
+    loaded = CalibrationTable.load(path)
+    assert loaded.grids == table.grids and loaded.projections_file == "proj.pt"
+    with pytest.raises(CalibrationError, match="proj.pt .* is missing"):
+        loaded.own_projections(path)
+    projections.save(tmp_path / "proj.pt")
+    with pytest.raises(CalibrationError, match="not the file the table was fitted for"):
+        loaded.own_projections(path)  # fitted for "digest", not this file
+    loaded.projections_sha256 = file_digest(tmp_path / "proj.pt")
+    assert torch.equal(loaded.own_projections(path).weight, projections.weight)

@@ -1,0 +1,48 @@
+"""Long-context records: bounded extraction equals the dense path; long corpus texts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sparsefinder.data.long_context import extract_long, long_texts
+from sparsefinder.data.records import TextInputError, extract
+from sparsefinder.metrics import Scorer
+from sparsefinder.models.decoders import save_tiny_decoder
+from sparsefinder.models.loading import load_model
+
+
+@pytest.fixture(scope="module")
+def qwen2(tmp_path_factory):
+    folder = save_tiny_decoder("qwen2", tmp_path_factory.mktemp("lc") / "qwen2",
+                               max_positions=2048, sliding_window=32)
+    return load_model(str(folder), device="cpu")
+
+
+def test_bounded_record_equals_the_dense_record_with_sliding_windows(qwen2):
+    (text,) = long_texts(qwen2.tokenizer, 700, 1, "train")
+    long = extract_long(qwen2, text, budget_mib=8)  # several blocks per layer
+    (dense,) = extract(qwen2, text)
+    assert long.n_tokens == dense.n_tokens == 700 and long.tokens == dense.tokens
+    assert long.offsets == dense.offsets and long.causal
+    for a, b in zip(long.layers, dense.layers, strict=True):
+        assert torch.equal(a.gold, b.gold) and a.sliding_window == b.sliding_window
+        torch.testing.assert_close(a.prob_values, b.prob_values, atol=2e-5, rtol=1e-4)
+    assert [layer.sliding_window for layer in long.layers] == [None, 32]
+    assert torch.equal(Scorer(long).gold_sparsity, Scorer(dense).gold_sparsity)
+
+
+def test_long_texts_have_the_asked_length_and_bad_sizes_are_named(qwen2):
+    texts = long_texts(qwen2.tokenizer, 1000, 3, "train")
+    assert len(texts) == 3
+    assert all(len(qwen2.tokenizer(t)["input_ids"]) in range(990, 1011) for t in texts)
+    with pytest.raises(ValueError, match="fewer than one text of"):
+        long_texts(qwen2.tokenizer, 10**7, 1, "validation")
+    with pytest.raises(ValueError, match="must be >= 1"):
+        long_texts(qwen2.tokenizer, 0, 1)
+
+
+def test_too_long_text_is_refused_with_the_limit(qwen2):
+    (text,) = long_texts(qwen2.tokenizer, 2100, 1, "train")
+    with pytest.raises(TextInputError, match="maximum of 2048"):
+        extract_long(qwen2, text)

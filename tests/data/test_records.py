@@ -1,0 +1,153 @@
+"""Gold graph extraction: tokens, offsets, exact q/k, sparse probabilities, bad input."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from sparsefinder.attention.entmax_ops import entmax_normalize
+from sparsefinder.data.records import LongTextWarning, TextInputError, extract
+from sparsefinder.models.loading import load_model
+
+TEXT = "The doctor said she would call the patient when his results arrived."
+
+
+def test_record_shapes_tokens_and_offsets(default_model):
+    (record,) = extract(default_model, TEXT)
+    n = record.n_tokens
+    assert record.tokens[0] == "[CLS]" and record.tokens[-1] == "[SEP]"
+    assert record.special[0] and record.special[-1] and not any(record.special[1:-1])
+    assert record.num_layers == 6 and record.num_heads == 12
+    for token, (start, end), special in zip(
+        record.tokens, record.offsets, record.special, strict=True
+    ):
+        if not special:
+            assert TEXT[start:end].lower() == token.removeprefix("##")
+    for layer in record.layers:
+        assert layer.queries.shape == (12, n, 32) and layer.keys.shape == (12, n, 32)
+        assert layer.gold.dtype == torch.bool and layer.gold.shape == (12, n, n)
+        assert layer.prob_values.numel() == int(layer.gold.sum())
+        probs = layer.probs()
+        torch.testing.assert_close(probs.sum(-1), torch.ones(12, n), atol=1e-5, rtol=0)
+        assert torch.equal(probs > 0, layer.gold)
+
+
+def test_stored_vectors_are_the_ones_entering_qk(default_model):
+    """Recomputing entmax from the stored q, k reproduces the gold graph exactly."""
+    (record,) = extract(default_model, TEXT)
+    for layer in record.layers:
+        recomputed = entmax_normalize(layer.scores(), 1.5)
+        assert torch.equal(recomputed > 0, layer.gold)
+        torch.testing.assert_close(recomputed, layer.probs(), atol=1e-6, rtol=0)
+
+
+def test_entmax_is_sparse_on_the_default_model(default_model):
+    (record,) = extract(default_model, TEXT)
+    zero_fraction = 1 - torch.stack([layer.gold.float().mean() for layer in record.layers])
+    assert float(zero_fraction.mean()) > 0.3
+
+
+def test_batching_and_padding_do_not_change_graphs(default_model):
+    short, long = "Short text.", TEXT
+    together = extract(default_model, [long, short], batch_size=2)
+    alone = extract(default_model, [short], batch_size=1)[0]
+    assert together[1].tokens == alone.tokens
+    for a, b in zip(together[1].layers, alone.layers, strict=True):
+        assert torch.equal(a.gold, b.gold)
+        torch.testing.assert_close(a.prob_values, b.prob_values, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("bad", ["", "   \n\t ", None, 42])
+def test_empty_or_non_text_input_is_rejected(default_model, bad):
+    with pytest.raises(TextInputError):
+        extract(default_model, [bad])
+
+
+def test_no_texts_is_rejected(default_model):
+    with pytest.raises(TextInputError, match="no texts"):
+        extract(default_model, [])
+
+
+def test_long_text_truncate_chunk_and_error(tiny_model_dirs):
+    loaded = load_model(str(tiny_model_dirs["bert"]), device="cpu")  # max 64 tokens
+    text = " ".join(f"word{i}" for i in range(80))
+    with pytest.warns(LongTextWarning, match="truncated to its first 64 tokens"):
+        (record,) = extract(loaded, text)
+    assert record.truncated and record.n_tokens == 64
+    with pytest.warns(LongTextWarning, match="split into"):
+        chunks = extract(loaded, text, long_text="chunk")
+    assert len(chunks) > 1 and all(chunk.n_tokens <= 64 for chunk in chunks)
+    covered = {offset for chunk in chunks for offset in chunk.offsets if offset != (0, 0)}
+    assert max(end for _, end in covered) == len(text)
+    with pytest.raises(TextInputError, match="more than the model's maximum"):
+        extract(loaded, text, long_text="error")
+    with pytest.raises(ValueError, match="long_text"):
+        extract(loaded, text, long_text="drop")
+
+
+def test_emoji_and_non_english_text_work(default_model):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LongTextWarning)
+        (record,) = extract(default_model, "Καλημέρα 🌍🚀 東京 Москва café ✨✨✨")
+    assert record.n_tokens > 3 and record.layers[0].gold.any()
+
+
+def test_decoder_records_are_causal(tiny_model_dirs):
+    loaded = load_model(str(tiny_model_dirs["gpt2"]), device="cpu")
+    (record,) = extract(loaded, "tokens of a decoder only see the past")
+    assert record.causal
+    n = record.n_tokens
+    future = ~torch.ones(n, n, dtype=torch.bool).tril()
+    assert all(not layer.gold[:, future].any() for layer in record.layers)
+    assert torch.isinf(record.layers[0].scores(causal=True)[:, future]).all()
+
+
+def test_text_exactly_at_the_maximum_length_is_not_long(tiny_model_dirs):
+    """64 tokens with [CLS] and [SEP] fit a 64-position model: no warning, no error."""
+    loaded = load_model(str(tiny_model_dirs["bert"]), device="cpu")
+    exact, over = " ".join(["the"] * 62), " ".join(["the"] * 63)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LongTextWarning)
+        (record,) = extract(loaded, exact, long_text="error")
+        (chunk,) = extract(loaded, exact, long_text="chunk")
+    assert record.n_tokens == chunk.n_tokens == 64 and not record.truncated
+    with pytest.warns(LongTextWarning, match=r"^text 0 has 65 tokens, more than the model's "
+                                             r"maximum of 64: truncated to its first 64 tokens"):
+        (cut,) = extract(loaded, over)
+    assert cut.truncated and cut.n_tokens == 64
+    with pytest.raises(TextInputError, match=r"^text 0 has 65 tokens, more than the model's "
+                                             r"maximum of 64; shorten it or use "
+                                             r"long_text='truncate' or 'chunk'$"):
+        extract(loaded, over, long_text="error")
+
+
+def test_bad_text_messages():
+    from sparsefinder.data.records import check_text
+
+    with pytest.raises(TextInputError, match=r"^expected a string of text, got int$"):
+        check_text(42)
+    with pytest.raises(TextInputError, match=r"^the text is empty; paste or upload some text "
+                                             r"\(one word or more\)$"):
+        check_text(" \n")
+    assert check_text(" a ") == " a "
+
+
+def test_dense_probabilities_keep_their_dtype():
+    from sparsefinder.data.records import LayerGraph
+
+    gold = torch.tensor([[[True, False], [True, True]]])
+    values = torch.tensor([1.0, 0.25, 0.75], dtype=torch.float64)
+    graph = LayerGraph(torch.zeros(1, 2, 3), torch.zeros(1, 2, 3), gold, values, 1.0)
+    dense = graph.probs()
+    assert dense.dtype == torch.float64
+    assert dense.tolist() == [[[1.0, 0.0], [0.25, 0.75]]]
+
+
+def test_long_text_warning_points_at_the_caller(tiny_model_dirs):
+    """Not at torch's inference_mode wrapper: a user sees which call truncated."""
+    loaded = load_model(str(tiny_model_dirs["bert"]), device="cpu")
+    with pytest.warns(LongTextWarning) as caught:
+        extract(loaded, " ".join(["the"] * 70))
+    assert caught[0].filename == __file__

@@ -1,0 +1,107 @@
+"""Sparsity–accuracy sweeps: frontiers and dominance by hand, and a sweep on a tiny BERT."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from transformers import AutoTokenizer, BertConfig, BertModel
+
+from sparsefinder.attention.interface import use_entmax
+from sparsefinder.evaluation.accuracy_sweep import (
+    MEASURES,
+    accuracy_sweep,
+    at_sparsity,
+    dominance,
+    frontier,
+    write_outputs,
+)
+from sparsefinder.models.loading import LoadedModel, default_model_path
+from sparsefinder.projections.heads import HeadProjections
+
+
+def _df(rows):
+    return pd.DataFrame(
+        [{"method": m, "params": json.dumps({"i": i}), "sparsity": s, "output_cosine": v}
+         for i, (m, s, v) in enumerate(rows)]
+    )
+
+
+def test_frontier_keeps_undominated_points_per_method() -> None:
+    df = _df([("distance", 0.5, 0.99), ("distance", 0.6, 0.995), ("distance", 0.9, 0.7),
+              ("distance", 0.8, 0.6), ("window", 0.5, 0.9)])
+    front = frontier(df, "output_cosine")
+    assert front[front["method"] == "distance"]["sparsity"].tolist() == [0.6, 0.9]
+    assert front[front["method"] == "window"]["sparsity"].tolist() == [0.5]
+    at = at_sparsity(df, measures=["output_cosine"], levels=[0.55, 0.85, 0.95])
+    row = at.set_index("method").loc["distance"]
+    assert row["output_cosine@0.55"] == 0.995 and row["output_cosine@0.85"] == 0.7
+    assert math.isnan(row["output_cosine@0.95"])
+
+
+def test_dominance_compares_the_best_sparsefinder_method_per_level() -> None:
+    df = _df([
+        ("distance", 0.6, 0.95), ("distance", 0.9, 0.80),
+        ("kmeans+window", 0.7, 0.97),
+        ("window", 0.6, 0.90), ("window", 0.9, 0.85),  # beats distance at 0.9
+        ("bigbird", 0.6, 0.5),
+    ])
+    dom = dominance(df, measures=["output_cosine"], levels=[0.6, 0.7, 0.9])
+    window = dom.set_index("baseline").loc["window"]
+    assert window["levels_compared"] == 3 and window["levels_sparsefinder_ge"] == 2
+    assert not window["dominates"] and window["worst_margin"] == pytest.approx(-0.05)
+    bigbird = dom.set_index("baseline").loc["bigbird"]
+    assert bigbird["levels_compared"] == 1 and bigbird["dominates"]
+
+
+@pytest.fixture(scope="module")
+def tiny() -> LoadedModel:
+    tokenizer = AutoTokenizer.from_pretrained(default_model_path())
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=4, intermediate_size=64,
+                        max_position_embeddings=128, initializer_range=0.5)
+    model = BertModel(config).eval()
+    use_entmax(model, 1.5)
+    return LoadedModel(model=model, tokenizer=tokenizer, model_id="tiny", alpha=1.5,
+                       device=torch.device("cpu"), causal=False, max_length=128)
+
+
+def test_accuracy_sweep_on_a_tiny_model(tiny: LoadedModel, tmp_path: Path) -> None:
+    gen = torch.Generator().manual_seed(0)
+    projections = HeadProjections(
+        weight=torch.randn(2, 4, 4, 8, generator=gen) * 0.3, bias=torch.zeros(2, 4, 4),
+        model_id="tiny", alpha=1.5, centroids={2: torch.randn(2, 4, 2, 4, generator=gen)},
+    )
+    texts = ["Sparse attention keeps a few keys per query in long sentences.",
+             "Entmax gives exact zeros.", "Another short passage about tokens and heads.",
+             "Retrieval agreement needs several texts to rank."]
+    df = accuracy_sweep(tiny, texts, projections, "distance,kmeans+window,window,bigbird",
+                        batch_size=3)
+    assert set(df["method"]) == {"distance", "kmeans+window", "window", "bigbird"}
+    # kmeans has centroids for B=2 only: the other grid points are skipped, not failed.
+    assert (df["method"] == "kmeans+window").sum() == 1
+    for measure in MEASURES:
+        assert df[measure].between(-1, 1 + 1e-9).all(), measure
+    dense = df[(df["method"] == "window") & (df["params"] == '{"window": 251}')].iloc[0]
+    assert dense["sparsity"] == 0 and dense["output_cosine"] == 1.0
+    assert dense["retrieval_top1"] == 1.0 and dense["retrieval_ndcg10"] == 1.0
+    narrow = df[(df["method"] == "window") & (df["params"] == '{"window": 1}')].iloc[0]
+    assert narrow["output_cosine"] < 0.99 and narrow["sparsity"] > 0.8
+    assert len(json.loads(narrow["layer_cosine"])) == 2
+    empty = df[(df["method"] == "window") & (df["params"] == '{"window": 0}')].iloc[0]
+    assert empty["repaired_rows"] == 1.0  # every row kept only its diagonal
+    tables = write_outputs(df, tmp_path, gold_sparsity=0.6, title="t", summary={"n": 4})
+    for name in ("accuracy_points.csv", "accuracy_frontier.csv", "accuracy_at_sparsity.csv",
+                 "accuracy_dominance.csv", "accuracy.json", "pareto_accuracy.html"):
+        assert (tmp_path / name).is_file(), name
+    html = (tmp_path / "pareto_accuracy.html").read_text(encoding="utf-8")
+    assert "full entmax" in html and '"symbol":"star"' in html
+    assert set(tables["frontier"]["measure"]) == set(MEASURES)
+    payload = json.loads((tmp_path / "accuracy.json").read_text())
+    assert payload["gold_sparsity"] == 0.6 and len(payload["points"]) == len(df)
+    assert {"window", "bigbird"} <= set(tables["dominance"]["baseline"])

@@ -1,0 +1,325 @@
+"""sparsefinder.methods.spec: one registry of methods, PredictorSpec values, one prediction path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sparsefinder.data.records import AttentionRecord, LayerGraph
+from sparsefinder.methods.spec import (
+    INPUTS,
+    METHODS,
+    Method,
+    PredictorSpec,
+    RecordInputs,
+    get_method,
+    predict_record,
+    register_method,
+)
+from sparsefinder.predictors import Distance, GlobalTokens, TopK, Union, Window
+from sparsefinder.projections.heads import HeadProjections
+
+HEADS, D, R = 2, 6, 3
+
+
+def _record(n: int = 7, layers: int = 2, causal: bool = False) -> AttentionRecord:
+    gen = torch.Generator().manual_seed(n)
+    graphs = []
+    for _ in range(layers):
+        q, k = torch.randn(HEADS, n, D, generator=gen), torch.randn(HEADS, n, D, generator=gen)
+        gold = torch.rand(HEADS, n, n, generator=gen) < 0.3
+        graphs.append(LayerGraph(q, k, gold, torch.ones(int(gold.sum())), D**-0.5))
+    return AttentionRecord(text="x", tokens=["t"] * n, offsets=[(0, 0)] * n,
+                           special=[False] * n, causal=causal, layers=graphs)
+
+
+def _projections(layers: int = 2) -> HeadProjections:
+    gen = torch.Generator().manual_seed(0)
+    return HeadProjections(weight=torch.randn(layers, HEADS, R, D, generator=gen),
+                           bias=torch.zeros(layers, HEADS, R), model_id="synthetic", alpha=1.5,
+                           centroids={4: torch.randn(layers, HEADS, 4, R, generator=gen)})
+
+
+def test_every_method_declares_what_it_reads_once():
+    assert set(METHODS) >= {"distance", "quantization", "kmeans", "fixed", "window", "topk",
+                            "longformer", "bigbird", "reformer", "routing", "sparsebert-dams",
+                            "sparsebert-damu", "distance-nodiag"}
+    assert all(method.inputs in INPUTS for method in METHODS.values())
+    assert METHODS["topk"].inputs == "original" and METHODS["topk"].oracle
+    assert METHODS["window"].inputs == "shape" and not METHODS["window"].needs_projections
+    assert METHODS["distance"].needs_projections and METHODS["kmeans"].needs_projections
+    assert METHODS["sparsebert-dams"].fit is not None
+    with pytest.raises(ValueError, match="unknown method 'nope'.*distance"):
+        get_method("nope")
+
+
+def test_spec_is_a_hashable_value_and_validates_its_parameters():
+    a = PredictorSpec.of("kmeans", {"top_k": 2, "n_clusters": 4}, window=3,
+                         global_tokens=["last", "first"])
+    b = PredictorSpec.of("kmeans", {"n_clusters": 4, "top_k": 2}, window=3,
+                         global_tokens=("first", "last"))
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+    assert a.params_json() == '{"n_clusters": 4, "top_k": 2}'
+    assert a.label() == "kmeans n_clusters=4 top_k=2 ∪ window 3 ∪ global first+last"
+    with pytest.raises(ValueError, match=r"missing \['threshold'\]"):
+        PredictorSpec.of("distance", {})
+    with pytest.raises(ValueError, match=r"unknown \['t'\]"):
+        PredictorSpec.of("distance", {"threshold": 1.0, "t": 2})
+    with pytest.raises(ValueError, match="window must be"):
+        PredictorSpec.of("fixed", window=-1)
+    with pytest.raises(ValueError, match="global_tokens"):
+        PredictorSpec("fixed", (), 0, ("middle",))
+    assert PredictorSpec.of("fixed").label() == "empty graph"
+
+
+def test_build_unites_the_method_with_window_and_global_tokens():
+    spec = PredictorSpec.of("distance", {"threshold": 0.5}, window=3, global_tokens=["first"])
+    built = spec.build(None, 0)
+    assert built == Union(Distance(0.5), Window(3), GlobalTokens(first=True, last=False))
+    assert PredictorSpec.of("distance", {"threshold": 0.5}).build(None, 0) == Distance(0.5)
+    assert PredictorSpec.of("fixed").build(None, 0) is None
+    assert PredictorSpec.of("topk", {"k": 2}).build(None, 1) == TopK(2)
+
+
+def test_learned_methods_without_projections_name_the_training_command():
+    with pytest.raises(ValueError, match="sparsefinder train"):
+        PredictorSpec.of("kmeans", {"n_clusters": 4, "top_k": 1}).build(None, 0)
+    with pytest.raises(ValueError, match="sparsefinder train"):
+        RecordInputs(_record()).projected(0)
+
+
+def test_predict_record_gives_each_predictor_the_inputs_its_method_declares():
+    record, projections = _record(), _projections()
+    vectors = RecordInputs(record, projections)
+    q, k = vectors.projected(1)
+    assert q.shape == (HEADS, 7, R) and vectors.projected(1)[0] is q  # computed once
+    assert vectors.get(1, "original")[0] is record.layers[1].queries
+    spec = PredictorSpec.of("topk", {"k": 2})
+    masks = predict_record(spec, spec.build_layers(projections, 2), vectors)
+    layer = record.layers[0]
+    assert torch.equal(masks[0], TopK(2).predict(layer.queries, layer.keys))  # original q/k
+    spec = PredictorSpec.of("distance", {"threshold": 1.0})
+    masks = predict_record(spec, spec.build_layers(projections, 2), vectors)
+    assert torch.equal(masks[1], Distance(1.0).predict(*vectors.projected(1)))
+    empty = PredictorSpec.of("fixed")
+    masks = predict_record(empty, empty.build_layers(projections, 2), vectors)
+    assert all(m.dtype == torch.bool and not m.any() for m in masks)
+    with pytest.raises(ValueError, match="predictors for 1 layers"):
+        predict_record(spec, spec.build_layers(projections, 1), vectors)
+
+
+def test_causal_records_get_causal_predictions():
+    record = _record(causal=True)
+    spec = PredictorSpec.of("window", {"window": 5})
+    (first, _) = predict_record(spec, spec.build_layers(None, 2), RecordInputs(record))
+    assert not first.triu(diagonal=1).any() and first.diagonal(dim1=-2, dim2=-1).all()
+
+
+def test_projections_of_another_shape_are_refused_by_record_inputs():
+    with pytest.raises(ValueError, match="expect"):
+        RecordInputs(_record(layers=3), _projections(layers=2))
+
+
+# ---------------------------------------------------------------- the registry, exactly
+
+# name: (label, params, inputs, oracle, learned from graphs)
+REGISTRY = {
+    "distance": ("Distance (t)", ("threshold",), "projected", False, False),
+    "quantization": ("Quantization (β)", ("bins",), "projected", False, False),
+    "kmeans": ("k-means (B, k)", ("n_clusters", "top_k"), "projected", False, False),
+    "fixed": ("Window / global only", (), "shape", False, False),
+    "window": ("Window (w)", ("window",), "shape", False, False),
+    "longformer": ("Longformer", ("n_global",), "shape", False, False),
+    "bigbird": ("BigBird", ("n_random",), "shape", False, False),
+    "reformer": ("Reformer (LSH)", ("n_buckets",), "projected", False, False),
+    "routing": ("Routing (k-means)", ("n_clusters",), "projected", False, False),
+    "topk": ("Top-k (ORACLE)", ("k",), "original", True, False),
+    "sparsebert-dams": ("SparseBERT DAMs (static)", ("target_sparsity",), "shape", False, True),
+    "sparsebert-damu": ("SparseBERT DAMu (static)", ("target_sparsity",), "shape", False, True),
+    "distance-nodiag": ("Distance, no diagonal (SparseBERT)", ("threshold",), "projected",
+                        False, False),
+    "kmeans-routed": ("Routed k-means (B, key budget)", ("n_clusters", "budget"), "original",
+                      False, False),
+    "kmeans-routed-top": ("Routed k-means (B, routes)", ("n_clusters", "n_routes"),
+                          "original", False, False),
+    "topp": ("Top-p of entmax (ORACLE)", ("p",), "original", True, False),
+    "quest": ("Quest pages (min/max key bounds)", ("page_size", "pages"), "original", False,
+              False),
+    "hashattention": ("HashAttention (learned bit codes)", ("max_distance",), "original", False,
+                      True),
+    "block": ("Block Sparsefinder (block, key blocks, single keys)",
+              ("block", "n_blocks", "n_keys"), "projected", False, False),
+    "block-learned": ("Block Sparsefinder, learned block projections", ("block", "n_blocks"),
+                      "original", False, True),
+    "distance-calibrated": ("Distance, per-head t for a target sparsity", ("target_sparsity",),
+                            "projected", False, True),
+    "distance-budget": ("Distance, per-head t, sparsity budget across heads",
+                        ("target_sparsity",), "projected", False, True),
+    "distance-calibrated-recall": ("Distance, per-head t for a target recall",
+                                   ("target_recall",), "projected", False, True),
+    "rowfrac-calibrated": ("Nearest keys, per-head row fraction for a target",
+                           ("target_sparsity",), "projected", False, True),
+    "rowfrac-budget": ("Nearest keys, row fractions, sparsity budget", ("target_sparsity",),
+                       "projected", False, True),
+    "window-budget": ("Window, per-head w, sparsity budget", ("target_sparsity",), "shape",
+                      False, True),
+    "quantization-budget": ("Quantization, per-head β, sparsity budget", ("target_sparsity",),
+                            "projected", False, True),
+    "kmeans-budget": ("k-means, per-head (B, k), sparsity budget", ("target_sparsity",),
+                      "projected", False, True),
+    "kmeans-routed-budget": ("Routed k-means, per-head key budget, sparsity budget",
+                             ("target_sparsity",), "original", False, True),
+}
+
+
+@pytest.fixture
+def registered():
+    """The default registrations, run again: the check covers the registering function
+    itself (mutation testing forks after import), not only what import left behind."""
+    from sparsefinder.methods import spec
+
+    saved = dict(METHODS)
+    METHODS.clear()
+    spec._register_defaults()
+    try:
+        yield METHODS
+    finally:
+        METHODS.clear()
+        METHODS.update(saved)
+
+
+def test_default_registry_exactly(registered):
+    assert list(registered) == list(REGISTRY)
+    for name, (label, params, inputs, oracle, learned) in REGISTRY.items():
+        method = registered[name]
+        assert (method.name, method.label, method.params, method.inputs, method.oracle,
+                method.fit is not None) == (name, label, params, inputs, oracle, learned), name
+
+
+def test_default_builders_pass_every_parameter_and_seed_by_layer(registered):
+    from sparsefinder.methods.spec import BASELINE_WINDOW
+    from sparsefinder.predictors import (
+        BigBird,
+        Distance,
+        Longformer,
+        NoDiagonal,
+        Quantization,
+        Reformer,
+        Routing,
+        TopK,
+        Window,
+    )
+
+    def build(method, params, layer=2):
+        return PredictorSpec.of(method, params).build(_projections(3), layer)
+
+    assert build("distance", {"threshold": "1.5"}) == Distance(1.5)
+    assert build("quantization", {"bins": 3.0}) == Quantization(3)
+    assert build("window", {"window": 5.0}) == Window(5)
+    assert build("longformer", {"n_global": 4.0}) == Longformer(BASELINE_WINDOW, 4, seed=2)
+    assert build("bigbird", {"n_random": 6.0}) == BigBird(BASELINE_WINDOW, 6, seed=2)
+    assert build("reformer", {"n_buckets": 8.0}) == Reformer(8, seed=2)
+    routing = build("routing", {"n_clusters": 4.0}, layer=1)
+    assert isinstance(routing, Routing) and (routing.n_clusters, routing.seed) == (4, 1)
+    assert build("topk", {"k": 2.0}) == TopK(2)
+    nodiag = build("distance-nodiag", {"threshold": 0.5})
+    assert isinstance(nodiag, NoDiagonal) and nodiag.predictor == Distance(0.5)
+    assert build("fixed", {}) is None
+    assert isinstance(build("distance", {"threshold": 1}).threshold, float)
+    assert isinstance(build("quantization", {"bins": 3.0}).bins, int)
+
+
+def test_kmeans_builder_reads_the_layer_centroids_and_top_k(registered):
+    projections = _projections(3)
+    km = PredictorSpec.of("kmeans", {"n_clusters": 4.0, "top_k": 2.0}).build(projections, 2)
+    assert (km.n_clusters, km.top_k) == (4, 2) and isinstance(km.n_clusters, int)
+    assert torch.equal(km.centroids_, projections.centroids[4][2])
+    one = PredictorSpec.of("kmeans", {"n_clusters": 4, "top_k": 1}).build(projections, 0)
+    assert one.top_k == 1 and torch.equal(one.centroids_, projections.centroids[4][0])
+    with pytest.raises(ValueError, match=r"^k-means needs learned projections for this model; "
+                                         r"train them with `sparsefinder train --model NAME "
+                                         r"--out DIR` and pass the projections file$"):
+        PredictorSpec.of("kmeans", {"n_clusters": 4, "top_k": 1}).build(None, 0)
+
+
+def test_static_masks_are_fitted_per_layer_and_retargeted(registered):
+    from sparsefinder.predictors import StaticMask
+
+    train = [_record(n=9, layers=3, causal=True), _record(n=8, layers=3, causal=True)]
+    spec = PredictorSpec.of("sparsebert-dams", {"target_sparsity": 0.8})
+    assert spec.needs_training and not spec.needs_projections
+    fitted = spec.fit(train)
+    assert len(fitted) == 3 and all(isinstance(m, StaticMask) for m in fitted)
+    assert all(m.kind == "structured" and m.causal_ is True for m in fitted)
+    unstructured = PredictorSpec.of("sparsebert-damu", {"target_sparsity": 0.5}).fit(train)
+    assert all(m.kind == "unstructured" for m in unstructured)
+    built = spec.build_layers(None, 3, fitted)
+    assert [m.target_sparsity for m in built] == [0.8, 0.8, 0.8]
+    assert all(b is not f for b, f in zip(built, fitted, strict=True))
+    assert [m.target_sparsity for m in fitted] == [0.5, 0.5, 0.5]  # the fitted ones untouched
+    assert built[1].frequency_ is fitted[1].frequency_  # a shallow copy: shared tensors
+    with pytest.raises(ValueError, match=r"^sparsebert \(structured\) masks are fitted on "
+                                         r"training graphs; pass train_records=\.\.\.$"):
+        spec.fit([])
+    with pytest.raises(ValueError, match=r"^this method is learned from training graphs; "
+                                         r"pass train_records=\.\.\.$"):
+        spec.build(None, 0)
+    with pytest.raises(ValueError, match="target"):
+        PredictorSpec.of("sparsebert-dams", {"target_sparsity": 1.5}).build(None, 0, fitted)
+    assert PredictorSpec.of("distance", {"threshold": 1}).fit(train) is None
+
+
+def test_register_method_refuses_bad_names_and_inputs():
+    build = lambda p, c: None  # noqa: E731
+    with pytest.raises(ValueError, match=r"^inputs must be one of \('projected', 'original', "
+                                         r"'shape'\), got 'pixels'$"):
+        register_method(Method("x-test", "X", (), build, inputs="pixels"))
+    for bad in ("", "a,b", "a+b"):
+        with pytest.raises(ValueError, match=r"^method name must be non-empty without ',' or "
+                                             r"'\+', got "):
+            register_method(Method(bad, "X", (), build))
+    with pytest.raises(ValueError, match=r"^method 'distance' is already registered; pass "
+                                         r"replace=True$"):
+        register_method(Method("distance", "X", (), build))
+    assert "x-test" not in METHODS and METHODS["distance"].label == "Distance (t)"
+    with pytest.raises(ValueError, match=r"^unknown method 'nope'; choose from: distance, "):
+        get_method("nope")
+
+
+def test_spec_values_labels_and_build_layers():
+    spec = PredictorSpec.of("distance", {"threshold": 0.25}, window=3, global_tokens=["first"])
+    assert spec.params_json() == '{"threshold": 0.25}'
+    assert spec.label() == "distance threshold=0.25 ∪ window 3 ∪ global first"
+    assert PredictorSpec.of("fixed").label() == "empty graph"
+    assert PredictorSpec.of("fixed", window=1).label() == "window 1"
+    layers = spec.build_layers(_projections(3), 3)
+    assert len(layers) == 3
+    assert PredictorSpec.of("fixed").build_layers(None, 2) == [None, None]
+    with pytest.raises(ValueError, match=r"^window must be an integer >= 0, got -1$"):
+        PredictorSpec("distance", (("threshold", 1.0),), -1)
+    with pytest.raises(ValueError, match=r"^global_tokens must be among \('first', 'last'\), "
+                                         r"got \['middle'\]$"):
+        PredictorSpec("fixed", (), 0, ("middle",))
+    with pytest.raises(ValueError, match=r"unknown \['bins'\]"):
+        PredictorSpec.of("distance", {"threshold": 1, "bins": 2})
+
+
+def test_spec_edges_single_training_record_and_messages():
+    from sparsefinder.predictors import GlobalTokens
+
+    one = PredictorSpec.of("sparsebert-damu", {"target_sparsity": 0.5}).fit([_record(n=6)])
+    assert len(one) == 2  # one mask per layer, from a single training record
+    spec = PredictorSpec.of("fixed", window=1, global_tokens=["last"])
+    union = spec.build(None, 0)
+    assert isinstance(union, Union) and Window(1) in union.predictors
+    assert GlobalTokens(first=False, last=True) in union.predictors
+    assert PredictorSpec.of("distance", {"threshold": 0.123456}).label() == (
+        "distance threshold=0.1235")
+    with pytest.raises(ValueError, match=r"^window must be an integer >= 0, got 2.5$"):
+        PredictorSpec("fixed", (), 2.5)
+    kmeans = PredictorSpec.of("kmeans", {"n_clusters": 4, "top_k": 1})
+    assert len(kmeans.build_layers(_projections(2), 2)) == 2
+    with pytest.raises(ValueError, match=r"^this method needs learned projections for this "
+                                         r"model; train them with `sparsefinder train --model "
+                                         r"NAME --out DIR` and pass the projections file$"):
+        RecordInputs(_record()).get(0, "projected")

@@ -1,0 +1,250 @@
+"""Projection objectives of issue 10: training-free low-rank (augmented) and logistic; files."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sparsefinder.data.records import AttentionRecord, LayerGraph
+from sparsefinder.projections.heads import (
+    BUNDLED_PROJECTIONS,
+    HeadProjections,
+    ProjectionsError,
+    _layer_pairs,
+    fit_centroids,
+)
+from sparsefinder.projections.logistic import logistic_step, train_logistic
+from sparsefinder.projections.lowrank import (
+    approximate_scores,
+    fit_lowrank,
+    fit_row_threshold,
+    low_rank_factors,
+)
+
+HEADS, D, LAYERS, TRUE_RANK = 2, 8, 2, 3
+
+
+def _record(gen: torch.Generator, n: int, causal: bool = False) -> AttentionRecord:
+    """Scores ``qᵀk`` of rank 3 (queries live in a 3-d subspace); the gold graph keeps the
+    pairs above a row threshold that is linear in the query, ``τ(q) = 0.5·q₀ + 1``."""
+    basis = torch.linalg.qr(torch.randn(D, D, generator=torch.Generator().manual_seed(9)))[0]
+    layers = []
+    for _ in range(LAYERS):
+        q = torch.randn(HEADS, n, TRUE_RANK, generator=gen) @ basis[:TRUE_RANK]
+        k = torch.randn(HEADS, n, D, generator=gen)
+        scores = q @ k.transpose(-1, -2)
+        tau = 0.5 * q[..., :1] @ basis[:1, :1].T + 1.0  # depends on the query only
+        gold = scores > tau
+        if causal:
+            gold &= torch.ones(n, n, dtype=torch.bool).tril()
+        layers.append(LayerGraph(q, k, gold, torch.ones(int(gold.sum())), D**-0.5))
+    return AttentionRecord(text="x", tokens=["t"] * n, offsets=[(0, 0)] * n,
+                           special=[False] * n, causal=causal, layers=layers)
+
+
+@pytest.fixture(scope="module")
+def records() -> list[AttentionRecord]:
+    gen = torch.Generator().manual_seed(0)
+    return [_record(gen, n) for n in (20, 31, 26, 40)]
+
+
+# ---------------------------------------------------------------- low rank
+
+
+def test_low_rank_factors_are_exact_at_the_true_rank(records) -> None:
+    graph = records[0].layers[0]
+    q, k = graph.queries.double(), graph.keys.double()
+    cq = q.transpose(1, 2) @ q / q.shape[1]
+    ck = k.transpose(1, 2) @ k / k.shape[1]
+    a, b, kept = low_rank_factors(cq, ck, TRUE_RANK)
+    approx = (q @ a.transpose(1, 2)) @ (k @ b.transpose(1, 2)).transpose(1, 2)
+    assert torch.allclose(approx, q @ k.transpose(1, 2), atol=1e-6)
+    assert torch.allclose(kept, torch.ones(HEADS, dtype=kept.dtype))
+    a1, b1, kept1 = low_rank_factors(cq, ck, 1)
+    assert (kept1 < 1).all()
+    err1 = ((q @ a1.transpose(1, 2)) @ (k @ b1.transpose(1, 2)).transpose(1, 2)
+            - q @ k.transpose(1, 2)).square().mean()
+    assert err1 > 1e-3
+
+
+def test_augmentation_turns_distance_into_the_approximate_score(records) -> None:
+    proj = fit_lowrank(records, rank=TRUE_RANK, row_threshold=False, model_id="synthetic")
+    assert proj.kind == "augmented" and proj.dim == TRUE_RANK + 2
+    assert proj.objective == "lowrank"
+    graph = records[1].layers[1]
+    scores = approximate_scores(proj, 1, graph.queries, graph.keys)
+    assert torch.allclose(scores, (graph.queries @ graph.keys.transpose(1, 2)).double(),
+                          atol=1e-3, rtol=1e-4)
+    # |q~ - k~|^2 = Rq^2 + Rk^2 - 2 q^.k^, so a distance threshold is a score threshold
+    qt, kt = proj.project_queries(1, graph.queries), proj.project_keys(1, graph.keys)
+    q_hat = qt[..., :TRUE_RANK]
+    assert torch.allclose(qt.norm(dim=-1), proj.query_radius[1][:, None].expand_as(qt[..., 0]))
+    assert (qt[..., -1] == 0).all() and (kt[..., -2] == 0).all()
+    assert (q_hat.norm(dim=-1) <= proj.query_radius[1][:, None]).all()
+
+
+def test_row_threshold_recovers_the_gold_rule(records) -> None:
+    """With the row threshold q^.k^ ≈ s − τ(q): one threshold per head reproduces the gold graph."""
+    coef = fit_row_threshold(records, 0)
+    assert coef.shape == (HEADS, D + 1)
+    with_tau = fit_lowrank(records, rank=TRUE_RANK)
+    without = fit_lowrank(records, rank=TRUE_RANK, row_threshold=False)
+    assert with_tau.rank == TRUE_RANK + 1
+    agree_with, agree_without = [], []
+    for record in records:
+        graph = record.layers[0]
+        for proj, out in ((with_tau, agree_with), (without, agree_without)):
+            s = approximate_scores(proj, 0, graph.queries, graph.keys)
+            # best single threshold per head, as a calibrated predictor would pick it
+            levels = torch.linspace(0, 1, 101, dtype=s.dtype)
+            best = max(float(((s > t) == graph.gold).double().mean())
+                       for t in torch.quantile(s.flatten(), levels))
+            out.append(best)
+    assert min(agree_with) > 0.97
+    assert sum(agree_with) > sum(agree_without)
+
+
+def test_lowrank_file_round_trip_and_no_centroids(tmp_path, records) -> None:
+    proj = fit_lowrank(records, rank=2, model_id="synthetic")
+    with pytest.raises(ValueError, match="separate them"):
+        fit_centroids(proj, records, clusters=(2, 3), n_init=1)
+    with pytest.raises(ProjectionsError, match="use shared projections"):
+        proj.kmeans(0, 2)
+    path = proj.save(tmp_path / "p.pt")
+    payload = torch.load(path, weights_only=True)
+    assert payload["format_version"] == 2 and payload["kind"] == "augmented"
+    assert payload["metadata"]["objective"] == "lowrank"
+    loaded = HeadProjections.load(path, expected_model_id="synthetic")
+    graph = records[0].layers[1]
+    for side in ("query", "key"):
+        x = graph.queries if side == "query" else graph.keys
+        assert torch.equal(loaded.project(1, x, side=side), proj.project(1, x, side=side))
+    with pytest.raises(ValueError, match="side='query' or side='key'"):
+        loaded.project(1, graph.queries)
+    q, k = loaded.project_record(records[0])[1]
+    assert q.shape == (HEADS, 20, loaded.dim) and k.shape == (HEADS, 20, loaded.dim)
+    payload["format_version"] = 3
+    torch.save(payload, tmp_path / "future.pt")
+    with pytest.raises(ProjectionsError, match="format version 3"):
+        HeadProjections.load(tmp_path / "future.pt")
+
+
+def test_bundled_file_still_loads_as_shared_paper_projections() -> None:
+    proj = HeadProjections.load(BUNDLED_PROJECTIONS)
+    assert proj.kind == "shared" and proj.objective == "paper" and proj.dim == proj.rank
+    x = torch.randn(proj.num_heads, 5, proj.head_dim)
+    assert torch.equal(proj.project(0, x), proj.project_keys(0, x))
+    assert torch.equal(proj.to_payload()["weight"], proj.weight)
+    assert proj.to_payload()["format_version"] == 1 and "kind" not in proj.to_payload()
+
+
+def test_augmented_validation() -> None:
+    w = torch.zeros(1, 2, 3, 4)
+    b = torch.zeros(1, 2, 3)
+    with pytest.raises(ValueError, match="kind must be one of"):
+        HeadProjections(weight=w, bias=b, model_id="m", alpha=1.5, kind="other")
+    with pytest.raises(ValueError, match="key_weight of shape"):
+        HeadProjections(weight=w, bias=b, model_id="m", alpha=1.5, kind="augmented")
+    with pytest.raises(ValueError, match="only exist for kind='augmented'"):
+        HeadProjections(weight=w, bias=b, model_id="m", alpha=1.5, key_weight=w)
+    with pytest.raises(ValueError, match="rank must be an integer"):
+        fit_lowrank([], rank=0)
+    with pytest.raises(ValueError, match="radius_slack"):
+        fit_lowrank([], rank=2, radius_slack=0.5)
+
+
+# ---------------------------------------------------------------- logistic
+
+
+def test_logistic_gradient_matches_autograd(records) -> None:
+    pairs = _layer_pairs(records, 0)
+    gen = torch.Generator().manual_seed(0)
+    weight = torch.randn(HEADS, 2, D, generator=gen) * 0.3
+    bias = torch.tensor([0.5, 1.5])
+    ids = torch.randint(0, pairs.head.numel(), (HEADS, 16), generator=gen)
+    q_rows, k_rows = pairs.q_row[ids], pairs.k_row[ids]
+    n_rows = torch.randint(0, pairs.k_table.shape[0], (HEADS, 16, 2), generator=gen)
+
+    class Keep(torch.optim.Optimizer):  # records the gradients instead of stepping
+        def __init__(self, params):
+            super().__init__(params, {})
+
+        def step(self, closure=None):
+            return None
+
+    w1, b1 = weight.clone(), bias.clone()
+    loss = logistic_step(pairs, q_rows, k_rows, n_rows, w1, b1, Keep([w1, b1]))
+    w2, b2 = weight.clone().requires_grad_(), bias.clone().requires_grad_()
+    q = pairs.q_table[q_rows]
+    dp = q - pairs.k_table[k_rows]
+    dn = q[:, :, None] - pairs.k_table[n_rows]
+    zp = b2[:, None] - torch.einsum("hrd,hbd->hbr", w2, dp).square().sum(-1)
+    zn = b2[:, None, None] - torch.einsum("hrd,hbnd->hbnr", w2, dn).square().sum(-1)
+    ref = -(torch.nn.functional.logsigmoid(zp).mean(-1)
+            + torch.nn.functional.logsigmoid(-zn).flatten(1).mean(-1))
+    ref.sum().backward()
+    assert torch.allclose(loss, ref.mean().detach(), atol=1e-6)
+    assert torch.allclose(w1.grad, w2.grad, atol=1e-5)
+    assert torch.allclose(b1.grad, b2.grad, atol=1e-6)
+
+
+def _cluster_record(gen: torch.Generator, n: int = 24) -> AttentionRecord:
+    """Tokens of 3 latent clusters; a query attends exactly to keys of its own cluster."""
+    centers = torch.randn(HEADS, 3, D, generator=gen) * 3
+    layers = []
+    for _ in range(LAYERS):
+        label = torch.randint(0, 3, (HEADS, n), generator=gen)
+        pick = centers.gather(1, label[..., None].expand(-1, -1, D))
+        q = pick + 0.3 * torch.randn(HEADS, n, D, generator=gen)
+        k = pick + 0.3 * torch.randn(HEADS, n, D, generator=gen)
+        gold = label[:, :, None] == label[:, None, :]
+        layers.append(LayerGraph(q, k, gold, torch.ones(int(gold.sum())), D**-0.5))
+    return AttentionRecord(text="x", tokens=["t"] * n, offsets=[(0, 0)] * n,
+                           special=[False] * n, causal=False, layers=layers)
+
+
+def test_logistic_training_learns_a_per_head_threshold() -> None:
+    gen = torch.Generator().manual_seed(1)
+    clusters = [_cluster_record(gen) for _ in range(6)]
+    proj = train_logistic(clusters, rank=2, batch_size=64, epochs=8, lr=0.05, model_id="s")
+    meta = proj.metadata
+    assert meta["objective"] == "logistic" and proj.kind == "shared"
+    assert all(b < a for a, b in zip(meta["loss_first"], meta["loss_last"], strict=True))
+    biases = torch.tensor(meta["logistic_bias"])
+    assert biases.shape == (LAYERS, HEADS) and (biases > 0).all()
+    # the learned bias is the decision rule: d² < b_h separates edges from non-edges
+    for record in clusters[:2]:
+        graph = record.layers[1]
+        d2 = torch.cdist(proj.project(1, graph.queries), proj.project(1, graph.keys)).square()
+        pred = d2 < biases[1][:, None, None]
+        tpr = (pred & graph.gold).sum() / graph.gold.sum()
+        tnr = (~pred & ~graph.gold).sum() / (~graph.gold).sum()
+        assert tpr > 0.9 and tnr > 0.9, (tpr, tnr)
+    again = train_logistic(clusters, rank=2, batch_size=64, epochs=8, lr=0.05, model_id="s")
+    assert torch.equal(again.weight, proj.weight)
+
+
+# ---------------------------------------------------------------- low rank, refined
+
+
+def test_refine_lowrank_trains_the_bilinear_logit(records) -> None:
+    from sparsefinder.projections.bilinear import refine_lowrank
+
+    start = fit_lowrank(records, rank=1, model_id="synthetic")  # under capacity: room to learn
+    refined = refine_lowrank(start, records, lr=0.02, epochs=6, batch_size=64)
+    meta = refined.metadata
+    assert refined.kind == "augmented" and refined.objective == "lowrank-logistic"
+    assert meta["rank"] == 1 and len(meta["logistic_bias"]) == LAYERS
+    assert all(b < a for a, b in zip(meta["loss_first"], meta["loss_last"], strict=True))
+    assert not torch.equal(refined.weight, start.weight)
+    assert torch.equal(start.weight, fit_lowrank(records, rank=1).weight)  # input untouched
+    for record in records:  # radii recomputed: train tokens stay inside them
+        for layer, (q, k) in enumerate(refined.project_record(record)):
+            assert torch.allclose(q.norm(dim=-1), refined.query_radius[layer][:, None]
+                                  .expand_as(q[..., 0]), rtol=1e-4)
+            assert torch.allclose(k.norm(dim=-1), refined.key_radius[layer][:, None]
+                                  .expand_as(k[..., 0]), rtol=1e-4)
+    again = refine_lowrank(start, records, lr=0.02, epochs=6, batch_size=64)
+    assert torch.equal(again.key_weight, refined.key_weight)
+    with pytest.raises(ValueError, match="augmented projections"):
+        refine_lowrank(HeadProjections.load(BUNDLED_PROJECTIONS), records)
