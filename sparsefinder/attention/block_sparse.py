@@ -18,7 +18,7 @@ lies in the selected blocks (block recall 1 ⇒ exact everywhere).
 Query blocks are processed in chunks sorted by how many key blocks they select, each chunk
 padded to its own maximum, so one query block that selects many keys does not pad them all.
 A query block left with no (non-future) key block keeps its diagonal block, with a
-:class:`~sparsefinder.evaluation.restricted.RestrictionWarning` (as the dense restricted path does).
+:class:`~sparsefinder.attention.masks.RestrictionWarning` (as the dense restricted path does).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from sparsefinder.attention.entmax_ops import entmax_normalize
+from sparsefinder.attention.masks import RestrictionWarning
 
 _MASKED = -1e9  # far below every α > 1 support (τ* ≥ max - 2), as in entmax_ops
 #: Scores per chunk of query blocks: 16 MiB of float32, under glibc's largest mmap threshold,
@@ -67,8 +68,6 @@ def repair_block_graph(block_graph: Tensor, *, causal: bool, warn: bool = True) 
         diag = torch.eye(nb, mb, dtype=torch.bool, device=graph.device)
         graph |= empty.unsqueeze(-1) & diag
         if warn:
-            from sparsefinder.evaluation.restricted import RestrictionWarning
-
             heads_hit = sorted({int(h) for h in empty.nonzero()[:, 0].tolist()})
             warnings.warn(
                 f"{int(empty.sum())} query blocks (heads {heads_hit}) had no key block in the "

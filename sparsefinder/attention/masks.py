@@ -23,6 +23,10 @@ import torch
 from torch import Tensor
 
 
+class RestrictionWarning(UserWarning):
+    """Some query rows of a predicted graph had no allowed key; their diagonal was kept so
+    entmax stays defined (raised by the dense and the block-sparse restricted paths)."""
+
 def _device(device: torch.device | str | None) -> torch.device:
     return torch.device(device or "cpu")
 

@@ -11,6 +11,8 @@ import pandas as pd
 from sparsefinder.commands._common import progress_bar
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.evaluation.accuracy_sweep import accuracy_sweep, write_outputs
+from sparsefinder.figures.accuracy import accuracy_figure
+from sparsefinder.figures.common import write_figure_html
 from sparsefinder.models.loading import LoadedModel
 from sparsefinder.projections.heads import HeadProjections
 
@@ -32,8 +34,10 @@ def run_accuracy(
     title = f"Sparsity–accuracy, {loaded.model_id}, {args.split} split ({len(texts)} texts)"
     summary = {"model": loaded.model_id, "alpha": loaded.alpha, "corpus": str(args.corpus),
                "split": args.split, "n_texts": len(texts)}
-    tables = write_outputs(df, out, gold_sparsity=gold, title=title, summary=summary,
-                           recall_points=points)
+    tables = write_outputs(df, out, gold_sparsity=gold, summary=summary, recall_points=points)
+    if len(df):
+        write_figure_html(accuracy_figure(tables["points"], gold, title),
+                          out / "pareto_accuracy.html")
     print(tables["at_sparsity"].to_string(index=False, float_format=lambda x: f"{x:.4f}"))
     if len(tables["dominance"]):
         print(tables["dominance"].to_string(index=False, float_format=lambda x: f"{x:.4f}"))

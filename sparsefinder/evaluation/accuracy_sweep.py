@@ -191,14 +191,12 @@ def dominance(
 # ==================================================================== files
 
 def write_outputs(
-    df: pd.DataFrame, out: Path, *, gold_sparsity: float | None, title: str,
+    df: pd.DataFrame, out: Path, *, gold_sparsity: float | None,
     summary: dict[str, Any], recall_points: pd.DataFrame | None = None,
 ) -> dict[str, pd.DataFrame]:
     """Write accuracy_points.csv, accuracy_frontier.csv, accuracy_at_sparsity.csv,
-    accuracy_dominance.csv, accuracy.json and pareto_accuracy.html into ``out``."""
-    from sparsefinder.figures.accuracy import accuracy_figure
-    from sparsefinder.figures.common import write_figure_html
-
+    accuracy_dominance.csv and accuracy.json into ``out``; the tables (and the figure the
+    caller draws from them, :func:`sparsefinder.figures.accuracy.accuracy_figure`)."""
     out.mkdir(parents=True, exist_ok=True)
     if recall_points is not None and len(recall_points) and len(df):
         joined = recall_points[["method", "params", "recall", "sparsity"]].rename(
@@ -220,6 +218,4 @@ def write_outputs(
         "dominance": json.loads(dom.to_json(orient="records")),
     }
     (out / "accuracy.json").write_text(json.dumps(payload, indent=1), encoding="utf-8")
-    if len(df):
-        write_figure_html(accuracy_figure(df, gold_sparsity, title), out / "pareto_accuracy.html")
     return {"points": df, "frontier": fronts, "at_sparsity": at, "dominance": dom}

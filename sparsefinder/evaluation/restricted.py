@@ -40,16 +40,13 @@ import torch
 from torch import Tensor, nn
 
 from sparsefinder.attention.interface import ENTMAX_ATTENTION, restrict_keys
+from sparsefinder.attention.masks import RestrictionWarning
 from sparsefinder.methods.spec import PredictorSpec
 from sparsefinder.metrics import count_true
 from sparsefinder.predictors.base import Predictor
 from sparsefinder.projections.heads import HeadProjections, ProjectionsError
 
 INPUTS = ("projected", "original", "shape")
-
-
-class RestrictionWarning(UserWarning):
-    """Some query rows of a predicted graph had no allowed key; their diagonal was kept."""
 
 
 @dataclass(frozen=True)

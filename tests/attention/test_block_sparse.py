@@ -11,7 +11,7 @@ from sparsefinder.attention.block_sparse import (
     repair_block_graph,
 )
 from sparsefinder.attention.entmax_ops import entmax_normalize
-from sparsefinder.evaluation.restricted import RestrictionWarning
+from sparsefinder.attention.masks import RestrictionWarning
 from sparsefinder.metrics import block_graph
 
 

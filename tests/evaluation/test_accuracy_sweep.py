@@ -20,6 +20,7 @@ from sparsefinder.evaluation.accuracy_sweep import (
     frontier,
     write_outputs,
 )
+from sparsefinder.figures.accuracy import accuracy_figure
 from sparsefinder.models.loading import LoadedModel, default_model_path
 from sparsefinder.projections.heads import HeadProjections
 
@@ -95,12 +96,13 @@ def test_accuracy_sweep_on_a_tiny_model(tiny: LoadedModel, tmp_path: Path) -> No
     assert len(json.loads(narrow["layer_cosine"])) == 2
     empty = df[(df["method"] == "window") & (df["params"] == '{"window": 0}')].iloc[0]
     assert empty["repaired_rows"] == 1.0  # every row kept only its diagonal
-    tables = write_outputs(df, tmp_path, gold_sparsity=0.6, title="t", summary={"n": 4})
+    tables = write_outputs(df, tmp_path, gold_sparsity=0.6, summary={"n": 4})
     for name in ("accuracy_points.csv", "accuracy_frontier.csv", "accuracy_at_sparsity.csv",
-                 "accuracy_dominance.csv", "accuracy.json", "pareto_accuracy.html"):
+                 "accuracy_dominance.csv", "accuracy.json"):
         assert (tmp_path / name).is_file(), name
-    html = (tmp_path / "pareto_accuracy.html").read_text(encoding="utf-8")
-    assert "full entmax" in html and '"symbol":"star"' in html
+    figure = accuracy_figure(tables["points"], 0.6, "t")  # what `sweep --accuracy` draws
+    assert any(trace.name == "full entmax" and trace.marker.symbol == "star"
+               for trace in figure.data)
     assert set(tables["frontier"]["measure"]) == set(MEASURES)
     payload = json.loads((tmp_path / "accuracy.json").read_text())
     assert payload["gold_sparsity"] == 0.6 and len(payload["points"]) == len(df)
