@@ -30,10 +30,11 @@ import torch
 from torch import Tensor
 
 from sparsefinder.data.records import AttentionRecord
+from sparsefinder.methods.registry import MethodUnavailable
+from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
 from sparsefinder.metrics import Scorer
 from sparsefinder.predictors.calibrated import allocate
 from sparsefinder.predictors.per_head import PerHeadSelect
-from sparsefinder.projections.heads import ProjectionsError
 
 Params = dict[str, Any]
 
@@ -67,8 +68,6 @@ class GridTable:
 def measure_grid(records: Sequence[AttentionRecord], projections: Any, method: str,
                  grid: Sequence[Params]) -> GridTable:
     """Score every raw setting of ``method`` on TRAIN ``records`` per (layer, head)."""
-    from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
-
     if not records:
         raise ValueError("per-head calibration needs at least one TRAIN record")
     num_layers = records[0].num_layers
@@ -77,14 +76,14 @@ def measure_grid(records: Sequence[AttentionRecord], projections: Any, method: s
         spec = PredictorSpec.of(method, params)
         try:
             built.append(spec.build_layers(projections, num_layers))
-        except ValueError:  # ProjectionsError is one
+        except ValueError:  # MethodUnavailable is one
             continue
         specs.append(spec)
         kept.append(dict(params))
     if not specs:
-        # a ProjectionsError: sweeps skip this method's points with a warning
-        raise ProjectionsError(f"no setting of {method!r} can be built with these "
-                               "projections (e.g. no centroids or codebooks for them)")
+        # sweeps skip this method's points with a warning naming the reason
+        raise MethodUnavailable(f"no setting of {method!r} can be built with these "
+                                "projections (e.g. no centroids or codebooks for them)")
     recall = density = None
     for record in records:
         scorer = Scorer(record, extra=False)
@@ -103,8 +102,6 @@ def layer_predictor(method: str, grid: Sequence[Params], picks: Tensor, projecti
                     layer: int) -> Any:
     """The predictor of one layer whose head ``h`` uses ``grid[picks[h]]`` of the raw
     ``method`` (``picks``: long (heads,))."""
-    from sparsefinder.methods.spec import PredictorSpec
-
     picks = picks.long()
     if method == "kmeans-routed":  # one predictor, a key budget per head
         first = PredictorSpec.of(method, grid[0]).build(projections, layer)

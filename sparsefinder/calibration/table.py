@@ -26,6 +26,7 @@ from torch import Tensor
 from sparsefinder.calibration.curves import SPARSITY_TARGETS
 from sparsefinder.calibration.grid import HEAD_GRIDS, layer_predictor, measure_grid
 from sparsefinder.data.records import AttentionRecord
+from sparsefinder.methods.registry import MethodUnavailable
 from sparsefinder.predictors.calibrated import (
     CalibratedDistance,
     CalibratedRowFraction,
@@ -33,7 +34,7 @@ from sparsefinder.predictors.calibrated import (
     ThresholdDistance,
 )
 from sparsefinder.predictors.row_fraction import RowFraction
-from sparsefinder.projections.heads import HeadProjections, ProjectionsError
+from sparsefinder.projections.heads import HeadProjections
 
 FORMAT = "sparsefinder-calibration"
 #: Calibrated methods a table holds, and the estimator of each (budget allocation).
@@ -95,7 +96,7 @@ class CalibrationTable:
             raw, grid = HEAD_GRIDS[method]
             try:
                 table = measure_grid(records, projections, raw, grid)
-            except ProjectionsError:  # e.g. no key codebooks for this model: not in the table
+            except MethodUnavailable:  # e.g. no key codebooks for this model: not in the table
                 continue
             choices = torch.stack([table.choose(float(t)) for t in targets])  # (T, L, H)
             params[method] = choices.float()

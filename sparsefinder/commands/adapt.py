@@ -1,5 +1,5 @@
 """`sparsefinder adapt`: fine-tune a model to α-entmax attention (LoRA, distilled from its
-own softmax self) and write the adapter file (see :mod:`sparsefinder.models.adapt`).
+own softmax self) and write the adapter file (see :mod:`sparsefinder.adaptation.distill`).
 
 Trains on the TRAIN split of the default corpus plus every ``--corpus`` given; measures pooled
 cosine and gold sparsity on the VALIDATION split of the default corpus before and after.
@@ -15,8 +15,9 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from sparsefinder.adaptation.distill import adapt_model
+from sparsefinder.adaptation.objective import AdaptConfig
 from sparsefinder.data.corpus import default_corpus, load_corpus
-from sparsefinder.models.adapt import AdaptConfig, adapt_model
 from sparsefinder.models.loading import DEFAULT_MODEL, SOFTMAX_MODEL, load_model
 
 _DEFAULTS = AdaptConfig()

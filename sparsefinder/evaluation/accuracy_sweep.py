@@ -36,9 +36,10 @@ from sparsefinder.data.records import AttentionRecord
 from sparsefinder.evaluation.accuracy import EncodedTexts, compare, encode
 from sparsefinder.evaluation.pareto import CURVES, resolve_methods
 from sparsefinder.evaluation.restricted import RestrictionStats, spec_graph
+from sparsefinder.methods.registry import MethodUnavailable
 from sparsefinder.methods.spec import PredictorSpec
 from sparsefinder.models.loading import LoadedModel
-from sparsefinder.projections.heads import HeadProjections, ProjectionsError
+from sparsefinder.projections.heads import HeadProjections
 
 ProgressFn = Callable[[float, str], None]
 
@@ -97,7 +98,7 @@ def accuracy_sweep(
         try:
             graph_fn = spec_graph(spec, projections, loaded.num_layers, fitted=fitted,
                                   model_name=model_name)
-        except ProjectionsError:  # e.g. no centroids stored for this B
+        except MethodUnavailable:  # e.g. no centroids stored for this B
             continue
         stats = RestrictionStats()
         restricted = encode(loaded.model, loaded.tokenizer, texts, graph_fn=graph_fn,

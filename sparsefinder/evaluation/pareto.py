@@ -73,9 +73,10 @@ from torch import Tensor
 
 from sparsefinder.calibration.curves import DISTANCE_FINE_GRID, calibrated_grids
 from sparsefinder.data.records import AttentionRecord
+from sparsefinder.methods.registry import MethodUnavailable
 from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
 from sparsefinder.metrics import EXTRA_METRICS, GraphScores, Scorer, block_recall, macro_average
-from sparsefinder.projections.heads import HeadProjections, ProjectionsError
+from sparsefinder.projections.heads import HeadProjections
 
 Params = dict[str, Any]
 ProgressFn = Callable[[float, str], None]
@@ -437,7 +438,7 @@ def sweep(
         for spec in curve.specs:
             try:
                 spec.build_layers(projections, records[0].num_layers, fit)
-            except ProjectionsError as error:  # e.g. no centroids stored for this B
+            except MethodUnavailable as error:  # e.g. no centroids stored for this B
                 skipped.append(f"{name} {spec.params_json()}: {error}")
                 continue
             rows.append((name, spec))

@@ -22,9 +22,10 @@ import torch
 from sparsefinder import distributed
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.evaluation.pareto import CURVES, SpecScores, resolve_methods
+from sparsefinder.methods.registry import MethodUnavailable
 from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
 from sparsefinder.metrics import Scorer
-from sparsefinder.projections.heads import HeadProjections, ProjectionsError
+from sparsefinder.projections.heads import HeadProjections
 
 
 def score_specs_streaming(
@@ -101,7 +102,7 @@ def sweep_streaming(
         for spec in CURVES[name].specs:
             try:
                 spec.build_layers(projections, num_layers, None)
-            except ProjectionsError:
+            except MethodUnavailable:
                 continue
             rows.append((name, spec))
     results, gold = score_specs_streaming(records, projections, [s for _, s in rows],

@@ -14,7 +14,8 @@ from typing import Any
 
 from sparsefinder.explore.inputs import DEFAULT_EXAMPLE, list_examples
 from sparsefinder.explore.texts import is_text_id
-from sparsefinder.methods.spec import GLOBAL_CHOICES, METHODS, PredictorSpec
+from sparsefinder.methods.registry import METHODS
+from sparsefinder.methods.spec import GLOBAL_CHOICES, PredictorSpec
 from sparsefinder.metrics import EXTRA_METRICS
 from sparsefinder.predictors.hash_codes import HASH_BITS
 

@@ -23,7 +23,8 @@ from sparsefinder.evaluation.pareto import (
     score_spec,
     sweep,
 )
-from sparsefinder.methods.spec import METHODS, Method, RecordInputs, predict_record, register_method
+from sparsefinder.methods.registry import METHODS, Method, register_method, unregister_method
+from sparsefinder.methods.spec import RecordInputs, predict_record
 from sparsefinder.metrics import recall, sparsity
 from sparsefinder.predictors import TopK
 from sparsefinder.projections.heads import HeadProjections
@@ -162,7 +163,7 @@ def test_register_baseline_and_resolve(records) -> None:
             register_method(Method("full-test", "Full", (), lambda p, c: Full()))
     finally:
         CURVES.pop("full-test")
-        METHODS.pop("full-test")
+        unregister_method("full-test")
     assert "distance" in resolve_methods("sparsefinder")
     with pytest.raises(ValueError, match="unknown method 'nope'"):
         resolve_methods("distance,nope")

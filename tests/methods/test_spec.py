@@ -6,16 +6,8 @@ import pytest
 import torch
 
 from sparsefinder.data.records import AttentionRecord, LayerGraph
-from sparsefinder.methods.spec import (
-    INPUTS,
-    METHODS,
-    Method,
-    PredictorSpec,
-    RecordInputs,
-    get_method,
-    predict_record,
-    register_method,
-)
+from sparsefinder.methods.registry import INPUTS, METHODS, Method, get_method, register_method
+from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
 from sparsefinder.predictors import Distance, GlobalTokens, TopK, Union, Window
 from sparsefinder.projections.heads import HeadProjections
 
@@ -176,28 +168,28 @@ REGISTRY = {
 def registered():
     """The default registrations, run again: the check covers the registering function
     itself (mutation testing forks after import), not only what import left behind."""
-    from sparsefinder.methods import spec
+    from sparsefinder import catalog
 
     saved = dict(METHODS)
-    METHODS.clear()
-    spec._register_defaults()
+    METHODS._methods.clear()
+    catalog._register_builtin()
     try:
         yield METHODS
     finally:
-        METHODS.clear()
-        METHODS.update(saved)
+        METHODS._methods.clear()
+        METHODS._methods.update(saved)
 
 
 def test_default_registry_exactly(registered):
     assert list(registered) == list(REGISTRY)
     for name, (label, params, inputs, oracle, learned) in REGISTRY.items():
         method = registered[name]
-        assert (method.name, method.label, method.params, method.inputs, method.oracle,
+        assert (method.name, method.label, method.param_names, method.inputs, method.oracle,
                 method.fit is not None) == (name, label, params, inputs, oracle, learned), name
 
 
 def test_default_builders_pass_every_parameter_and_seed_by_layer(registered):
-    from sparsefinder.methods.spec import BASELINE_WINDOW
+    from sparsefinder.catalog import BASELINE_WINDOW
     from sparsefinder.predictors import (
         BigBird,
         Distance,

@@ -6,7 +6,8 @@ import pytest
 import torch
 from transformers import AutoModel
 
-from sparsefinder.models.adapt import AdaptConfig, adapter_metadata, lora_student
+from sparsefinder.adaptation.distill import adapter_metadata, lora_student
+from sparsefinder.adaptation.objective import AdaptConfig
 from sparsefinder.models.adapter_file import AdapterError, apply_adapter, read_adapter, save_adapter
 
 

@@ -11,8 +11,8 @@ import shutil
 
 import pytest
 
+from sparsefinder.adaptation.distill import measure, softmax_teacher
 from sparsefinder.data.corpus import default_corpus
-from sparsefinder.models.adapt import measure, softmax_teacher
 from sparsefinder.models.adapter_file import read_adapter
 from sparsefinder.models.loading import (
     DEFAULT_MODEL_ID,

@@ -8,7 +8,7 @@ from entmax import entmax15
 
 from sparsefinder.data.records import AttentionRecord, LayerGraph
 from sparsefinder.evaluation.pareto import CURVES, sweep
-from sparsefinder.methods.spec import METHODS
+from sparsefinder.methods.registry import METHODS
 from sparsefinder.models.loading import DEFAULT_MODEL_ID
 from sparsefinder.predictors.routed_kmeans import RoutedKMeans
 from sparsefinder.projections.heads import HeadProjections

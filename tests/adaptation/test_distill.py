@@ -5,16 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sparsefinder.models.adapt import (
+from sparsefinder.adaptation.distill import batch_at, lora_student, measure, softmax_teacher, train
+from sparsefinder.adaptation.objective import (
     AdaptConfig,
     AdaptError,
-    batch_at,
-    lora_student,
-    measure,
-    softmax_teacher,
     target_modules,
     teacher_targets,
-    train,
 )
 from sparsefinder.models.loading import load_model
 

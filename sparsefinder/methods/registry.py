@@ -1,0 +1,214 @@
+"""The method registry: what a predictor family is, and the table that names them.
+
+This module holds no entries. Every built-in family is registered by one catalog module
+(:mod:`sparsefinder.catalog`), loaded the first time the table is read, the way
+transformers' auto mappings load a model family's module only when it is asked for. So the
+registry sits low in the package (predictor specs, sweeps and calibration read it) while the
+catalog, which needs the fitting code of every family, sits above all of them.
+
+A family declares each parameter once (:class:`Param`: type, range, default, label, URL key),
+in the spirit of scikit-learn's ``_parameter_constraints``; validation, sweep grids and the
+app's controls read that one declaration.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from sparsefinder.data.records import AttentionRecord
+    from sparsefinder.predictors.base import Predictor
+    from sparsefinder.projections.heads import HeadProjections
+
+#: The module that registers every built-in family (imported by name on first use).
+CATALOG_MODULE = "sparsefinder.catalog"
+
+Inputs = Literal["projected", "original", "shape"]
+INPUTS: tuple[str, ...] = ("projected", "original", "shape")
+Params = Mapping[str, Any]
+
+
+class MethodUnavailable(ValueError):
+    """A method cannot be built here (e.g. the projections lack its k-means size, or its
+    bundled codebooks are for another model); sweeps skip the point and record this reason."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One hyperparameter of a family, declared once.
+
+    ``low``/``high`` are inclusive bounds (None: unbounded); ``low_open`` makes ``low``
+    exclusive (a share in (0, 1]). ``url`` is the short query-parameter name of the app's
+    links; ``label`` what a slider or a table header shows.
+    """
+
+    name: str
+    kind: type  # int or float; object: undeclared (any value, e.g. a plug-in's own)
+    default: float
+    low: float | None = None
+    high: float | None = None
+    label: str = ""
+    url: str = ""
+    help: str = ""
+    low_open: bool = False
+
+    def describe(self) -> str:
+        """The allowed values in words, e.g. ``"an integer >= 1"``."""
+        what = "an integer" if self.kind is int else "a number"
+        if self.low is not None and self.high is not None:
+            left = "(" if self.low_open else "["
+            return f"{what} in {left}{_fmt(self.low)}, {_fmt(self.high)}]"
+        if self.low is not None:
+            return f"{what} {'>' if self.low_open else '>='} {_fmt(self.low)}"
+        if self.high is not None:
+            return f"{what} <= {_fmt(self.high)}"
+        return what
+
+    def check(self, value: Any) -> None:
+        """Raise a ValueError naming the parameter, the allowed values and the bad value."""
+        if self.kind is object:
+            return
+        number = value
+        if isinstance(value, str):  # builders coerce; a link or a CSV gives text
+            try:
+                number = float(value)
+            except ValueError:
+                number = None
+        ok = isinstance(number, int | float) and not isinstance(number, bool)
+        if ok and isinstance(number, float):
+            ok = math.isfinite(number) and (self.kind is float or number.is_integer())
+        if ok and self.low is not None:
+            ok = number > self.low if self.low_open else number >= self.low
+        if ok and self.high is not None:
+            ok = number <= self.high
+        if not ok:
+            raise ValueError(f"{self.name} must be {self.describe()}, got {value!r}")
+
+
+def _fmt(value: float) -> str:
+    return f"{value:g}"
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What a method's ``build`` may use besides its parameters.
+
+    ``layer`` seeds the random baselines (``seed = layer``) and selects per-layer learned
+    parts; ``fitted`` is what the method's ``fit`` returned on training records.
+    """
+
+    projections: HeadProjections | None
+    layer: int
+    fitted: Any = None
+
+
+Builder = Callable[[Params, BuildContext], "Predictor | None"]
+Fitter = Callable[[Sequence["AttentionRecord"]], Any]
+
+
+@dataclass(frozen=True)
+class Method:
+    """One predictor family: its declared parameters, its builder and what it reads.
+
+    ``inputs``: ``"projected"`` (the learned low-dimensional q/k: Sparsefinder, Reformer,
+    Routing), ``"original"`` (the model's own q/k: oracles, Quest, routed k-means) or
+    ``"shape"`` (only the sizes: window, Longformer, BigBird, static masks). ``fit`` runs once
+    on training records; its result is handed to ``build`` as ``context.fitted``.
+    """
+
+    name: str
+    label: str
+    params: tuple[Param | str, ...]
+    build: Builder
+    inputs: Inputs = "projected"
+    fit: Fitter | None = None
+    oracle: bool = False  # needs the full score matrix: shown as a bound, saves no work
+
+    def __post_init__(self) -> None:
+        # a bare name declares a parameter without type or range (plug-ins, tests)
+        params = tuple(p if isinstance(p, Param) else Param(p, object, 0) for p in self.params)
+        object.__setattr__(self, "params", params)
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+    @property
+    def needs_projections(self) -> bool:
+        return self.inputs == "projected"
+
+    def check_params(self, params: Params) -> None:
+        """Every declared parameter present, none unknown, each within its declared range."""
+        names = self.param_names
+        missing = [name for name in names if name not in params]
+        unknown = [name for name in params if name not in names]
+        if missing or unknown:
+            raise ValueError(f"method {self.name!r} takes parameters {list(names)}; "
+                             f"missing {missing}, unknown {unknown}")
+        for param in self.params:
+            try:
+                param.check(params[param.name])
+            except ValueError as error:
+                raise ValueError(f"method {self.name!r}: {error}") from None
+
+
+class _Registry(Mapping[str, Method]):
+    """Name → :class:`Method`; reading it the first time loads the built-in catalog."""
+
+    def __init__(self) -> None:
+        self._methods: dict[str, Method] = {}
+        self._loaded = False
+
+    def _table(self) -> dict[str, Method]:
+        if not self._loaded:
+            self._loaded = True  # set first: the catalog registers through this table
+            importlib.import_module(CATALOG_MODULE)
+        return self._methods
+
+    def __getitem__(self, name: str) -> Method:
+        return self._table()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+    def add(self, method: Method, *, replace: bool) -> None:
+        if method.name in self._table() and not replace:
+            raise ValueError(f"method {method.name!r} is already registered; pass replace=True")
+        self._methods[method.name] = method
+
+    def remove(self, name: str) -> Method:
+        return self._table().pop(name)
+
+
+#: The one table of predictor families, by name (filled by :mod:`sparsefinder.catalog`).
+METHODS = _Registry()
+
+
+def register_method(method: Method, *, replace: bool = False) -> Method:
+    """Add a predictor family to :data:`METHODS` (e.g. a new baseline); returns it."""
+    if method.inputs not in INPUTS:
+        raise ValueError(f"inputs must be one of {INPUTS}, got {method.inputs!r}")
+    if not method.name or "," in method.name or "+" in method.name:
+        raise ValueError(f"method name must be non-empty without ',' or '+', got {method.name!r}")
+    METHODS.add(method, replace=replace)
+    return method
+
+
+def unregister_method(name: str) -> Method:
+    """Remove a registered family (e.g. a plug-in a test added); returns it."""
+    return METHODS.remove(name)
+
+
+def get_method(name: str) -> Method:
+    """The registered method ``name``, or a ValueError listing the known ones."""
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise ValueError(f"unknown method {name!r}; choose from: {', '.join(METHODS)}") from None
