@@ -29,10 +29,13 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sparsefinder.data.long_context import extract_long, long_texts  # noqa: E402
-from sparsefinder.evaluation.pareto import recall_at_sparsity, resolve_methods, sweep  # noqa: E402
+from sparsefinder.evaluation.curves import resolve_methods
+from sparsefinder.evaluation.frontier import recall_at_sparsity
+from sparsefinder.evaluation.sweep import sweep  # noqa: E402
 from sparsefinder.models.decoders import DECODER_FAMILIES, save_tiny_decoder  # noqa: E402
 from sparsefinder.models.loading import load_model  # noqa: E402
-from sparsefinder.projections.heads import fit_centroids, train_projections  # noqa: E402
+from sparsefinder.projections.centroids import fit_centroids
+from sparsefinder.projections.hinge import train_projections  # noqa: E402
 
 
 def main() -> None:

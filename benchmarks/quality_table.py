@@ -2,7 +2,7 @@
 
 Reads a ``sparsefinder sweep`` output folder (its points.csv), picks for every method the
 configuration that gives its R@0.90 (step rule of
-:func:`sparsefinder.evaluation.pareto.recall_at_sparsity`:
+:func:`sparsefinder.evaluation.frontier.recall_at_sparsity`:
 the best recall among frontier points with sparsity ≥ 0.9), re-runs that configuration on the
 same corpus split and scores it with precision, exact fraction, attention-mass recall and block
 recall (16, 64), macro-averaged like the sweep (texts, then heads, then layers). Prints a
@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sparsefinder.data.corpus import chunk_passages, load_corpus  # noqa: E402
 from sparsefinder.data.records import extract  # noqa: E402
-from sparsefinder.evaluation.pareto import CURVES, pareto_frontier, recall_at_sparsity  # noqa: E402
+from sparsefinder.evaluation.curves import CURVES
+from sparsefinder.evaluation.frontier import pareto_frontier, recall_at_sparsity  # noqa: E402
 from sparsefinder.metrics import (  # noqa: E402
     block_recall,
     exact_fraction,

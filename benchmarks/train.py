@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sparsefinder.data.corpus import chunk_passages, load_corpus  # noqa: E402
 from sparsefinder.data.records import extract  # noqa: E402
 from sparsefinder.models.loading import load_model  # noqa: E402
-from sparsefinder.projections.heads import train_projections  # noqa: E402
+from sparsefinder.projections.hinge import train_projections  # noqa: E402
 
 
 def main() -> None:

@@ -38,8 +38,8 @@ _EXPORTS: dict[str, str] = {
     "RecordInputs": "sparsefinder.methods.spec",
     "predict_record": "sparsefinder.methods.spec",
     "Scorer": "sparsefinder.metrics",
-    "sweep": "sparsefinder.evaluation.pareto",
-    "pareto_frontier": "sparsefinder.evaluation.pareto",
+    "sweep": "sparsefinder.evaluation.sweep",
+    "pareto_frontier": "sparsefinder.evaluation.frontier",
     "restrict": "sparsefinder.evaluation.restricted",
 }
 

@@ -13,11 +13,13 @@ import torch
 
 from sparsefinder.cli import main
 from sparsefinder.data.shards import ShardedRecords
-from sparsefinder.evaluation.pareto import sweep
 from sparsefinder.evaluation.sharded_sweep import sweep_streaming
+from sparsefinder.evaluation.sweep import sweep
+from sparsefinder.projections.centroids import fit_centroids
 from sparsefinder.projections.data_parallel import train_projections_sharded
 from sparsefinder.projections.distributed_centroids import fit_centroids_sharded
-from sparsefinder.projections.heads import HeadProjections, fit_centroids, train_projections
+from sparsefinder.projections.heads import HeadProjections
+from sparsefinder.projections.hinge import train_projections
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
 _spec = importlib.util.spec_from_file_location("distributed_worker", WORKER)

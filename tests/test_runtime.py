@@ -13,7 +13,7 @@ from sparsefinder import runtime
 
 def test_importing_the_library_leaves_malloc_alone():
     code = ("import sparsefinder.attention.entmax_ops, sparsefinder.models.loading, "
-            "sparsefinder.explore.live, sparsefinder.evaluation.pareto, torch; "
+            "sparsefinder.explore.live, sparsefinder.evaluation.sweep, torch; "
             "from transformers.utils import logging as l; "
             "print(l.is_progress_bar_enabled(), torch.get_num_threads())")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "SPARSEFINDER"))}

@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 def rank_and_epochs() -> None:
     from sparsefinder.data.corpus import corpus_texts
     from sparsefinder.data.records import extract
-    from sparsefinder.evaluation.pareto import score_specs
+    from sparsefinder.evaluation.sweep import score_specs
     from sparsefinder.methods.spec import PredictorSpec
     from sparsefinder.models.loading import load_model
     from sparsefinder.projections.blocks import LEARNED_BLOCKS, train_block_projections

@@ -41,7 +41,12 @@ CORE: dict[str, list[str]] = {
     "metrics.py": ["tests/test_metrics.py"],
     "attention/entmax_ops.py": ["tests/attention/test_entmax_ops.py"],
     "projections/heads.py": ["tests/projections/test_heads.py"],
-    "evaluation/pareto.py": ["tests/evaluation/test_pareto.py"],
+    "projections/hinge.py": ["tests/projections/test_heads.py"],
+    "projections/pairs.py": ["tests/projections/test_heads.py"],
+    "evaluation/sweep.py": ["tests/evaluation/test_sweep.py"],
+    "evaluation/frontier.py": ["tests/evaluation/test_sweep.py",
+                               "tests/evaluation/test_frontier.py"],
+    "evaluation/curves.py": ["tests/evaluation/test_sweep.py"],
     "data/records.py": ["tests/data/test_records.py"],
     "attention/masks.py": ["tests/attention/test_masks.py"],
     "methods/spec.py": ["tests/methods/test_spec.py"],
@@ -64,7 +69,7 @@ for _path in sorted((ROOT / "sparsefinder" / "predictors").glob("*.py")):
 DESELECT = [
     "tests/projections/test_heads.py::test_progress_bars_count_layers_and_fits",
     "tests/data/test_records.py::test_long_text_warning_points_at_the_caller",
-    "tests/evaluation/test_pareto.py::test_the_skip_warning_points_at_the_caller",
+    "tests/evaluation/test_sweep.py::test_the_skip_warning_points_at_the_caller",
 ]
 
 KILLED = {"killed", "timeout", "segfault", "caught by type check"}

@@ -11,7 +11,7 @@ import functools
 import streamlit as st
 
 from app import shell
-from sparsefinder.evaluation import pareto
+from sparsefinder.evaluation import curves, frontier
 from sparsefinder.explore import live, tables
 from sparsefinder.figures import accuracy as accuracy_figures
 from sparsefinder.figures import common as common_figures
@@ -27,7 +27,7 @@ def _downloads(frame, prefix: str) -> None:
                       key=f"w_dl_sweep_{prefix}")
     b.download_button(
         f"Frontiers ({prefix}, CSV)",
-        functools.partial(lambda f: tables.to_csv(pareto.pareto_frontier(f)), frame),
+        functools.partial(lambda f: tables.to_csv(frontier.pareto_frontier(f)), frame),
         file_name=f"frontier_{prefix}.csv", mime="text/csv", on_click="ignore",
         key=f"w_dl_frontier_{prefix}")
 
@@ -73,7 +73,7 @@ def pareto_view() -> None:
     state = shell.view_state()
     _, scores = shell.predictions(ctx, state)
     label = live.describe(live.spec_for(state, prepared))
-    methods, skipped = pareto.available_curves(prepared.projections)
+    methods, skipped = curves.available_curves(prepared.projections)
     if prepared.calibration is not None:  # their curves come from the bundled table
         skipped = {m: why for m, why in skipped.items() if m not in prepared.calibration.params}
     if prepared.hash_codes is not None:  # its curve comes from the bundled codes
@@ -87,7 +87,7 @@ def pareto_view() -> None:
     _figure(frame, current, label, "Sparsity–recall on this text", "pareto_text")
     _downloads(frame, "text")
     with st.expander("Recall of each frontier at fixed sparsity"):
-        st.dataframe(pareto.recall_at_sparsity(frame), hide_index=True)
+        st.dataframe(frontier.recall_at_sparsity(frame), hide_index=True)
 
     _accuracy_axis(ctx, methods, frame.attrs.get("gold_sparsity"))
 

@@ -29,14 +29,13 @@ from sparsefinder.commands._common import (
 )
 from sparsefinder.data.corpus import CorpusError, corpus_texts
 from sparsefinder.data.records import AttentionRecord, extract
-from sparsefinder.evaluation.pareto import (
-    CURVES,
+from sparsefinder.evaluation.curves import CURVES, resolve_methods
+from sparsefinder.evaluation.frontier import (
     metrics_at_sparsity,
     pareto_frontier,
     recall_at_sparsity,
-    resolve_methods,
-    sweep,
 )
+from sparsefinder.evaluation.sweep import sweep
 from sparsefinder.figures.common import write_figure_html
 from sparsefinder.figures.pareto import pareto_figure
 from sparsefinder.models.loading import DEFAULT_MODEL, LoadedModel, load_model

@@ -4,7 +4,7 @@ Gold graphs come from the corpus' train split (long passages are chunked to the 
 maximum length, so nothing is silently truncated); the validation split is never read here.
 
 ``--objective`` picks how the projections are obtained (recorded in the file's metadata):
-``paper`` (Eq. 7 hinge, :func:`sparsefinder.projections.heads.train_projections`), ``logistic``
+``paper`` (Eq. 7 hinge, :func:`sparsefinder.projections.hinge.train_projections`), ``logistic``
 (pointwise logistic with a per-head bias, :mod:`sparsefinder.projections.logistic`) or ``lowrank``
 (training-free low-rank approximation of each head's scores with the distance augmentation,
 :mod:`sparsefinder.projections.lowrank`) or ``lowrank-logistic`` (that fit refined with a logistic
@@ -28,7 +28,8 @@ from sparsefinder.data.corpus import corpus_texts
 from sparsefinder.data.records import extract
 from sparsefinder.models.loading import load_model
 from sparsefinder.projections.bilinear import refine_lowrank
-from sparsefinder.projections.heads import fit_centroids, train_projections
+from sparsefinder.projections.centroids import fit_centroids
+from sparsefinder.projections.hinge import train_projections
 from sparsefinder.projections.logistic import train_logistic
 from sparsefinder.projections.lowrank import fit_lowrank
 

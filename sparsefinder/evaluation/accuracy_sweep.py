@@ -1,7 +1,7 @@
 """Sparsity–accuracy sweeps: every grid point run through the restricted model, and frontiers.
 
 For each grid point of each curve (the same curves and grids as the sparsity–recall sweep,
-:data:`sparsefinder.evaluation.pareto.CURVES`, each point a
+:data:`sparsefinder.evaluation.curves.CURVES`, each point a
 :class:`~sparsefinder.methods.spec.PredictorSpec`)
 the model runs on every text with attention
 restricted to that configuration's predicted graphs (:mod:`sparsefinder.evaluation.restricted`: each
@@ -18,7 +18,7 @@ Frontiers are per method and measure: the points that no other point of that met
 on both sparsity and the measure. :func:`dominance` asks, per measure and baseline, whether
 the best Sparsefinder method is at least as accurate at every sparsity level where the
 baseline has a configuration (the step rule of
-:func:`sparsefinder.evaluation.pareto.recall_at_sparsity`:
+:func:`sparsefinder.evaluation.frontier.recall_at_sparsity`:
 the best value among frontier points at that sparsity or sparser).
 """
 
@@ -34,7 +34,7 @@ import pandas as pd
 
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.evaluation.accuracy import EncodedTexts, compare, encode
-from sparsefinder.evaluation.pareto import CURVES, resolve_methods
+from sparsefinder.evaluation.curves import CURVES, resolve_methods
 from sparsefinder.evaluation.restricted import RestrictionStats, spec_graph
 from sparsefinder.methods.registry import MethodUnavailable
 from sparsefinder.methods.spec import PredictorSpec

@@ -21,7 +21,8 @@ import torch
 
 from sparsefinder import distributed
 from sparsefinder.data.records import AttentionRecord
-from sparsefinder.evaluation.pareto import CURVES, SpecScores, resolve_methods
+from sparsefinder.evaluation.curves import CURVES, resolve_methods
+from sparsefinder.evaluation.sweep import SpecScores
 from sparsefinder.methods.registry import MethodUnavailable
 from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
 from sparsefinder.metrics import Scorer

@@ -1,7 +1,7 @@
 """Corpus runs of the app: gold graphs of a validation split and its sweep, with progress.
 
 Both report ``on_progress(fraction, message)`` so the app draws one progress bar; the sweep
-itself is ``pareto.sweep`` (one call for every method, not one call per method).
+itself is ``sweeps.sweep`` (one call for every method, not one call per method).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import pandas as pd
 from sparsefinder.calibration.table import CalibrationTable
 from sparsefinder.data.corpus import corpus_texts
 from sparsefinder.data.records import AttentionRecord, extract
-from sparsefinder.evaluation import pareto
+from sparsefinder.evaluation import curves
+from sparsefinder.evaluation import sweep as sweeps
 from sparsefinder.methods.spec import PredictorSpec
 from sparsefinder.metrics import GraphScores
 from sparsefinder.projections.hash_code_table import HashCodeTable
@@ -56,7 +57,7 @@ def sweep_records(
     calibration_projections: HeadProjections | None = None,
     hash_codes: HashCodeTable | None = None,
 ) -> pd.DataFrame:
-    """``pareto.sweep`` of ``methods`` on ``records``, reporting progress; with a
+    """``sweeps.sweep`` of ``methods`` on ``records``, reporting progress; with a
     ``calibration`` table, also the curves of its calibrated methods (which a sweep fits on
     train records the app has not extracted), read from the table and built with its own
     projections (``calibration_projections``; default ``projections``); with ``hash_codes``
@@ -65,7 +66,7 @@ def sweep_records(
         raise ValueError("no sweep method can run here (learned methods need projections)")
     frames = []
     if methods:
-        frames.append(pareto.sweep(records, projections, list(methods), on_progress=on_progress))
+        frames.append(sweeps.sweep(records, projections, list(methods), on_progress=on_progress))
     if calibration is not None:
         frames.append(calibrated_curves(records, calibration_projections or projections,
                                         calibration))
@@ -77,17 +78,17 @@ def sweep_records(
 
 
 def fitted_curve(records: Sequence[AttentionRecord], name: str, fitted: Any) -> pd.DataFrame:
-    """Rows of :func:`pareto.sweep` for curve ``name`` built from ``fitted`` (what
+    """Rows of :func:`sweeps.sweep` for curve ``name`` built from ``fitted`` (what
     ``spec.fit(train_records)`` would return, e.g. bundled hash codes): same specs, same
     scoring, no training graphs needed."""
-    specs = list(pareto.CURVES[name].specs)
-    results, gold = pareto.score_specs(records, None, specs, fitted=[fitted] * len(specs))
+    specs = list(curves.CURVES[name].specs)
+    results, gold = sweeps.score_specs(records, None, specs, fitted=[fitted] * len(specs))
     return _points_frame([name] * len(specs), specs, results, gold)
 
 
 def _points_frame(names: Sequence[str], specs: Sequence[PredictorSpec],
-                  results: Sequence[pareto.SpecScores], gold: GraphScores) -> pd.DataFrame:
-    """Scored specs as rows shaped like :func:`pareto.sweep`'s (gold sparsity in attrs)."""
+                  results: Sequence[sweeps.SpecScores], gold: GraphScores) -> pd.DataFrame:
+    """Scored specs as rows shaped like :func:`sweeps.sweep`'s (gold sparsity in attrs)."""
     frame = pd.DataFrame([
         {"method": name, "params": spec.params_json(), "recall": result.recall,
          "sparsity": result.sparsity, **result.extra,
@@ -103,12 +104,12 @@ def _points_frame(names: Sequence[str], specs: Sequence[PredictorSpec],
 
 def calibrated_curves(records: Sequence[AttentionRecord], projections: HeadProjections | None,
                       table: CalibrationTable) -> pd.DataFrame:
-    """Rows of :func:`pareto.sweep` for each calibrated curve the table holds, at the
-    table's targets: the same specs and scoring (``pareto.score_specs``), the predictors
+    """Rows of :func:`sweeps.sweep` for each calibrated curve the table holds, at the
+    table's targets: the same specs and scoring (``sweeps.score_specs``), the predictors
     built from the table (fitted on TRAIN graphs) instead of a fit at sweep time."""
     rows, specs, fitted = [], [], []
     for method in table.params:
-        curve = pareto.CURVES.get(method)
+        curve = curves.CURVES.get(method)
         if curve is None:
             continue
         build = table.fitted_for(method)
@@ -124,5 +125,5 @@ def calibrated_curves(records: Sequence[AttentionRecord], projections: HeadProje
             fitted.append(build)
     if not specs:
         raise ValueError("the calibration table holds no curve that can run here")
-    results, gold = pareto.score_specs(records, projections, specs, fitted=fitted)
+    results, gold = sweeps.score_specs(records, projections, specs, fitted=fitted)
     return _points_frame(rows, specs, results, gold)

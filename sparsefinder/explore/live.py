@@ -2,7 +2,7 @@
 
 It adds nothing to the library's maths: :func:`predict` is
 ``spec.predict_record(spec, spec.build_layers(...), prepared.vectors)`` and :func:`score` is the
-prepared text's :class:`~sparsefinder.metrics.Scorer` — the two calls ``pareto.sweep`` makes
+prepared text's :class:`~sparsefinder.metrics.Scorer` — the two calls ``sweeps.sweep`` makes
 for every grid point — so a setting shows the same numbers here as in a sweep.
 """
 
@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from sparsefinder.data.records import AttentionRecord
-from sparsefinder.evaluation import pareto
+from sparsefinder.evaluation import sweep as sweeps
 from sparsefinder.explore.prepared import PreparedText, default_threshold
 from sparsefinder.explore.state import (
     DEFAULT_CLUSTERS,
@@ -141,9 +141,9 @@ def summarize(scores: GraphScores, layer: int, head: int) -> dict[str, Summary]:
 def score_setting(records: Sequence[AttentionRecord], projections: HeadProjections | None,
                   spec: PredictorSpec, fitted: Any = None) -> Summary:
     """Macro-averaged recall/sparsity of one setting on several texts (the Pareto star): the
-    sweep's own scoring, :func:`sparsefinder.evaluation.pareto.score_specs` (``fitted``: what a
+    sweep's own scoring, :func:`sparsefinder.evaluation.sweep.score_specs` (``fitted``: what a
     calibrated method is built from, e.g. ``prepared.fitted(spec.method)``)."""
-    results, gold = pareto.score_specs(records, projections, [spec], fitted=[fitted])
+    results, gold = sweeps.score_specs(records, projections, [spec], fitted=[fitted])
     return Summary(recall=results[0].recall, sparsity=results[0].sparsity,
                    gold_sparsity=float(gold.sparsity.mean()), extra=dict(results[0].extra))
 

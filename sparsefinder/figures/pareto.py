@@ -1,5 +1,5 @@
 """Sparsity–recall figures: each method's points and frontier, the gold sparsity, the current
-setting as a star (the numbers come from ``sparsefinder.evaluation.pareto``)."""
+setting as a star (the numbers come from ``sparsefinder.evaluation.sweep``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pandas as pd
 import plotly.colors as pc
 import plotly.graph_objects as go
 
-from sparsefinder.evaluation.pareto import pareto_frontier
+from sparsefinder.evaluation.frontier import pareto_frontier
 
 #: 24 distinct colours (plotly's Dark24): one per method family, no repeats below 24.
 _PALETTE = list(pc.qualitative.Dark24)

@@ -28,14 +28,10 @@ from torch.nn.functional import logsigmoid
 from tqdm.auto import tqdm
 
 from sparsefinder.data.records import AttentionRecord
-from sparsefinder.projections.heads import (
-    HeadProjections,
-    _check_hyperparameters,
-    _layer_pairs,
-    _schedule,
-    sample_negatives,
-)
+from sparsefinder.projections.heads import HeadProjections
+from sparsefinder.projections.hinge import _check_hyperparameters
 from sparsefinder.projections.lowrank import max_norms
+from sparsefinder.projections.pairs import _layer_pairs, _schedule, sample_negatives
 
 
 def refine_lowrank(

@@ -11,7 +11,7 @@ attends to — it never saw a mean. Here the map is trained on the means themsel
   tile ``I × J`` and NEGATIVE iff none does — exactly the tiles of
   :func:`sparsefinder.metrics.block_graph`, which block recall scores against;
 - the pooled blocks with their tile graph form an ordinary record (one "token" per block),
-  so :func:`sparsefinder.projections.heads.train_projections` learns the per-head map ``d → r``
+  so :func:`sparsefinder.projections.hinge.train_projections` learns the per-head map ``d → r``
   with the Eq. 7 hinge ``[ω + ‖q̄' − k̄'_P‖² − ‖q̄' − k̄'_N‖²]₊`` unchanged (same negative
   sampling within the query block's row, same init, same batched Adam steps).
 
@@ -42,7 +42,8 @@ from sparsefinder.data.records import AttentionRecord, LayerGraph
 from sparsefinder.metrics import block_graph
 from sparsefinder.models.loading import DEFAULT_MODEL, DEFAULT_MODEL_ID
 from sparsefinder.predictors.block import pool_blocks
-from sparsefinder.projections.heads import HeadProjections, ProjectionsError, train_projections
+from sparsefinder.projections.heads import HeadProjections, ProjectionsError
+from sparsefinder.projections.hinge import train_projections
 from sparsefinder.resources import BUNDLED_BLOCK_PROJECTIONS
 
 #: Tokens per block of the bundled block projections (the block curves' main size).
@@ -92,7 +93,7 @@ def train_block_projections(records: Sequence[AttentionRecord], *, block: int = 
 
     ``rank`` and ``epochs`` (default: :data:`EPOCHS_BY_BLOCK`, else 1) were chosen on the
     TRAIN split. ``kwargs``
-    go to :func:`~sparsefinder.projections.heads.train_projections` (rank, margin, lr,
+    go to :func:`~sparsefinder.projections.hinge.train_projections` (rank, margin, lr,
     epochs, batch_size, seed…); the result's metadata records ``granularity="block"`` and
     ``block``, which :class:`~sparsefinder.predictors.block.LearnedBlockSparsefinder` checks.
     """

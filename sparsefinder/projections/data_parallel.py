@@ -2,7 +2,7 @@
 
 The data are ``W`` shards of records (e.g. the chunks a rank of ``sparsefinder extract``
 wrote). Each shard is a data-parallel worker with its own generator (seed ``seed + 7919·s``,
-so shard 0 draws exactly what :func:`~sparsefinder.projections.heads.train_projections` draws):
+so shard 0 draws exactly what :func:`~sparsefinder.projections.hinge.train_projections` draws):
 it samples its negatives, shuffles its positives per head and takes ``ceil(batch_size / W)``
 of them per head per step. One step of the global model:
 
@@ -31,18 +31,15 @@ from torch import Tensor
 
 from sparsefinder import distributed
 from sparsefinder.data.records import AttentionRecord
-from sparsefinder.projections.heads import (
+from sparsefinder.projections.heads import HeadProjections
+from sparsefinder.projections.hinge import (
     _INIT_SAMPLE,
-    HeadProjections,
     _check_hyperparameters,
-    _check_records,
     _hinge_grad,
     _init_moments,
-    _layer_pairs,
-    _schedule,
     _solve_init,
-    sample_negatives,
 )
+from sparsefinder.projections.pairs import _check_records, _layer_pairs, _schedule, sample_negatives
 
 SHARD_SEED_STRIDE = 7919
 

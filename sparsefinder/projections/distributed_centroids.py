@@ -1,6 +1,6 @@
 """K-means centroids from EVERY rank's records: the sample one process would draw, fitted once.
 
-:func:`sparsefinder.projections.heads.fit_centroids` clusters, per layer and head, the projected
+:func:`sparsefinder.projections.centroids.fit_centroids` clusters, per layer and head, the projected
 queries then keys of all records (in their order), subsampled to ``max_points`` points by
 :func:`~sparsefinder.predictors.kmeans.head_samples`. That sample depends only on the total
 point count and the seed, so the ranks can draw it without pooling the data:

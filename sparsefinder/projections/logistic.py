@@ -14,7 +14,7 @@ shape and map as the paper's projections: queries and keys share it) and ``b_h``
 together with Adam; the start is the paper's discriminative initialisation and ``b_h`` the
 midpoint of the mean positive and negative squared distances there. The data pipeline
 (positives, negative sampling, schedule) is the one of
-:func:`sparsefinder.projections.heads.train_projections`.
+:func:`sparsefinder.projections.hinge.train_projections`.
 
 The learned ``b_h`` is stored in ``metadata["logistic_bias"]`` (layers × heads): ``√b_h`` is
 the distance threshold the loss was trained for; calibrated predictors
@@ -29,12 +29,14 @@ from torch.nn.functional import logsigmoid
 from tqdm.auto import tqdm
 
 from sparsefinder.data.records import AttentionRecord
-from sparsefinder.projections.heads import (
+from sparsefinder.projections.heads import HeadProjections
+from sparsefinder.projections.hinge import (
     _INIT_SAMPLE,
-    HeadProjections,
     _check_hyperparameters,
-    _check_records,
     _discriminative_init,
+)
+from sparsefinder.projections.pairs import (
+    _check_records,
     _layer_pairs,
     _LayerPairs,
     _schedule,

@@ -37,7 +37,8 @@ from torch import Tensor
 
 from sparsefinder.attention.masks import causal_mask
 from sparsefinder.data.records import AttentionRecord
-from sparsefinder.projections.heads import HeadProjections, _check_records
+from sparsefinder.projections.heads import HeadProjections
+from sparsefinder.projections.pairs import _check_records
 
 _EIG_FLOOR = 1e-9  # relative floor of second-moment eigenvalues (rank-deficient heads)
 

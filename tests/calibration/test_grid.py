@@ -10,7 +10,8 @@ import torch
 from sparsefinder.attention.masks import causal_mask
 from sparsefinder.calibration.grid import HEAD_GRIDS, layer_predictor, measure_grid
 from sparsefinder.data.records import AttentionRecord, LayerGraph
-from sparsefinder.evaluation.pareto import CURVES, sweep
+from sparsefinder.evaluation.curves import CURVES
+from sparsefinder.evaluation.sweep import sweep
 from sparsefinder.methods.registry import METHODS
 from sparsefinder.metrics import recall, sparsity
 from sparsefinder.predictors import Window

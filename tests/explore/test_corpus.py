@@ -6,18 +6,19 @@ import json
 
 import pytest
 
-from sparsefinder.evaluation import pareto
+from sparsefinder.evaluation import curves
+from sparsefinder.evaluation import sweep as sweeps
 from sparsefinder.explore import corpus as excorpus
 from sparsefinder.explore import inputs, live
 from sparsefinder.explore import state as urlstate
 
 
 def test_available_curves_depend_on_projections(projections):
-    without, skipped = pareto.available_curves(None)
+    without, skipped = curves.available_curves(None)
     assert "window" in without and "kmeans" not in without
     assert "projections" in skipped["kmeans"]
     assert "training graphs" in skipped["sparsebert-dams"]
-    with_proj, skipped = pareto.available_curves(projections)
+    with_proj, skipped = curves.available_curves(projections)
     assert "distance" in with_proj and "topk" in with_proj
     # the grid needs B values the file does not hold
     assert "kmeans" not in with_proj and "B=" in skipped["kmeans"]
@@ -53,15 +54,15 @@ def test_pareto_star_is_the_sweeps_point_for_the_same_setting(default_model, pre
     params = json.loads(spec.params_json())
     if curve == "window":
         params = {"window": 5}
-        spec = pareto.curve_spec("window", params)
-    frame = pareto.sweep([prepared.record], projections, [curve])
+        spec = curves.curve_spec("window", params)
+    frame = sweeps.sweep([prepared.record], projections, [curve])
     row = frame[frame["params"] == json.dumps(params, sort_keys=True)]
     assert len(row) == 1, f"{params} is not a grid point of {curve}"
     star = live.summarize(live.score(prepared, live.predict(prepared, spec)), 0, 0)["model"]
     assert star.recall == row["recall"].iloc[0] and star.sparsity == row["sparsity"].iloc[0]
     other, _ = inputs.extract_one(default_model, "A second, different text. " * 3)
     records = [prepared.record, other]
-    corpus = pareto.sweep(records, projections, [curve])
+    corpus = sweeps.sweep(records, projections, [curve])
     point = corpus[corpus["params"] == json.dumps(params, sort_keys=True)].iloc[0]
     star = live.score_setting(records, projections, spec)
     assert (star.recall, star.sparsity) == (point["recall"], point["sparsity"])
@@ -98,7 +99,7 @@ def test_text_sweep_includes_the_calibrated_curves_of_the_bundled_table(record, 
 def test_sweep_records_adds_the_hash_codes_curve(prepared):
     import torch
 
-    from sparsefinder.evaluation import pareto
+    from sparsefinder.evaluation import curves
     from sparsefinder.explore.corpus import sweep_records
     from sparsefinder.projections.hash_code_table import HashCodeTable
 
@@ -110,7 +111,7 @@ def test_sweep_records_adds_the_hash_codes_curve(prepared):
         for _ in range(record.num_layers)])
     frame = sweep_records([record], prepared.projections, ["window"], hash_codes=codes)
     rows = frame[frame.method == "hashattention"]
-    assert len(rows) == len(pareto.CURVES["hashattention"].specs)
+    assert len(rows) == len(curves.CURVES["hashattention"].specs)
     assert (rows.recall.diff().dropna() >= -1e-12).all()  # a larger radius keeps more keys
     assert (frame[frame.method == "window"].n_texts == 1).all()
     assert "precision" in rows.columns and rows.precision.notna().all()

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from sparsefinder.data.records import AttentionRecord, LayerGraph
-from sparsefinder.evaluation.pareto import resolve_methods, sweep
+from sparsefinder.evaluation.curves import resolve_methods
+from sparsefinder.evaluation.sweep import sweep
 from sparsefinder.figures.common import write_figure_html
 from sparsefinder.figures.pareto import mark_current, pareto_figure
 

@@ -18,7 +18,8 @@ from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_recor
 from sparsefinder.metrics import Scorer
 from sparsefinder.models.decoders import DECODER_FAMILIES, save_tiny_decoder, tiny_decoder_config
 from sparsefinder.models.loading import ModelLoadError, load_model
-from sparsefinder.projections.heads import fit_centroids, train_projections
+from sparsefinder.projections.centroids import fit_centroids
+from sparsefinder.projections.hinge import train_projections
 from sparsefinder.resources import EXAMPLES_DIR
 
 WINDOW = 48  # sliding window of the local layers (tokens)

@@ -6,15 +6,10 @@ import pytest
 import torch
 
 from sparsefinder.data.records import AttentionRecord, LayerGraph
-from sparsefinder.projections.heads import (
-    FORMAT_VERSION,
-    HeadProjections,
-    ProjectionsError,
-    _layer_pairs,
-    fit_centroids,
-    sample_negatives,
-    train_projections,
-)
+from sparsefinder.projections.centroids import fit_centroids
+from sparsefinder.projections.heads import FORMAT_VERSION, HeadProjections, ProjectionsError
+from sparsefinder.projections.hinge import train_projections
+from sparsefinder.projections.pairs import _layer_pairs, sample_negatives
 
 HEADS, D, LAYERS = 2, 8, 2
 
@@ -211,7 +206,8 @@ def test_no_records() -> None:
 
 
 def test_manual_gradient_matches_autograd() -> None:
-    from sparsefinder.projections.heads import _LayerPairs, _step
+    from sparsefinder.projections.hinge import _step
+    from sparsefinder.projections.pairs import _LayerPairs
 
     gen = torch.Generator().manual_seed(0)
     heads, tokens, d, r, size, num = 3, 50, 8, 4, 16, 2

@@ -7,7 +7,8 @@ import torch
 from entmax import entmax15
 
 from sparsefinder.data.records import AttentionRecord, LayerGraph
-from sparsefinder.evaluation.pareto import CURVES, sweep
+from sparsefinder.evaluation.curves import CURVES
+from sparsefinder.evaluation.sweep import sweep
 from sparsefinder.methods.registry import METHODS
 from sparsefinder.models.loading import DEFAULT_MODEL_ID
 from sparsefinder.predictors.routed_kmeans import RoutedKMeans

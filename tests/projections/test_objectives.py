@@ -6,13 +6,8 @@ import pytest
 import torch
 
 from sparsefinder.data.records import AttentionRecord, LayerGraph
-from sparsefinder.projections.heads import (
-    BUNDLED_PROJECTIONS,
-    HeadProjections,
-    ProjectionsError,
-    _layer_pairs,
-    fit_centroids,
-)
+from sparsefinder.projections.centroids import fit_centroids
+from sparsefinder.projections.heads import BUNDLED_PROJECTIONS, HeadProjections, ProjectionsError
 from sparsefinder.projections.logistic import logistic_step, train_logistic
 from sparsefinder.projections.lowrank import (
     approximate_scores,
@@ -20,6 +15,7 @@ from sparsefinder.projections.lowrank import (
     fit_row_threshold,
     low_rank_factors,
 )
+from sparsefinder.projections.pairs import _layer_pairs
 
 HEADS, D, LAYERS, TRUE_RANK = 2, 8, 2, 3
 

@@ -11,18 +11,16 @@ import torch
 
 from sparsefinder.attention.masks import causal_mask
 from sparsefinder.data.records import AttentionRecord, LayerGraph
-from sparsefinder.evaluation.pareto import (
+from sparsefinder.evaluation.curves import (
     CURVES,
     GROUPS,
     available_curves,
     curve_spec,
-    pareto_frontier,
-    recall_at_sparsity,
     register_curve,
     resolve_methods,
-    score_spec,
-    sweep,
 )
+from sparsefinder.evaluation.frontier import pareto_frontier, recall_at_sparsity
+from sparsefinder.evaluation.sweep import score_spec, sweep
 from sparsefinder.methods.registry import METHODS, Method, register_method, unregister_method
 from sparsefinder.methods.spec import RecordInputs, predict_record
 from sparsefinder.metrics import recall, sparsity
@@ -359,11 +357,11 @@ def test_frontier_ties_and_empty() -> None:
 def default_curves():
     """The default registrations, run again: the check covers the registering function
     itself (mutation testing forks after import), not only what import left behind."""
-    from sparsefinder.evaluation import pareto
+    from sparsefinder.evaluation import curves
 
     saved = dict(CURVES)
     CURVES.clear()
-    pareto._register_defaults()
+    curves._register_defaults()
     try:
         yield CURVES
     finally:
@@ -407,7 +405,7 @@ def test_default_curves_exactly(default_curves) -> None:
         expected[f"{name}+window"] = (method, 3, grid)
     # issue 10: finer raw grid, calibrated targets, routed k-means and the top-p oracle
     from sparsefinder.calibration.curves import DISTANCE_FINE_GRID, calibrated_grids
-    from sparsefinder.evaluation.pareto import ROUTED_BUDGET_GRID, ROUTED_TOP_GRID, TOPP_GRID
+    from sparsefinder.evaluation.curves import ROUTED_BUDGET_GRID, ROUTED_TOP_GRID, TOPP_GRID
 
     expected["distance-fine"] = ("distance", 0, [{"threshold": t} for t in DISTANCE_FINE_GRID])
     for name, grid in calibrated_grids().items():
@@ -416,7 +414,7 @@ def test_default_curves_exactly(default_curves) -> None:
     expected["kmeans-routed-top"] = ("kmeans-routed-top", 0, ROUTED_TOP_GRID)
     expected["topp"] = ("topp", 0, [{"p": p} for p in TOPP_GRID])
     # issue 14: long-context baselines
-    from sparsefinder.evaluation.pareto import HASH_DISTANCE_GRID, QUEST_GRID, QUEST_PAGE
+    from sparsefinder.evaluation.curves import HASH_DISTANCE_GRID, QUEST_GRID, QUEST_PAGE
 
     expected["quest"] = ("quest", 0, [{"page_size": QUEST_PAGE, "pages": p} for p in QUEST_GRID])
     expected["hashattention"] = ("hashattention", 0,
@@ -494,7 +492,7 @@ def test_available_curves_and_why_the_others_are_not(projections) -> None:
 
 
 def test_scoring_errors_name_the_problem(records, projections) -> None:
-    from sparsefinder.evaluation.pareto import score_specs
+    from sparsefinder.evaluation.sweep import score_specs
     from sparsefinder.methods.spec import PredictorSpec
 
     window = PredictorSpec.of("window", {"window": 1})
@@ -528,7 +526,7 @@ def test_scoring_errors_name_the_problem(records, projections) -> None:
 
 
 def test_progress_is_reported_after_each_text(records) -> None:
-    from sparsefinder.evaluation.pareto import score_specs
+    from sparsefinder.evaluation.sweep import score_specs
     from sparsefinder.methods.spec import PredictorSpec
 
     seen = []
@@ -553,7 +551,7 @@ def test_sweep_defaults_to_the_sparsefinder_group(records, projections) -> None:
 
 
 def test_one_record_sweeps_and_fitted_of_the_wrong_length(records, train_records) -> None:
-    from sparsefinder.evaluation.pareto import score_specs
+    from sparsefinder.evaluation.sweep import score_specs
     from sparsefinder.methods.spec import PredictorSpec
 
     one = score_spec(records[:1], None, PredictorSpec.of("window", {"window": 1}))
@@ -633,7 +631,7 @@ def test_sweep_extra_metrics_are_macro_averages_of_the_plain_functions(points, r
 
 
 def test_metrics_at_sparsity_reads_the_step_rule_configuration() -> None:
-    from sparsefinder.evaluation.pareto import metrics_at_sparsity
+    from sparsefinder.evaluation.frontier import metrics_at_sparsity
 
     df = _df([("a", 0.70, 0.99), ("a", 0.80, 0.90), ("a", 0.92, 0.60), ("a", 0.96, 0.30),
               ("b", 0.50, 1.00)])
@@ -649,7 +647,7 @@ def test_metrics_at_sparsity_reads_the_step_rule_configuration() -> None:
 
 
 def test_matched_sparsity_interpolates_the_other_curve() -> None:
-    from sparsefinder.evaluation.pareto import matched_sparsity
+    from sparsefinder.evaluation.frontier import matched_sparsity
 
     df = pd.DataFrame([
         {"method": "a", "params": "{}", "sparsity": 0.5, "recall": 0.6, "exact_fraction": 0.1},

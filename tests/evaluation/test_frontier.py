@@ -14,7 +14,9 @@ import pytest
 import torch
 
 from sparsefinder.data.records import AttentionRecord, LayerGraph
-from sparsefinder.evaluation.pareto import CURVES, recall_at_sparsity, register_curve, sweep
+from sparsefinder.evaluation.curves import CURVES, register_curve
+from sparsefinder.evaluation.frontier import recall_at_sparsity
+from sparsefinder.evaluation.sweep import sweep
 from sparsefinder.projections.heads import HeadProjections
 
 LEVELS = (0.75, 0.9, 0.95)

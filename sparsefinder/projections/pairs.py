@@ -1,0 +1,208 @@
+"""Training pairs of one layer: gold edges as positives and per-row negatives.
+
+A negative ``k_N`` is drawn uniformly from the non-edges of the SAME query row (only past keys
+for causal records), so it is exactly what a predictor must leave out of that row. The
+negatives of an epoch are drawn up front, vectorised: a uniform column of the row is rejected
+if it is an edge and redrawn (a few rounds); the few rows still unlucky (rows that are nearly
+all edges) are sampled exactly among their non-edges; rows without any non-edge are skipped.
+Heads differ a lot in their number of edges (x20 in MiniLM), so an epoch is
+``ceil(max_h P_h / batch)`` steps and heads with fewer positives cycle through theirs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from sparsefinder.attention.masks import allowed_per_row, apply_causal
+from sparsefinder.data.records import AttentionRecord
+
+_REJECTION_ROUNDS = 8
+
+
+_EXACT_CHUNK = 16_384  # rows sampled exactly at once after rejection sampling gave up
+
+
+@dataclass
+class _LayerPairs:
+    """All gold edges of one layer over many texts, indexed into flat token tables."""
+
+    q_table: Tensor  # (heads * Tq, d): row h * Tq + t
+    k_table: Tensor  # (heads * Tk, d)
+    head: Tensor  # (P,) long
+    q_row: Tensor  # (P,) row into q_table
+    k_row: Tensor  # (P,) row into k_table (the positive key)
+    k_base: Tensor  # (P,) row into k_table of key 0 of this head/text
+    n_allowed: Tensor  # (P,) keys this query may see (m, or the past only when causal)
+    gold_base: Tensor  # (P,) index into gold_flat of (this head, this query, key 0)
+    gold_flat: Tensor  # bool: every text's gold mask of this layer, flattened
+    gold_edges: Tensor  # (heads,) all gold edges of each head, with or without a non-edge
+
+    def first_negative_differences(self, ids: Tensor, neg_rows: Tensor) -> tuple[Tensor, Tensor]:
+        """q − k of the positives ``ids`` (heads, S) and of each one's first negative:
+        two (heads, S, d) tensors (what the initialisations average over)."""
+        heads, size = ids.shape
+        flat = ids.reshape(-1)
+        q = self.q_table.index_select(0, self.q_row[flat])
+        dp = (q - self.k_table.index_select(0, self.k_row[flat])).view(heads, size, -1)
+        dn = (q - self.k_table.index_select(0, neg_rows[flat, 0])).view(heads, size, -1)
+        return dp, dn
+
+    def batch_differences(self, q_rows: Tensor, k_rows: Tensor, n_rows: Tensor
+                          ) -> tuple[Tensor, Tensor]:
+        """q − k of a batch's positives (heads, B, d) and of their ``num`` negatives each
+        (heads, B·num, d), from table rows (heads, B) and (heads, B, num)."""
+        heads, size, num = n_rows.shape
+        d = self.q_table.shape[1]
+        q = self.q_table.index_select(0, q_rows.reshape(-1)).view(heads, size, 1, d)
+        diff_pos = q[:, :, 0] - self.k_table.index_select(0, k_rows.reshape(-1)).view(
+            heads, size, d)
+        diff_neg = (q - self.k_table.index_select(0, n_rows.reshape(-1)).view(
+            heads, size, num, d)).view(heads, size * num, d)
+        return diff_pos, diff_neg
+
+
+def _layer_pairs(records: Sequence[AttentionRecord], layer: int) -> _LayerPairs:
+    """Gathers the positives of one layer; rows without any non-edge are dropped."""
+    graphs = [r.layers[layer] for r in records]
+    heads = int(graphs[0].queries.shape[0])
+    tq = sum(int(g.queries.shape[1]) for g in graphs)
+    tk = sum(int(g.keys.shape[1]) for g in graphs)
+    parts: dict[str, list[Tensor]] = {k: [] for k in ("h", "q", "k", "kb", "na", "gb")}
+    q_off = k_off = g_off = 0
+    gold_edges = torch.zeros(heads, dtype=torch.long)
+    for record, g in zip(records, graphs, strict=True):
+        n, m = int(g.gold.shape[1]), int(g.gold.shape[2])
+        allowed = allowed_per_row(n, m, causal=record.causal)
+        gold = apply_causal(g.gold, record.causal)
+        gold_edges += gold.sum((-2, -1))
+        has_negative = gold.sum(-1) < allowed  # (heads, n)
+        h, i, j = (gold & has_negative[..., None]).nonzero(as_tuple=True)
+        parts["h"].append(h)
+        parts["q"].append(h * tq + q_off + i)
+        parts["k"].append(h * tk + k_off + j)
+        parts["kb"].append(h * tk + k_off)
+        parts["na"].append(allowed[i])
+        parts["gb"].append(g_off + (h * n + i) * m)
+        q_off, k_off, g_off = q_off + n, k_off + m, g_off + heads * n * m
+    cat = {k: torch.cat(v) for k, v in parts.items()}
+    q_table = torch.cat([g.queries for g in graphs], dim=1).reshape(heads * tq, -1)
+    k_table = torch.cat([g.keys for g in graphs], dim=1).reshape(heads * tk, -1)
+    gold_flat = torch.cat([g.gold.reshape(-1) for g in graphs])
+    return _LayerPairs(
+        q_table=q_table.float(),
+        k_table=k_table.float(),
+        head=cat["h"],
+        q_row=cat["q"],
+        k_row=cat["k"],
+        k_base=cat["kb"],
+        n_allowed=cat["na"],
+        gold_base=cat["gb"],
+        gold_flat=gold_flat,
+        gold_edges=gold_edges,
+    )
+
+
+def sample_negatives(
+    gold_flat: Tensor,
+    gold_base: Tensor,
+    n_allowed: Tensor,
+    num: int,
+    generator: torch.Generator,
+) -> Tensor:
+    """Column of a uniform non-edge in the row of each positive: (P,) → long (P, num).
+
+    ``gold_flat[gold_base[p] + j]`` is the gold bit of key ``j`` in the row of positive ``p``,
+    and keys ``0 .. n_allowed[p] - 1`` may be attended. Every row must hold a non-edge.
+    Rejection sampling (vectorised, ``_REJECTION_ROUNDS`` rounds), then exact sampling for
+    the rows still unlucky — so the result is exactly uniform over the row's non-edges.
+    """
+    base = gold_base[:, None].expand(-1, num).reshape(-1)
+    allowed = n_allowed[:, None].expand(-1, num).reshape(-1)
+    cols = torch.zeros(base.shape[0], dtype=torch.long)
+    todo = torch.arange(base.shape[0])
+    for _ in range(_REJECTION_ROUNDS):
+        if todo.numel() == 0:
+            break
+        draw = (torch.rand(todo.shape[0], generator=generator) * allowed[todo]).long()
+        draw = torch.minimum(draw, allowed[todo] - 1)  # guard against rand() rounding to 1
+        ok = ~gold_flat[base[todo] + draw]
+        cols[todo[ok]] = draw[ok]
+        todo = todo[~ok]
+    for part in todo.split(_EXACT_CHUNK) if todo.numel() else ():  # memory: chunk × row
+        width = int(allowed[part].max())
+        j = torch.arange(width)
+        idx = (base[part][:, None] + j).clamp(max=gold_flat.numel() - 1)
+        free = (~gold_flat[idx]) & (j < allowed[part][:, None])
+        cols[part] = torch.multinomial(free.float(), 1, generator=generator)[:, 0]
+    return cols.view(-1, num)
+
+
+def _check_records(records: Sequence[AttentionRecord], rank: int) -> tuple[int, int, int]:
+    if not records:
+        raise ValueError("train_projections needs at least one record (a text's gold graphs)")
+    shapes = set()
+    for record in records:
+        if not record.layers:
+            raise ValueError("a record has no layers; extract it with graphs.extract()")
+        q = record.layers[0].queries
+        shapes.add((record.num_layers, int(q.shape[0]), int(q.shape[2])))
+    if len(shapes) != 1:
+        raise ValueError(f"records come from differently shaped models: {sorted(shapes)}")
+    layers, heads, d = shapes.pop()
+    if rank > d:
+        raise ValueError(f"rank must be <= the head dimension {d}, got {rank}")
+    return layers, heads, d
+
+
+def dense_heads_of(pairs: _LayerPairs, heads: int) -> list[int]:
+    """Heads with gold edges but no (edge, non-edge) pair in any row: nothing to contrast."""
+    counts = torch.bincount(pairs.head, minlength=heads)
+    return [h for h in range(heads) if int(counts[h]) == 0 and int(pairs.gold_edges[h]) > 0]
+
+
+def _schedule(pairs: _LayerPairs, heads: int, batch_size: int, generator: torch.Generator,
+              steps: int | None = None, borrow: Sequence[int] = ()) -> tuple[Tensor, int]:
+    """Positive ids (heads, steps * batch_size): a shuffled epoch per head, cycled.
+
+    ``steps`` overrides the epoch length (data-parallel ranks agree on the longest one).
+    Heads in ``borrow`` without positives take the ids of the head with the most (only so
+    that every head has a batch: the caller keeps their weights at zero, which zeroes their
+    gradient)."""
+    counts = torch.bincount(pairs.head, minlength=heads)
+    borrowed = [h for h in borrow if int(counts[h]) == 0]
+    if borrowed and int(counts.max()) > 0:
+        counts = counts.clone()
+        counts[borrowed] = -1  # filled from the donor below
+    if int(counts.min()) == 0:
+        empty = (counts == 0).nonzero()[:, 0].tolist()
+        dense = [h for h in empty if int(pairs.gold_edges[h]) > 0]
+        if dense:
+            raise ValueError(
+                f"heads {dense} attend to every key in every row of the training records: "
+                "they have no non-edge, and the contrastive loss needs one (a gold edge "
+                "against a non-edge of its row); such heads are dense at this α — raise α or "
+                "train on texts where they are sparse"
+            )
+        raise ValueError(
+            f"heads {empty} have no gold edge at all in the training records; train on "
+            "more (or longer) texts"
+        )
+    donor = int(counts.argmax())
+    counts = torch.where(counts < 0, 0, counts)
+    steps = steps if steps is not None else math.ceil(int(counts.max()) / batch_size)
+    order = torch.argsort(pairs.head, stable=True)
+    starts = torch.cumsum(counts, 0) - counts
+    length = steps * batch_size
+    ids = torch.empty(heads, length, dtype=torch.long)
+    for row in range(heads):
+        h = donor if row in borrowed else row  # the donor's positives, see the docstring
+        count = int(counts[h])
+        reps = math.ceil(length / count)
+        perms = torch.cat([torch.randperm(count, generator=generator) for _ in range(reps)])
+        ids[row] = order[starts[h] + perms[:length]]
+    return ids, steps
