@@ -41,9 +41,6 @@ def _user_pages() -> list[Path]:
 
 
 def test_site_builds_strict_without_warnings(tmp_path):
-    pytest.importorskip("mkdocs")
-    pytest.importorskip("material")
-    pytest.importorskip("mkdocstrings_handlers.python")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     result = subprocess.run(
         [*_mkdocs(), "build", "--strict", "--site-dir", str(tmp_path / "site")],
