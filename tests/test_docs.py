@@ -50,7 +50,7 @@ def test_site_builds_strict_without_warnings(tmp_path):
     assert not [line for line in log.splitlines() if "WARNING" in line], log
     assert (tmp_path / "site" / "index.html").is_file()
     # The API reference really rendered the package (not an empty page).
-    reference = (tmp_path / "site" / "reference" / "predictors" / "index.html").read_text(
+    reference = (tmp_path / "site" / "reference" / "methods" / "index.html").read_text(
         encoding="utf-8")
     assert "PredictorSpec" in reference and "predict_record" in reference
 
