@@ -4,14 +4,16 @@
   (a broken link or anchor, a page missing from the nav, a docstring the API reference
   cannot render, a module path that no longer exists) fails the build, and any WARNING line
   fails this test even if a future mkdocs stopped turning it into an error;
-- no page of the site and not the README points to our issue tracker ("issue 13", "#12"):
-  they are user documentation, not a development log;
+- no page of the site (its Markdown, and the built pages, where docstrings render into the
+  API reference) and not the README points to our issue tracker ("issue 13", "#12"): they
+  are user documentation, not a development log;
 - the examples of ``docs/library.md`` run in order, in one namespace, as a reader would paste
   them (the model run restricted to a predicted graph and the calibrated predictor included).
 """
 
 from __future__ import annotations
 
+import html
 import os
 import re
 import subprocess
@@ -36,6 +38,12 @@ def _mkdocs() -> list[str]:
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "mkdocs"]
 
 
+def _visible_text(page: str) -> str:
+    """The text of an HTML page as a reader sees it (no scripts, styles or tags)."""
+    page = re.sub(r"<(script|style)\b.*?</\1>", " ", page, flags=re.S)
+    return html.unescape(re.sub(r"<[^>]+>", " ", page))
+
+
 def _user_pages() -> list[Path]:
     return [REPO / "README.md", *sorted(DOCS.rglob("*.md"))]
 
@@ -53,6 +61,10 @@ def test_site_builds_strict_without_warnings(tmp_path):
     reference = (tmp_path / "site" / "reference" / "methods" / "index.html").read_text(
         encoding="utf-8")
     assert "PredictorSpec" in reference and "predict_record" in reference
+    # What a reader sees, API reference included (docstrings render into it), names no issue.
+    for page in (tmp_path / "site").rglob("*.html"):
+        found = ISSUE_REFERENCE.findall(_visible_text(page.read_text(encoding="utf-8")))
+        assert not found, f"{page.relative_to(tmp_path / 'site')} shows {found}"
 
 
 def test_pattern_tells_issue_references_from_markdown():
