@@ -19,7 +19,7 @@ def _example() -> str:
 
 def test_library_example_is_short():
     """The README shows the shortest path; the docs carry the rest."""
-    assert len(_example().strip().splitlines()) <= 16
+    assert len(_example().strip().splitlines()) <= 12
 
 
 @pytest.mark.slow
