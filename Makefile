@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BROWSER_STAMP := $(VENV)/.browser
 # `make run` serves on this machine only; `make run HOST=0.0.0.0` serves to the network (then
-# only allowlisted models load: see README, "Serving to others"). Set on the command line:
+# only allowlisted models load: see docs/serving.md). Set on the command line:
 # an environment variable HOST (set by some shells to the host name) is ignored.
 HOST := 127.0.0.1
 PORT := 8501
@@ -15,7 +15,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test lint browser bench assets assets-projections assets-adapter mutation
+.PHONY: install run test lint docs browser bench assets assets-projections assets-adapter mutation
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,11 @@ run: install
 
 lint: install
 	$(BIN)/ruff check .
+
+# The documentation site (MkDocs Material, API pages from the docstrings): strict, so a broken
+# link, a missing anchor or a docstring the reference cannot render fails the build.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir build/site
 
 test: install browser
 	$(BIN)/ruff check .
