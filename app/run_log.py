@@ -1,4 +1,4 @@
-"""Optional timing of every script run of the app, for the load benchmark (issue 12).
+"""Optional timing of every script run of the app, for the load benchmark.
 
 Off unless the environment variable ``SPARSEFINDER_RUN_LOG`` names a file. Then each full
 script run and each fragment-only rerun appends one line

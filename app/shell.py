@@ -29,7 +29,7 @@ from sparsefinder.explore import inputs, live, texts
 from sparsefinder.explore import prepared as prep
 from sparsefinder.explore import state as urlstate
 from sparsefinder.methods.registry import METHODS
-from sparsefinder.metrics import GraphScores
+from sparsefinder.metrics.measures import GraphScores
 from sparsefinder.models.loading import (
     DEFAULT_MODEL,
     LoadedModel,

@@ -25,16 +25,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sparsefinder.data.corpus import chunk_passages, load_corpus  # noqa: E402
+from sparsefinder.calibration.estimators import CalibratedDistance, CalibratedRowFraction
+from sparsefinder.calibration.samples import DistanceSamples  # noqa: E402
+from sparsefinder.data.chunking import chunk_passages
+from sparsefinder.data.corpus import load_corpus  # noqa: E402
 from sparsefinder.data.records import extract  # noqa: E402
-from sparsefinder.metrics import macro_average, score_layers  # noqa: E402
+from sparsefinder.metrics.measures import score_layers  # noqa: E402
+from sparsefinder.metrics.scorer import macro_average
 from sparsefinder.models.loading import load_model  # noqa: E402
 from sparsefinder.predictors import Distance  # noqa: E402
-from sparsefinder.predictors.calibrated import (  # noqa: E402
-    CalibratedDistance,
-    CalibratedRowFraction,
-    DistanceSamples,
-)
 from sparsefinder.projections.heads import BUNDLED_PROJECTIONS, HeadProjections  # noqa: E402
 
 TARGETS = (0.75, 0.9, 0.95)

@@ -25,7 +25,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sparsefinder.data.records import AttentionRecord, LayerGraph  # noqa: E402
-from sparsefinder.metrics import Scorer, recall, sparsity  # noqa: E402
+from sparsefinder.metrics.measures import recall, sparsity  # noqa: E402
+from sparsefinder.metrics.scorer import Scorer
 from sparsefinder.predictors import Distance, KMeans, Quantization, Union, Window  # noqa: E402
 from sparsefinder.predictors.routed_kmeans import RoutedKMeans  # noqa: E402
 from sparsefinder.predictors.topp import TopP  # noqa: E402

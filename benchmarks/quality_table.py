@@ -23,11 +23,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sparsefinder.data.corpus import chunk_passages, load_corpus  # noqa: E402
+from sparsefinder.data.chunking import chunk_passages
+from sparsefinder.data.corpus import load_corpus  # noqa: E402
 from sparsefinder.data.records import extract  # noqa: E402
-from sparsefinder.evaluation.curves import CURVES
+from sparsefinder.evaluation.curves import CURVES  # noqa: E402
 from sparsefinder.evaluation.frontier import pareto_frontier, recall_at_sparsity  # noqa: E402
-from sparsefinder.metrics import (  # noqa: E402
+from sparsefinder.metrics.measures import (  # noqa: E402
     block_recall,
     exact_fraction,
     mass_recall,

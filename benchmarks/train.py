@@ -21,7 +21,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sparsefinder.data.corpus import chunk_passages, load_corpus  # noqa: E402
+from sparsefinder.data.chunking import chunk_passages
+from sparsefinder.data.corpus import load_corpus  # noqa: E402
 from sparsefinder.data.records import extract  # noqa: E402
 from sparsefinder.models.loading import load_model  # noqa: E402
 from sparsefinder.projections.hinge import train_projections  # noqa: E402

@@ -37,7 +37,7 @@ _EXPORTS: dict[str, str] = {
     "PredictorSpec": "sparsefinder.methods.spec",
     "RecordInputs": "sparsefinder.methods.spec",
     "predict_record": "sparsefinder.methods.spec",
-    "Scorer": "sparsefinder.metrics",
+    "Scorer": "sparsefinder.metrics.scorer",
     "sweep": "sparsefinder.evaluation.sweep",
     "pareto_frontier": "sparsefinder.evaluation.frontier",
     "restrict": "sparsefinder.evaluation.restricted",

@@ -18,7 +18,7 @@ import torch
 
 from sparsefinder.attention.entmax_ops import entmax_normalize
 from sparsefinder.data.records import extract
-from sparsefinder.metrics import recall
+from sparsefinder.metrics.measures import recall
 from sparsefinder.models.loading import load_model
 from sparsefinder.predictors import Distance, Union, Window
 from sparsefinder.projections.heads import HeadProjections

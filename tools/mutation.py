@@ -1,7 +1,7 @@
 """Mutation testing of the core modules with mutmut (`make mutation`; not part of `make test`).
 
 Each core module is mutated on its own and judged ONLY by the tests that mirror it
-(sparsefinder/metrics.py -> tests/test_metrics.py, predictors/kmeans.py ->
+(sparsefinder/metrics/scorer.py -> tests/metrics/test_scorer.py, predictors/kmeans.py ->
 tests/predictors/test_kmeans.py, explore/live.py -> tests/explore/test_live.py, ...), so the
 score says how well a module's own tests pin its behaviour, not whether some far-off app test
 happens to trip over it. mutmut runs in a scratch copy (build/mutation/<module>/) so the work
@@ -38,8 +38,10 @@ EQUIVALENT_FILE = ROOT / "tools" / "equivalent_mutants.txt"
 
 # module (relative to sparsefinder/) -> the test files that mirror it.
 CORE: dict[str, list[str]] = {
-    "metrics.py": ["tests/test_metrics.py"],
+    "metrics/measures.py": ["tests/metrics/test_scorer.py", "tests/metrics/test_measures.py"],
+    "metrics/scorer.py": ["tests/metrics/test_scorer.py", "tests/metrics/test_measures.py"],
     "attention/entmax_ops.py": ["tests/attention/test_entmax_ops.py"],
+    "attention/entmax_blocks.py": ["tests/attention/test_entmax_ops.py"],
     "projections/heads.py": ["tests/projections/test_heads.py"],
     "projections/hinge.py": ["tests/projections/test_heads.py"],
     "projections/pairs.py": ["tests/projections/test_heads.py"],

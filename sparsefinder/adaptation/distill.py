@@ -27,7 +27,7 @@ from sparsefinder.adaptation.objective import (
     teacher_targets,
 )
 from sparsefinder.attention.interface import AttentionCall, capture
-from sparsefinder.data.corpus import chunk_passages
+from sparsefinder.data.chunking import chunk_passages
 from sparsefinder.models.adapter_file import base_fingerprint, base_module_name, save_adapter
 from sparsefinder.models.loading import LoadedModel
 

@@ -17,7 +17,7 @@ Counting conventions (relied on by the CLI and the app):
   text weighs more than a short one). Tags absent everywhere are not rows.
 * **Per-tag recall and sparsity** (micro within a tag): over all query rows whose tag is T,
   ``recall = Σ|pred ∧ gold| / Σ|gold|`` (1.0 where the tag has no gold edge, like
-  :func:`sparsefinder.metrics.recall`) and ``sparsity = 1 − Σ|pred| / Σ allowed``, where
+  :func:`sparsefinder.metrics.measures.recall`) and ``sparsity = 1 − Σ|pred| / Σ allowed``, where
   ``allowed`` is m per row, or the non-future keys of the row when causal. Over records the
   counts are summed before dividing.
 
@@ -142,7 +142,7 @@ def tag_edge_counts(
     """Per query tag of one head: tokens, gold edges, hits, predicted edges, allowed pairs.
 
     ``pred`` and ``gold`` are bool (n, m) masks of ONE head. With ``causal`` the future is not
-    counted in ``predicted`` nor ``allowed`` (as in :func:`sparsefinder.metrics.sparsity`).
+    counted in ``predicted`` nor ``allowed`` (as in :func:`sparsefinder.metrics.measures.sparsity`).
     """
     for name, mask in (("pred", pred), ("gold", gold)):
         if not isinstance(mask, Tensor) or mask.dtype != torch.bool or mask.dim() != 2:

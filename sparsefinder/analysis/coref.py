@@ -37,7 +37,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from sparsefinder.metrics import count_true, recall, sparsity
+from sparsefinder.metrics.measures import count_true, recall, sparsity
 from sparsefinder.resources import COREF_PROBES
 
 DEFAULT_PROBES = COREF_PROBES

@@ -1,4 +1,4 @@
-"""Sweep entries for the calibrated distance predictors (issue 10).
+"""Sweep entries for the calibrated distance predictors.
 
 Each grid point is a TARGET (sparsity or recall), not a raw threshold, so the points of a
 curve sit where they are asked to, whatever the projections' scale (an augmented low-rank
@@ -13,13 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from sparsefinder.calibration.estimators import CalibratedDistance, CalibratedRowFraction
 from sparsefinder.calibration.grid import HEAD_GRIDS, head_grid_fitter
+from sparsefinder.calibration.samples import DistanceSamples
 from sparsefinder.data.records import AttentionRecord
-from sparsefinder.predictors.calibrated import (
-    CalibratedDistance,
-    CalibratedRowFraction,
-    DistanceSamples,
-)
 
 #: Target sparsities: coarse below 0.75, every 0.01 from 0.75 to 0.99.
 SPARSITY_TARGETS = [0.5, 0.6, 0.7] + [round(0.75 + 0.01 * i, 2) for i in range(25)]

@@ -1,15 +1,15 @@
 """Per-head raw settings (B/k, β, window, key budget) for a target sparsity, chosen on TRAIN.
 
-The calibrated distance methods (:mod:`sparsefinder.predictors.calibrated`) turn a target
+The calibrated distance methods (:mod:`sparsefinder.calibration.estimators`) turn a target
 sparsity into a continuous per-head threshold. The other families have a discrete raw
 hyperparameter — k-means' (B, k), quantization's β, the window w, routed k-means' key
 budget — so here each head picks one point of the family's grid:
 
 1. **Measure** (:func:`measure_grid`): every grid point is predicted on every TRAIN record
-   and scored per head with the one :class:`~sparsefinder.metrics.Scorer`; recall and
+   and scored per head with the one :class:`~sparsefinder.metrics.scorer.Scorer`; recall and
    density ``1 − sparsity`` are averaged over texts (each text weighs the same, as in the
    metrics' macro average) → tables (layers, heads, G).
-2. **Allocate** (:func:`~sparsefinder.predictors.calibrated.allocate`, the same Lagrangian
+2. **Allocate** (:func:`~sparsefinder.calibration.allocation.allocate`, the same Lagrangian
    budget as ``distance-budget``): maximise the mean recall over heads subject to the mean
    density being ``1 − target``; dense heads get more, sparse heads less.
 3. **Predict** with each head's own setting
@@ -29,11 +29,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from sparsefinder.calibration.allocation import allocate
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.methods.registry import MethodUnavailable
 from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
-from sparsefinder.metrics import Scorer
-from sparsefinder.predictors.calibrated import allocate
+from sparsefinder.metrics.scorer import Scorer
 from sparsefinder.predictors.per_head import PerHeadSelect
 
 Params = dict[str, Any]

@@ -1,6 +1,6 @@
 """Calibrated settings fitted once on TRAIN graphs and shipped as a small file.
 
-The calibrated predictors (:mod:`sparsefinder.predictors.calibrated`) turn a *target
+The calibrated predictors (:mod:`sparsefinder.calibration.estimators`) turn a *target
 sparsity* into per-head parameters — a squared-distance threshold (``distance-budget``) or a
 per-row keep fraction (``rowfrac-budget``), the heads sharing the sparsity budget so that the
 mean recall is highest. Fitting needs the train split's gold graphs, which an interactive app
@@ -24,16 +24,13 @@ import torch
 from torch import Tensor
 
 from sparsefinder.calibration.curves import SPARSITY_TARGETS
+from sparsefinder.calibration.estimators import CalibratedDistance, CalibratedRowFraction
 from sparsefinder.calibration.grid import HEAD_GRIDS, layer_predictor, measure_grid
+from sparsefinder.calibration.samples import DistanceSamples
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.methods.registry import MethodUnavailable
-from sparsefinder.predictors.calibrated import (
-    CalibratedDistance,
-    CalibratedRowFraction,
-    DistanceSamples,
-    ThresholdDistance,
-)
 from sparsefinder.predictors.row_fraction import RowFraction
+from sparsefinder.predictors.threshold_distance import ThresholdDistance
 from sparsefinder.projections.heads import HeadProjections
 
 FORMAT = "sparsefinder-calibration"

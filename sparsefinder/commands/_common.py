@@ -71,7 +71,8 @@ def fitting_records(args: argparse.Namespace) -> tuple[Any, list[AttentionRecord
     """The model and gold-graph records a fitting command learns from: the corpus split
     (TRAIN by default; a note when it is validation), long passages chunked to the model's
     length, ``--max-passages`` honoured. Returns (loaded model, records)."""
-    from sparsefinder.data.corpus import chunk_passages, load_corpus
+    from sparsefinder.data.chunking import chunk_passages
+    from sparsefinder.data.corpus import load_corpus
     from sparsefinder.data.records import extract
     from sparsefinder.models.loading import load_model
 

@@ -25,8 +25,7 @@ Splits
 A passage goes to "validation" when the first 8 bytes of the SHA-256 of its UTF-8 text, read as
 an integer, fall in the lowest ``VALIDATION_FRACTION`` (15 %) of the range, else to "train". The
 split is a pure function of the text: stable across runs, machines and Python versions
-(``hash()`` is salted per process, so it is not used), and the same for user corpora.
-"""
+(``hash()`` is salted per process, so it is not used), and the same for user corpora."""
 
 from __future__ import annotations
 
@@ -37,12 +36,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from sparsefinder.data.chunking import chunk_passages
+
 __all__ = [
     "CorpusError",
     "MIN_WORDS",
     "SPLITS",
     "VALIDATION_FRACTION",
-    "chunk_passages",
     "corpus_texts",
     "default_corpus",
     "load_corpus",
@@ -50,30 +50,40 @@ __all__ = [
     "split_of",
 ]
 
+
 #: Fraction of passages (by hash) that go to the "validation" split.
 VALIDATION_FRACTION = 0.15
+
+
 #: Minimum length of a kept paragraph of the built-in corpus (shorter ones are titles, labels...).
 MIN_WORDS = 40
+
+
 #: Allowed values of ``split``.
 SPLITS = ("train", "validation", "all")
+
+
 #: Extensions read from a file or folder.
 EXTENSIONS = (".txt", ".jsonl")
+
+
 DEFAULT_SOURCE = "default"
 
+
 _HASH_BUCKETS = 1 << 64
+
+
 _VALIDATION_CUTOFF = int(VALIDATION_FRACTION * _HASH_BUCKETS)
 
+
 _WS = re.compile(r"\s+")
+
+
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t\f\v]*\n")
 
 
 class CorpusError(ValueError):
     """The corpus content cannot be used (bad encoding, bad JSONL, nothing left after cleaning)."""
-
-
-# --------------------------------------------------------------------------------------------
-# Splitting
-# --------------------------------------------------------------------------------------------
 
 
 def split_of(passage: str) -> str:
@@ -100,18 +110,26 @@ def _select(passages: list[str], split: str, source: str) -> list[str]:
     return chosen
 
 
-# --------------------------------------------------------------------------------------------
-# Built-in corpus
-# --------------------------------------------------------------------------------------------
-
 # A line made only of markup characters: heading underlines (****, ====, ----), table borders.
 _MARKUP_LINE = re.compile(r"^\s*[*=\-~^#+_|: ]{4,}\s*$")
+
+
 _TABLE_ROW = re.compile(r"^\s*\|")
+
+
 _DOCTEST = re.compile(r"^\s*(>>>|\.\.\.)(\s|$)")
+
+
 _WORDLIKE = re.compile(r"[(\"'“‘]*[A-Za-z][\w'’\-]*[)\"'”’,.;:!?]*")
+
+
 # Aligned columns (3+ spaces inside a line; prose has at most 2, after a full stop) or a comment.
 _ALIGNED = re.compile(r"\S {3,}\S|^\s*#")
+
+
 _BULLET = re.compile(r"^[*\-•] ")
+
+
 # reST emphasis left in the text dump: *term*, **CPython implementation detail:**
 _EMPHASIS = re.compile(r"(?<![\w*])\*{1,2}(?=\w)([^*]+?)(?<=[\w.:)])\*{1,2}(?![\w*])")
 
@@ -164,11 +182,6 @@ def default_corpus(split: str = "train") -> list[str]:
     """Passages of the built-in corpus; ``split`` is "train", "validation" or "all"."""
     _check_split(split)
     return _select(list(_default_passages()), split, "the built-in corpus")
-
-
-# --------------------------------------------------------------------------------------------
-# User files
-# --------------------------------------------------------------------------------------------
 
 
 def _read_text(path: Path) -> str:
@@ -284,107 +297,6 @@ def load_corpus(source: str | Path, split: str | None = None) -> list[str]:
         return passages
     name = "the built-in corpus" if source == DEFAULT_SOURCE else f"corpus {source}"
     return _select(passages, split, name)
-
-
-# --------------------------------------------------------------------------------------------
-# Chunking
-# --------------------------------------------------------------------------------------------
-
-_CLOSERS = "\"')]’”»"
-
-
-def _cut_points(
-    text: str, offsets: list[tuple[int, int]], budget: int, stride: int
-) -> list[tuple[int, int]]:
-    """Character spans of chunks of ≤ ``budget`` tokens that together cover all of ``text``.
-
-    A cut between tokens b-1 and b happens at the start of token b. It prefers, in order: a
-    sentence end in the second half of the window, whitespace, a punctuation boundary, and
-    only then a cut inside a word (a single "word" longer than the budget).
-    """
-    n = len(offsets)
-    spans: list[tuple[int, int]] = []
-    a, start = 0, 0
-    while True:
-        if n - a <= budget:
-            spans.append((start, len(text)))
-            return spans
-        best: dict[int, int] = {}
-        for b in range(a + budget, a, -1):
-            prev_end, nxt = offsets[b - 1][1], offsets[b][0]
-            if nxt <= offsets[a][0]:
-                continue  # would leave the chunk empty (tokens sharing a character)
-            gap = text[prev_end:nxt]  # what lies between the two tokens
-            if any(ch.isspace() for ch in gap):
-                before = text[max(0, prev_end - 4) : prev_end].rstrip(_CLOSERS)
-                tier = 0 if before.endswith((".", "!", "?")) and b - a >= budget // 2 else 1
-            elif gap or not (text[prev_end - 1 : prev_end].isalnum() and text[nxt].isalnum()):
-                tier = 2  # punctuation boundary, or characters the tokenizer drops
-            else:
-                tier = 3  # inside a word
-            best.setdefault(tier, b)
-            if tier == 0 or (1 in best and b - a < budget // 2):
-                break  # nothing better can come further left
-        if not best:
-            raise ValueError(f"cannot split text at token {a}: tokens share one character")
-        b = best[min(best)]
-        cut = offsets[b][0]
-        spans.append((start, cut))
-        if stride:
-            # Overlap: restart `stride` tokens back, at a word start so no word is torn.
-            nxt_a = b
-            for c in range(max(a + 1, b - stride), b):
-                if offsets[c][0] > offsets[c - 1][1] or not text[offsets[c][0]].isalnum():
-                    nxt_a = c
-                    break
-            a, start = nxt_a, min(offsets[nxt_a][0], cut)
-        else:
-            a, start = b, cut
-
-
-def chunk_passages(texts: list[str], tokenizer: Any, max_tokens: int, stride: int = 0) -> list[str]:
-    """Splits passages longer than ``max_tokens`` so none is truncated by the model.
-
-    ``max_tokens`` includes the special tokens the tokenizer adds ([CLS]/[SEP]), e.g.
-    ``tokenizer.model_max_length``. Passages that fit are returned unchanged; longer ones are cut
-    on token boundaries (preferring sentence ends, then whitespace) into consecutive chunks
-    whose concatenation contains every non-whitespace character, in order. ``stride`` > 0 makes
-    consecutive chunks overlap by about that many tokens. ``tokenizer`` must be a Hugging Face
-    *fast* tokenizer (character offsets are needed).
-    """
-    if not getattr(tokenizer, "is_fast", False):
-        raise TypeError(
-            "chunk_passages needs a Hugging Face *fast* tokenizer (for character offsets); "
-            "load it with AutoTokenizer.from_pretrained(..., use_fast=True)"
-        )
-    budget = max_tokens - tokenizer.num_special_tokens_to_add(pair=False)
-    if budget < 1:
-        raise ValueError(
-            f"max_tokens={max_tokens} leaves no room for text after the tokenizer's special "
-            "tokens; use the model's maximum length (tokenizer.model_max_length)"
-        )
-    if not 0 <= stride < budget:
-        raise ValueError(f"stride must be in [0, {budget}) for max_tokens={max_tokens}")
-    # Segments in output order, each flagged when known to fit. Cut pieces are re-tokenized
-    # once more: a piece starting inside a word can tokenize differently from the whole text.
-    segments: list[tuple[str, bool]] = [(t, False) for t in texts]
-    for _ in range(16):  # pieces strictly shrink, so this ends; the bound is only a safeguard
-        todo = [text for text, fits in segments if not fits]
-        if not todo:
-            return [text for text, _ in segments]
-        enc = tokenizer(  # verbose=False: no "longer than the maximum" warning, we split them
-            todo, add_special_tokens=False, return_offsets_mapping=True, verbose=False
-        )
-        replacements: list[list[tuple[str, bool]]] = []
-        for text, ids, offsets in zip(todo, enc["input_ids"], enc["offset_mapping"], strict=True):
-            if len(ids) <= budget:
-                replacements.append([(text, True)])
-                continue
-            spans = _cut_points(text, [(s, e) for s, e in offsets], budget, stride)
-            replacements.append([(text[s:e].strip(), False) for s, e in spans])
-        it = iter(replacements)
-        segments = [seg for old in segments for seg in ([old] if old[1] else next(it))]
-    raise ValueError(f"could not split passages into chunks of at most {max_tokens} tokens")
 
 
 def corpus_texts(

@@ -1,11 +1,11 @@
 """Long-context gold records: bounded-memory extraction, as the records every scorer reads.
 
-:func:`sparsefinder.data.records.extract_edges` (issue 13) computes a long text's gold edges block
+:func:`sparsefinder.data.records.extract_edges` computes a long text's gold edges block
 by block without an (n, n) score matrix per head; :func:`extract_long` turns them into an
 ordinary :class:`~sparsefinder.data.records.AttentionRecord` (bool gold masks: n²/8 bytes a head,
 2 MiB at n = 4096, where the dense extraction path needs ~32 bytes a score of working
 memory), with the sliding windows of the model's local layers, so predictors, the
-:class:`~sparsefinder.metrics.Scorer`, sweeps and the app use it unchanged.
+:class:`~sparsefinder.metrics.scorer.Scorer`, sweeps and the app use it unchanged.
 
 :func:`long_texts` builds texts of exactly ``n_tokens`` tokens from a corpus split by
 concatenating its passages in order (train and validation stay apart).

@@ -35,6 +35,7 @@ import pandas as pd
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.evaluation.accuracy import EncodedTexts, compare, encode
 from sparsefinder.evaluation.curves import CURVES, resolve_methods
+from sparsefinder.evaluation.frontier import SPARSITY_LEVELS
 from sparsefinder.evaluation.restricted import RestrictionStats, spec_graph
 from sparsefinder.methods.registry import MethodUnavailable
 from sparsefinder.methods.spec import PredictorSpec
@@ -50,7 +51,6 @@ MEASURE_LABELS = {
     "retrieval_top1": "retrieval top-1 agreement",
     "retrieval_ndcg10": "retrieval nDCG@10 vs full",
 }
-SPARSITY_LEVELS = (0.75, 0.9, 0.95)
 #: Methods that are Sparsefinder proper (learned projections), with or without a window.
 SPARSEFINDER_FAMILIES = ("distance", "kmeans", "kmeans-top2", "quantization")
 DOMINANCE_BASELINES = ("window", "longformer", "bigbird")

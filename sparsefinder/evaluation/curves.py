@@ -218,24 +218,24 @@ def _register_defaults() -> None:
                        replace=True)
     register_curve("distance-nodiag", "distance-nodiag",
                    [{"threshold": t} for t in DISTANCE_GRID], replace=True)
-    # Issue 10: a finer raw grid for distance, and distance driven by a target sparsity or
+    # A finer raw grid for distance, and distance driven by a target sparsity or
     # recall with per-head thresholds fitted on TRAIN graphs (sparsefinder.calibration.curves).
     register_curve("distance-fine", "distance", [{"threshold": t} for t in DISTANCE_FINE_GRID],
                    replace=True)
     for name, grid in calibrated_grids().items():
         register_curve(name, name, grid, replace=True)
-    # Issue 10 (buckets): k-means on KEYS with queries routed by q·c, and the top-p oracle
+    # Buckets: k-means on KEYS with queries routed by q·c, and the top-p oracle
     # (sparsefinder.predictors.routed_kmeans / topp); grids chosen on the TRAIN split.
     register_curve("kmeans-routed", "kmeans-routed", ROUTED_BUDGET_GRID, replace=True)
     register_curve("kmeans-routed-top", "kmeans-routed-top", ROUTED_TOP_GRID, replace=True)
     register_curve("topp", "topp", [{"p": p} for p in TOPP_GRID], replace=True)
-    # Issue 14: long-context baselines on the model's own q/k (sparsefinder.predictors.quest,
+    # Long-context baselines on the model's own q/k (sparsefinder.predictors.quest,
     # .hash_codes; codes fitted on TRAIN graphs).
     register_curve("quest", "quest", [{"page_size": QUEST_PAGE, "pages": p} for p in QUEST_GRID],
                    replace=True)
     register_curve("hashattention", "hashattention",
                    [{"max_distance": t} for t in HASH_DISTANCE_GRID], replace=True)
-    # Issue 13: block Sparsefinder, 32-token blocks, key blocks per query block.
+    # Block Sparsefinder, 32-token blocks, key blocks per query block.
     for name, size, keys in BLOCK_CURVES:
         register_curve(name, "block", [{"block": size, "n_blocks": b, "n_keys": keys}
                                        for b in BLOCK_GRID], replace=True)

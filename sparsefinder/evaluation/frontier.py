@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from sparsefinder.metrics import EXTRA_METRICS
+from sparsefinder.metrics.measures import EXTRA_METRICS
 
 SPARSITY_LEVELS = (0.75, 0.9, 0.95)
 
@@ -77,7 +77,7 @@ def metrics_at_sparsity(df: pd.DataFrame, levels: Sequence[float] = SPARSITY_LEV
     The configuration is the one the step rule of :func:`recall_at_sparsity` reads: the
     frontier point with the best recall among those with sparsity ≥ level. One row per
     (method, level) that some configuration reaches: ``method``, ``level``, ``params``,
-    ``recall``, ``sparsity`` and the :data:`~sparsefinder.metrics.EXTRA_METRICS` present in
+    ``recall``, ``sparsity`` and the :data:`~sparsefinder.metrics.measures.EXTRA_METRICS` present in
     ``df`` (how good the graph at that point is besides its recall).
     """
     extras = [name for name in EXTRA_METRICS if name in df.columns]

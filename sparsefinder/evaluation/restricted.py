@@ -42,7 +42,7 @@ from torch import Tensor, nn
 from sparsefinder.attention.interface import ENTMAX_ATTENTION, restrict_keys
 from sparsefinder.attention.masks import RestrictionWarning
 from sparsefinder.methods.spec import PredictorSpec
-from sparsefinder.metrics import count_true
+from sparsefinder.metrics.measures import count_true
 from sparsefinder.predictors.base import Predictor
 from sparsefinder.projections.heads import HeadProjections, ProjectionsError
 

@@ -25,7 +25,7 @@ from sparsefinder.evaluation.curves import CURVES, resolve_methods
 from sparsefinder.evaluation.sweep import SpecScores
 from sparsefinder.methods.registry import MethodUnavailable
 from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
-from sparsefinder.metrics import Scorer
+from sparsefinder.metrics.scorer import Scorer
 from sparsefinder.projections.heads import HeadProjections
 
 

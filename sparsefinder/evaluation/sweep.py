@@ -1,7 +1,7 @@
 """Sparsity–recall sweeps: every spec of the chosen curves scored on held-out records.
 
 :func:`sweep` scores every spec of the chosen curves with :func:`score_specs`: for each text
-it builds a :class:`~sparsefinder.metrics.Scorer` once, runs the per-layer predictors of each
+it builds a :class:`~sparsefinder.metrics.scorer.Scorer` once, runs the per-layer predictors of each
 spec through :func:`~sparsefinder.methods.spec.predict_record` (projections computed once per text
 and
 layer) and macro-averages recall and sparsity (texts, then heads, then layers). The app's live
@@ -25,7 +25,8 @@ from sparsefinder.data.records import AttentionRecord
 from sparsefinder.evaluation.curves import CURVES, resolve_methods
 from sparsefinder.methods.registry import MethodUnavailable
 from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
-from sparsefinder.metrics import EXTRA_METRICS, GraphScores, Scorer, block_recall, macro_average
+from sparsefinder.metrics.measures import EXTRA_METRICS, GraphScores, block_recall
+from sparsefinder.metrics.scorer import Scorer, macro_average
 from sparsefinder.projections.heads import HeadProjections
 
 ProgressFn = Callable[[float, str], None]
@@ -40,7 +41,7 @@ class SpecScores:
     recall_per_layer: list[float]
     sparsity_per_layer: list[float]
     n_texts: int
-    #: macro averages of the :data:`~sparsefinder.metrics.EXTRA_METRICS` (precision, exact
+    #: macro averages of the :data:`~sparsefinder.metrics.measures.EXTRA_METRICS` (precision, exact
     #: fraction, mass recall, block recall at 16 and 64), same averaging as recall
     extra: dict[str, float] = field(default_factory=dict)
     #: tile recall at the method's own ``block`` parameter (metrics.block_recall); NaN
@@ -151,7 +152,7 @@ def sweep(
 
     Columns: ``method`` (curve name), ``params`` (JSON), ``recall``, ``sparsity``, then
     ``precision``, ``exact_fraction``, ``mass_recall``, ``block_recall16``, ``block_recall64``
-    (macro averages, :data:`~sparsefinder.metrics.EXTRA_METRICS`),
+    (macro averages, :data:`~sparsefinder.metrics.measures.EXTRA_METRICS`),
     ``recall_per_layer``/``sparsity_per_layer`` (JSON lists), ``n_texts`` and
     ``block_recall`` (tile recall at the method's own ``block`` parameter, NaN for methods
     without one, e.g. every token-level method). The gold sparsity (overall and per layer) is

@@ -18,7 +18,7 @@ from sparsefinder.data.records import AttentionRecord, extract
 from sparsefinder.evaluation import curves
 from sparsefinder.evaluation import sweep as sweeps
 from sparsefinder.methods.spec import PredictorSpec
-from sparsefinder.metrics import GraphScores
+from sparsefinder.metrics.measures import GraphScores
 from sparsefinder.projections.hash_code_table import HashCodeTable
 from sparsefinder.projections.heads import HeadProjections
 

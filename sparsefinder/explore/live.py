@@ -2,7 +2,7 @@
 
 It adds nothing to the library's maths: :func:`predict` is
 ``spec.predict_record(spec, spec.build_layers(...), prepared.vectors)`` and :func:`score` is the
-prepared text's :class:`~sparsefinder.metrics.Scorer` — the two calls ``sweeps.sweep`` makes
+prepared text's :class:`~sparsefinder.metrics.scorer.Scorer` — the two calls ``sweeps.sweep`` makes
 for every grid point — so a setting shows the same numbers here as in a sweep.
 """
 
@@ -26,7 +26,7 @@ from sparsefinder.explore.state import (
     to_spec,
 )
 from sparsefinder.methods.spec import PredictorSpec, predict_record
-from sparsefinder.metrics import GraphScores
+from sparsefinder.metrics.measures import GraphScores
 from sparsefinder.projections.heads import HeadProjections
 
 

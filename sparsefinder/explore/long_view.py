@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from sparsefinder.data.records import AttentionRecord, LayerGraph
-from sparsefinder.metrics import count_true
+from sparsefinder.metrics.measures import count_true
 
 #: Above this many tokens the Explorer opens on a window instead of the whole head.
 LONG_TEXT = 512

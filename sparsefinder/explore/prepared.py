@@ -19,7 +19,7 @@ from torch import Tensor
 from sparsefinder.calibration.table import CalibrationTable
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.methods.spec import RecordInputs
-from sparsefinder.metrics import Scorer
+from sparsefinder.metrics.scorer import Scorer
 from sparsefinder.projections.hash_code_table import HashCodeTable
 from sparsefinder.projections.heads import HeadProjections
 

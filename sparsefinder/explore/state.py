@@ -12,11 +12,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from sparsefinder.evaluation.curves import QUEST_PAGE
 from sparsefinder.explore.inputs import DEFAULT_EXAMPLE, list_examples
 from sparsefinder.explore.texts import is_text_id
 from sparsefinder.methods.registry import METHODS
 from sparsefinder.methods.spec import GLOBAL_CHOICES, PredictorSpec
-from sparsefinder.metrics import EXTRA_METRICS
+from sparsefinder.metrics.measures import EXTRA_METRICS
 from sparsefinder.predictors.hash_codes import HASH_BITS
 
 #: Methods the app's sliders drive (keys of the one registry,
@@ -32,8 +33,7 @@ MAX_WINDOW = 31
 #: Window sizes worth offering: an even size behaves like the next odd one (Window docs).
 WINDOW_CHOICES = (0, *range(1, MAX_WINDOW + 1, 2))
 MAX_TOP_K = 8
-#: Quest (issue 14): pages of QUEST_PAGE keys kept per query, at most MAX_PAGES.
-QUEST_PAGE = 16
+#: Quest: at most MAX_PAGES pages of QUEST_PAGE keys kept per query.
 MAX_PAGES = 64
 #: B shown first: mid-range of the paper's grid (2–20), where k-means is neither trivial
 #: (B = 2 keeps half the pairs) nor starved.

@@ -21,7 +21,7 @@ from torch import Tensor
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.explore.live import summarize
 from sparsefinder.explore.state import ViewState
-from sparsefinder.metrics import GraphScores
+from sparsefinder.metrics.measures import GraphScores
 
 DIFF_NONE, DIFF_TP, DIFF_FN, DIFF_FP = 0, 1, 2, 3
 _DIFF_NAMES = ("none", "TP", "FN", "FP")

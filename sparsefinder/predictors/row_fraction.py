@@ -5,7 +5,7 @@ row at its own ``τ_i``, and its sparsity drifts with text length. Keeping a fix
 each row's allowed keys makes the sparsity of head ``h`` at least ``1 − f_h`` on every text,
 whatever its length (just above: counts are rounded down), and follows each row's own
 scale, which suits projections trained to rank a row's keys (the paper's hinge). The
-fractions per head come from :class:`~sparsefinder.predictors.calibrated.CalibratedRowFraction`
+fractions per head come from :class:`~sparsefinder.calibration.estimators.CalibratedRowFraction`
 (fitted on train).
 
 Cost: the ``O(n·m·r)`` distances plus a per-row partial sort (``topk``) — no bucketing, so

@@ -9,7 +9,7 @@ attends to — it never saw a mean. Here the map is trained on the means themsel
   (:func:`~sparsefinder.predictors.block.pool_blocks`, the last block may be partial);
 - the block pair ``(I, J)`` is POSITIVE iff some gold edge of the α-entmax graph lies in the
   tile ``I × J`` and NEGATIVE iff none does — exactly the tiles of
-  :func:`sparsefinder.metrics.block_graph`, which block recall scores against;
+  :func:`sparsefinder.metrics.measures.block_graph`, which block recall scores against;
 - the pooled blocks with their tile graph form an ordinary record (one "token" per block),
   so :func:`sparsefinder.projections.hinge.train_projections` learns the per-head map ``d → r``
   with the Eq. 7 hinge ``[ω + ‖q̄' − k̄'_P‖² − ‖q̄' − k̄'_N‖²]₊`` unchanged (same negative
@@ -39,7 +39,7 @@ from torch import Tensor
 
 from sparsefinder.attention.masks import apply_causal
 from sparsefinder.data.records import AttentionRecord, LayerGraph
-from sparsefinder.metrics import block_graph
+from sparsefinder.metrics.measures import block_graph
 from sparsefinder.models.loading import DEFAULT_MODEL, DEFAULT_MODEL_ID
 from sparsefinder.predictors.block import pool_blocks
 from sparsefinder.projections.heads import HeadProjections, ProjectionsError

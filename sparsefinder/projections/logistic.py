@@ -18,7 +18,7 @@ midpoint of the mean positive and negative squared distances there. The data pip
 
 The learned ``b_h`` is stored in ``metadata["logistic_bias"]`` (layers × heads): ``√b_h`` is
 the distance threshold the loss was trained for; calibrated predictors
-(:mod:`sparsefinder.predictors.calibrated`) choose their own thresholds on the train split.
+(:mod:`sparsefinder.calibration.estimators`) choose their own thresholds on the train split.
 """
 
 from __future__ import annotations

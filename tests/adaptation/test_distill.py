@@ -82,7 +82,7 @@ def test_training_moves_toward_the_teacher_and_measure_counts_support(tiny_model
     assert 0.0 < after.sparsity < 1.0 and after.layer_sparsity.shape == (2,)
     # Gold sparsity by hand for the first text: 1 - |support| / n² per head, mean.
     from sparsefinder.data.records import extract
-    from sparsefinder.metrics import Scorer
+    from sparsefinder.metrics.scorer import Scorer
 
     plain = load_model(str(tiny_model_dirs["bert"]), device="cpu")
     records = extract(plain, TEXTS)

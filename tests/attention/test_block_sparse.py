@@ -12,7 +12,7 @@ from sparsefinder.attention.block_sparse import (
 )
 from sparsefinder.attention.entmax_ops import entmax_normalize
 from sparsefinder.attention.masks import RestrictionWarning
-from sparsefinder.metrics import block_graph
+from sparsefinder.metrics.measures import block_graph
 
 
 def _qkv(heads=3, n=300, d=16, seed=0, scale=1.5):

@@ -23,9 +23,9 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from sparsefinder.attention import entmax_ops
+from sparsefinder.attention.entmax_blocks import _block_bound
 from sparsefinder.attention.entmax_ops import (
     SolverStats,
-    _block_bound,
     entmax15_fast,
     entmax_normalize,
     reference_mode,

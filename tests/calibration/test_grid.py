@@ -13,7 +13,7 @@ from sparsefinder.data.records import AttentionRecord, LayerGraph
 from sparsefinder.evaluation.curves import CURVES
 from sparsefinder.evaluation.sweep import sweep
 from sparsefinder.methods.registry import METHODS
-from sparsefinder.metrics import recall, sparsity
+from sparsefinder.metrics.measures import recall, sparsity
 from sparsefinder.predictors import Window
 
 HEADS, LAYERS, D = 4, 2, 6

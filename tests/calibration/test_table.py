@@ -8,9 +8,9 @@ import torch
 from sparsefinder.calibration.table import CalibrationError, CalibrationTable, file_digest
 from sparsefinder.data.records import AttentionRecord, LayerGraph
 from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
-from sparsefinder.metrics import Scorer
-from sparsefinder.predictors.calibrated import ThresholdDistance
+from sparsefinder.metrics.scorer import Scorer
 from sparsefinder.predictors.row_fraction import RowFraction
+from sparsefinder.predictors.threshold_distance import ThresholdDistance
 from sparsefinder.projections.heads import HeadProjections
 from sparsefinder.resources import BUNDLED_CALIBRATION, BUNDLED_PROJECTIONS
 

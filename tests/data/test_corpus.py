@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from sparsefinder.data import corpus
+from sparsefinder.data.chunking import chunk_passages
 from sparsefinder.data.corpus import (
     MIN_WORDS,
     CorpusError,
-    chunk_passages,
     default_corpus,
     load_corpus,
     load_texts,

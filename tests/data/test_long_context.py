@@ -7,7 +7,7 @@ import torch
 
 from sparsefinder.data.long_context import extract_long, long_texts
 from sparsefinder.data.records import TextInputError, extract
-from sparsefinder.metrics import Scorer
+from sparsefinder.metrics.scorer import Scorer
 from sparsefinder.models.decoders import save_tiny_decoder
 from sparsefinder.models.loading import load_model
 

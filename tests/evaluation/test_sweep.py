@@ -23,7 +23,7 @@ from sparsefinder.evaluation.frontier import pareto_frontier, recall_at_sparsity
 from sparsefinder.evaluation.sweep import score_spec, sweep
 from sparsefinder.methods.registry import METHODS, Method, register_method, unregister_method
 from sparsefinder.methods.spec import RecordInputs, predict_record
-from sparsefinder.metrics import recall, sparsity
+from sparsefinder.metrics.measures import recall, sparsity
 from sparsefinder.predictors import TopK
 from sparsefinder.projections.heads import HeadProjections
 
@@ -572,7 +572,7 @@ def test_the_skip_warning_points_at_the_caller(records) -> None:
 
 
 def test_sweeps_report_exact_fraction_and_block_recall(records, projections) -> None:
-    from sparsefinder.metrics import block_recall, exact_fraction
+    from sparsefinder.metrics.measures import block_recall, exact_fraction
 
     df = sweep(records, projections, ["block16", "distance"])
     block = df[df.method == "block16"]
@@ -598,7 +598,7 @@ def test_sweep_extra_metrics_are_macro_averages_of_the_plain_functions(points, r
                                                                       projections) -> None:
     """precision, exact fraction, mass recall and block recall columns (issue 10) are the
     macro averages (texts, heads, layers) of the metric functions on each prediction."""
-    from sparsefinder.metrics import (
+    from sparsefinder.metrics.measures import (
         EXTRA_METRICS,
         block_recall,
         exact_fraction,

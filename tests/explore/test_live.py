@@ -9,7 +9,7 @@ from sparsefinder.attention.masks import causal_mask
 from sparsefinder.explore import live, tables
 from sparsefinder.explore import prepared as prep
 from sparsefinder.explore import state as urlstate
-from sparsefinder.metrics import recall, score_layers, sparsity
+from sparsefinder.metrics.measures import recall, score_layers, sparsity
 
 
 def test_clamp_fits_state_to_text(prepared):
@@ -119,7 +119,7 @@ def test_describe_names_the_setting_that_runs(prepared):
 
 
 def test_fast_score_equals_metrics_score_layers(prepared):
-    from sparsefinder.metrics import score_layers
+    from sparsefinder.metrics.measures import score_layers
 
     preds = live.predict_layers(prepared, urlstate.ViewState(method="distance", t=0.6))
     fast = live.score(prepared, preds)
@@ -233,7 +233,7 @@ def test_clamp_at_the_boundaries(causal_prepared):
 
 
 def test_summarize_without_gold_sparsity_and_labels():
-    from sparsefinder.metrics import GraphScores
+    from sparsefinder.metrics.measures import GraphScores
 
     values = torch.tensor([[0.2, 0.4], [0.6, 1.0]], dtype=torch.float64)
     out = live.summarize(GraphScores(recall=values, sparsity=1 - values), 1, 0)

@@ -15,7 +15,7 @@ from transformers import AutoModel, BloomConfig
 from sparsefinder.attention.masks import causal_mask
 from sparsefinder.data.records import extract
 from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
-from sparsefinder.metrics import Scorer
+from sparsefinder.metrics.scorer import Scorer
 from sparsefinder.models.decoders import DECODER_FAMILIES, save_tiny_decoder, tiny_decoder_config
 from sparsefinder.models.loading import ModelLoadError, load_model
 from sparsefinder.projections.centroids import fit_centroids

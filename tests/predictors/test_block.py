@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from sparsefinder.methods.spec import PredictorSpec
-from sparsefinder.metrics import block_graph, block_recall, exact_fraction
+from sparsefinder.metrics.measures import block_graph, block_recall, exact_fraction
 from sparsefinder.predictors.block import BlockSparsefinder, pool_blocks
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from sparsefinder.data.records import AttentionRecord, LayerGraph
-from sparsefinder.metrics import Scorer
+from sparsefinder.metrics.scorer import Scorer
 from sparsefinder.predictors.hash_codes import HammingCodes, fit_hash_codes
 
 

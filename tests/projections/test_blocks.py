@@ -11,7 +11,7 @@ from sparsefinder.data.records import AttentionRecord, LayerGraph
 from sparsefinder.evaluation.sweep import score_specs
 from sparsefinder.methods.registry import MethodUnavailable
 from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
-from sparsefinder.metrics import block_recall
+from sparsefinder.metrics.measures import block_recall
 from sparsefinder.models.loading import DEFAULT_MODEL_ID
 from sparsefinder.predictors.block import LearnedBlockSparsefinder, pool_blocks
 from sparsefinder.projections.blocks import (

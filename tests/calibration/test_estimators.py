@@ -5,16 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from sparsefinder.calibration.estimators import CalibratedDistance, CalibratedRowFraction
+from sparsefinder.calibration.samples import DistanceSamples
 from sparsefinder.data.records import AttentionRecord, LayerGraph
-from sparsefinder.metrics import macro_average, recall, score_layers, sparsity
+from sparsefinder.metrics.measures import recall, score_layers, sparsity
+from sparsefinder.metrics.scorer import macro_average
 from sparsefinder.predictors import Distance
-from sparsefinder.predictors.calibrated import (
-    CalibratedDistance,
-    CalibratedRowFraction,
-    DistanceSamples,
-    ThresholdDistance,
-)
 from sparsefinder.predictors.row_fraction import RowFraction
+from sparsefinder.predictors.threshold_distance import ThresholdDistance
 from sparsefinder.projections.heads import HeadProjections
 
 HEADS, D, LAYERS = 3, 6, 2

@@ -7,17 +7,16 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparsefinder.attention.masks import causal_mask
-from sparsefinder.metrics import (
+from sparsefinder.attention.masks import causal_mask, n_allowed_pairs
+from sparsefinder.metrics.measures import (
     GraphScores,
     count_true,
     gold_sparsity,
-    macro_average,
-    n_allowed_pairs,
     recall,
     score_layers,
     sparsity,
 )
+from sparsefinder.metrics.scorer import macro_average
 
 T, F = True, False
 
@@ -205,7 +204,7 @@ def _scored_record(n: int, causal: bool, seed: int = 0):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_scorer_equals_the_plain_metrics_and_takes_causal_from_the_record(causal) -> None:
-    from sparsefinder.metrics import Scorer
+    from sparsefinder.metrics.scorer import Scorer
 
     record = _scored_record(9, causal)
     gen = torch.Generator().manual_seed(5)
@@ -225,7 +224,7 @@ def test_scorer_equals_the_plain_metrics_and_takes_causal_from_the_record(causal
 
 
 def test_scorer_names_the_layer_of_a_bad_prediction() -> None:
-    from sparsefinder.metrics import Scorer
+    from sparsefinder.metrics.scorer import Scorer
 
     scorer = Scorer(_scored_record(5, False))
     with pytest.raises(ValueError, match="layer 1: pred"):
@@ -285,7 +284,7 @@ def test_masks_on_another_device_stay_there() -> None:
 
 
 def test_scorer_recall_at_zero_one_and_two_gold_edges() -> None:
-    from sparsefinder.metrics import Scorer
+    from sparsefinder.metrics.scorer import Scorer
 
     gold = torch.zeros(4, 3, 3, dtype=torch.bool)
     gold[1, 0, 0] = gold[2, 0, 0] = True  # heads 1, 2: one gold edge; head 3: two
@@ -305,7 +304,7 @@ def test_scorer_recall_at_zero_one_and_two_gold_edges() -> None:
 
 
 def test_scorer_on_one_and_zero_token_records() -> None:
-    from sparsefinder.metrics import Scorer
+    from sparsefinder.metrics.scorer import Scorer
 
     one = torch.ones(2, 1, 1, dtype=torch.bool)
     scores = Scorer(_record_of([one, one])).score([one, ~one])
@@ -329,7 +328,7 @@ def test_macro_average_is_float64_whatever_the_input() -> None:
 def test_scorer_keeps_a_decoder_record_on_its_device() -> None:
     """The meta device stands in for a GPU: the causal cut is built where the masks live."""
     from sparsefinder.data.records import AttentionRecord, LayerGraph
-    from sparsefinder.metrics import Scorer
+    from sparsefinder.metrics.scorer import Scorer
 
     gold = torch.ones(2, 3, 3, dtype=torch.bool, device="meta")
     layer = LayerGraph(torch.zeros(2, 3, 2), torch.zeros(2, 3, 2), gold, torch.ones(6), 1.0)

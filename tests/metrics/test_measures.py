@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from sparsefinder.attention.masks import causal_mask
-from sparsefinder.metrics import (
+from sparsefinder.metrics.measures import (
     block_graph,
     block_recall,
     exact_fraction,
@@ -178,7 +178,8 @@ def _record(golds: list[torch.Tensor], causal: bool, gen: torch.Generator):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("n", [0, 1, 5, 16, 37, 64, 90])
 def test_scorer_extras_equal_the_metric_functions(causal, n):
-    from sparsefinder.metrics import EXTRA_METRICS, Scorer, sparsity
+    from sparsefinder.metrics.measures import EXTRA_METRICS, sparsity
+    from sparsefinder.metrics.scorer import Scorer
 
     gen = torch.Generator().manual_seed(n)
     golds = []

@@ -1,0 +1,140 @@
+"""Samples of TRAIN pairs and gold edges per head: what a per-head calibration reads.
+
+Sparsity and recall are averaged per head over texts, each text weighing the same
+(:mod:`sparsefinder.metrics.scorer`). So from every train text we draw the same number ``K`` of
+uniformly random allowed pairs and of gold edges per head (:class:`DistanceSamples`); the
+empirical CDF of the pooled pair distances at ``t²`` is then an unbiased estimate of the macro
+density ``1 − sparsity_h(t)`` and that of the gold-edge distances of the macro recall
+``recall_h(t)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from sparsefinder.attention.masks import allowed_per_row, causal_mask
+from sparsefinder.data.records import AttentionRecord
+from sparsefinder.predictors.distance import _partial_sq_dist
+
+
+@dataclass
+class DistanceSamples:
+    """Sorted squared distances of sampled train pairs, per layer and head.
+
+    ``pairs`` (layers, heads, T·K): uniformly drawn allowed pairs, ``K`` per text;
+    ``gold`` (layers, heads, T·K): uniformly drawn gold edges, ``K`` per text (``-inf`` for a
+    text whose head has no gold edge: its recall is 1 by convention, at any threshold);
+    ``gold_fraction`` (optional, same shape): the rank of each sampled gold edge in its row,
+    as ``(rank + 1) / allowed`` (``-inf`` as above). All sorted ascending along the last axis.
+    """
+
+    pairs: Tensor
+    gold: Tensor
+    n_texts: int
+    gold_fraction: Tensor | None = None
+
+    @classmethod
+    def from_records(
+        cls,
+        records: Sequence[AttentionRecord],
+        projections,
+        samples_per_text: int = 1024,
+        seed: int = 0,
+        rank_fractions: bool = False,
+    ) -> DistanceSamples:
+        """Project every train record and sample ``samples_per_text`` pairs/edges per head
+        (with ``rank_fractions``, also the in-row rank of each sampled gold edge)."""
+        if not records:
+            raise ValueError("calibration needs at least one TRAIN record (a text's gold graphs)")
+        if isinstance(samples_per_text, bool) or not isinstance(samples_per_text, int) or (
+            samples_per_text < 1
+        ):
+            raise ValueError(f"samples_per_text must be an integer >= 1, got {samples_per_text!r}")
+        generator = torch.Generator().manual_seed(seed)
+        layers = records[0].num_layers
+        pairs: list[list[Tensor]] = [[] for _ in range(layers)]
+        gold: list[list[Tensor]] = [[] for _ in range(layers)]
+        fraction: list[list[Tensor]] = [[] for _ in range(layers)]
+        for record in records:
+            projected = projections.project_record(record)
+            for layer, ((q, k), graph) in enumerate(zip(projected, record.layers, strict=True)):
+                p, g, f = _sample_text(q, k, graph.gold, record.causal, samples_per_text,
+                                       generator, rank_fractions)
+                pairs[layer].append(p)
+                gold[layer].append(g)
+                fraction[layer].append(f)
+
+        def pooled(parts: list[list[Tensor]]) -> Tensor:
+            # float32 halves the memory (354 texts × 1024 samples × 72 heads ≈ 100 MB each)
+            return torch.stack([torch.cat(p, 1) for p in parts]).float().sort(-1).values
+
+        return cls(pairs=pooled(pairs), gold=pooled(gold), n_texts=len(records),
+                   gold_fraction=pooled(fraction) if rank_fractions else None)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(layers, heads)."""
+        return int(self.pairs.shape[0]), int(self.pairs.shape[1])
+
+    def density(self, sq_thresholds: Tensor) -> Tensor:
+        """Estimated macro density ``1 − sparsity`` at thresholds (layers, heads, ...)."""
+        return _cdf(self.pairs, sq_thresholds)
+
+    def recall(self, sq_thresholds: Tensor) -> Tensor:
+        """Estimated macro recall at thresholds (layers, heads, ...)."""
+        return _cdf(self.gold, sq_thresholds)
+
+
+def _cdf(sorted_values: Tensor, at: Tensor) -> Tensor:
+    """Fraction of ``sorted_values`` (L, H, N) that are ≤ ``at`` (L, H, G) → (L, H, G)."""
+    squeeze = at.dim() == 2
+    at = at[..., None] if squeeze else at
+    count = torch.searchsorted(sorted_values, at.to(sorted_values.dtype).contiguous(), right=True)
+    out = count.double() / sorted_values.shape[-1]
+    return out[..., 0] if squeeze else out
+
+
+def _sample_text(
+    q: Tensor, k: Tensor, gold: Tensor, causal: bool, num: int, generator: torch.Generator,
+    rank_fractions: bool = False,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Squared distances of ``num`` uniform allowed pairs and ``num`` uniform gold edges per
+    head of one text → (heads, num) each, and the gold edges' in-row rank fractions (empty
+    unless ``rank_fractions``); gold is ``-inf`` for a head without gold edges."""
+    heads, n, m = gold.shape
+    if causal:
+        allowed = causal_mask(n, m).reshape(-1)
+        gold = gold & allowed.view(n, m)
+        flat_allowed = allowed.nonzero()[:, 0]
+    else:
+        flat_allowed = torch.arange(n * m)
+    pick = flat_allowed[torch.randint(0, flat_allowed.numel(), (heads, num), generator=generator)]
+    weights = gold.reshape(heads, -1).float()
+    empty = weights.sum(-1) == 0
+    weights[empty] = 1.0  # any column; overwritten with -inf below
+    edges = torch.multinomial(weights, num, replacement=True, generator=generator)
+
+    def sq_dist(flat: Tensor) -> Tensor:
+        qi = q.gather(1, (flat // m)[..., None].expand(-1, -1, q.shape[-1]))
+        kj = k.gather(1, (flat % m)[..., None].expand(-1, -1, k.shape[-1]))
+        return (qi.double() - kj.double()).square().sum(-1)
+
+    gold_d = sq_dist(edges)
+    fraction = torch.empty(heads, 0, dtype=torch.float64)
+    if rank_fractions:
+        rows = edges // m  # (heads, num): rank each edge among its row's allowed keys
+        partial, qq = _partial_sq_dist(q, k)
+        dist = (partial + qq).double()
+        if causal:
+            dist = dist.masked_fill(~causal_mask(n, m), torch.inf)
+        row_d = dist.gather(1, rows[..., None].expand(-1, -1, m))  # (heads, num, m)
+        own = row_d.gather(2, (edges % m)[..., None])
+        rank = (row_d < own).sum(-1)
+        fraction = (rank + 1).double() / allowed_per_row(n, m, causal=causal)[rows].clamp(min=1)
+        fraction[empty] = -torch.inf
+    gold_d[empty] = -torch.inf
+    return sq_dist(pick), gold_d, fraction
