@@ -10,6 +10,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from sparsefinder.data.long_context import extract_long
 from sparsefinder.data.records import AttentionRecord, LongTextWarning, TextInputError, extract
 from sparsefinder.resources import EXAMPLES_DIR
 
@@ -75,8 +76,6 @@ def _tokens(loaded: Any, text: str) -> int:
 def _extract_long(loaded: Any, text: str) -> tuple[AttentionRecord, list[str]]:
     """A long text on a long-context model: gold edges block by block (bounded memory,
     ``sparsefinder.data.long_context``), cut at the model's limit with the same note."""
-    from sparsefinder.data.long_context import extract_long
-
     notes = []
     encoding = loaded.tokenizer(text, truncation=False, return_offsets_mapping=True)
     total = len(encoding["input_ids"])

@@ -22,6 +22,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
+from sparsefinder.attention.block_sparse import expand_blocks
 from sparsefinder.attention.masks import apply_causal
 from sparsefinder.predictors.base import check_shapes
 from sparsefinder.predictors.distance import pairwise_sq_dist
@@ -136,8 +137,6 @@ class BlockSparsefinder:
 
     def predict(self, q: Tensor, k: Tensor, *, causal: bool = False) -> Tensor:
         """The selection expanded to token pairs: bool (heads, n, m)."""
-        from sparsefinder.attention.block_sparse import expand_blocks
-
         graph, extra = self.select(q, k, causal=causal)
         mask = expand_blocks(graph, self.block, q.shape[1], k.shape[1], extra)
         return apply_causal(mask.contiguous(), causal)
@@ -203,8 +202,6 @@ class LearnedBlockSparsefinder:
 
     def predict(self, q: Tensor, k: Tensor, *, causal: bool = False) -> Tensor:
         """The block graph expanded to token pairs: bool (heads, n, m)."""
-        from sparsefinder.attention.block_sparse import expand_blocks
-
         mask = expand_blocks(self.predict_blocks(q, k, causal=causal), self.block,
                              q.shape[1], k.shape[1], None)
         return apply_causal(mask.contiguous(), causal)
