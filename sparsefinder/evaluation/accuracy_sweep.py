@@ -36,9 +36,8 @@ from sparsefinder.data.records import AttentionRecord
 from sparsefinder.evaluation.accuracy import EncodedTexts, compare, encode
 from sparsefinder.evaluation.curves import CURVES, resolve_methods
 from sparsefinder.evaluation.frontier import SPARSITY_LEVELS
-from sparsefinder.evaluation.restricted import RestrictionStats, spec_graph
-from sparsefinder.methods.registry import MethodUnavailable
-from sparsefinder.methods.spec import PredictorSpec
+from sparsefinder.evaluation.plan import plan_sweep
+from sparsefinder.evaluation.restricted import RestrictionStats, projections_required, spec_graph
 from sparsefinder.models.loading import LoadedModel
 from sparsefinder.projections.heads import HeadProjections
 
@@ -86,20 +85,14 @@ def accuracy_sweep(
     run = dict(batch_size=batch_size, max_length=loaded.max_length)
     if reference is None:
         reference = encode(loaded.model, loaded.tokenizer, texts, **run)
-    points: list[tuple[str, PredictorSpec, Any]] = []
-    for name in names:
-        curve = CURVES[name]
-        if curve.needs_training and not train_records:
-            continue
-        fitted = curve.specs[0].fit(train_records) if curve.needs_training else None
-        points.extend((name, spec, fitted) for spec in curve.specs)
+    if any(CURVES[n].needs_projections for n in names) and projections is None:
+        raise projections_required(model_name, f"methods {names}")
+    points = plan_sweep(names, projections, loaded.num_layers, train_records).points
     rows = []
-    for index, (name, spec, fitted) in enumerate(points):
-        try:
-            graph_fn = spec_graph(spec, projections, loaded.num_layers, fitted=fitted,
-                                  model_name=model_name)
-        except MethodUnavailable:  # e.g. no centroids stored for this B
-            continue
+    for index, point in enumerate(points):
+        name, spec = point.curve, point.spec
+        graph_fn = spec_graph(spec, projections, loaded.num_layers, model_name=model_name,
+                              predictors=point.predictors)
         stats = RestrictionStats()
         restricted = encode(loaded.model, loaded.tokenizer, texts, graph_fn=graph_fn,
                             warn_empty=False, stats=stats, **run)

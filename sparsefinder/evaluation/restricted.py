@@ -376,13 +376,17 @@ def spec_graph(
     *,
     fitted: Any = None,
     model_name: str = "MODEL",
+    predictors: Sequence[Predictor | None] | None = None,
 ) -> GraphFn:
     """The graph function of a :class:`~sparsefinder.methods.spec.PredictorSpec` (the same setting
     the app, the sweeps and the CLI name): its per-layer predictors, built up front (so a
     missing centroid set fails before any forward), on the inputs its method declares.
-    ``fitted`` is ``spec.fit(train_records)`` for methods learned from training graphs."""
+    ``fitted`` is ``spec.fit(train_records)`` for methods learned from training graphs;
+    ``predictors``, when given, are the spec's per-layer predictors already built (a sweep
+    plan's)."""
     if spec.needs_projections and projections is None:
         raise projections_required(model_name, f"method {spec.method!r}")
-    built = spec.build_layers(projections, num_layers, fitted)
+    built = (list(predictors) if predictors is not None
+             else spec.build_layers(projections, num_layers, fitted))
     return predictor_graph(built.__getitem__, spec.inputs, projections,
                            model_name=model_name, what=f"method {spec.method!r}")

@@ -22,8 +22,8 @@ import torch
 from sparsefinder import distributed
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.evaluation.curves import CURVES, resolve_methods
+from sparsefinder.evaluation.plan import plan_sweep
 from sparsefinder.evaluation.sweep import SpecScores
-from sparsefinder.methods.registry import MethodUnavailable
 from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
 from sparsefinder.metrics.scorer import Scorer
 from sparsefinder.projections.heads import HeadProjections
@@ -98,16 +98,9 @@ def sweep_streaming(
     names = [n for n in resolve_methods(methods) if not CURVES[n].needs_training]
     if any(CURVES[n].needs_projections for n in names) and projections is None:
         raise ValueError(f"methods {names} need learned projections; pass projections=...")
-    rows: list[tuple[str, PredictorSpec]] = []
-    for name in names:
-        for spec in CURVES[name].specs:
-            try:
-                spec.build_layers(projections, num_layers, None)
-            except MethodUnavailable:
-                continue
-            rows.append((name, spec))
-    results, gold = score_specs_streaming(records, projections, [s for _, s in rows],
-                                          num_layers)
+    plan = plan_sweep(names, projections, num_layers)
+    rows = [(point.curve, point.spec) for point in plan.points]
+    results, gold = score_specs_streaming(records, projections, plan.specs, num_layers)
     frame = pd.DataFrame([
         {"method": name, "params": spec.params_json(), "recall": r.recall,
          "sparsity": r.sparsity,

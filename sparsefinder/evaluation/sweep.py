@@ -23,10 +23,11 @@ from torch import Tensor
 
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.evaluation.curves import CURVES, resolve_methods
-from sparsefinder.methods.registry import MethodUnavailable
+from sparsefinder.evaluation.plan import plan_sweep
 from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
 from sparsefinder.metrics.measures import EXTRA_METRICS, GraphScores, block_recall
 from sparsefinder.metrics.scorer import Scorer, macro_average
+from sparsefinder.predictors.base import Predictor
 from sparsefinder.projections.heads import HeadProjections
 
 ProgressFn = Callable[[float, str], None]
@@ -60,15 +61,19 @@ def score_specs(
     specs: Sequence[PredictorSpec],
     *,
     fitted: Sequence[Any] | None = None,
+    built: Sequence[Sequence[Predictor | None]] | None = None,
     on_progress: ProgressFn | None = None,
+    records_checked: bool = False,
 ) -> tuple[list[SpecScores], GraphScores]:
     """Macro-averaged scores of every spec on ``records`` and the gold sparsity.
 
     Per text: one :class:`Scorer`, one :class:`RecordInputs` (projections computed once per
     layer), then for each spec ``scorer.score(predict_record(...))`` — the same calls the
     app makes for one setting. ``fitted[i]`` is what ``specs[i].fit(train_records)`` returned
-    (for methods learned from training graphs). ``on_progress(fraction, message)`` is called
-    after each text.
+    (for methods learned from training graphs); ``built[i]``, when given, the per-layer
+    predictors of ``specs[i]`` already built (a :class:`~.plan.SweepPlan`'s), else they are
+    built here. ``records_checked``: the caller already ran ``projections.check_record`` on
+    every record. ``on_progress(fraction, message)`` is called after each text.
     """
     if not records:
         raise ValueError("scoring needs at least one record (a text's gold graphs)")
@@ -78,15 +83,16 @@ def score_specs(
     if any(s.needs_projections for s in specs) and projections is None:
         raise ValueError("these methods need learned projections; pass projections=... "
                          "(train them with `sparsefinder train --model NAME --out DIR`)")
-    fitted = list(fitted) if fitted is not None else [None] * len(specs)
-    built = [spec.build_layers(projections, num_layers, fit)
-             for spec, fit in zip(specs, fitted, strict=True)]
+    if built is None:
+        fitted = list(fitted) if fitted is not None else [None] * len(specs)
+        built = [spec.build_layers(projections, num_layers, fit)
+                 for spec, fit in zip(specs, fitted, strict=True)]
     per_spec: list[list[GraphScores]] = [[] for _ in specs]
     extras: list[list[Tensor]] = [[] for _ in specs]  # (layers, heads) per text
     gold: list[GraphScores] = []
     for index, record in enumerate(records):
         scorer = Scorer(record)
-        vectors = RecordInputs(record, projections)
+        vectors = RecordInputs(record, projections, checked=records_checked)
         for c, spec in enumerate(specs):
             preds = predict_record(spec, built[c], vectors)
             per_spec[c].append(scorer.score(preds))
@@ -99,7 +105,6 @@ def score_specs(
     results = []
     for scores, extra in zip(per_spec, extras, strict=True):
         avg = macro_average(scores)
-        # macro: texts, then heads, then layers (equal shapes: the mean of means is the mean)
         # macro over texts, heads, layers (equal shapes: the mean of means is the mean)
         block = float(torch.stack(extra).mean()) if extra else math.nan
         results.append(SpecScores(
@@ -180,30 +185,19 @@ def sweep(
             raise ValueError(f"no method of {untrained} can run without train_records")
     if any(CURVES[n].needs_projections for n in names) and projections is None:
         raise ValueError(f"methods {names} need learned projections; pass projections=...")
-    if projections is not None:
+    if projections is not None:  # before any fit: a wrong model fails at once
         for record in records:
             projections.check_record(record)
-    rows: list[tuple[str, PredictorSpec]] = []
-    fitted: list[Any] = []
-    skipped: list[str] = []
-    for name in names:
-        curve = CURVES[name]
-        fit = curve.specs[0].fit(train_records) if curve.needs_training else None
-        for spec in curve.specs:
-            try:
-                spec.build_layers(projections, records[0].num_layers, fit)
-            except MethodUnavailable as error:  # e.g. no centroids stored for this B
-                skipped.append(f"{name} {spec.params_json()}: {error}")
-                continue
-            rows.append((name, spec))
-            fitted.append(fit)
-    if skipped:
-        warnings.warn(f"skipping {len(skipped)} configurations: " + "; ".join(skipped),
+    plan = plan_sweep(names, projections, records[0].num_layers, train_records)
+    if plan.skipped:
+        warnings.warn(f"skipping {len(plan.skipped)} configurations: " + "; ".join(plan.skipped),
                       UserWarning, stacklevel=2)
-    if not rows:
+    if not plan.points:
         raise ValueError(f"no configuration of {names} can be built with these projections")
-    results, gold = score_specs(records, projections, [spec for _, spec in rows],
-                                fitted=fitted, on_progress=on_progress)
+    rows = [(point.curve, point.spec) for point in plan.points]
+    results, gold = score_specs(records, projections, plan.specs,
+                                built=[point.predictors for point in plan.points],
+                                on_progress=on_progress, records_checked=True)
     frame = pd.DataFrame([
         {
             "method": name,

@@ -154,8 +154,9 @@ class RecordInputs:
     reads them — a slider move, a sweep grid point — reuses one projection per layer.
     """
 
-    def __init__(self, record: AttentionRecord, projections: HeadProjections | None = None):
-        if projections is not None:
+    def __init__(self, record: AttentionRecord, projections: HeadProjections | None = None,
+                 *, checked: bool = False):
+        if projections is not None and not checked:  # checked: the caller already did
             projections.check_record(record)
         self.record = record
         self.projections = projections
