@@ -15,7 +15,7 @@ objective of its own whose one epoch is ``steps`` full-batch steps.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -98,12 +98,15 @@ class HashCodeObjective:
 
 def fit_hash_codes(records: Sequence[AttentionRecord], *, bits: int = HASH_BITS,
                    steps: int = 300, pairs_per_head: int = 8192, lr: float = 0.05,
-                   seed: int = 0, progress: bool = False, device: torch.device | str = "cpu"
-                   ) -> list[tuple[Tensor, Tensor]]:
-    """Learn ``(W_q, W_k)`` (heads, d, bits) per layer from TRAINING gold graphs."""
+                   seed: int = 0, progress: bool = False, device: torch.device | str = "cpu",
+                   checkpoint: Callable[[dict[str, Any]], None] | None = None,
+                   resume: dict[str, Any] | None = None) -> list[tuple[Tensor, Tensor]]:
+    """Learn ``(W_q, W_k)`` (heads, d, bits) per layer from TRAINING gold graphs
+    (``checkpoint``/``resume``: the loop's state after every layer, and continuing from it)."""
     if not records:
         raise ValueError("hash codes are learned from training gold graphs; pass train_records")
     objective = HashCodeObjective(records, bits=bits, steps=steps,
                                   pairs_per_head=pairs_per_head, seed=seed)
-    trainer = Trainer(epochs=1, lr=lr, device=device, progress=progress, desc="hash codes")
-    return trainer.fit(objective, records[0].num_layers)
+    trainer = Trainer(epochs=1, lr=lr, device=device, progress=progress, desc="hash codes",
+                      checkpoint=checkpoint)
+    return trainer.fit(objective, records[0].num_layers, resume=resume)

@@ -174,6 +174,19 @@ def test_resumed_objectives_write_the_same_projections(records, fit) -> None:
         assert again.metadata == full.metadata
 
 
+def test_resumed_hash_codes_are_the_same() -> None:
+    from sparsefinder.projections.hash_fit import fit_hash_codes
+
+    gen = torch.Generator().manual_seed(2)
+    records = [_record(gen) for _ in range(3)]
+    states: list[dict] = []
+    full = fit_hash_codes(records, bits=4, steps=5, seed=1, checkpoint=states.append)
+    assert [s["layer"] for s in states] == [0, 1]
+    again = fit_hash_codes(records, bits=4, steps=5, seed=1, resume=_roundtrip(states[0]))
+    for (wq, wk), (wq_full, wk_full) in zip(again, full, strict=True):
+        assert torch.equal(wq, wq_full) and torch.equal(wk, wk_full)
+
+
 # ---------------------------------------------------------------- all-reduce hook
 
 
