@@ -46,13 +46,14 @@ from sparsefinder.predictors import (
 )
 from sparsefinder.predictors.base import Predictor
 from sparsefinder.predictors.block import LearnedBlockSparsefinder
-from sparsefinder.predictors.hash_codes import HammingCodes, fit_hash_codes
+from sparsefinder.predictors.hash_codes import HammingCodes
 from sparsefinder.predictors.quest import QuestPages
 from sparsefinder.projections.blocks import (
     check_block_projections,
     train_block_projections_by_size,
 )
 from sparsefinder.projections.hash_code_table import HashCodesError
+from sparsefinder.projections.hash_fit import fit_hash_codes
 from sparsefinder.projections.heads import HeadProjections, ProjectionsError
 from sparsefinder.projections.key_codebooks import CodebooksError, bundled_codebooks
 

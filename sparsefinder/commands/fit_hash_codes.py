@@ -11,8 +11,9 @@ import argparse
 import time
 
 from sparsefinder.commands._common import add_fitting_arguments, fitting_records
-from sparsefinder.predictors.hash_codes import HASH_BITS, fit_hash_codes
+from sparsefinder.predictors.hash_codes import HASH_BITS
 from sparsefinder.projections.hash_code_table import HashCodeTable
+from sparsefinder.projections.hash_fit import fit_hash_codes
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:

@@ -3,13 +3,13 @@
 Gold graphs come from the corpus' train split (long passages are chunked to the model's
 maximum length, so nothing is silently truncated); the validation split is never read here.
 
-``--objective`` picks how the projections are obtained (recorded in the file's metadata):
-``paper`` (Eq. 7 hinge, :func:`sparsefinder.projections.hinge.train_projections`), ``logistic``
-(pointwise logistic with a per-head bias, :mod:`sparsefinder.projections.logistic`) or ``lowrank``
-(training-free low-rank approximation of each head's scores with the distance augmentation,
-:mod:`sparsefinder.projections.lowrank`) or ``lowrank-logistic`` (that fit refined with a logistic
-loss,
-:mod:`sparsefinder.projections.bilinear`). ``make assets-projections`` rebuilds the bundled
+``--objective`` picks how the projections are obtained (recorded in the file's metadata), one
+of :data:`sparsefinder.projections.objectives.OBJECTIVES`: ``paper`` (Eq. 7 hinge),
+``logistic`` (pointwise logistic with a per-head bias), ``lowrank`` (training-free low-rank
+approximation of each head's scores with the distance augmentation) or ``lowrank-logistic``
+(that fit refined with a logistic loss);
+:func:`~sparsefinder.projections.objectives.fit_projections` fits it with the options that
+objective takes. ``make assets-projections`` rebuilds the bundled
 ``assets/default/projections-r{4,8}-<objective>.pt`` files.
 """
 
@@ -27,15 +27,10 @@ from sparsefinder.commands._common import (
 from sparsefinder.data.corpus import corpus_texts
 from sparsefinder.data.records import extract
 from sparsefinder.models.loading import load_model
-from sparsefinder.projections.bilinear import refine_lowrank
 from sparsefinder.projections.centroids import fit_centroids
-from sparsefinder.projections.hinge import train_projections
-from sparsefinder.projections.logistic import train_logistic
-from sparsefinder.projections.lowrank import fit_lowrank
+from sparsefinder.projections.objectives import OBJECTIVES, fit_projections
 
 DEFAULT_CLUSTERS = "2,4,6,8,10,12,16,20"
-OBJECTIVES = ("paper", "logistic", "lowrank", "lowrank-logistic")
-DEFAULT_LR = {"paper": 0.01, "logistic": 0.01, "lowrank-logistic": 0.003}
 
 
 def parse_int_list(text: str) -> list[int]:
@@ -63,7 +58,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--filename", default="projections.pt",
                         help="name of the file written in --out (default projections.pt)")
     parser.add_argument(
-        "--objective", default="paper", choices=OBJECTIVES,
+        "--objective", default="paper", choices=list(OBJECTIVES),
         help="paper: Eq. 7 hinge; logistic: pointwise logistic with a per-head bias; "
              "lowrank: training-free rank-r approximation of each head's scores "
              "(projected vectors then have r + 3 coordinates, see "
@@ -106,7 +101,7 @@ def _run_from_store(args: argparse.Namespace) -> int:
     if args.objective != "paper":
         raise ValueError(f"--records trains the paper objective only (data-parallel hinge), "
                          f"not --objective {args.objective}; drop --records to train it")
-    lr = args.lr if args.lr is not None else DEFAULT_LR["paper"]
+    lr = args.lr if args.lr is not None else 0.01
     with distributed.torchrun_group(args.device) as world:
         store = ShardedRecords(args.records)
         model_id, alpha = store.manifest["model_id"], float(store.manifest["alpha"])
@@ -145,26 +140,12 @@ def run(args: argparse.Namespace) -> int:
           f"-> {len(texts)} texts")
     records = extract(loaded, texts, batch_size=args.batch, progress=True)
     start = time.perf_counter()
-    common = {"rank": args.rank, "model_id": loaded.model_id, "alpha": loaded.alpha}
-    lr = args.lr if args.lr is not None else DEFAULT_LR.get(args.objective, 0.01)
-    if args.objective in ("lowrank", "lowrank-logistic"):
-        projections = fit_lowrank(records, **common)
-        if args.objective == "lowrank-logistic":
-            projections = refine_lowrank(
-                projections, records, lr=lr, epochs=args.epochs, batch_size=args.batch_size,
-                negatives_per_positive=args.negatives, seed=args.seed, progress=True,
-            )
-    elif args.objective == "logistic":
-        projections = train_logistic(
-            records, lr=lr, epochs=args.epochs, batch_size=args.batch_size,
-            negatives_per_positive=args.negatives, seed=args.seed, progress=True, **common,
-        )
-    else:
-        projections = train_projections(
-            records, margin=args.margin, lr=lr, epochs=args.epochs,
-            batch_size=args.batch_size, negatives_per_positive=args.negatives, seed=args.seed,
-            init=args.init, progress=True, **common,
-        )
+    projections = fit_projections(
+        records, args.objective, rank=args.rank, lr=args.lr, margin=args.margin,
+        epochs=args.epochs, batch_size=args.batch_size, negatives_per_positive=args.negatives,
+        seed=args.seed, init=args.init, progress=True, model_id=loaded.model_id,
+        alpha=loaded.alpha,
+    )
     trained = time.perf_counter() - start
     if args.clusters and projections.kind == "augmented":
         print("note: no k-means centroids for augmented (low-rank) projections: queries and "

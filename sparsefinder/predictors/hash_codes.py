@@ -7,10 +7,11 @@ within Hamming distance ``max_distance`` of its own. Comparing signatures costs 
 bit operations (here one ±1 matmul, ``c(q)·c(k) = bits − 2·Hamming``), far less than QKᵀ in a
 kernel with packed bits; the maps read the model's ORIGINAL q/k, as HashAttention does.
 
-Training (:func:`fit_hash_codes`) uses the same gold graphs as the projections: for every
-head, gold edges are positives and random allowed (non-future) pairs negatives, and a
-logistic loss on the relaxed similarity ``s = mean_b tanh(q·W_q)_b · tanh(k·W_k)_b`` (a
-smooth stand-in for ``1 − 2·Hamming/bits``; logit ``a_h·s + c_h``) is minimised with Adam.
+Training (:func:`sparsefinder.projections.hash_fit.fit_hash_codes`) uses the same gold graphs
+as the projections: for every head, gold edges are positives and random allowed (non-future)
+pairs negatives, and a logistic loss on the relaxed similarity
+``s = mean_b tanh(q·W_q)_b · tanh(k·W_k)_b`` (a smooth stand-in for ``1 − 2·Hamming/bits``;
+logit ``a_h·s + c_h``) is minimised with Adam.
 HashAttention trains small MLPs with a similar relaxation and keeps the top-k keys by
 Hamming similarity; we keep one linear map per side (a ``bits × d`` matrix, the cheapest
 learned hash) and a distance threshold, which sweeps sparsity the same way.
@@ -20,18 +21,13 @@ training queries and keys with a large inner product tend to share bits.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from sparsefinder.attention.masks import apply_causal
 from sparsefinder.predictors.base import check_shapes
-
-if TYPE_CHECKING:
-    from sparsefinder.data.records import AttentionRecord
 
 HASH_BITS = 16
 
@@ -71,59 +67,3 @@ class HammingCodes:
         bits = cq.shape[-1]
         agreement = cq @ ck.transpose(-1, -2)  # bits − 2·Hamming, exact in float32
         return apply_causal(agreement >= bits - 2 * self.max_distance, causal)
-
-
-def _pairs(records: Sequence[AttentionRecord], layer: int, per_head: int,
-           generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
-    """Training pairs of one layer: queries, keys (heads, P, d) and labels (heads, P)."""
-    heads = records[0].num_heads
-    share = max(1, per_head // (2 * len(records)))
-    qs, ks, ys = [[] for _ in range(heads)], [[] for _ in range(heads)], [[] for _ in range(heads)]
-    for record in records:
-        graph = record.layers[layer]
-        n = graph.gold.shape[-2]
-        for h in range(heads):
-            edges = graph.gold[h].nonzero()
-            if len(edges) == 0:
-                continue
-            pick = edges[torch.randint(len(edges), (share,), generator=generator)]
-            i = torch.randint(n, (share,), generator=generator)
-            high = i + 1 if record.causal else torch.full_like(i, n)
-            j = (torch.rand(share, generator=generator) * high).long().clamp(max=n - 1)
-            qs[h] += [graph.queries[h, pick[:, 0]], graph.queries[h, i]]
-            ks[h] += [graph.keys[h, pick[:, 1]], graph.keys[h, j]]
-            ys[h] += [torch.ones(share), graph.gold[h, i, j].float()]
-    size = min(sum(len(y) for y in ys[h]) for h in range(heads))
-    if size == 0:
-        raise ValueError(f"layer {layer} has no gold edge to learn hash codes from")
-    stack = lambda parts: torch.stack([torch.cat(p)[:size] for p in parts])  # noqa: E731
-    return stack(qs), stack(ks), stack(ys)
-
-
-def fit_hash_codes(records: Sequence[AttentionRecord], *, bits: int = HASH_BITS,
-                   steps: int = 300, pairs_per_head: int = 8192, lr: float = 0.05,
-                   seed: int = 0) -> list[tuple[Tensor, Tensor]]:
-    """Learn ``(W_q, W_k)`` (heads, d, bits) per layer from TRAINING gold graphs."""
-    if not records:
-        raise ValueError("hash codes are learned from training gold graphs; pass train_records")
-    generator = torch.Generator().manual_seed(seed)
-    fitted = []
-    for layer in range(records[0].num_layers):
-        q, k, y = _pairs(records, layer, pairs_per_head, generator)
-        heads, _, d = q.shape
-        scale = (q.norm(dim=-1).mean() * k.norm(dim=-1).mean()).clamp(min=1e-6).sqrt()
-        start = torch.randn(heads, d, bits, generator=generator) / scale
-        wq, wk = start.clone().requires_grad_(), start.clone().requires_grad_()
-        a = torch.full((heads, 1), 4.0, requires_grad=True)
-        c = torch.zeros(heads, 1, requires_grad=True)
-        optimizer = torch.optim.Adam([wq, wk, a, c], lr=lr)
-        weight = (y.numel() - y.sum()) / y.sum().clamp(min=1)  # balance rare positives
-        for _ in range(steps):
-            similarity = (torch.tanh(q @ wq) * torch.tanh(k @ wk)).mean(-1)
-            loss = torch.nn.functional.binary_cross_entropy_with_logits(
-                a * similarity + c, y, pos_weight=weight)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-        fitted.append((wq.detach().clone(), wk.detach().clone()))
-    return fitted

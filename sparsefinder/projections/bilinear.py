@@ -20,18 +20,54 @@ CPU core).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
 from torch.nn.functional import logsigmoid
-from tqdm.auto import tqdm
 
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.projections.heads import HeadProjections
-from sparsefinder.projections.hinge import _check_hyperparameters
-from sparsefinder.projections.lowrank import max_norms
-from sparsefinder.projections.pairs import _layer_pairs, _schedule, sample_negatives
+from sparsefinder.projections.hinge import _check_hyperparameters, loss_metadata
+from sparsefinder.projections.lowrank import fit_lowrank, max_norms
+from sparsefinder.projections.pairs import PairsObjective, _LayerPairs
+from sparsefinder.projections.trainer import EarlyStop, LayerLog, Trainer, autograd_gradients
+
+_NAMES = ("weight", "bias", "key_weight", "key_bias")
+
+
+class BilinearObjective(PairsObjective):
+    """The logistic loss of the bilinear logit on the layer pairs: parameters ``[A, a, B, b,
+    s, c]`` (maps, biases, per-head scale and shift), started from ``projections``."""
+
+    def __init__(self, projections: HeadProjections, records: Sequence[AttentionRecord],
+                 **data: Any) -> None:
+        super().__init__(records, heads=projections.num_heads, **data)
+        self.start_from = projections
+
+    def init(self) -> list[Tensor]:
+        maps = [getattr(self.start_from, name)[self.layer].clone().requires_grad_()
+                for name in _NAMES]
+        return [*maps, torch.ones(self.heads, requires_grad=True),
+                torch.zeros(self.heads, requires_grad=True)]
+
+    def batch_gradients(self, params: list[Tensor], pairs: _LayerPairs, q_rows: Tensor,
+                        k_rows: Tensor, n_rows: Tensor) -> tuple[list[Tensor], Tensor]:
+        with torch.enable_grad():
+            loss = _loss(pairs.q_table[q_rows], pairs.k_table[k_rows], pairs.k_table[n_rows],
+                         params[:4], params[4], params[5])
+            return autograd_gradients(loss, params)
+
+    def finish(self, params: list[Tensor] | None, log: LayerLog) -> dict[str, Any]:
+        wq, bq, wk, bk, scale, shift = (p.detach().cpu() for p in params)
+        s = scale[:, None]
+        wq, bq = wq * s[..., None], bq * s  # fold the scale into the query side
+        q_norm, k_norm = max_norms(self.records + self.held, self.layer, wq, bq, wk, bk)
+        slack = float(self.start_from.metadata.get("radius_slack", 1.05))
+        return {"weight": wq, "bias": bq, "key_weight": wk, "key_bias": bk,
+                "query_radius": q_norm * slack, "key_radius": k_norm * slack,
+                "logistic_bias": [round(float(x), 6) for x in shift], "log": log}
 
 
 def refine_lowrank(
@@ -44,8 +80,13 @@ def refine_lowrank(
     negatives_per_positive: int = 1,
     seed: int = 0,
     progress: bool = False,
+    device: torch.device | str = "cpu",
+    early_stop: EarlyStop | None = None,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    resume: dict[str, Any] | None = None,
 ) -> HeadProjections:
-    """A refined copy of augmented (``lowrank``) projections, trained on TRAIN records."""
+    """A refined copy of augmented (``lowrank``) projections, trained on TRAIN records
+    (loop options as in :func:`~sparsefinder.projections.hinge.train_projections`)."""
     if projections.kind != "augmented":
         raise ValueError("refine_lowrank needs augmented projections from fit_lowrank()")
     _check_hyperparameters(
@@ -54,55 +95,20 @@ def refine_lowrank(
     )
     for record in records:
         projections.check_record(record)
-    generator = torch.Generator().manual_seed(seed)
-    heads = projections.num_heads
-    out = {name: getattr(projections, name).clone()
-           for name in ("weight", "bias", "key_weight", "key_bias", "query_radius", "key_radius")}
-    loss_first, loss_last, logit_bias = [], [], []
-    bar = tqdm(total=projections.num_layers * epochs, desc="refine (logistic)",
-               unit="layer·epoch", disable=not progress)
-    for layer in range(projections.num_layers):
-        pairs = _layer_pairs(records, layer)
-        params = [out[name][layer].clone().requires_grad_()
-                  for name in ("weight", "bias", "key_weight", "key_bias")]
-        scale = torch.ones(heads, requires_grad=True)
-        shift = torch.zeros(heads, requires_grad=True)
-        optimizer = torch.optim.Adam([*params, scale, shift], lr=lr)
-        history: list[float] = []
-        for _epoch in range(epochs):
-            negs = sample_negatives(pairs.gold_flat, pairs.gold_base, pairs.n_allowed,
-                                    negatives_per_positive, generator)
-            neg_rows = pairs.k_base[:, None] + negs
-            ids, steps = _schedule(pairs, heads, batch_size, generator)
-            for step in range(steps):
-                cut = ids[:, step * batch_size:(step + 1) * batch_size]
-                loss = _loss(pairs.q_table[pairs.q_row[cut]], pairs.k_table[pairs.k_row[cut]],
-                             pairs.k_table[neg_rows[cut]], params, scale, shift)
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-                history.append(float(loss.detach()))
-            bar.update(1)
-        tail = max(1, len(history) // 10)
-        loss_first.append(sum(history[:tail]) / tail)
-        loss_last.append(sum(history[-tail:]) / tail)
-        with torch.no_grad():
-            wq, bq, wk, bk = (p.detach() for p in params)
-            s = scale.detach()[:, None]
-            wq, bq = wq * s[..., None], bq * s  # fold the scale into the query side
-            out["weight"][layer], out["bias"][layer] = wq, bq
-            out["key_weight"][layer], out["key_bias"][layer] = wk, bk
-            q_norm, k_norm = max_norms(records, layer, wq, bq, wk, bk)
-            slack = float(projections.metadata.get("radius_slack", 1.05))
-            out["query_radius"][layer] = q_norm * slack
-            out["key_radius"][layer] = k_norm * slack
-            logit_bias.append([round(float(x), 6) for x in shift.detach()])
-    bar.close()
+    fit, held = early_stop.split(records) if early_stop is not None else (records, [])
+    objective = BilinearObjective(projections, fit, held_out=held, batch_size=batch_size,
+                                  negatives_per_positive=negatives_per_positive, seed=seed)
+    trainer = Trainer(epochs=epochs, lr=lr, device=device, progress=progress,
+                      desc="refine (logistic)", early_stop=early_stop, checkpoint=checkpoint)
+    done = trainer.fit(objective, projections.num_layers, resume=resume)
+    out = {name: torch.stack([layer[name] for layer in done]).to(
+        getattr(projections, name).dtype) for name in (*_NAMES, "query_radius", "key_radius")}
     metadata = {
         **projections.metadata, "objective": "lowrank-logistic", "lr": float(lr),
         "epochs": epochs, "batch_size": batch_size,
         "negatives_per_positive": negatives_per_positive, "seed": seed,
-        "loss_first": loss_first, "loss_last": loss_last, "logistic_bias": logit_bias,
+        **loss_metadata([layer["log"] for layer in done]),
+        "logistic_bias": [layer["logistic_bias"] for layer in done],
     }
     return HeadProjections(
         weight=out["weight"], bias=out["bias"], model_id=projections.model_id,
@@ -110,6 +116,17 @@ def refine_lowrank(
         key_weight=out["key_weight"], key_bias=out["key_bias"],
         query_radius=out["query_radius"], key_radius=out["key_radius"],
     )
+
+
+def fit_lowrank_logistic(records: Sequence[AttentionRecord], *, rank: int = 8,
+                         row_threshold: bool = True, radius_slack: float = 1.05,
+                         model_id: str = "", alpha: float = 1.5, **refine: Any
+                         ) -> HeadProjections:
+    """Objective ``"lowrank-logistic"``: :func:`~sparsefinder.projections.lowrank.fit_lowrank`,
+    then :func:`refine_lowrank` (``refine``: its keyword arguments: lr, epochs, …)."""
+    start = fit_lowrank(records, rank=rank, row_threshold=row_threshold,
+                        radius_slack=radius_slack, model_id=model_id, alpha=alpha)
+    return refine_lowrank(start, records, **refine)
 
 
 def _loss(q: Tensor, k_pos: Tensor, k_neg: Tensor, params: list[Tensor], scale: Tensor,

@@ -24,7 +24,8 @@ summed in float64).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -38,10 +39,84 @@ from sparsefinder.projections.hinge import (
     _hinge_grad,
     _init_moments,
     _solve_init,
+    loss_metadata,
 )
 from sparsefinder.projections.pairs import _check_records, _layer_pairs, _schedule, sample_negatives
+from sparsefinder.projections.trainer import LayerLog, Trainer
 
 SHARD_SEED_STRIDE = 7919
+
+
+class ShardedHingeObjective:
+    """Eq. 7 over the shards this process holds: each shard draws its own negatives and
+    schedule from its own generator; ``gradients`` sums the shards' gradients and losses (the
+    trainer's ``all_reduce`` hook then sums over ranks and divides by the number of shards);
+    the epoch length, the init and the centring are reduced over ranks here."""
+
+    def __init__(self, shards: Sequence[Sequence[AttentionRecord]], shard_ids: Sequence[int],
+                 *, heads: int, d: int, rank: int, margin: float, local_batch: int,
+                 negatives_per_positive: int, seed: int, init: str) -> None:
+        self.shards, self.shard_ids = [list(s) for s in shards], list(shard_ids)
+        self.heads, self.d, self.rank, self.margin, self.init_kind = heads, d, rank, margin, init
+        self.local_batch, self.num = local_batch, negatives_per_positive
+        self.generators = [torch.Generator().manual_seed(seed + SHARD_SEED_STRIDE * s)
+                           for s in self.shard_ids]
+
+    def start(self, layer: int, device: torch.device) -> bool:
+        self.layer = layer
+        self.pairs = [_layer_pairs(shard, layer) for shard in self.shards]
+        counts = torch.stack([torch.bincount(p.head, minlength=self.heads) for p in self.pairs])
+        least = int(distributed.all_reduce(counts.min(0).values, "min").min())
+        if least == 0:
+            raise ValueError(
+                f"layer {layer}: a head has no usable gold edge in some shard; every shard "
+                "needs positives of every head — use fewer ranks or larger shards")
+        self.steps = int(distributed.all_reduce(
+            torch.tensor([math.ceil(int(counts.max()) / self.local_batch)]), "max")[0])
+        return True
+
+    def draw(self, epoch: int) -> int:
+        self.plans, self.rows = [], []
+        for p, gen in zip(self.pairs, self.generators, strict=True):
+            negs = sample_negatives(p.gold_flat, p.gold_base, p.n_allowed, self.num, gen)
+            neg_rows = p.k_base[:, None] + negs
+            ids, _ = _schedule(p, self.heads, self.local_batch, gen, steps=self.steps)
+            self.plans.append((neg_rows, ids))
+            self.rows.append((p.q_row[ids], p.k_row[ids], neg_rows[ids]))
+        return self.steps
+
+    def init(self) -> list[Tensor]:
+        return [_initial_weight(self.pairs, self.plans, self.generators, self.shard_ids,
+                                self.init_kind, self.rank, self.margin, self.heads, self.d)]
+
+    def gradients(self, params: list[Tensor], step: int) -> tuple[list[Tensor], Tensor]:
+        cut = slice(step * self.local_batch, (step + 1) * self.local_batch)
+        grad = loss = None
+        for p, rows in zip(self.pairs, self.rows, strict=True):
+            g, l_ = _hinge_grad(p, *(x[:, cut] for x in rows), params[0], self.margin)
+            grad, loss = (g, l_) if grad is None else (grad + g, loss + l_)
+        return [grad], loss
+
+    def held_out_loss(self, params: list[Tensor]) -> Tensor:
+        raise NotImplementedError("data-parallel training has no early stopping")
+
+    def finish(self, params: list[Tensor] | None, log: LayerLog) -> dict[str, Any]:
+        positives = int(distributed.all_reduce(torch.tensor([sum(
+            int(p.head.numel()) for p in self.pairs)]))[0])
+        w = params[0].detach()
+        sums = torch.zeros(self.heads, self.d, dtype=torch.float64)
+        tokens = 0
+        for shard in self.shards:
+            for record in shard:
+                graph = record.layers[self.layer]
+                sums += graph.queries.double().sum(1) + graph.keys.double().sum(1)
+                tokens += graph.queries.shape[1] + graph.keys.shape[1]
+        packed = distributed.all_reduce(torch.cat([sums.reshape(-1),
+                                                   torch.tensor([float(tokens)],
+                                                                dtype=torch.float64)]))
+        mean = (packed[:-1] / packed[-1]).view(self.heads, self.d).float()
+        return {"weight": w, "bias": -(w @ mean[..., None])[..., 0], "positives": positives,
+                "log": log}
 
 
 def train_projections_sharded(
@@ -58,12 +133,17 @@ def train_projections_sharded(
     init: str = "discriminative",
     model_id: str = "",
     alpha: float = 1.5,
+    progress: bool = False,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    resume: dict[str, Any] | None = None,
 ) -> HeadProjections:
     """Train per-head projections data-parallel over shards (this process holds ``shards``).
 
     ``shard_ids`` are the global ids of the held shards (default: the rank when a process
     group is initialised and one shard is held, else ``0 .. len(shards) - 1``). Every rank
     must call this with the same hyperparameters; all ranks return the same projections.
+    The loop is :class:`~sparsefinder.projections.trainer.Trainer` with an all-reduce hook
+    (``checkpoint``/``resume``: its state, one per rank).
     """
     _check_hyperparameters(
         rank=rank, margin=margin, lr=lr, epochs=epochs, batch_size=batch_size,
@@ -77,75 +157,24 @@ def train_projections_sharded(
         raise ValueError("pass one or more shards, with one shard id each")
     n_shards = int(distributed.all_reduce(torch.tensor([len(shards)]))[0])
     layers, heads, d = _check_records([r for shard in shards for r in shard], rank)
-    local_batch = math.ceil(batch_size / n_shards)
-    generators = [torch.Generator().manual_seed(seed + SHARD_SEED_STRIDE * s) for s in shard_ids]
-    weights, biases, loss_first, loss_last, n_pos = [], [], [], [], []
-    for layer in range(layers):
-        pairs = [_layer_pairs(shard, layer) for shard in shards]
-        counts = torch.stack([torch.bincount(p.head, minlength=heads) for p in pairs])
-        least = int(distributed.all_reduce(counts.min(0).values, "min").min())
-        if least == 0:
-            raise ValueError(
-                f"layer {layer}: a head has no usable gold edge in some shard; every shard "
-                "needs positives of every head — use fewer ranks or larger shards")
-        steps = int(distributed.all_reduce(
-            torch.tensor([math.ceil(int(counts.max()) / local_batch)]), "max")[0])
-        weight: Tensor | None = None
-        optimizer: torch.optim.Optimizer | None = None
-        history: list[Tensor] = []
-        for _epoch in range(epochs):
-            plans = []
-            for p, gen in zip(pairs, generators, strict=True):
-                negs = sample_negatives(p.gold_flat, p.gold_base, p.n_allowed,
-                                        negatives_per_positive, gen)
-                neg_rows = p.k_base[:, None] + negs
-                ids, _ = _schedule(p, heads, local_batch, gen, steps=steps)
-                plans.append((neg_rows, ids))
-            if weight is None:
-                weight = _initial_weight(pairs, plans, generators, shard_ids, init,
-                                         rank, margin, heads, d)
-                optimizer = torch.optim.Adam([weight], lr=lr)
-            rows = [(p.q_row[ids], p.k_row[ids], neg_rows[ids])
-                    for p, (neg_rows, ids) in zip(pairs, plans, strict=True)]
-            for step in range(steps):
-                cut = slice(step * local_batch, (step + 1) * local_batch)
-                total = None
-                for p, r in zip(pairs, rows, strict=True):
-                    grad, loss = _hinge_grad(p, *(x[:, cut] for x in r), weight, margin)
-                    packed = torch.cat([grad.reshape(-1), loss.reshape(1)])
-                    total = packed if total is None else total + packed
-                total = distributed.all_reduce(total) / n_shards
-                weight.grad = total[:-1].view_as(weight)
-                optimizer.step()
-                history.append(total[-1])
-        losses = torch.stack(history).tolist()
-        tail = max(1, len(losses) // 10)
-        loss_first.append(sum(losses[:tail]) / tail)
-        loss_last.append(sum(losses[-tail:]) / tail)
-        n_pos.append(int(distributed.all_reduce(torch.tensor([sum(
-            int(p.head.numel()) for p in pairs)]))[0]))
-        w = weight.detach()
-        sums = torch.zeros(heads, d, dtype=torch.float64)
-        tokens = 0
-        for shard in shards:
-            for record in shard:
-                graph = record.layers[layer]
-                sums += graph.queries.double().sum(1) + graph.keys.double().sum(1)
-                tokens += graph.queries.shape[1] + graph.keys.shape[1]
-        packed = distributed.all_reduce(torch.cat([sums.reshape(-1),
-                                                   torch.tensor([float(tokens)],
-                                                                dtype=torch.float64)]))
-        mean = (packed[:-1] / packed[-1]).view(heads, d).float()
-        biases.append(-(w @ mean[..., None])[..., 0])
-        weights.append(w)
+    objective = ShardedHingeObjective(
+        shards, shard_ids, heads=heads, d=d, rank=rank, margin=margin,
+        local_batch=math.ceil(batch_size / n_shards),
+        negatives_per_positive=negatives_per_positive, seed=seed, init=init)
+    trainer = Trainer(epochs=epochs, lr=lr, progress=progress and world.is_main,
+                      desc="projections (data-parallel)", checkpoint=checkpoint,
+                      all_reduce=lambda packed: distributed.all_reduce(packed) / n_shards)
+    done = trainer.fit(objective, layers, resume=resume)
     n_records = int(distributed.all_reduce(torch.tensor([sum(len(s) for s in shards)]))[0])
     metadata = {
         "rank": rank, "margin": float(margin), "lr": float(lr), "epochs": epochs,
         "batch_size": batch_size, "negatives_per_positive": negatives_per_positive,
         "seed": seed, "init": init, "n_records": n_records, "data_parallel_shards": n_shards,
-        "positives_per_layer": n_pos, "loss_first": loss_first, "loss_last": loss_last,
+        "positives_per_layer": [layer["positives"] for layer in done],
+        **loss_metadata([layer["log"] for layer in done]),
     }
-    return HeadProjections(weight=torch.stack(weights), bias=torch.stack(biases),
+    return HeadProjections(weight=torch.stack([layer["weight"] for layer in done]),
+                           bias=torch.stack([layer["bias"] for layer in done]),
                            model_id=model_id, alpha=float(alpha), metadata=metadata)
 
 

@@ -19,24 +19,16 @@ the paper-style alternative.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.projections.heads import HeadProjections
-from sparsefinder.projections.pairs import (
-    _check_records,
-    _layer_pairs,
-    _LayerPairs,
-    _schedule,
-    dense_heads_of,
-    sample_negatives,
-)
+from sparsefinder.projections.pairs import PairsObjective, _check_records, _LayerPairs
+from sparsefinder.projections.trainer import EarlyStop, LayerLog, Trainer
 
 _INIT_SAMPLE = 50_000  # pairs per head used to estimate the second moments of the init
 
@@ -89,6 +81,43 @@ def _discriminative_init(
     return _solve_init(c_pos / size, c_neg / size, rank, margin)
 
 
+class HingeObjective(PairsObjective):
+    """Eq. 7 on the layer pairs: one parameter, the maps ``(heads, r, d)``; its result per
+    layer is ``(W, centring bias, positives, dense heads, loss log)``."""
+
+    def __init__(self, records: Sequence[AttentionRecord], *, rank: int, d: int, margin: float,
+                 init: str, zero_dense: bool = False,
+                 centre: Sequence[AttentionRecord] | None = None, **data: Any) -> None:
+        super().__init__(records, **data)
+        self.rank, self.d, self.margin, self.init_kind = rank, d, margin, init
+        self.zero_dense = zero_dense
+        self.centre = list(records if centre is None else centre)  # tokens the bias centres
+
+    def init(self) -> list[Tensor]:
+        if self.init_kind == "discriminative":
+            sample = self.ids[:, : min(_INIT_SAMPLE, self.ids.shape[1])]
+            w0 = _discriminative_init(self.pairs, self.neg_rows, sample, self.rank, self.margin)
+        else:
+            w0 = torch.randn(self.heads, self.rank, self.d, generator=self.generator)
+            w0 = w0 / math.sqrt(self.d)
+        w0[list(self.borrow)] = 0.0  # stays 0: a zero map has a zero hinge gradient
+        return [w0]
+
+    def batch_gradients(self, params: list[Tensor], pairs: _LayerPairs, q_rows: Tensor,
+                        k_rows: Tensor, n_rows: Tensor) -> tuple[list[Tensor], Tensor]:
+        grad, loss = _hinge_grad(pairs, q_rows, k_rows, n_rows, params[0], self.margin)
+        return [grad], loss
+
+    def finish(self, params: list[Tensor] | None, log: LayerLog) -> dict[str, Any]:
+        w = torch.zeros(self.heads, self.rank, self.d) if params is None \
+            else params[0].detach().cpu()
+        tokens = torch.cat([r.layers[self.layer].queries for r in self.centre]
+                           + [r.layers[self.layer].keys for r in self.centre], dim=1).float()
+        bias = -(w @ tokens.mean(1)[..., None])[..., 0]  # centre projected tokens
+        return {"weight": w, "bias": bias, "positives": int(self.pairs.head.numel()),
+                "dense": list(self.borrow), "log": log}
+
+
 def train_projections(
     records: Sequence[AttentionRecord],
     *,
@@ -105,6 +134,9 @@ def train_projections(
     alpha: float = 1.5,
     device: torch.device | str = "cpu",
     dense_heads: str = "error",
+    early_stop: EarlyStop | None = None,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    resume: dict[str, Any] | None = None,
 ) -> HeadProjections:
     """Learn the projections of every head from gold graphs with the Eq. 7 hinge loss.
 
@@ -124,6 +156,11 @@ def train_projections(
     1024. Deterministic for a given ``seed`` (one ``torch.Generator`` drives shuffling,
     sampling and the init). Returns projections with training statistics in ``metadata``
     (``loss_first``/``loss_last`` per layer: mean hinge loss of the first/last 10 % of steps).
+
+    ``early_stop``, ``checkpoint``, ``resume``: the loop's options
+    (:class:`~sparsefinder.projections.trainer.Trainer`): stop a layer when the hinge on
+    held-out TRAIN records stops improving; receive the state after every epoch; continue
+    from such a state.
     """
     _check_hyperparameters(
         rank=rank, margin=margin, lr=lr, epochs=epochs, batch_size=batch_size,
@@ -132,71 +169,40 @@ def train_projections(
     if dense_heads not in ("error", "zero"):
         raise ValueError(f"dense_heads must be 'error' or 'zero', got {dense_heads!r}")
     layers, heads, d = _check_records(records, rank)
-    device = torch.device(device)
-    generator = torch.Generator().manual_seed(seed)
-    weights, biases = [], []
-    loss_first, loss_last, n_pos, zeroed = [], [], [], []
-    bar = tqdm(total=layers * epochs, desc="projections", unit="layer·epoch",
-               disable=not progress)
-    for layer in range(layers):
-        pairs = _layer_pairs(records, layer)
-        dense = dense_heads_of(pairs, heads) if dense_heads == "zero" else []
-        zeroed.append(dense)
-        on_device = pairs if device.type == "cpu" else replace(
-            pairs, q_table=pairs.q_table.to(device), k_table=pairs.k_table.to(device))
-        weight: Tensor | None = None
-        optimizer: torch.optim.Optimizer | None = None
-        history: list[Tensor] = []
-        if len(dense) == heads:  # nothing to contrast in this layer: every map stays zero
-            weight = torch.zeros(heads, rank, d)
-            bar.update(epochs)
-        for _epoch in range(epochs if weight is None else 0):
-            negs = sample_negatives(pairs.gold_flat, pairs.gold_base, pairs.n_allowed,
-                                    negatives_per_positive, generator)
-            neg_rows = pairs.k_base[:, None] + negs  # (P, num) rows into k_table
-            ids, steps = _schedule(pairs, heads, batch_size, generator, borrow=dense)
-            if weight is None:
-                if init == "discriminative":
-                    sample = ids[:, : min(_INIT_SAMPLE, ids.shape[1])]
-                    w0 = _discriminative_init(pairs, neg_rows, sample, rank, margin)
-                else:
-                    w0 = torch.randn(heads, rank, d, generator=generator) / math.sqrt(d)
-                w0[dense] = 0.0  # stays 0: a zero map has a zero hinge gradient
-                weight = w0.to(device).contiguous()
-                optimizer = torch.optim.Adam([weight], lr=lr)
-            # Table rows of the whole epoch, gathered once: (heads, L) and (heads, L, num).
-            rows = tuple(r.to(device) for r in (pairs.q_row[ids], pairs.k_row[ids],
-                                                neg_rows[ids]))
-            for step in range(steps):
-                cut = slice(step * batch_size, (step + 1) * batch_size)
-                history.append(
-                    _step(on_device, *(r[:, cut] for r in rows), weight, optimizer, margin)
-                )
-            bar.update(1)
-        losses = torch.stack(history).tolist() if history else [math.nan]
-        tail = max(1, len(losses) // 10)
-        loss_first.append(sum(losses[:tail]) / tail)
-        loss_last.append(sum(losses[-tail:]) / tail)
-        n_pos.append(int(pairs.head.numel()))
-        w = weight.detach().cpu()
-        tokens = torch.cat([r.layers[layer].queries for r in records]
-                           + [r.layers[layer].keys for r in records], dim=1).float()
-        biases.append(-(w @ tokens.mean(1)[..., None])[..., 0])  # centre projected tokens
-        weights.append(w)
-    bar.close()
+    fit, held = early_stop.split(records) if early_stop is not None else (records, [])
+    objective = HingeObjective(
+        fit, held_out=held, heads=heads, batch_size=batch_size,
+        negatives_per_positive=negatives_per_positive, seed=seed, rank=rank, d=d,
+        margin=margin, init=init, zero_dense=dense_heads == "zero", centre=records)
+    trainer = Trainer(epochs=epochs, lr=lr, device=device, progress=progress,
+                      desc="projections", early_stop=early_stop, checkpoint=checkpoint)
+    done = trainer.fit(objective, layers, resume=resume)
     metadata = {
         "rank": rank, "margin": float(margin), "lr": float(lr), "epochs": epochs,
         "batch_size": batch_size, "negatives_per_positive": negatives_per_positive,
         "objective": "paper", "seed": seed, "init": init, "n_records": len(records),
-        "positives_per_layer": n_pos,
-        "loss_first": loss_first, "loss_last": loss_last,
+        "positives_per_layer": [layer["positives"] for layer in done],
+        **loss_metadata([layer["log"] for layer in done]),
     }
     if dense_heads == "zero":
-        metadata["dense_heads"] = zeroed
+        metadata["dense_heads"] = [layer["dense"] for layer in done]
     return HeadProjections(
-        weight=torch.stack(weights), bias=torch.stack(biases), model_id=model_id,
+        weight=torch.stack([layer["weight"] for layer in done]),
+        bias=torch.stack([layer["bias"] for layer in done]), model_id=model_id,
         alpha=float(alpha), metadata=metadata,
     )
+
+
+def loss_metadata(logs: Sequence[LayerLog]) -> dict[str, list[Any]]:
+    """``loss_first``/``loss_last`` per layer (and, after early stopping, the held-out losses
+    and the epochs each layer ran) for a projections file's metadata."""
+    tails = [log.tails() for log in logs]
+    out: dict[str, list[Any]] = {"loss_first": [first for first, _ in tails],
+                                 "loss_last": [last for _, last in tails]}
+    if any(log.held_out for log in logs):
+        out["held_out_loss"] = [log.held_out for log in logs]
+        out["epochs_run"] = [log.epochs for log in logs]
+    return out
 
 
 def _step(

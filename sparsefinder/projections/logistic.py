@@ -23,10 +23,12 @@ the distance threshold the loss was trained for; calibrated predictors
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 import torch
 from torch import Tensor
 from torch.nn.functional import logsigmoid
-from tqdm.auto import tqdm
 
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.projections.heads import HeadProjections
@@ -34,14 +36,10 @@ from sparsefinder.projections.hinge import (
     _INIT_SAMPLE,
     _check_hyperparameters,
     _discriminative_init,
+    loss_metadata,
 )
-from sparsefinder.projections.pairs import (
-    _check_records,
-    _layer_pairs,
-    _LayerPairs,
-    _schedule,
-    sample_negatives,
-)
+from sparsefinder.projections.pairs import PairsObjective, _check_records, _LayerPairs
+from sparsefinder.projections.trainer import EarlyStop, LayerLog, Trainer
 
 
 def _initial_bias(pairs: _LayerPairs, weight: Tensor, ids: Tensor, neg_rows: Tensor) -> Tensor:
@@ -52,15 +50,16 @@ def _initial_bias(pairs: _LayerPairs, weight: Tensor, ids: Tensor, neg_rows: Ten
             + torch.bmm(dn, wt).square().sum(-1).mean(-1)) / 2
 
 
-def logistic_step(
+def logistic_gradients(
     pairs: _LayerPairs, q_rows: Tensor, k_rows: Tensor, n_rows: Tensor, weight: Tensor,
-    bias: Tensor, optimizer: torch.optim.Optimizer,
-) -> Tensor:
-    """One Adam step on a batch of (heads, B) positives and (heads, B, num) negatives.
+    bias: Tensor,
+) -> tuple[list[Tensor], Tensor]:
+    """Gradients ``[∂/∂W, ∂/∂b]`` of the mean loss on a batch of (heads, B) positives and
+    (heads, B, num) negatives, and that loss (0-dim).
 
     Gradients are written out (as in the hinge's step): with ``Δ = q − k`` and ``z = b −
     ‖WΔ‖²``, ``∂z/∂W = −2 (WΔ) Δᵀ`` and ``∂z/∂b = 1``; the loss derivative is ``σ(z) − 1``
-    for a positive and ``σ(z)`` for a negative. Returns the mean loss (0-dim).
+    for a positive and ``σ(z)`` for a negative.
     """
     _, size, num = n_rows.shape
     diff_pos, diff_neg = pairs.batch_differences(q_rows, k_rows, n_rows)
@@ -76,10 +75,43 @@ def logistic_step(
         torch.bmm((z_pos_vec * g_pos[..., None]).transpose(1, 2), diff_pos)
         + torch.bmm((z_neg_vec * g_neg[..., None]).transpose(1, 2), diff_neg)
     )
-    weight.grad = grad_w
-    bias.grad = g_pos.sum(-1) + g_neg.sum(-1)
+    return [grad_w, g_pos.sum(-1) + g_neg.sum(-1)], loss.mean()
+
+
+def logistic_step(
+    pairs: _LayerPairs, q_rows: Tensor, k_rows: Tensor, n_rows: Tensor, weight: Tensor,
+    bias: Tensor, optimizer: torch.optim.Optimizer,
+) -> Tensor:
+    """One optimizer step on a batch (:func:`logistic_gradients`); returns the mean loss."""
+    (weight.grad, bias.grad), loss = logistic_gradients(pairs, q_rows, k_rows, n_rows, weight,
+                                                        bias)
     optimizer.step()
-    return loss.mean()
+    return loss
+
+
+class LogisticObjective(PairsObjective):
+    """The pointwise logistic loss on the layer pairs: parameters ``[W, b]``."""
+
+    def __init__(self, records: Sequence[AttentionRecord], *, rank: int, **data: Any) -> None:
+        super().__init__(records, **data)
+        self.rank = rank
+
+    def init(self) -> list[Tensor]:
+        sample = self.ids[:, : min(_INIT_SAMPLE, self.ids.shape[1])]
+        weight = _discriminative_init(self.pairs, self.neg_rows, sample, self.rank, 1.0)
+        return [weight, _initial_bias(self.pairs, weight.contiguous(), sample, self.neg_rows)]
+
+    def batch_gradients(self, params: list[Tensor], pairs: _LayerPairs, q_rows: Tensor,
+                        k_rows: Tensor, n_rows: Tensor) -> tuple[list[Tensor], Tensor]:
+        return logistic_gradients(pairs, q_rows, k_rows, n_rows, *params)
+
+    def finish(self, params: list[Tensor] | None, log: LayerLog) -> dict[str, Any]:
+        w, bias = (p.detach().cpu() for p in params)
+        tokens = torch.cat([r.layers[self.layer].queries for r in self.records + self.held]
+                           + [r.layers[self.layer].keys for r in self.records + self.held],
+                           dim=1).float()
+        return {"weight": w, "bias": -(w @ tokens.mean(1)[..., None])[..., 0],  # centring
+                "logistic_bias": [round(float(x), 6) for x in bias], "log": log}
 
 
 def train_logistic(
@@ -94,62 +126,39 @@ def train_logistic(
     progress: bool = False,
     model_id: str = "",
     alpha: float = 1.5,
+    device: torch.device | str = "cpu",
+    early_stop: EarlyStop | None = None,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    resume: dict[str, Any] | None = None,
 ) -> HeadProjections:
     """Shared projections of every head trained with the pointwise logistic loss (see module).
 
-    Same data pipeline, batching and determinism as ``train_projections``; ``metadata``
-    holds ``loss_first``/``loss_last`` per layer and the learned ``logistic_bias``.
+    Same data pipeline, batching, determinism and loop options (``device``, ``early_stop``,
+    ``checkpoint``, ``resume``) as ``train_projections``; ``metadata`` holds
+    ``loss_first``/``loss_last`` per layer and the learned ``logistic_bias``.
     """
     _check_hyperparameters(
         rank=rank, margin=1.0, lr=lr, epochs=epochs, batch_size=batch_size,
         negatives_per_positive=negatives_per_positive, seed=seed, init="discriminative",
     )
     layers, heads, _d = _check_records(records, rank)
-    generator = torch.Generator().manual_seed(seed)
-    weights, biases, logit_biases, loss_first, loss_last = [], [], [], [], []
-    bar = tqdm(total=layers * epochs, desc="projections (logistic)", unit="layer·epoch",
-               disable=not progress)
-    for layer in range(layers):
-        pairs = _layer_pairs(records, layer)
-        weight: Tensor | None = None
-        bias: Tensor | None = None
-        optimizer: torch.optim.Optimizer | None = None
-        history: list[Tensor] = []
-        for _epoch in range(epochs):
-            negs = sample_negatives(pairs.gold_flat, pairs.gold_base, pairs.n_allowed,
-                                    negatives_per_positive, generator)
-            neg_rows = pairs.k_base[:, None] + negs
-            ids, steps = _schedule(pairs, heads, batch_size, generator)
-            if weight is None:
-                sample = ids[:, : min(_INIT_SAMPLE, ids.shape[1])]
-                weight = _discriminative_init(pairs, neg_rows, sample, rank, 1.0).contiguous()
-                bias = _initial_bias(pairs, weight, sample, neg_rows).contiguous()
-                optimizer = torch.optim.Adam([weight, bias], lr=lr)
-            rows = (pairs.q_row[ids], pairs.k_row[ids], neg_rows[ids])
-            for step in range(steps):
-                cut = slice(step * batch_size, (step + 1) * batch_size)
-                history.append(logistic_step(
-                    pairs, *(r[:, cut] for r in rows), weight, bias, optimizer
-                ))
-            bar.update(1)
-        losses = torch.stack(history).tolist()
-        tail = max(1, len(losses) // 10)
-        loss_first.append(sum(losses[:tail]) / tail)
-        loss_last.append(sum(losses[-tail:]) / tail)
-        w = weight.detach()
-        tokens = torch.cat([r.layers[layer].queries for r in records]
-                           + [r.layers[layer].keys for r in records], dim=1).float()
-        biases.append(-(w @ tokens.mean(1)[..., None])[..., 0])  # centring: no effect on q − k
-        weights.append(w)
-        logit_biases.append([round(float(x), 6) for x in bias.detach()])
-    bar.close()
+    fit, held = early_stop.split(records) if early_stop is not None else (records, [])
+    objective = LogisticObjective(fit, held_out=held, heads=heads, batch_size=batch_size,
+                                  negatives_per_positive=negatives_per_positive, seed=seed,
+                                  rank=rank)
+    trainer = Trainer(epochs=epochs, lr=lr, device=device, progress=progress,
+                      desc="projections (logistic)", early_stop=early_stop,
+                      checkpoint=checkpoint)
+    done = trainer.fit(objective, layers, resume=resume)
     metadata = {
         "objective": "logistic", "rank": rank, "lr": float(lr), "epochs": epochs,
         "batch_size": batch_size, "negatives_per_positive": negatives_per_positive,
         "seed": seed, "init": "discriminative", "n_records": len(records),
-        "loss_first": loss_first, "loss_last": loss_last, "logistic_bias": logit_biases,
+        **loss_metadata([layer["log"] for layer in done]),
+        "logistic_bias": [layer["logistic_bias"] for layer in done],
     }
     return HeadProjections(
-        weight=torch.stack(weights), bias=torch.stack(biases), model_id=model_id,
+        weight=torch.stack([layer["weight"] for layer in done]),
+        bias=torch.stack([layer["bias"] for layer in done]), model_id=model_id,
         alpha=float(alpha), metadata=metadata,
     )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -206,3 +206,91 @@ def _schedule(pairs: _LayerPairs, heads: int, batch_size: int, generator: torch.
         perms = torch.cat([torch.randperm(count, generator=generator) for _ in range(reps)])
         ids[row] = order[starts[h] + perms[:length]]
     return ids, steps
+
+
+_HELD_OUT_PAIRS = 20_000  # held-out positives per head scored after every epoch
+_HELD_OUT_SEED = 1_000_003  # held-out negatives: their own generator per (seed, layer)
+
+#: Table rows of a batch: queries (heads, B), positive keys (heads, B), negatives (heads, B, num).
+Rows = tuple[Tensor, Tensor, Tensor]
+
+
+class PairsObjective:
+    """The data half of a contrastive :class:`~sparsefinder.projections.trainer.Objective`.
+
+    Per layer, the gold edges of the records (:func:`_layer_pairs`); per epoch, a negative per
+    positive and a shuffled schedule from ONE generator (negatives first, then the schedule, then
+    whatever ``init`` draws); batch ``s`` of an epoch is slice ``s`` of its table rows. A
+    subclass supplies ``init``, ``batch_gradients`` (the gradients and loss of a batch of rows)
+    and ``finish``. With early stopping, the held-out records' positives of each layer (at most
+    ``_HELD_OUT_PAIRS`` per head) and one negative each are drawn once from a generator of their
+    own, so the training draws are the same with or without it.
+    """
+
+    def __init__(self, records: Sequence[AttentionRecord], *, heads: int, batch_size: int,
+                 negatives_per_positive: int, seed: int, held_out: Sequence[AttentionRecord] = ()
+                 ) -> None:
+        self.records, self.held = list(records), list(held_out)
+        self.heads, self.batch_size, self.num = heads, batch_size, negatives_per_positive
+        self.seed = seed
+        self.generator = torch.Generator().manual_seed(seed)
+        self.generators = [self.generator]
+        self.zero_dense = False  # True: dense heads train nothing (see dense_heads_of)
+        self.borrow: Sequence[int] = ()  # this layer's dense heads (their batches borrowed)
+        self.device = torch.device("cpu")
+
+    def start(self, layer: int, device: torch.device) -> bool:
+        """The layer's pairs; False when every head is dense (with ``zero_dense``)."""
+        self.layer, self.device = layer, device
+        self.pairs = _layer_pairs(self.records, layer)
+        self.borrow = dense_heads_of(self.pairs, self.heads) if self.zero_dense else []
+        if len(self.borrow) == self.heads:
+            return False
+        self.on_device = self.pairs if device.type == "cpu" else replace(
+            self.pairs, q_table=self.pairs.q_table.to(device),
+            k_table=self.pairs.k_table.to(device))
+        if self.held:
+            self.held_pairs, self.held_rows = self._held_out_rows(layer)
+        return True
+
+    def draw(self, epoch: int) -> int:
+        p = self.pairs
+        negs = sample_negatives(p.gold_flat, p.gold_base, p.n_allowed, self.num, self.generator)
+        self.neg_rows = p.k_base[:, None] + negs  # (P, num) rows into k_table
+        self.ids, steps = _schedule(p, self.heads, self.batch_size, self.generator,
+                                    borrow=self.borrow)
+        # Table rows of the whole epoch, gathered once: (heads, L) and (heads, L, num).
+        self.rows = tuple(r.to(self.device) for r in (p.q_row[self.ids], p.k_row[self.ids],
+                                                       self.neg_rows[self.ids]))
+        return steps
+
+    def gradients(self, params: list[Tensor], step: int) -> tuple[list[Tensor], Tensor]:
+        cut = slice(step * self.batch_size, (step + 1) * self.batch_size)
+        return self.batch_gradients(params, self.on_device, *(r[:, cut] for r in self.rows))
+
+    def held_out_loss(self, params: list[Tensor]) -> Tensor:
+        return self.batch_gradients(params, self.held_pairs, *self.held_rows)[1]
+
+    def batch_gradients(self, params: list[Tensor], pairs: _LayerPairs, q_rows: Tensor,
+                        k_rows: Tensor, n_rows: Tensor) -> tuple[list[Tensor], Tensor]:
+        raise NotImplementedError
+
+    def _held_out_rows(self, layer: int) -> tuple[_LayerPairs, Rows]:
+        pairs = _layer_pairs(self.held, layer)
+        generator = torch.Generator().manual_seed(self.seed + _HELD_OUT_SEED * (layer + 1))
+        counts = torch.bincount(pairs.head, minlength=self.heads)
+        size = max(1, min(int(counts.max()), _HELD_OUT_PAIRS))
+        try:
+            ids, _ = _schedule(pairs, self.heads, size, generator, steps=1, borrow=self.borrow)
+        except ValueError as error:
+            raise ValueError(f"layer {layer}, held-out records: {error}; hold out more records "
+                             "(a larger early-stop fraction) or train on more texts") from None
+        negs = sample_negatives(pairs.gold_flat, pairs.gold_base, pairs.n_allowed, self.num,
+                                generator)
+        neg_rows = pairs.k_base[:, None] + negs
+        if self.device.type != "cpu":
+            pairs = replace(pairs, q_table=pairs.q_table.to(self.device),
+                            k_table=pairs.k_table.to(self.device))
+        rows = tuple(r.to(self.device) for r in (pairs.q_row[ids], pairs.k_row[ids],
+                                                  neg_rows[ids]))
+        return pairs, rows

@@ -7,7 +7,8 @@ import torch
 
 from sparsefinder.data.records import AttentionRecord, LayerGraph
 from sparsefinder.metrics.scorer import Scorer
-from sparsefinder.predictors.hash_codes import HammingCodes, fit_hash_codes
+from sparsefinder.predictors.hash_codes import HammingCodes
+from sparsefinder.projections.hash_fit import fit_hash_codes
 
 
 def _record(seed: int, n: int = 60, heads: int = 2, d: int = 8) -> AttentionRecord:

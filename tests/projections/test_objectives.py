@@ -244,3 +244,40 @@ def test_refine_lowrank_trains_the_bilinear_logit(records) -> None:
     assert torch.equal(again.key_weight, refined.key_weight)
     with pytest.raises(ValueError, match="augmented projections"):
         refine_lowrank(HeadProjections.load(BUNDLED_PROJECTIONS), records)
+
+
+# ---------------------------------------------------------------- the registry
+
+
+def test_fit_projections_runs_the_named_objective_with_its_options(records) -> None:
+    from sparsefinder.projections.bilinear import refine_lowrank
+    from sparsefinder.projections.hinge import train_projections
+    from sparsefinder.projections.objectives import OBJECTIVES, fit_projections
+
+    assert list(OBJECTIVES) == ["paper", "logistic", "lowrank", "lowrank-logistic"]
+    # One set of options for all (what `sparsefinder train` passes); each takes its own.
+    options = {"rank": 2, "lr": None, "margin": 2.0, "epochs": 2, "batch_size": 64,
+               "negatives_per_positive": 1, "seed": 1, "init": "random", "model_id": "m",
+               "alpha": 1.5}
+    expected = {
+        "paper": train_projections(records, rank=2, margin=2.0, epochs=2, batch_size=64,
+                                   seed=1, init="random", model_id="m"),
+        "logistic": train_logistic(records, rank=2, epochs=2, batch_size=64, seed=1,
+                                   model_id="m"),
+        "lowrank": fit_lowrank(records, rank=2, model_id="m"),
+        "lowrank-logistic": refine_lowrank(fit_lowrank(records, rank=2, model_id="m"),
+                                           records, lr=3e-3, epochs=2, batch_size=64, seed=1),
+    }
+    for name, want in expected.items():
+        got = fit_projections(records, name, **options)
+        assert got.objective == name and got.metadata == want.metadata, name
+        assert torch.equal(got.weight, want.weight) and torch.equal(got.bias, want.bias), name
+    assert fit_projections(records, "lowrank-logistic", **options).metadata["lr"] == 3e-3
+    assert fit_projections(records, "logistic", rank=2, lr=0.05).metadata["lr"] == 0.05
+    assert "margin" in OBJECTIVES["paper"].hyperparameters
+    assert "epochs" in OBJECTIVES["lowrank-logistic"].hyperparameters  # the refinement's
+    assert "epochs" not in OBJECTIVES["lowrank"].hyperparameters
+    with pytest.raises(ValueError, match="unknown objective 'hinge'; choose one of paper"):
+        fit_projections(records, "hinge")
+    with pytest.raises(TypeError, match=r"unknown hyperparameters \['epoch'\]"):
+        fit_projections(records, "paper", epoch=3)

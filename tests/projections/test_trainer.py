@@ -1,0 +1,231 @@
+"""The training loop shared by every learned part: early stopping, resuming, the all-reduce hook
+and the progress bar, on a toy objective and on the real ones."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+from sparsefinder.data.records import AttentionRecord, LayerGraph
+from sparsefinder.projections.bilinear import refine_lowrank
+from sparsefinder.projections.hinge import train_projections
+from sparsefinder.projections.logistic import train_logistic
+from sparsefinder.projections.lowrank import fit_lowrank
+from sparsefinder.projections.trainer import EarlyStop, LayerLog, Trainer
+
+HEADS, D, LAYERS = 2, 8, 2
+
+
+class Toy:
+    """Per layer, ``w`` (3,) pulled towards a noisy target around 1 (loss ½‖w − t‖², one new
+    target per epoch); held-out loss ‖w − 0.5‖²: it improves while w nears 0.5, then worsens."""
+
+    def __init__(self, steps: int = 2, skip: tuple[int, ...] = ()) -> None:
+        self.generators = [torch.Generator().manual_seed(0)]
+        self.steps, self.skip = steps, skip
+        self.held_out_calls = 0
+
+    def start(self, layer: int, device: torch.device) -> bool:
+        return layer not in self.skip
+
+    def draw(self, epoch: int) -> int:
+        self.target = 1 + 0.1 * torch.randn(3, generator=self.generators[0])
+        return self.steps
+
+    def init(self) -> list[torch.Tensor]:
+        return [torch.zeros(3)]
+
+    def gradients(self, params, step):
+        diff = params[0] - self.target
+        return [diff], 0.5 * diff.square().sum()
+
+    def held_out_loss(self, params) -> torch.Tensor:
+        self.held_out_calls += 1
+        return (params[0] - 0.5).square().sum()
+
+    def finish(self, params, log: LayerLog):
+        return (None if params is None else params[0].detach().clone()), log
+
+
+def sgd(params):
+    return torch.optim.SGD(params, lr=0.15)
+
+
+def _record(gen: torch.Generator, n: int = 24) -> AttentionRecord:
+    """Tokens of 3 latent clusters: a query attends exactly to keys of its own cluster."""
+    centers = torch.randn(HEADS, 3, D, generator=gen) * 3
+    layers = []
+    for _ in range(LAYERS):
+        label = torch.randint(0, 3, (HEADS, n), generator=gen)
+        pick = centers.gather(1, label[..., None].expand(-1, -1, D))
+        q = pick + 0.3 * torch.randn(HEADS, n, D, generator=gen)
+        k = pick + 0.3 * torch.randn(HEADS, n, D, generator=gen)
+        gold = label[:, :, None] == label[:, None, :]
+        layers.append(LayerGraph(q, k, gold, torch.ones(int(gold.sum())), D**-0.5))
+    return AttentionRecord(text="x", tokens=["t"] * n, offsets=[(0, 0)] * n,
+                           special=[False] * n, causal=False, layers=layers)
+
+
+@pytest.fixture(scope="module")
+def records() -> list[AttentionRecord]:
+    gen = torch.Generator().manual_seed(1)
+    return [_record(gen) for _ in range(6)]
+
+
+# ---------------------------------------------------------------- early stopping
+
+
+def test_early_stop_triggers_when_the_held_out_loss_stops_improving() -> None:
+    toy = Toy()
+    (weight, log), = Trainer(epochs=20, optimizer=sgd, early_stop=EarlyStop(patience=2)).fit(
+        toy, 1)
+    held = log.held_out
+    best = min(range(len(held)), key=held.__getitem__)
+    assert 2 < log.epochs < 20 and log.stopped  # it ran a while, then stopped early
+    assert held[best - 1] > held[best] and held[best + 1] > held[best]  # improved, then not
+    assert len(held) == log.epochs == best + 1 + 2  # two epochs without improvement: patience
+    assert len(log.losses) == 2 * log.epochs and toy.held_out_calls == log.epochs
+    # The best epoch's weights are restored: the same as a run of exactly best + 1 epochs.
+    (plain, _), = Trainer(epochs=best + 1, optimizer=sgd).fit(Toy(), 1)
+    assert torch.equal(weight, plain)
+    (last, log_last), = Trainer(epochs=20, optimizer=sgd, early_stop=EarlyStop(
+        patience=2, restore_best=False)).fit(Toy(), 1)
+    assert log_last.epochs == log.epochs and not torch.equal(last, weight)
+    (never, log_never), = Trainer(epochs=5, optimizer=sgd).fit(Toy(), 1)
+    assert log_never.epochs == 5 and not log_never.stopped and log_never.held_out == []
+
+
+def test_min_delta_counts_small_gains_as_no_improvement() -> None:
+    (_, log), = Trainer(epochs=20, optimizer=sgd, early_stop=EarlyStop(min_delta=1e9)).fit(
+        Toy(), 1)
+    assert log.epochs == 2  # the first epoch sets the best; nothing beats it by 1e9
+
+
+def test_early_stop_options_are_checked_and_split_records() -> None:
+    for bad in ({"held_out": 0.0}, {"held_out": 1.0}, {"patience": 0}, {"min_delta": -1.0}):
+        with pytest.raises(ValueError):
+            EarlyStop(**bad)
+    fit, held = EarlyStop(held_out=0.2).split(list(range(11)))
+    assert held == [4, 9] and fit == [0, 1, 2, 3, 5, 6, 7, 8, 10]
+    with pytest.raises(ValueError, match="at least 5 records"):
+        EarlyStop(held_out=0.2).split([1, 2, 3])
+
+
+def test_hinge_stops_early_on_held_out_records(records) -> None:
+    rule = EarlyStop(held_out=0.34, min_delta=1e9)  # every 3rd record held out; stops at 2
+    proj = train_projections(records, rank=2, batch_size=32, epochs=10, early_stop=rule)
+    meta = proj.metadata
+    assert meta["epochs_run"] == [2, 2] and len(meta["held_out_loss"][0]) == 2
+    # Layer 0 restored to epoch 1 = training on the other records for one epoch (the
+    # held-out pairs have their own generator: the training draws are unchanged; layer 1
+    # differs, its draws follow layer 0's second epoch on the one generator).
+    fit, _ = rule.split(records)
+    one = train_projections(fit, rank=2, batch_size=32, epochs=1)
+    assert torch.equal(proj.weight[0], one.weight[0])
+    assert "epochs_run" not in one.metadata and proj.metadata["n_records"] == len(records)
+
+
+# ---------------------------------------------------------------- resuming
+
+
+def _roundtrip(state: dict) -> dict:
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=False)
+
+
+def test_resume_from_any_epoch_gives_the_uninterrupted_weights() -> None:
+    states: list[dict] = []
+    rule = EarlyStop(patience=2)
+    options = {"epochs": 8, "lr": 0.1, "early_stop": rule}  # Adam: its moments are state too
+    full = Trainer(**options, checkpoint=states.append).fit(Toy(skip=(1,)), 3)
+    where = [(s["layer"], s["epoch"], s["stopped"]) for s in states]
+    stop = full[0][1].epochs
+    assert stop < 8 and where[stop - 1] == (0, stop, True)  # layer 0 stopped early
+    assert {layer for layer, _, _ in where} == {0, 2}  # the skipped layer trains nothing
+    for state in states:
+        again = Trainer(**options).fit(Toy(skip=(1,)), 3, resume=_roundtrip(state))
+        for (w, log), (w_full, log_full) in zip(again, full, strict=True):
+            assert (w is None and w_full is None) or torch.equal(w, w_full)
+            assert log == log_full
+
+
+@pytest.mark.parametrize("fit", ["paper", "logistic", "lowrank-logistic"])
+def test_resumed_objectives_write_the_same_projections(records, fit) -> None:
+    def run(**loop):
+        if fit == "paper":
+            return train_projections(records, rank=2, batch_size=32, epochs=3, **loop)
+        if fit == "logistic":
+            return train_logistic(records, rank=2, batch_size=32, epochs=3, **loop)
+        return refine_lowrank(start, records, batch_size=32, epochs=3, lr=0.02, **loop)
+
+    start = fit_lowrank(records, rank=2) if fit == "lowrank-logistic" else None
+    states: list[dict] = []
+    full = run(checkpoint=states.append)
+    assert len(states) == LAYERS * 3
+    for state in (states[1], states[2], states[4]):  # mid layer 0, end of layer 0, layer 1
+        again = run(resume=_roundtrip(state))
+        for name in ("weight", "bias", "key_weight", "key_bias", "query_radius"):
+            if getattr(full, name, None) is not None:
+                assert torch.equal(getattr(again, name), getattr(full, name)), name
+        assert again.metadata == full.metadata
+
+
+def test_resumed_hash_codes_are_the_same() -> None:
+    from sparsefinder.projections.hash_fit import fit_hash_codes
+
+    gen = torch.Generator().manual_seed(2)
+    records = [_record(gen) for _ in range(3)]
+    states: list[dict] = []
+    full = fit_hash_codes(records, bits=4, steps=5, seed=1, checkpoint=states.append)
+    assert [s["layer"] for s in states] == [0, 1]
+    again = fit_hash_codes(records, bits=4, steps=5, seed=1, resume=_roundtrip(states[0]))
+    for (wq, wk), (wq_full, wk_full) in zip(again, full, strict=True):
+        assert torch.equal(wq, wq_full) and torch.equal(wk, wk_full)
+
+
+# ---------------------------------------------------------------- all-reduce hook
+
+
+def test_all_reduce_hook_sees_every_step_and_its_result_is_applied() -> None:
+    seen: list[torch.Tensor] = []
+
+    def halve(packed: torch.Tensor) -> torch.Tensor:
+        seen.append(packed.clone())
+        return packed / 2
+
+    (weight, log), = Trainer(epochs=3, optimizer=sgd, all_reduce=halve,
+                             early_stop=EarlyStop(patience=5)).fit(Toy(steps=4), 1)
+    assert len(seen) == 3 * 4 + 3  # every step, and every held-out loss
+    step_packs = [p for p in seen if p.numel() == 4]  # 3 gradient entries + the loss
+    assert len(step_packs) == 12
+    assert log.losses == pytest.approx([float(p[-1]) / 2 for p in step_packs])
+    assert log.held_out == pytest.approx([float(p[0]) / 2 for p in seen if p.numel() == 1])
+    # Halved gradients = SGD at half the learning rate.
+    (slow, _), = Trainer(epochs=3, optimizer=lambda p: torch.optim.SGD(p, lr=0.075)).fit(
+        Toy(steps=4), 1)
+    torch.testing.assert_close(weight, slow)
+
+
+# ---------------------------------------------------------------- progress bar
+
+
+def test_progress_bar_counts_layer_epochs(capsys, monkeypatch) -> None:
+    import tqdm
+
+    monkeypatch.setattr(tqdm.tqdm, "monitor_interval", 0)  # no monitor thread (forks)
+    Trainer(epochs=3, progress=True, desc="toy").fit(Toy(skip=(1,)), 2)
+    err = capsys.readouterr().err
+    assert "toy" in err and "6/6" in err and "layer·epoch" in err
+    Trainer(epochs=20, progress=True, optimizer=sgd, early_stop=EarlyStop()).fit(Toy(), 1)
+    assert "20/20" in capsys.readouterr().err  # an early stop completes the bar
+    states: list[dict] = []
+    Trainer(epochs=3, checkpoint=states.append).fit(Toy(), 2)
+    Trainer(epochs=3, progress=True).fit(Toy(), 2, resume=states[3])
+    err = capsys.readouterr().err
+    assert "4/6" in err and "6/6" in err and "0/6" not in err  # a resumed bar starts at 4
+    Trainer(epochs=3).fit(Toy(), 2)
+    assert capsys.readouterr().err == ""
