@@ -63,6 +63,12 @@ def test_two_ranks_train_and_sweep_like_one_process(store, tmp_path):
     streamed = sweep_streaming(reader.iter_records(), single, records[0].num_layers, METHODS)
     reference = sweep(records, single, METHODS)
     assert list(reference["params"]) == list(streamed["params"])
+    # one column set: the streamed sweep keeps the extra metrics the in-memory one writes
+    assert list(streamed.columns) == list(reference.columns)
+    for column in ("precision", "exact_fraction", "mass_recall", "block_recall16",
+                   "block_recall64", "block_recall"):
+        assert streamed[column].tolist() == pytest.approx(reference[column].tolist(),
+                                                           abs=1e-12, nan_ok=True), column
     for frame in (streamed, *ranks):
         recall = frame["recall"] if isinstance(frame, dict) else frame["recall"].tolist()
         sparsity = frame["sparsity"] if isinstance(frame, dict) else frame["sparsity"].tolist()

@@ -2,17 +2,16 @@
 
 The macro average (``metrics.macro_average``) is a mean over texts per (layer, head), then
 over heads, then over layers. Only the first step touches texts, and it is linear: every
-rank adds up its texts' per-(layer, head) recall and sparsity (float64) and counts them;
+rank adds up its texts' per-(layer, head) recall, sparsity and extra metrics (float64) and counts them;
 one ``all_reduce(SUM)`` of those sums and the text count gives the global per-head means,
 and the head/layer means follow on every rank. Records are consumed as an iterable, one at a
 time (e.g. :meth:`sparsefinder.data.shards.ShardedRecords.iter_records`), so memory holds one
-chunk, whatever the corpus size. Identical maths to ``pareto.score_specs``; the numbers
+chunk, whatever the corpus size. Identical maths to ``sweep.score_specs``; the numbers
 differ from it only by float64 summation order (≤ 1e-15 relative).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -23,8 +22,9 @@ from sparsefinder import distributed
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.evaluation.curves import CURVES, resolve_methods
 from sparsefinder.evaluation.plan import plan_sweep
-from sparsefinder.evaluation.sweep import SpecScores
+from sparsefinder.evaluation.sweep import SpecScores, own_block_recall, points_frame
 from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
+from sparsefinder.metrics.measures import EXTRA_METRICS
 from sparsefinder.metrics.scorer import Scorer
 from sparsefinder.projections.heads import HeadProjections
 
@@ -45,26 +45,28 @@ def score_specs_streaming(
     fitted = list(fitted) if fitted is not None else [None] * len(specs)
     built = [spec.build_layers(projections, num_layers, fit)
              for spec, fit in zip(specs, fitted, strict=True)]
-    sums: torch.Tensor | None = None  # (specs + 1, 2, layers, heads): recall, sparsity
+    names = ("recall", "sparsity", *EXTRA_METRICS, "block_recall")
+    sums: torch.Tensor | None = None  # (specs + 1, metrics, layers, heads)
     count = 0
     for record in records:
-        if projections is not None:
-            projections.check_record(record)
-        scorer = Scorer(record, extra=False)  # recall and sparsity are all it reduces
+        scorer = Scorer(record)
         vectors = RecordInputs(record, projections)
         rows = []
         for c, spec in enumerate(specs):
-            scores = scorer.score(predict_record(spec, built[c], vectors))
-            rows.append(torch.stack([scores.recall, scores.sparsity]).double())
+            preds = predict_record(spec, built[c], vectors)
+            metrics = scorer.score(preds).metrics()
+            metrics["block_recall"] = own_block_recall(spec, preds, scorer)
+            rows.append(torch.stack([metrics[name].double() for name in names]))
         gold = scorer.gold_sparsity.double()
-        rows.append(torch.stack([torch.ones_like(gold), gold]))
+        rows.append(torch.stack([torch.ones_like(gold), gold,
+                                 *[torch.zeros_like(gold)] * (len(names) - 2)]))
         part = torch.stack(rows)
         sums = part if sums is None else sums + part
         count += 1
     heads = torch.tensor([0 if sums is None else sums.shape[-1]])
     heads = int(distributed.all_reduce(heads, "max")[0])
     if sums is None:
-        sums = torch.zeros(len(specs) + 1, 2, num_layers, heads, dtype=torch.float64)
+        sums = torch.zeros(len(specs) + 1, len(names), num_layers, heads, dtype=torch.float64)
     packed = distributed.all_reduce(torch.cat([sums.reshape(-1),
                                                torch.tensor([float(count)],
                                                             dtype=torch.float64)]))
@@ -72,11 +74,14 @@ def score_specs_streaming(
     if n_texts == 0:
         raise ValueError("scoring needs at least one record (a text's gold graphs)")
     per_head = packed[:-1].view_as(sums) / n_texts
-    per_layer = per_head.mean(-1)  # (specs + 1, 2, layers)
+    per_layer = per_head.mean(-1)  # (specs + 1, metrics, layers)
     results = [
         SpecScores(recall=float(per_layer[c, 0].mean()), sparsity=float(per_layer[c, 1].mean()),
                    recall_per_layer=per_layer[c, 0].tolist(),
-                   sparsity_per_layer=per_layer[c, 1].tolist(), n_texts=n_texts)
+                   sparsity_per_layer=per_layer[c, 1].tolist(), n_texts=n_texts,
+                   extra={name: float(per_layer[c, 2 + i].mean())
+                          for i, name in enumerate(EXTRA_METRICS)},
+                   block_recall=float(per_layer[c, -1].mean()))
         for c in range(len(specs))
     ]
     gold = {"gold_sparsity": float(per_layer[-1, 1].mean()),
@@ -90,10 +95,10 @@ def sweep_streaming(
     num_layers: int,
     methods: str | Sequence[str] = "sparsefinder",
 ) -> pd.DataFrame:
-    """``pareto.sweep`` over streamed (sharded) records: the same rows, reduced over ranks.
+    """``sweep.sweep`` over streamed (sharded) records: the same rows, reduced over ranks.
 
     Methods learned from training graphs are not offered here (fit them on a list of train
-    records with ``pareto.sweep``); grid points that cannot be built are skipped.
+    records with ``sweep.sweep``); grid points that cannot be built are skipped.
     """
     names = [n for n in resolve_methods(methods) if not CURVES[n].needs_training]
     if any(CURVES[n].needs_projections for n in names) and projections is None:
@@ -101,13 +106,6 @@ def sweep_streaming(
     plan = plan_sweep(names, projections, num_layers)
     rows = [(point.curve, point.spec) for point in plan.points]
     results, gold = score_specs_streaming(records, projections, plan.specs, num_layers)
-    frame = pd.DataFrame([
-        {"method": name, "params": spec.params_json(), "recall": r.recall,
-         "sparsity": r.sparsity,
-         "recall_per_layer": json.dumps([round(x, 6) for x in r.recall_per_layer]),
-         "sparsity_per_layer": json.dumps([round(x, 6) for x in r.sparsity_per_layer]),
-         "n_texts": r.n_texts}
-        for (name, spec), r in zip(rows, results, strict=True)
-    ])
+    frame = points_frame(rows, results)
     frame.attrs.update(gold)
     return frame

@@ -96,7 +96,7 @@ def score_specs(
         for c, spec in enumerate(specs):
             preds = predict_record(spec, built[c], vectors)
             per_spec[c].append(scorer.score(preds))
-            extras[c].append(_own_block_recall(spec, preds, scorer))
+            extras[c].append(own_block_recall(spec, preds, scorer))
         gold.append(GraphScores(recall=torch.ones_like(scorer.gold_sparsity),
                                 sparsity=scorer.gold_sparsity))
         if on_progress is not None:
@@ -120,7 +120,7 @@ def score_specs(
     return results, gold_scores
 
 
-def _own_block_recall(spec: PredictorSpec, preds: Sequence[Tensor], scorer: Scorer) -> Tensor:
+def own_block_recall(spec: PredictorSpec, preds: Sequence[Tensor], scorer: Scorer) -> Tensor:
     """(layers, heads) float64: block recall at the spec's own ``block`` parameter (NaN for
     methods without one; the Scorer's extras give it at 16 and 64)."""
     block = spec.param_dict.get("block")
@@ -198,7 +198,16 @@ def sweep(
     results, gold = score_specs(records, projections, plan.specs,
                                 built=[point.predictors for point in plan.points],
                                 on_progress=on_progress, records_checked=True)
-    frame = pd.DataFrame([
+    frame = points_frame(rows, results)
+    frame.attrs["gold_sparsity"] = float(gold.sparsity.mean())
+    frame.attrs["gold_sparsity_per_layer"] = [float(x) for x in gold.sparsity]
+    return frame
+
+
+def points_frame(rows: Sequence[tuple[str, PredictorSpec]],
+                 results: Sequence[SpecScores]) -> pd.DataFrame:
+    """The one column set of a sweep's points (every sweep writes it; see :func:`sweep`)."""
+    return pd.DataFrame([
         {
             "method": name,
             "params": spec.params_json(),
@@ -212,6 +221,3 @@ def sweep(
         }
         for (name, spec), result in zip(rows, results, strict=True)
     ])
-    frame.attrs["gold_sparsity"] = float(gold.sparsity.mean())
-    frame.attrs["gold_sparsity_per_layer"] = [float(x) for x in gold.sparsity]
-    return frame
