@@ -116,9 +116,9 @@ def _train_records(
 def _write_results(points: pd.DataFrame, out: Path, summary: dict, title: str) -> None:
     """points.csv/.json, frontier.csv, recall_at_sparsity.csv, metrics_at_sparsity.csv and
     pareto.html in ``out``."""
-    frontier = pareto_frontier(points)
-    at = recall_at_sparsity(points)
-    metrics_at = metrics_at_sparsity(points)
+    frontier = pareto_frontier(points)  # once: a frontier's own frontier is itself
+    at = recall_at_sparsity(frontier)
+    metrics_at = metrics_at_sparsity(frontier)
     out.mkdir(parents=True, exist_ok=True)
     points.to_csv(out / "points.csv", index=False)
     frontier.to_csv(out / "frontier.csv", index=False)
@@ -134,7 +134,8 @@ def _write_results(points: pd.DataFrame, out: Path, summary: dict, title: str) -
         ],
     }
     (out / "points.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
-    write_figure_html(pareto_figure(points, gold, title=title), out / "pareto.html")
+    figure = pareto_figure(points, gold, title=title, frontier=frontier)
+    write_figure_html(figure, out / "pareto.html")
     print(f"gold sparsity: {gold:.4f} (per layer: "
           f"{', '.join(f'{x:.4f}' for x in gold_layers)})")
     print(at.to_string(index=False, float_format=lambda x: f"{x:.4f}"))

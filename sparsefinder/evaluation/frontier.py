@@ -48,7 +48,8 @@ def recall_at_sparsity(
     a recall some actual configuration reaches at that sparsity or better (conservative).
     ``how="linear"``: linear interpolation between the two frontier points around the level
     (the curve as drawn); for a level below every frontier point the step rule applies.
-    Either way a level sparser than every point of a method gives NaN.
+    Either way a level sparser than every point of a method gives NaN. ``df`` may be a
+    frontier already (:func:`pareto_frontier` of a frontier is that frontier).
     """
     if how not in ("step", "linear"):
         raise ValueError(f"how must be 'step' or 'linear', got {how!r}")

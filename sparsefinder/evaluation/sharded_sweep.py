@@ -1,13 +1,13 @@
 """Sweeps over record shards: each rank scores its records, macro averages reduced exactly.
 
-The macro average (``metrics.macro_average``) is a mean over texts per (layer, head), then
-over heads, then over layers. Only the first step touches texts, and it is linear: every
-rank adds up its texts' per-(layer, head) recall, sparsity and extra metrics (float64) and counts them;
-one ``all_reduce(SUM)`` of those sums and the text count gives the global per-head means,
-and the head/layer means follow on every rank. Records are consumed as an iterable, one at a
-time (e.g. :meth:`sparsefinder.data.shards.ShardedRecords.iter_records`), so memory holds one
-chunk, whatever the corpus size. Identical maths to ``sweep.score_specs``; the numbers
-differ from it only by float64 summation order (≤ 1e-15 relative).
+The macro average (``metrics.macro_average``) is a mean over texts per (layer, head), then over
+heads, then over layers. Only the first step touches texts, and it is linear: every rank adds
+up its texts' per-(layer, head) recall, sparsity and extra metrics (float64) and counts them;
+one ``all_reduce(SUM)`` of those sums and the text count gives the global per-head means, and
+the head/layer means follow on every rank. Records are consumed as an iterable, one at a time
+(e.g. :meth:`sparsefinder.data.shards.ShardedRecords.iter_records`), so memory holds one chunk,
+whatever the corpus size. Identical maths to ``sweep.score_specs``; the numbers differ from it
+only by float64 summation order (≤ 1e-15 relative).
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ _PALETTE = list(pc.qualitative.Dark24)
 
 
 def pareto_figure(
-    df: pd.DataFrame, gold_sparsity: float | None = None, title: str = "Sparsity–recall"
+    df: pd.DataFrame, gold_sparsity: float | None = None, title: str = "Sparsity–recall",
+    *, frontier: pd.DataFrame | None = None,
 ) -> go.Figure:
     """All points (faint) and each method's frontier (line); gold sparsity as a dashed line.
 
@@ -22,7 +23,8 @@ def pareto_figure(
     """
     fig = go.Figure()
     families: dict[str, str] = {}
-    frontier = pareto_frontier(df)
+    if frontier is None:  # a caller that already has it passes it
+        frontier = pareto_frontier(df)
     for method in dict.fromkeys(df["method"]):
         family = method.split("+")[0]
         color = families.setdefault(family, _PALETTE[len(families) % len(_PALETTE)])
