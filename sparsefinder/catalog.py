@@ -239,7 +239,8 @@ def _builtin_methods() -> list[Method]:
         Method("kmeans-routed-top", "Routed k-means (B, routes)",
                (_int("n_clusters", 128, 1, "B"), _int("n_routes", 4, 1, "routes")),
                _routed_kmeans("top"), inputs="original"),
-        Method("topp", "Top-p of entmax (ORACLE)", (Param("p", float, 0.9, **SHARE),),
+        Method("topp", "Top-p of entmax (ORACLE)",
+               (Param("p", float, 0.9, label="mass p", url="p", **SHARE),),
                lambda p, c: TopP(float(p["p"])), inputs="original", oracle=True),
         # long-context baselines: training-free page bounds; learned hash codes
         Method("quest", "Quest pages (min/max key bounds)",

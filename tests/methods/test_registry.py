@@ -1,0 +1,87 @@
+"""The registry: parameters declared once and checked, the catalog loaded lazily, plug-ins."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from sparsefinder.methods.registry import (
+    METHODS,
+    Method,
+    MethodUnavailable,
+    Param,
+    get_method,
+    register_method,
+    unregister_method,
+)
+from sparsefinder.methods.spec import PredictorSpec
+
+
+def test_param_check_names_the_parameter_the_range_and_the_value():
+    bins = Param("bins", int, 4, low=1)
+    bins.check(3)
+    bins.check(3.0)  # an integral float (a CSV or a link) is an integer
+    bins.check("2")
+    for bad in (0, 2.5, "x", True, float("nan"), None):
+        with pytest.raises(ValueError, match=r"bins must be an integer >= 1, got"):
+            bins.check(bad)
+    share = Param("p", float, 0.9, low=0.0, high=1.0, low_open=True)
+    share.check(1.0)
+    with pytest.raises(ValueError, match=r"p must be a number in \(0, 1\], got 0"):
+        share.check(0)
+    Param("anything", object, 0).check("whatever")  # undeclared: a plug-in's own check
+
+
+def test_every_builtin_parameter_is_declared_with_a_default_inside_its_range():
+    for method in METHODS.values():
+        for param in method.params:
+            assert param.kind in (int, float), (method.name, param.name)
+            param.check(param.default)
+            assert param.label and param.url, (method.name, param.name)
+
+
+def test_specs_are_validated_against_the_declaration():
+    with pytest.raises(ValueError, match=r"method 'kmeans': top_k must be an integer >= 1"):
+        PredictorSpec.of("kmeans", {"n_clusters": 4, "top_k": 0})
+    with pytest.raises(ValueError, match=r"takes parameters \['threshold'\]; missing "
+                                         r"\['threshold'\], unknown \['t'\]"):
+        PredictorSpec.of("distance", {"t": 1.0})
+    with pytest.raises(ValueError, match="unknown method 'nope'; choose from: distance"):
+        get_method("nope")
+
+
+def test_the_catalog_loads_on_first_read_and_nothing_imports_it():
+    code = ("import sys; from sparsefinder.methods import registry as r; "
+            "a = 'sparsefinder.catalog' in sys.modules; n = len(r.METHODS); "
+            "print(a, 'sparsefinder.catalog' in sys.modules, n > 20)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["False", "True", "True"]
+
+
+def test_a_plugin_registers_with_bare_parameter_names_and_unregisters():
+    plugin = Method("plugin-test", "Plug-in", ("alpha",), lambda p, c: None, inputs="shape")
+    register_method(plugin)
+    try:
+        assert METHODS["plugin-test"].param_names == ("alpha",)
+        assert PredictorSpec.of("plugin-test", {"alpha": "any"}).build(None, 0) is None
+        with pytest.raises(ValueError, match="already registered"):
+            register_method(plugin)
+    finally:
+        unregister_method("plugin-test")
+    assert "plugin-test" not in METHODS
+
+
+def test_a_point_that_cannot_be_built_here_is_method_unavailable():
+    """k-means needs centroids for its B: a sweep skips the point with this reason."""
+    import torch
+
+    from sparsefinder.projections.heads import HeadProjections
+
+    projections = HeadProjections(weight=torch.zeros(1, 2, 2, 4), bias=torch.zeros(1, 2, 2),
+                                  model_id="synthetic", alpha=1.5)
+    spec = PredictorSpec.of("kmeans", {"n_clusters": 5, "top_k": 1})
+    with pytest.raises(MethodUnavailable, match="no k-means centroids for B=5"):
+        spec.build(projections, 0)
