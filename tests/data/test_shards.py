@@ -11,7 +11,8 @@ import torch
 
 from sparsefinder.cli import main
 from sparsefinder.data.records_io import load_records
-from sparsefinder.data.shards import ShardedRecords, ShardsError, plan_chunks, read_manifest
+from sparsefinder.data.shard_files import ShardsError, plan_chunks
+from sparsefinder.data.shards import ShardedRecords, read_manifest
 
 _spec = importlib.util.spec_from_file_location(
     "distributed_worker", Path(__file__).parents[1] / "distributed_worker.py")
@@ -21,7 +22,7 @@ TEXTS, extract_args, torchrun = helpers.TEXTS, helpers.extract_args, helpers.tor
 
 KILLER = """
 import os, signal, sys
-import sparsefinder.data.shards as shards
+import sparsefinder.data.shard_files as shards
 from sparsefinder.cli import main
 real, seen = shards._HashingFile.write, set()
 def dying(self, data):
