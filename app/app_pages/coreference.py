@@ -183,8 +183,10 @@ def coreference_view() -> None:
                                      pred[head] if pred is not None else None)
     st.plotly_chart(coref_figures.pronoun_figure(frame, tag),
                     config=common_figures.chart_config(f"coref_{tag}"), key="w_fig_coref_rows")
-    st.caption("Only the pronoun rows of the head: each row is one pronoun piece, red squares "
-               "mark its antecedent's pieces.")
+    st.caption("Only the pronoun rows of the head: each row is one pronoun piece, shown once "
+               "however many antecedents it has; red squares mark the pieces of all its "
+               "antecedents (hover one to see its pair), so the row shows which candidate the "
+               "head prefers.")
     if pred is None:
         return
 

@@ -11,34 +11,56 @@ from torch import Tensor
 
 from sparsefinder.data.records import AttentionRecord
 
+#: Columns of :func:`pronoun_rows_frame` (also those of its empty result).
+COLUMNS = ("pairs", "query", "query_token", "key", "key_token", "prob", "gold", "predicted",
+           "antecedent", "antecedent_of")
+
 
 def pronoun_rows_frame(record: AttentionRecord, layer: int, head: int,
                        pairs: Sequence[Any], pred: Tensor | None = None) -> pd.DataFrame:
     """Only the pronoun rows of one head, tidy: one row per (pronoun token, key token).
 
-    ``pairs`` are :class:`sparsefinder.analysis.coref.PairTokens`; ``pred`` the predicted (n, m)
-    mask
-    of the head (or None). Columns: pair, query, query_token, key, key_token, prob (gold
-    α-entmax probability), gold (edge), predicted, antecedent (key is the pair's antecedent).
+    ``pairs`` are :class:`sparsefinder.analysis.coref.PairTokens`; ``pred`` the predicted
+    (n, m) mask of the head (or None). A pronoun may have several antecedents (several pairs
+    share its tokens, e.g. spaCy's candidates "he → handle", "he → hallway"): its token is still
+    ONE attention row — one distribution over the keys, in which the candidates compete — so it
+    appears once, with every antecedent of every pair it belongs to marked. Query tokens come
+    in reading order.
+
+    Columns: pairs (tuple of the indices of the pairs whose pronoun covers the query token),
+    query, query_token, key, key_token, prob (gold α-entmax probability), gold (edge),
+    predicted, antecedent (the key is an antecedent token of one of those pairs: the edges
+    :func:`sparsefinder.analysis.coref.pronoun_edges` counts), antecedent_of (tuple of the
+    indices of those pairs whose antecedent covers the key; empty elsewhere).
     """
-    probs = record.layers[layer].probs()[head]
-    frames = []
     n = record.n_tokens
+    of_query: dict[int, list[int]] = {}
     for index, pair in enumerate(pairs):
-        antecedent = np.zeros(n, dtype=bool)
-        antecedent[pair.antecedent] = True
-        for row in pair.pronoun:
-            values = probs[int(row)].float().numpy()
-            frames.append(pd.DataFrame({
-                "pair": index,
-                "query": int(row),
-                "query_token": record.tokens[int(row)],
-                "key": np.arange(n),
-                "key_token": record.tokens,
-                "prob": values,
-                "gold": values > 0,
-                "predicted": (pred[int(row)].numpy() if pred is not None
-                              else np.zeros(n, dtype=bool)),
-                "antecedent": antecedent,
-            }))
-    return pd.concat(frames, ignore_index=True)
+        for row in np.unique(np.asarray(pair.pronoun, dtype=np.int64)):
+            of_query.setdefault(int(row), []).append(index)
+    if not of_query:
+        return pd.DataFrame({c: [] for c in COLUMNS})
+    probs = record.layers[layer].probs()[head]
+    keys = np.arange(n)
+    frames = []
+    for row in sorted(of_query):
+        owners = tuple(of_query[row])
+        antecedent_of: list[tuple[int, ...]] = [() for _ in range(n)]
+        for index in owners:
+            for col in np.unique(np.asarray(pairs[index].antecedent, dtype=np.int64)):
+                antecedent_of[int(col)] += (index,)
+        values = probs[row].float().numpy()
+        frames.append(pd.DataFrame({
+            "pairs": [owners] * n,
+            "query": row,
+            "query_token": record.tokens[row],
+            "key": keys,
+            "key_token": record.tokens,
+            "prob": values,
+            "gold": values > 0,
+            "predicted": (pred[row].numpy().astype(bool) if pred is not None
+                          else np.zeros(n, dtype=bool)),
+            "antecedent": np.array([bool(a) for a in antecedent_of]),
+            "antecedent_of": antecedent_of,
+        }))
+    return pd.concat(frames, ignore_index=True)[list(COLUMNS)]
