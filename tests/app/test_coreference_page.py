@@ -79,3 +79,21 @@ def test_missing_projections_is_an_info_not_an_exception(without_projections):
     assert any("needs learned projections" in i.value for i in at.info)
     assert len(figures(at)) == 1  # the gold pronoun rows are still drawn
     assert len(_ranking(at)) == 10
+
+
+def test_bundled_stories_with_two_candidates_per_pronoun(with_projections):
+    """Regression: spaCy proposes two antecedents per pronoun and the page pre-selects them,
+    which crashed the pronoun figure (a reshape into one row per pair). Each pronoun token is
+    now one row, with all its candidates outlined."""
+    for example in ("short_dialogue", "coreference_story"):
+        at = new_app(method="fixed", example=example).run()
+        at.switch_page("app_pages/coreference.py").run()
+        at.radio(key="w_coref_source").set_value("own").run()
+        assert_clean(at)
+        chosen = at.multiselect(key="w_coref_pairs").value
+        pronouns = [label.split(" → ")[0] for label in chosen]
+        assert len(set(pronouns)) < len(pronouns)  # some pronoun has 2+ antecedents
+        rows = figures(at)[0]
+        assert len(rows["data"][0]["y"]) == len(set(pronouns))  # one-piece pronouns here
+        outlined = len(rows["data"][2]["x"])
+        assert outlined >= len(chosen)  # every chosen antecedent (all its pieces) outlined
