@@ -27,6 +27,15 @@ def metric(at, label: str) -> float:
     return float(values[0])
 
 
+def gold_sparsity(at, scope: str) -> float:
+    """The Explorer's gold sparsity at ``scope`` ("Head", "Layer", "Model"): shown under the
+    "<scope> sparsity" metric, as its delta ("gold 0.944")."""
+    deltas = [m.proto.delta for m in at.metric if m.label == f"{scope} sparsity"]
+    assert deltas, f"no metric '{scope} sparsity'; have {[m.label for m in at.metric]}"
+    assert deltas[0].startswith("gold "), deltas[0]
+    return float(deltas[0].removeprefix("gold "))
+
+
 def assert_clean(at) -> None:
     """No exception element (Streamlit shows tracebacks there) and no error box."""
     assert not at.exception, [e.value for e in at.exception]

@@ -47,3 +47,25 @@ def without_projections(monkeypatch, tmp_path):
     from app import shell
 
     monkeypatch.setattr(shell, "DEFAULT_PROJECTIONS", tmp_path / "missing.pt")
+
+
+@pytest.fixture(scope="module")
+def server(request) -> str:
+    """The app served by `streamlit run` on a free port (browser tests); one per module."""
+    from browser_helpers import start_server
+
+    url, stop = start_server()
+    request.addfinalizer(stop)
+    return url
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's chromium through Playwright, shared by a module's tests."""
+    from browser_helpers import CHROMIUM, CHROMIUM_ARGS
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()

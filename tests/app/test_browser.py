@@ -6,21 +6,11 @@ Marked ``browser``; skipped (with the reason) only when /usr/bin/chromium is mis
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
 import time
-import urllib.request
-from pathlib import Path
 
 import pytest
+from browser_helpers import ARTIFACTS, CHROMIUM, SKIP_REASON
 
-ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
-ARTIFACTS = ROOT / "artifacts"
 METRIC_JS = """(label) => {
   for (const m of document.querySelectorAll('[data-testid="stMetric"]')) {
     const l = m.querySelector('[data-testid="stMetricLabel"]');
@@ -33,62 +23,15 @@ METRIC_JS = """(label) => {
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(),
-                       reason="/usr/bin/chromium is missing (`make browser` installs it)"),
+    pytest.mark.skipif(not CHROMIUM.exists(), reason=SKIP_REASON),
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def server(request) -> str:
-    """`streamlit run app/main.py` on a free port; terminated by the finaliser."""
-    port = _free_port()
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               TOKENIZERS_PARALLELISM="false")
-    process = subprocess.Popen(
-        [str(ROOT / ".venv" / "bin" / "streamlit"), "run", "app/main.py",
-         "--server.port", str(port), "--server.headless", "true",
-         "--browser.gatherUsageStats", "false"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-
-    def stop() -> None:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-
-    request.addfinalizer(stop)
-    url = f"http://localhost:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
-                if response.status == 200:
-                    return url
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("streamlit did not become healthy") from None
-            time.sleep(0.3)
-
-
-@pytest.fixture(scope="module")
-def page():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1600, "height": 1800})
-        yield page
-        browser.close()
+def page(browser):
+    page = browser.new_page(viewport={"width": 1600, "height": 1800})
+    yield page
+    page.close()
 
 
 def _wait_for_explorer(page) -> None:

@@ -7,7 +7,14 @@ import re
 
 import numpy as np
 import pytest
-from apptest_helpers import assert_clean, assert_head_graphs, figures, metric, new_app
+from apptest_helpers import (
+    assert_clean,
+    assert_head_graphs,
+    figures,
+    gold_sparsity,
+    metric,
+    new_app,
+)
 
 
 def test_first_screen_shows_graphs_and_metrics(with_projections):
@@ -20,8 +27,9 @@ def test_first_screen_shows_graphs_and_metrics(with_projections):
     assert any(t["type"] == "scattergl" for t in figure["data"])  # hover overlay (short text)
     assert len(figures(at)) == 2  # + the layer × head overview grid
     for scope in ("Head", "Layer", "Model"):
-        for what in ("recall", "sparsity", "gold sparsity"):
+        for what in ("recall", "sparsity"):
             assert 0.0 <= metric(at, f"{scope} {what}") <= 1.0
+        assert 0.0 <= gold_sparsity(at, scope) <= 1.0  # under the sparsity, as its delta
     assert any("Device:" in c.value and "adapter: entmax-1.5 adapter" in c.value
                for c in at.sidebar.caption)  # which weights run: the entmax-adapted ones
     assert at.query_params["example"] == "short_dialogue"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from apptest_helpers import assert_clean, metric, new_app
+from apptest_helpers import assert_clean, gold_sparsity, metric, new_app
 
 from sparsefinder.explore import texts
 
@@ -24,22 +24,22 @@ def test_every_field_round_trips_through_the_link(with_projections):
                        "layer": "4", "head": "7", "query": "3", "example": "science_news",
                        "overview": "sparsity", "global": "last", "model": "default"}.items():
         assert params[key] == value, key
-    shown = (metric(at, "Model recall"), metric(at, "Model gold sparsity"))
+    shown = (metric(at, "Model recall"), gold_sparsity(at, "Model"))
     again = new_app(**params).run()  # a second visitor opens the same link
     assert_clean(again)
-    assert (metric(again, "Model recall"), metric(again, "Model gold sparsity")) == shown
+    assert (metric(again, "Model recall"), gold_sparsity(again, "Model")) == shown
     assert _params(again) == params
 
 
 def test_alpha_changes_the_graphs_and_the_link(with_projections):
     at = new_app(method="fixed", window="3").run()
-    sparse = metric(at, "Model gold sparsity")
+    sparse = gold_sparsity(at, "Model")
     at.number_input(key="w_alpha").set_value(2.0).run()
     assert_clean(at)
     assert at.query_params["alpha"] == "2.0"
-    assert metric(at, "Model gold sparsity") > sparse  # sparsemax is sparser than entmax15
+    assert gold_sparsity(at, "Model") > sparse  # sparsemax is sparser than entmax15
     at.number_input(key="w_alpha").set_value(1.5).run()
-    assert metric(at, "Model gold sparsity") == sparse  # one model copy, α set per run
+    assert gold_sparsity(at, "Model") == sparse  # one model copy, α set per run
 
 
 def test_pasted_text_survives_mode_switches_and_travels_in_the_link(with_projections):
@@ -47,7 +47,7 @@ def test_pasted_text_survives_mode_switches_and_travels_in_the_link(with_project
     at.radio(key="w_source").set_value("paste").run()
     at.text_area(key="w_paste").input(PASTED).run()
     assert_clean(at)
-    shown = metric(at, "Model gold sparsity")
+    shown = gold_sparsity(at, "Model")
     assert at.query_params["textid"] == texts.text_id(PASTED)
     assert texts.decode_text(at.query_params["text"]) == PASTED
     at.radio(key="w_source").set_value("example").run()
@@ -59,7 +59,7 @@ def test_pasted_text_survives_mode_switches_and_travels_in_the_link(with_project
     assert_clean(reopened)
     assert reopened.radio(key="w_source").value == "paste"
     assert reopened.text_area(key="w_paste").value == PASTED
-    assert metric(reopened, "Model gold sparsity") == shown  # the same text's graphs
+    assert gold_sparsity(reopened, "Model") == shown  # the same text's graphs
 
 
 def test_a_long_text_is_named_by_hash_and_an_unknown_one_is_refused(with_projections):
