@@ -61,14 +61,18 @@ def start_server(timeout: float = 120) -> tuple[str, Callable[[], None]]:
             time.sleep(0.3)
 
 
-#: True once the app's script (or a fragment) has finished its run.
+#: True once the app's script (or a fragment) has finished its run and every element is
+#: drawn: elements whose code loads lazily (metrics, widgets) and components show skeletons
+#: until then, and a check of a skeleton would pass on nothing.
 IDLE_JS = """() => {
   const app = document.querySelector('[data-testid="stApp"]');
-  return app !== null && app.dataset.testScriptState === 'notRunning';
+  return app !== null && app.dataset.testScriptState === 'notRunning'
+    && document.querySelector('[data-testid="stSkeletonElement"], [data-testid="stSkeleton"], '
+                              + '[data-testid="stAppSkeleton"]') === null;
 }"""
 
 
-def wait_until_idle(page, timeout: float = 180_000, settle: float = 0.3) -> None:
+def wait_until_idle(page, timeout: float = 180_000, settle: float = 0.2) -> None:
     """Wait for the run to end, and for it to stay ended ``settle`` seconds (a run may ask
     for another: a widget seeded from the URL, a fragment)."""
     while True:
