@@ -35,8 +35,9 @@ def page(browser):
 
 
 def _wait_for_explorer(page) -> None:
+    """The six headline metrics (recall, sparsity at three scopes) and two figures."""
     page.wait_for_function(
-        "document.querySelectorAll('[data-testid=\"stMetricValue\"]').length >= 9 && "
+        "document.querySelectorAll('[data-testid=\"stMetricValue\"]').length >= 6 && "
         "document.querySelectorAll('.js-plotly-plot').length >= 2", timeout=240_000)
 
 

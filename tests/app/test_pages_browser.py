@@ -2,14 +2,14 @@
 
 One `streamlit run` server and one chromium for the module. Pages are opened by URL (the path
 picks the page, ``example=`` the text: see ``app/shell.py`` and
-``sparsefinder/explore/state.py``), text by text, so each text is extracted and swept once
-(the server keeps four texts). Each page is loaded at 1280×800 and checked again after a resize
-to 1440×900 (the layout is the browser's: nothing on the server depends on the width). A page
-fails on any exception or error box, and on any metric whose label, value or delta is cut off
-(wider than its box, or ending with "…"). The Coreference page is checked on its bundled probes
-(its default) and then on the text loaded in the sidebar (spaCy's candidate pairs, all
-pre-selected: two antecedents per pronoun). Screenshots go to ``artifacts/pages/``
-(gitignored).
+``sparsefinder/explore/state.py``), text by text, so each text is extracted once (the server
+keeps four texts); the Pareto sweeps, most of the CPU time, run ahead in tabs of their own (see
+``Tabs``). Each page is loaded at 1280×800 and checked again after a resize to 1440×900 (the
+layout is the browser's: nothing on the server depends on the width). A page fails on any
+exception or error box, and on any metric whose label, value or delta is cut off (wider than
+its box, or ending with "…"). The Coreference page is checked on its bundled probes (its
+default) and then on the text loaded in the sidebar (spaCy's candidate pairs, all pre-selected:
+two antecedents per pronoun). Screenshots go to ``artifacts/pages/`` (gitignored).
 """
 
 from __future__ import annotations
