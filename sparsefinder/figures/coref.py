@@ -72,6 +72,7 @@ def pronoun_figure(frame: pd.DataFrame, tag: str) -> go.Figure:
     fig.update_layout(height=140 + 34 * len(queries), margin=dict(l=0, r=0, t=40, b=0),
                       legend=dict(orientation="h", y=-0.25))
     fig.update_xaxes(tickangle=-60, tickfont=dict(size=10))
+    fig.update_yaxes(autorange="reversed")  # the first pronoun of the text on top
     return fig
 
 

@@ -74,6 +74,7 @@ def test_rows_follow_the_text_and_each_pronoun_lists_its_pairs():
         ("pair 4: 8 · had", "1 · the"), ("pair 4: 8 · had", "2 · pilot"),
         ("pairs 0, 3: 9 · it", "3 · thanked"), ("pairs 0, 3: 9 · it", "5 · mechanic")])
     assert fig.layout.height == 140 + 34 * 3
+    assert fig.layout.yaxis.autorange == "reversed"  # read top-down, like the text
 
 
 @pytest.mark.parametrize("per_pronoun", [1, 2, 3])
