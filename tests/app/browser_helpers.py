@@ -119,7 +119,8 @@ BOXES_JS = """() => ({
   exceptions: [...document.querySelectorAll('[data-testid="stException"]')]
     .map(e => e.innerText.trim().split('\\n').slice(0, 3).join(' ')),
   errors: [...document.querySelectorAll('[data-testid="stAlertContentError"]')]
-    .map(e => e.innerText.trim()),
+    .filter(e => !e.closest('[data-testid="stException"]'))
+    .map(e => e.innerText.trim().split('\\n').slice(0, 3).join(' ')),
 })"""
 
 
