@@ -18,7 +18,7 @@ import tempfile
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import streamlit as st
 import torch
@@ -61,6 +61,25 @@ def serving_policy() -> ServingPolicy:
     return ServingPolicy.from_env(st.get_option("server.address"))
 
 
+
+class CacheKey(NamedTuple):
+    """What every cache derived from the current text is keyed by (a plain tuple underneath,
+    so Streamlit hashes it as before); named, so no page slices it by position."""
+
+    model: str
+    alpha: float
+    text_hash: str
+    projections: str  # the projections file's digest, or "none"
+
+    @property
+    def model_alpha(self) -> tuple[str, float]:
+        return (self.model, self.alpha)
+
+    @property
+    def model_key(self) -> tuple[str, float, str]:
+        """Model, α and projections: caches that do not depend on the text."""
+        return (self.model, self.alpha, self.projections)
+
 @dataclass
 class AppContext:
     """What the sidebar produced in this run; pages draw from it (never from widgets)."""
@@ -72,7 +91,7 @@ class AppContext:
     notes: list[str] = field(default_factory=list)
     projections_note: str | None = None
     projections_failed: bool = False  # a file was given but cannot be used (vs. none given)
-    cache_key: tuple = ()  # (model, α, text hash, projections digest): keys derived caches
+    cache_key: CacheKey | None = None  # keys every cache derived from the current text
 
     @property
     def ready(self) -> bool:
@@ -179,7 +198,7 @@ def cached_accuracy(cache_key: tuple, spec_key: tuple, _spec: Any,
     the full-entmax run), shared by sessions; ``spec_key`` = ``_spec.key``."""
     from sparsefinder.explore import accuracy
 
-    name, alpha = cache_key[0], cache_key[1]
+    name, alpha = cache_key.model, cache_key.alpha
     loaded = cached_model(name)
     text = _prepared.record.text
     with model_lock():
@@ -289,12 +308,12 @@ def text_accuracy_sweep(ctx: AppContext, methods: list[str], compute: bool) -> A
     if key in store or not compute:
         return store.get(key)
     bar = st.progress(0.0, text="Accuracy axis: starting…")
-    loaded = cached_model(ctx.cache_key[0])
+    loaded = cached_model(ctx.cache_key.model)
     with model_lock():
-        set_alpha(loaded, ctx.cache_key[1])
+        set_alpha(loaded, ctx.cache_key.alpha)
         frame = accuracy_sweep(
             loaded, [ctx.prepared.record.text], ctx.prepared.projections, methods,
-            model_name=ctx.cache_key[0],
+            model_name=ctx.cache_key.model,
             on_progress=lambda f, m: bar.progress(min(max(f, 0.0), 1.0),
                                                   text=f"Accuracy axis: {m}"))
     bar.empty()
@@ -572,7 +591,7 @@ def build_context() -> AppContext:
                 ctx.projections_failed = True
                 proj_key = "none"
                 ctx.prepared = cached_prepared(name, float(alpha), text, proj_key, None)
-            ctx.cache_key = (name, float(alpha), text_hash, proj_key)
+            ctx.cache_key = CacheKey(name, float(alpha), text_hash, proj_key)
         except TextInputError as error:
             ctx.errors.append(str(error))
     _method_control(ctx.prepared)

@@ -90,7 +90,7 @@ def _corpus_analysis(ctx: shell.AppContext, layer: int, head: int, clusters: int
                                  help="Validation passages of the built-in corpus to use.")
     clicked = right.button("Run on the validation corpus", key="w_cl_run",
                            help="Extracts gold graphs and POS tags (slow on CPU), once.")
-    result = _corpus_tagged(ctx.cache_key[:2], ctx, int(passages), clicked)
+    result = _corpus_tagged(ctx.cache_key.model_alpha, ctx, int(passages), clicked)
     if result is None:
         st.caption("Validation corpus not computed yet for this model and number of "
                    "passages; showing nothing until you run it.")

@@ -31,7 +31,7 @@ def _probes() -> list[coref.Probe]:
 
 
 def _prepared_probe(ctx: shell.AppContext, probe: coref.Probe) -> prep.PreparedText:
-    name, alpha, _, proj_key = ctx.cache_key
+    name, alpha, proj_key = ctx.cache_key.model_key
     projections = ctx.prepared.projections if proj_key != "none" else None
     return shell.cached_prepared(name, alpha, probe.text, proj_key, projections)
 
@@ -152,7 +152,7 @@ def coreference_view() -> None:
                      "all": f"all {len(probes)} probes (slower, cached)"}.get)
     everything = None
     if scope == "all":
-        everything = _all_probes(ctx.cache_key[:2] + ctx.cache_key[3:], ctx.loaded,
+        everything = _all_probes(ctx.cache_key.model_key, ctx.loaded,
                                  prepared.projections)
         ranking = everything[0]
     else:

@@ -198,7 +198,7 @@ def _accuracy(ctx: shell.AppContext, state: urlstate.ViewState) -> None:
     if st.button(f"Task measure: retrieval agreement on {passages} validation passages",
                  key="w_task_run", help="Does each passage keep its nearest neighbours among "
                  "the others when attention is restricted to this setting's graphs?"):
-        model_key = ctx.cache_key[:2] + ctx.cache_key[3:]
+        model_key = ctx.cache_key.model_key
         start = time.perf_counter()
         task = shell.cached_task_accuracy(model_key, spec.key, spec,
                                           ctx.prepared.projections_for(spec.method),
