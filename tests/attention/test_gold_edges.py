@@ -53,6 +53,41 @@ def test_same_edges_as_the_dense_path_at_n_1024(causal, budget_mib):
     assert torch.equal(edges.to_dense(), probs > 0)
 
 
+@pytest.mark.parametrize("slab", [7, 1000, 4096])  # slabs smaller than, near, over a block's
+def test_edges_spread_over_several_slabs_equal_the_dense_path(monkeypatch, slab):
+    """Long inputs fill several slabs (~8 M edges each); here tiny slabs force a layer's edges
+    across many of them, including blocks larger than a slab and slabs left part-full."""
+    from sparsefinder.attention import gold_edges
+
+    monkeypatch.setattr(gold_edges._EdgeStore, "SLAB", slab)
+    q, k, v = _qk(4, 256, seed=3)
+    for causal in (False, True):
+        probs = _dense(q, k, causal)
+        dense = GoldEdges.from_probs(probs)
+        edges, out = entmax_edges(q, k, q.shape[-1] ** -0.5, causal=causal, value=v,
+                                  budget_mib=1)
+        assert dense.nnz > 3 * slab or slab == 4096
+        assert torch.equal(edges.indptr, dense.indptr)
+        assert torch.equal(edges.indices, dense.indices)
+        torch.testing.assert_close(edges.values, dense.values, atol=1e-6, rtol=0)
+        torch.testing.assert_close(out, probs @ v, atol=1e-5, rtol=1e-5)
+
+
+def test_the_edge_store_joins_its_slabs_in_order():
+    from sparsefinder.attention.gold_edges import _EdgeStore
+
+    store = _EdgeStore(torch.device("cpu"))
+    store.SLAB = 5
+    chunks = [torch.arange(a, b, dtype=torch.int32) for a, b in ((0, 3), (3, 4), (4, 16),
+                                                                  (16, 16), (16, 23))]
+    for chunk in chunks:
+        store.append(chunk, chunk.float() / 2)
+    assert len(store.slabs) > 2
+    indices, values = store.finish()
+    assert torch.equal(indices, torch.arange(23, dtype=torch.int32))
+    assert torch.equal(values, torch.arange(23).float() / 2)
+
+
 def test_padding_mask_and_prefix_keys():
     q, k, _ = _qk(4, 300)
     q = q[:, 100:]  # 200 queries over 300 keys: the keys include a 100-token prefix

@@ -29,6 +29,7 @@ def test_a_key_exactly_on_the_threshold_is_kept_and_causal_cuts_the_future():
     k = torch.tensor([[[1.0, 0.0], [2.0, 0.0], [0.5, 0.0]]])
     mask = ThresholdDistance(torch.tensor([1.0])).predict(q, k)  # ‖q−k₀‖² = 1 exactly
     assert mask[0, :, 0].all() and not mask[0, :, 1].any() and mask[0, :, 2].all()
+    assert torch.equal(mask, Distance(1.0).predict(q, k))  # the paper's predictor agrees
     causal = ThresholdDistance(torch.tensor([1.0])).predict(q, k, causal=True)
     assert torch.equal(causal[0], mask[0] & torch.ones(3, 3, dtype=torch.bool).tril())
 
