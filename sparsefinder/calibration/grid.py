@@ -23,7 +23,7 @@ the gaps); validation is never looked at.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -43,7 +43,8 @@ Params = dict[str, Any]
 class GridTable:
     """Per-head macro recall and density of every grid point on train records.
 
-    ``grid``: the raw parameter dicts (G); ``recall``/``density``: float64 (layers, heads, G).
+    ``grid``: the raw parameter dicts that could be built (G); ``recall``/``density``:
+    float64 (layers, heads, G); ``skipped``: ``"{params}: reason"`` of every point left out.
     """
 
     method: str
@@ -51,6 +52,7 @@ class GridTable:
     recall: Tensor
     density: Tensor
     n_texts: int
+    skipped: list[str] = field(default_factory=list)
 
     def choose(self, target_sparsity: float) -> Tensor:
         """Grid index per head, long (layers, heads), meeting ``target_sparsity`` on train."""
@@ -71,12 +73,13 @@ def measure_grid(records: Sequence[AttentionRecord], projections: Any, method: s
     if not records:
         raise ValueError("per-head calibration needs at least one TRAIN record")
     num_layers = records[0].num_layers
-    specs, built, kept = [], [], []
+    specs, built, kept, skipped = [], [], [], []
     for params in grid:  # points that cannot be built (no centroids for that B) are left out
         spec = PredictorSpec.of(method, params)
         try:
             built.append(spec.build_layers(projections, num_layers))
-        except ValueError:  # MethodUnavailable is one
+        except ValueError as error:  # MethodUnavailable is one
+            skipped.append(f"{spec.params_json()}: {error}")
             continue
         specs.append(spec)
         kept.append(dict(params))
@@ -95,7 +98,7 @@ def measure_grid(records: Sequence[AttentionRecord], projections: Any, method: s
         recall = r if recall is None else recall + r
         density = d if density is None else density + d
     return GridTable(method=method, grid=kept, recall=recall / len(records),
-                     density=density / len(records), n_texts=len(records))
+                     density=density / len(records), n_texts=len(records), skipped=skipped)
 
 
 def layer_predictor(method: str, grid: Sequence[Params], picks: Tensor, projections: Any,

@@ -101,3 +101,23 @@ def test_per_head_methods_are_registered_and_swept_on_train_records(train):
     assert points["sparsity"].iloc[-1] > points["sparsity"].iloc[0]
     with pytest.warns(UserWarning, match="skipping window-budget"):
         sweep(held_out, None, "window-budget,window")
+
+
+def test_points_the_projections_cannot_build_are_skipped_with_a_reason(train):
+    """A user's projections with k-means centroids for some B only: the per-head choices equal
+    those made on the buildable grid alone, and every other point says why it is missing."""
+    from sparsefinder.projections.centroids import fit_centroids
+    from sparsefinder.projections.hinge import train_projections
+
+    projections = train_projections(train, rank=2, seed=0, model_id="synthetic")
+    projections = fit_centroids(projections, train, [2, 4], n_init=1, seed=0)
+    full = HEAD_GRIDS["kmeans-budget"][1]
+    table = measure_grid(train, projections, "kmeans", full)
+    buildable = [p for p in full if p["n_clusters"] in (2, 4)]
+    alone = measure_grid(train, projections, "kmeans", buildable)
+    assert table.grid == buildable and not alone.skipped
+    assert len(table.skipped) == len(full) - len(buildable)
+    assert all("no k-means centroids for B=" in reason for reason in table.skipped)
+    for target in (0.3, 0.5, 0.7):
+        assert torch.equal(table.choose(target), alone.choose(target))
+    torch.testing.assert_close(table.recall, alone.recall, rtol=0, atol=0)
