@@ -89,3 +89,38 @@ def test_batched_equals_single(tiny_model_dirs):
     n = alone[0].probs.shape[-1]
     for a, b in zip(together, alone, strict=True):
         torch.testing.assert_close(a.probs[0, :, :n, :n], b.probs[0], atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_grouped_query_heads_read_their_shared_key_head(causal):
+    """GQA: query head h uses key/value head h // groups (transformers' repeat_kv layout);
+    checked head by head against the entmax package on the un-repeated tensors."""
+    from types import SimpleNamespace
+
+    from entmax import entmax15
+    from transformers.models.llama.modeling_llama import repeat_kv
+
+    from sparsefinder.attention.interface import entmax_attention_forward
+
+    g = torch.Generator().manual_seed(0)
+    batch, q_heads, kv_heads, n, d = 2, 6, 2, 5, 8
+    query = torch.randn(batch, q_heads, n, d, generator=g)
+    key = torch.randn(batch, kv_heads, n, d, generator=g)
+    value = torch.randn(batch, kv_heads, n, d, generator=g)
+    module = SimpleNamespace(config=SimpleNamespace(entmax_alpha=1.5), is_causal=causal,
+                             training=False)
+    output, probs = entmax_attention_forward(module, query, key, value, None)
+    assert probs.shape == (batch, q_heads, n, n) and output.shape == (batch, n, q_heads, d)
+    groups = q_heads // kv_heads
+    for h in range(q_heads):
+        scores = query[:, h] @ key[:, h // groups].transpose(-1, -2) * d**-0.5
+        if causal:
+            scores = scores.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), -1e9)
+        expected = entmax15(scores, dim=-1)
+        torch.testing.assert_close(probs[:, h], expected, atol=1e-6, rtol=0)
+        torch.testing.assert_close(output[:, :, h], expected @ value[:, h // groups],
+                                   atol=1e-5, rtol=0)
+    # the same as transformers' own expansion of the key heads
+    same, _ = entmax_attention_forward(module, query, repeat_kv(key, groups),
+                                       repeat_kv(value, groups), None)
+    torch.testing.assert_close(same, output, atol=0, rtol=0)
