@@ -62,6 +62,23 @@ def allowed_per_row(n: int, m: int, *, causal: bool,
     return (torch.arange(n, dtype=torch.int64, device=device) + (m - n) + 1).clamp(0, m)
 
 
+def allowed_key_range(n: int, m: int, *, causal: bool, sliding_window: int | None = None,
+                      device: torch.device | str | None = None) -> tuple[Tensor, Tensor]:
+    """int64 (n,) first allowed key and (n,) number of allowed keys of each query row.
+
+    Every layer's allowed keys form one contiguous run per row: all ``m`` keys; the
+    non-future ones (causal); or the last ``sliding_window`` of those (a local layer: keys
+    ``0 <= i + (m - n) - j < window``, as :func:`sliding_window_mask`). Samplers draw from
+    this run, so a local layer's negatives and calibration pairs are keys it can attend to.
+    """
+    if sliding_window:
+        end = (torch.arange(n, dtype=torch.int64, device=device) + (m - n) + 1).clamp(0, m)
+        first = (end - int(sliding_window)).clamp(min=0)
+        return first, end - first
+    count = allowed_per_row(n, m, causal=causal, device=device)
+    return torch.zeros_like(count), count
+
+
 def n_allowed_pairs(n: int, m: int, *, causal: bool = False) -> int:
     """How many (query, key) pairs exist: ``n·m``, or ``n(n+1)/2`` causal with ``n == m``.
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from sparsefinder.attention.masks import allowed_per_row, causal_mask
+from sparsefinder.attention.masks import layer_allowed
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.predictors.distance import _partial_sq_dist
 
@@ -63,7 +63,7 @@ class DistanceSamples:
             projected = projections.project_record(record)
             for layer, ((q, k), graph) in enumerate(zip(projected, record.layers, strict=True)):
                 p, g, f = _sample_text(q, k, graph.gold, record.causal, samples_per_text,
-                                       generator, rank_fractions)
+                                       generator, rank_fractions, graph.sliding_window)
                 pairs[layer].append(p)
                 gold[layer].append(g)
                 fraction[layer].append(f)
@@ -100,16 +100,18 @@ def _cdf(sorted_values: Tensor, at: Tensor) -> Tensor:
 
 def _sample_text(
     q: Tensor, k: Tensor, gold: Tensor, causal: bool, num: int, generator: torch.Generator,
-    rank_fractions: bool = False,
+    rank_fractions: bool = False, sliding_window: int | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Squared distances of ``num`` uniform allowed pairs and ``num`` uniform gold edges per
     head of one text → (heads, num) each, and the gold edges' in-row rank fractions (empty
-    unless ``rank_fractions``); gold is ``-inf`` for a head without gold edges."""
+    unless ``rank_fractions``); gold is ``-inf`` for a head without gold edges. Pairs are
+    drawn among the layer's allowed pairs (a local layer: its window), the denominator of
+    the sparsity a target is set against."""
     heads, n, m = gold.shape
-    if causal:
-        allowed = causal_mask(n, m).reshape(-1)
-        gold = gold & allowed.view(n, m)
-        flat_allowed = allowed.nonzero()[:, 0]
+    mask = layer_allowed(n, m, causal=causal, sliding_window=sliding_window)
+    if mask is not None:
+        gold = gold & mask
+        flat_allowed = mask.reshape(-1).nonzero()[:, 0]
     else:
         flat_allowed = torch.arange(n * m)
     pick = flat_allowed[torch.randint(0, flat_allowed.numel(), (heads, num), generator=generator)]
@@ -129,12 +131,13 @@ def _sample_text(
         rows = edges // m  # (heads, num): rank each edge among its row's allowed keys
         partial, qq = _partial_sq_dist(q, k)
         dist = (partial + qq).double()
-        if causal:
-            dist = dist.masked_fill(~causal_mask(n, m), torch.inf)
+        if mask is not None:
+            dist = dist.masked_fill(~mask, torch.inf)
         row_d = dist.gather(1, rows[..., None].expand(-1, -1, m))  # (heads, num, m)
         own = row_d.gather(2, (edges % m)[..., None])
         rank = (row_d < own).sum(-1)
-        fraction = (rank + 1).double() / allowed_per_row(n, m, causal=causal)[rows].clamp(min=1)
+        per_row = mask.sum(-1) if mask is not None else torch.full((n,), m)
+        fraction = (rank + 1).double() / per_row[rows].clamp(min=1)
         fraction[empty] = -torch.inf
     gold_d[empty] = -torch.inf
     return sq_dist(pick), gold_d, fraction

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
-from sparsefinder.attention.masks import allowed_per_row, apply_causal
+from sparsefinder.attention.masks import allowed_key_range, apply_causal
 from sparsefinder.data.records import AttentionRecord
 
 _REJECTION_ROUNDS = 8
@@ -36,9 +36,9 @@ class _LayerPairs:
     head: Tensor  # (P,) long
     q_row: Tensor  # (P,) row into q_table
     k_row: Tensor  # (P,) row into k_table (the positive key)
-    k_base: Tensor  # (P,) row into k_table of key 0 of this head/text
-    n_allowed: Tensor  # (P,) keys this query may see (m, or the past only when causal)
-    gold_base: Tensor  # (P,) index into gold_flat of (this head, this query, key 0)
+    k_base: Tensor  # (P,) row into k_table of the first key this query may see
+    n_allowed: Tensor  # (P,) keys this query may see (m, the past, or its local window)
+    gold_base: Tensor  # (P,) index into gold_flat of (head, query, its first allowed key)
     gold_flat: Tensor  # bool: every text's gold mask of this layer, flattened
     gold_edges: Tensor  # (heads,) all gold edges of each head, with or without a non-edge
 
@@ -77,7 +77,8 @@ def _layer_pairs(records: Sequence[AttentionRecord], layer: int) -> _LayerPairs:
     gold_edges = torch.zeros(heads, dtype=torch.long)
     for record, g in zip(records, graphs, strict=True):
         n, m = int(g.gold.shape[1]), int(g.gold.shape[2])
-        allowed = allowed_per_row(n, m, causal=record.causal)
+        first, allowed = allowed_key_range(n, m, causal=record.causal,
+                                           sliding_window=g.sliding_window)
         gold = apply_causal(g.gold, record.causal)
         gold_edges += gold.sum((-2, -1))
         has_negative = gold.sum(-1) < allowed  # (heads, n)
@@ -85,9 +86,9 @@ def _layer_pairs(records: Sequence[AttentionRecord], layer: int) -> _LayerPairs:
         parts["h"].append(h)
         parts["q"].append(h * tq + q_off + i)
         parts["k"].append(h * tk + k_off + j)
-        parts["kb"].append(h * tk + k_off)
+        parts["kb"].append(h * tk + k_off + first[i])
         parts["na"].append(allowed[i])
-        parts["gb"].append(g_off + (h * n + i) * m)
+        parts["gb"].append(g_off + (h * n + i) * m + first[i])  # the run's first key
         q_off, k_off, g_off = q_off + n, k_off + m, g_off + heads * n * m
     cat = {k: torch.cat(v) for k, v in parts.items()}
     q_table = torch.cat([g.queries for g in graphs], dim=1).reshape(heads * tq, -1)
@@ -116,8 +117,10 @@ def sample_negatives(
 ) -> Tensor:
     """Column of a uniform non-edge in the row of each positive: (P,) → long (P, num).
 
-    ``gold_flat[gold_base[p] + j]`` is the gold bit of key ``j`` in the row of positive ``p``,
-    and keys ``0 .. n_allowed[p] - 1`` may be attended. Every row must hold a non-edge.
+    ``gold_flat[gold_base[p] + j]`` is the gold bit of the ``j``-th key the row of positive
+    ``p`` may attend to, ``j < n_allowed[p]`` (the row's contiguous run of allowed keys:
+    all, the past, or a local window); the result counts from the run's first key. Every
+    row must hold a non-edge.
     Rejection sampling (vectorised, ``_REJECTION_ROUNDS`` rounds), then exact sampling for
     the rows still unlucky — so the result is exactly uniform over the row's non-edges.
     """
