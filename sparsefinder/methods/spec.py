@@ -27,7 +27,7 @@ from sparsefinder.methods.registry import (
     Params,
     get_method,
 )
-from sparsefinder.predictors.base import Predictor
+from sparsefinder.predictors.base import Predictor, honours_window
 from sparsefinder.predictors.global_tokens import GlobalTokens
 from sparsefinder.predictors.union import Union
 from sparsefinder.predictors.window import Window
@@ -207,8 +207,11 @@ def predict_record(spec: PredictorSpec, predictors: Sequence[Predictor | None],
             masks.append(torch.zeros_like(record.layers[layer].gold))
             continue
         q, k = vectors.get(layer, spec.inputs)
-        mask = predictor.predict(q, k, causal=record.causal)
         window = record.layers[layer].sliding_window
+        if window and honours_window(predictor):  # a per-row budget spent inside the window
+            mask = predictor.predict(q, k, causal=record.causal, sliding_window=window)
+        else:
+            mask = predictor.predict(q, k, causal=record.causal)
         if window:  # a local layer: keys outside its window can never be attended to
             n, m = mask.shape[-2:]
             mask = mask & layer_allowed(n, m, causal=record.causal, sliding_window=window,

@@ -14,7 +14,11 @@ Besides :class:`Predictor`, a predictor may declare optional parts, each a proto
 - :class:`Fittable`: ``fit(...)`` learns from training data and returns self (KMeans from
   projected vectors ``fit(q, k)``, SparseBERT's StaticMask from gold graphs);
 - :class:`FreshOutput`: ``returns_fresh_mask`` is True when ``predict`` always returns a new
-  tensor the caller owns, so a union may OR the other members into it in place.
+  tensor the caller owns, so a union may OR the other members into it in place;
+- :class:`WindowAware`: ``honours_window`` is True when ``predict`` takes
+  ``sliding_window=`` and spends a per-row budget (top-k, a keep fraction, pages) only on the
+  keys a local layer can attend to; other predictors are cut to the window afterwards, which
+  changes nothing for a threshold but would waste a budget on impossible keys.
 """
 
 from __future__ import annotations
@@ -57,6 +61,19 @@ class FreshOutput(Protocol):
     """``returns_fresh_mask``: ``predict`` returns a new tensor that the caller may modify."""
 
     returns_fresh_mask: bool
+
+
+@runtime_checkable
+class WindowAware(Protocol):
+    """``honours_window``: ``predict(q, k, causal=..., sliding_window=w)`` chooses inside the
+    local window (see the module docstring)."""
+
+    honours_window: bool
+
+
+def honours_window(predictor: object) -> bool:
+    """Whether ``predictor.predict`` takes ``sliding_window=`` (see :class:`WindowAware`)."""
+    return isinstance(predictor, WindowAware) and bool(predictor.honours_window)
 
 
 def owns_output(predictor: object) -> bool:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from sparsefinder.attention.masks import apply_causal
+from sparsefinder.attention.masks import layer_allowed
 from sparsefinder.predictors.base import check_shapes
 
 
@@ -33,6 +33,7 @@ class QuestPages:
     pages: int
     page_size: int = 16
     returns_fresh_mask = True
+    honours_window = True  # see base.WindowAware
 
     def __post_init__(self) -> None:
         for name in ("pages", "page_size"):
@@ -56,8 +57,10 @@ class QuestPages:
         return (q.clamp(min=0) @ high.transpose(-1, -2)
                 + q.clamp(max=0) @ low.transpose(-1, -2))
 
-    def predict(self, q: Tensor, k: Tensor, *, causal: bool = False) -> Tensor:
-        """q: (heads, n, d), k: (heads, m, d) → bool (heads, n, m)."""
+    def predict(self, q: Tensor, k: Tensor, *, causal: bool = False,
+                sliding_window: int | None = None) -> Tensor:
+        """q: (heads, n, d), k: (heads, m, d) → bool (heads, n, m); on a local layer the
+        pages are chosen among those that overlap the query's window."""
         check_shapes(q, k)
         dtype = torch.promote_types(q.dtype, torch.float32)
         q, k = q.to(dtype), k.to(dtype)
@@ -66,13 +69,19 @@ class QuestPages:
             return torch.zeros(heads, n, m, dtype=torch.bool, device=q.device)
         bounds = self.upper_bounds(q, k)
         n_pages = bounds.shape[-1]
-        if causal:  # a page starting after the query (aligned at i + m - n) is all future
+        if causal or sliding_window:  # a page after the query (aligned at i + m - n) is future
             start = torch.arange(n_pages, device=q.device) * self.page_size
             position = torch.arange(n, device=q.device) + (m - n)
             bounds = bounds.masked_fill(start[None, :] > position[:, None], float("-inf"))
+        if sliding_window:  # ... and one ending before the window's first key is out of reach
+            end = start + self.page_size - 1
+            bounds = bounds.masked_fill(end[None, :] <= position[:, None] - sliding_window,
+                                        float("-inf"))
         keep = min(self.pages, n_pages)
         top = bounds.topk(keep, dim=-1)
         chosen = torch.zeros(heads, n, n_pages, dtype=torch.bool, device=q.device)
         chosen.scatter_(-1, top.indices, top.values > float("-inf"))
         mask = chosen.repeat_interleave(self.page_size, dim=-1)[..., :m].contiguous()
-        return apply_causal(mask, causal)
+        allowed = layer_allowed(n, m, causal=causal, sliding_window=sliding_window,
+                                device=q.device)
+        return mask if allowed is None else mask & allowed

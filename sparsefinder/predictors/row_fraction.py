@@ -20,7 +20,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from sparsefinder.attention.masks import allowed_per_row, apply_causal, causal_mask
+from sparsefinder.attention.masks import allowed_key_range, layer_allowed
 from sparsefinder.predictors.base import check_shapes
 from sparsefinder.predictors.distance import pairwise_sq_dist
 
@@ -32,6 +32,7 @@ class RowFraction:
     fractions: Tensor  # (heads,) in [0, 1]
 
     returns_fresh_mask: ClassVar[bool] = True  # see base.FreshOutput
+    honours_window: ClassVar[bool] = True  # see base.WindowAware
 
     def __post_init__(self) -> None:
         f = self.fractions
@@ -40,23 +41,28 @@ class RowFraction:
         if torch.isnan(f).any() or (f < 0).any() or (f > 1).any():
             raise ValueError(f"fractions must lie in [0, 1], got {f.tolist()}")
 
-    def predict(self, q: Tensor, k: Tensor, *, causal: bool = False) -> Tensor:
-        """q: (heads, n, r), k: (heads, m, r) → bool (heads, n, m)."""
+    def predict(self, q: Tensor, k: Tensor, *, causal: bool = False,
+                sliding_window: int | None = None) -> Tensor:
+        """q: (heads, n, r), k: (heads, m, r) → bool (heads, n, m); a local layer's rows keep
+        their fraction of the window's keys, chosen inside it."""
         check_shapes(q, k)
         heads, n, m = q.shape[0], q.shape[1], k.shape[1]
         if heads != self.fractions.shape[0]:
             raise ValueError(f"fitted for {self.fractions.shape[0]} heads, got q with {heads}")
         mask = torch.zeros(heads, n, m, dtype=torch.bool, device=q.device)
-        allowed = allowed_per_row(n, m, causal=causal, device=q.device)
+        _, allowed = allowed_key_range(n, m, causal=causal, sliding_window=sliding_window,
+                                       device=q.device)
+        allowed_mask = layer_allowed(n, m, causal=causal, sliding_window=sliding_window,
+                                     device=q.device)
         # floor: a row never keeps more than its fraction (sparsity >= 1 - f on every text)
         keep = (self.fractions.to(q.device).double()[:, None] * allowed + 1e-9).floor().long()
         widest = int(keep.max()) if keep.numel() else 0
         if widest == 0:
             return mask
         dist = pairwise_sq_dist(q, k)
-        if causal:
-            dist = dist.masked_fill(~causal_mask(n, m, q.device), torch.inf)
+        if allowed_mask is not None:
+            dist = dist.masked_fill(~allowed_mask, torch.inf)
         nearest = dist.topk(widest, dim=-1, largest=False, sorted=True).indices
         chosen = torch.arange(widest, device=q.device) < keep[..., None]
         mask.scatter_(-1, nearest, chosen)
-        return apply_causal(mask, causal)
+        return mask if allowed_mask is None else mask & allowed_mask

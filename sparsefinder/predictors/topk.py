@@ -23,7 +23,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from sparsefinder.attention.masks import apply_causal, causal_mask
+from sparsefinder.attention.masks import layer_allowed
 from sparsefinder.predictors.base import check_shapes
 
 
@@ -33,21 +33,26 @@ class TopK:
 
     k: int
     returns_fresh_mask: ClassVar[bool] = True  # see base.FreshOutput
+    honours_window: ClassVar[bool] = True  # see base.WindowAware
 
     def __post_init__(self) -> None:
         if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
             raise ValueError(f"k must be an integer >= 1, got {self.k!r}")
 
-    def predict(self, q: Tensor, k: Tensor, *, causal: bool = False) -> Tensor:
-        """q: (heads, n, d), k: (heads, m, d) ORIGINAL vectors → bool (heads, n, m)."""
+    def predict(self, q: Tensor, k: Tensor, *, causal: bool = False,
+                sliding_window: int | None = None) -> Tensor:
+        """q: (heads, n, d), k: (heads, m, d) ORIGINAL vectors → bool (heads, n, m); the k
+        keys are chosen among those the row may attend to (past, local window)."""
         check_shapes(q, k)
         heads, n, m = q.shape[0], q.shape[1], k.shape[1]
         if n == 0 or m == 0:
             return torch.zeros(heads, n, m, dtype=torch.bool, device=q.device)
         dtype = torch.promote_types(q.dtype, torch.float32)
         scores = q.to(dtype) @ k.to(dtype).transpose(-1, -2)
-        if causal:
-            scores.masked_fill_(~causal_mask(n, m, q.device), float("-inf"))
+        allowed = layer_allowed(n, m, causal=causal, sliding_window=sliding_window,
+                                device=q.device)
+        if allowed is not None:
+            scores.masked_fill_(~allowed, float("-inf"))
         kk = min(self.k, m)
         kth = scores.topk(kk, dim=-1, sorted=True).values[..., -1:]  # (heads, n, 1)
         mask = scores > kth
@@ -60,5 +65,5 @@ class TopK:
             sub &= sub.cumsum(-1) <= need[rows]
             tied[rows] = sub
         mask |= tied
-        # Rows with fewer than k allowed keys took some -inf (future) entries: cut them.
-        return apply_causal(mask, causal)
+        # Rows with fewer than k allowed keys took some -inf entries: cut them.
+        return mask if allowed is None else mask & allowed

@@ -315,3 +315,21 @@ def test_spec_edges_single_training_record_and_messages():
                                          r"model; train them with `sparsefinder train --model "
                                          r"NAME --out DIR` and pass the projections file$"):
         RecordInputs(_record()).get(0, "projected")
+
+
+def test_predict_record_spends_per_row_budgets_inside_a_local_window():
+    """Top-k on a local layer: the k keys are chosen inside the window, not cut from it."""
+    g = torch.Generator().manual_seed(0)
+    n, window = 30, 5
+    q, k = torch.randn(2, n, 4, generator=g), torch.randn(2, n, 4, generator=g)
+    gold = torch.eye(n, dtype=torch.bool).expand(2, n, n).clone()
+    local = LayerGraph(q, k, gold, torch.ones(int(gold.sum())), 1.0, sliding_window=window)
+    full = LayerGraph(q, k, gold, torch.ones(int(gold.sum())), 1.0)
+    record = AttentionRecord(text="x", tokens=["t"] * n, offsets=[(0, 0)] * n,
+                             special=[False] * n, causal=True, layers=[full, local])
+    spec = PredictorSpec.of("topk", {"k": 3})
+    masks = predict_record(spec, spec.build_layers(None, 2), RecordInputs(record))
+    rows = torch.arange(n) + 1
+    assert torch.equal(masks[0].sum(-1)[0], rows.clamp(max=3))
+    assert torch.equal(masks[1].sum(-1)[0], rows.clamp(max=3))  # 3 of the 5 window keys
+    assert not (masks[1] & ~torch.ones(n, n, dtype=torch.bool).tril().triu(-window + 1)).any()

@@ -64,3 +64,20 @@ def test_more_pages_never_lose_an_edge():
 def test_bad_parameters_are_named(bad):
     with pytest.raises(ValueError, match="must be an integer >= 1"):
         QuestPages(**bad)
+
+
+def test_a_local_layer_picks_pages_that_reach_its_window():
+    from sparsefinder.attention.masks import layer_allowed
+
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 64, 8, generator=g), torch.randn(2, 64, 8, generator=g)
+    allowed = layer_allowed(64, 64, causal=True, sliding_window=10)
+    inside = QuestPages(2, 4).predict(q, k, causal=True, sliding_window=10)
+    assert not (inside & ~allowed).any()
+    # both chosen pages reach the window: every row past the first page keeps a key of each
+    rows = inside[:, 12:]
+    assert (rows.sum(-1) >= 2).all() and (rows.sum(-1) <= 8).all()
+    pages = rows.view(2, 52, 16, 4).any(-1).sum(-1)  # distinct pages kept per row
+    assert (pages == 2).all()
+    cut_after = QuestPages(2, 4).predict(q, k, causal=True) & allowed
+    assert cut_after.sum() < inside.sum()

@@ -132,3 +132,21 @@ def test_half_precision_scores_in_float32():
     q = (torch.randn(2, 20, 8, generator=gen) * 10).to(torch.bfloat16)
     k = (torch.randn(2, 30, 8, generator=gen) * 10).to(torch.bfloat16)
     assert torch.equal(TopK(5).predict(q, k), TopK(5).predict(q.float(), k.float()))
+
+
+def test_a_local_layer_chooses_its_k_keys_inside_the_window():
+    """Without the window the k best keys of a long row lie mostly outside it, and the cut
+    afterwards leaves far fewer than k; inside the window every row keeps min(k, window)."""
+    from sparsefinder.attention.masks import layer_allowed
+
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 40, 8, generator=g), torch.randn(2, 40, 8, generator=g)
+    allowed = layer_allowed(40, 40, causal=True, sliding_window=6)
+    inside = TopK(4).predict(q, k, causal=True, sliding_window=6)
+    assert not (inside & ~allowed).any()
+    assert torch.equal(inside.sum(-1), allowed.sum(-1).clamp(max=4).expand(2, -1))
+    cut_after = TopK(4).predict(q, k, causal=True) & allowed
+    assert cut_after.sum() < inside.sum()
+    scores = (q @ k.transpose(-1, -2)).masked_fill(~allowed, float("-inf"))
+    best = scores.topk(4, dim=-1).indices[:, 10:]  # rows with a full window
+    assert inside[:, 10:].gather(-1, best).all()
