@@ -49,11 +49,16 @@ class ProbeFileError(ValueError):
 
 @dataclass(frozen=True)
 class CorefPair:
-    """One pronoun and its antecedent, as character spans ``[start, end)`` into the text."""
+    """One pronoun and its antecedent, as character spans ``[start, end)`` into the text.
+
+    ``source`` says where the pair comes from: ``"annotated"`` (a probe file, by hand),
+    ``"auto"`` (an automatic guess of :mod:`sparsefinder.analysis.coref_pairs`) or ``"hand"``
+    (named by the user in the app)."""
 
     pronoun: tuple[int, int]
     antecedent: tuple[int, int]
     cataphora: bool = False
+    source: str = "annotated"
 
 
 @dataclass(frozen=True)

@@ -46,9 +46,12 @@ SPACY_MODEL_MODULES: tuple[str, ...] = ("en_core_web_sm", "en_core_web_sm_vbspac
 _EXCLUDE: tuple[str, ...] = ("parser", "ner", "lemmatizer", "senter")
 
 
-@lru_cache(maxsize=1)
-def load_nlp() -> Language:
-    """Load (once per process) the first installed English spaCy pipeline, trimmed for POS."""
+@lru_cache(maxsize=2)
+def load_nlp(ner: bool = False) -> Language:
+    """Load (once per process) the first installed English spaCy pipeline, trimmed for POS.
+
+    ``ner=True`` keeps the named-entity recogniser too (PERSON, DATE, … on ``token.ent_type_``;
+    the coreference candidates use it); it is a second, separately cached pipeline."""
     errors: list[str] = []
     for name in SPACY_MODEL_MODULES:
         try:
@@ -56,7 +59,7 @@ def load_nlp() -> Language:
         except ImportError as exc:
             errors.append(f"{name}: {exc}")
             continue
-        return module.load(exclude=list(_EXCLUDE))
+        return module.load(exclude=[name for name in _EXCLUDE if not (ner and name == "ner")])
     raise ImportError(
         "No English spaCy model found; POS tags need one of "
         f"{' or '.join(SPACY_MODEL_MODULES)}. Install with "
