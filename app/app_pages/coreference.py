@@ -80,8 +80,11 @@ def _own_text_probe(ctx: shell.AppContext) -> coref.Probe | None:
     proposals = coref_pairs.propose_pairs(text, tokens=tokens)
     labels = {coref_pairs.pair_label(text, p): p for p in proposals}
     chosen = st.multiselect(
-        "Pronoun → antecedent pairs (spaCy's candidates: nearest preceding nouns that agree "
-        "in number)", list(labels), default=list(labels)[:6], key="w_coref_pairs")
+        "Pronoun → antecedent pairs (automatic guesses: the nearest preceding nouns that agree "
+        "in number, gender and person/thing)", list(labels), default=list(labels)[:6],
+        key="w_coref_pairs",
+        help="Guessed from spaCy's tags, morphology and names plus a small word list "
+             "(he/she → people, it → things, they → plurals); pick the right ones.")
     pairs = [labels[c] for c in chosen]
     with st.expander("Name a pair by hand"):
         options = list(range(len(tokens)))
@@ -97,7 +100,8 @@ def _own_text_probe(ctx: shell.AppContext) -> coref.Probe | None:
         manual = st.session_state.setdefault("_coref_manual", [])
         if add.button("Add pair", key="w_coref_add") and pronoun != antecedent:
             manual.append(coref.CorefPair((tokens[pronoun].start, tokens[pronoun].end),
-                                          (tokens[antecedent].start, tokens[antecedent].end)))
+                                          (tokens[antecedent].start, tokens[antecedent].end),
+                                          source="hand"))
         pairs += [m for m in manual if m.pronoun[1] <= len(text) and m.antecedent[1] <= len(text)]
     if not pairs:
         st.info("No pair chosen: pick spaCy's candidates above or name a pair by hand.",
