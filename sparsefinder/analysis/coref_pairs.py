@@ -131,6 +131,7 @@ def mentions(tokens: Sequence[Word]) -> list[tuple[int, Mention]]:
         if word.ent == "PERSON" or name or title is not None:
             last = i
             while (last + 1 < len(tokens) and tokens[last + 1].pos == "PROPN"
+                   and tokens[last + 1].ent not in _NON_REFERRING
                    and (tokens[last + 1].ent_iob == "I" or tokens[last + 1].text.istitle())):
                 last += 1
             gender = title if title is not None else lex.FIRST_NAMES.get(
