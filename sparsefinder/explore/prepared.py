@@ -40,6 +40,8 @@ class PreparedText:
     scorer: Scorer
     notes: list[str] = field(default_factory=list)
     t_max: float = 1.0
+    #: the t that keeps as many pairs as the gold graphs hold (None: a quarter of t_max)
+    t_default: float | None = None
     calibration: CalibrationTable | None = None  # target-sparsity settings for projections
     #: the text projected with the calibration table's OWN projections (the best file, e.g.
     #: r = 8 lowrank-logistic), which its methods read; None: they read ``vectors``
@@ -141,8 +143,12 @@ def prepare(
                             hash_codes=(hash_codes if hash_codes is not None
                                         and hash_codes.fits(record) else None))
     if projections is not None and t_range:
-        prepared.t_max = distance_range(
-            [vectors.projected(layer) for layer in range(record.num_layers)])
+        sample = distance_sample([vectors.projected(layer) for layer in range(record.num_layers)])
+        prepared.t_max = _round_up(max(_quantile(sample, 0.99), 1e-3))
+        gold_density = 1.0 - float(prepared.scorer.gold_sparsity.mean())
+        step = prepared.t_max / 200  # the slider's step: the default sits on it
+        t = round(_quantile(sample, gold_density) / step) * step
+        prepared.t_default = round(min(max(t, step), prepared.t_max), 6)
     return prepared
 
 
@@ -151,6 +157,16 @@ def distance_range(projected: Sequence[tuple[Tensor, Tensor]], quantile: float =
 
     Beyond it nearly every pair is an edge, so larger values only waste slider travel.
     """
+    return _round_up(max(_quantile(distance_sample(projected), quantile), 1e-3))
+
+
+def _quantile(sample: Tensor, q: float) -> float:
+    return float(torch.quantile(sample, min(max(q, 0.0), 1.0))) if sample.numel() else 1.0
+
+
+def distance_sample(projected: Sequence[tuple[Tensor, Tensor]]) -> Tensor:
+    """Projected query–key distances of every head, subsampled (every 4th query and key, at
+    most a million): enough for the quantiles that set the t slider."""
     samples = []
     for q, k in projected:
         d = torch.cdist(q[:, ::4], k[:, ::4])  # a subsample is enough for a quantile
@@ -159,8 +175,7 @@ def distance_range(projected: Sequence[tuple[Tensor, Tensor]], quantile: float =
     if flat.numel() > 1_000_000:
         keep = torch.randperm(flat.numel(), generator=torch.Generator().manual_seed(0))
         flat = flat[keep[:1_000_000]]
-    top = float(torch.quantile(flat, quantile)) if flat.numel() else 1.0
-    return _round_up(max(top, 1e-3))
+    return flat
 
 
 def _round_up(value: float) -> float:
@@ -174,5 +189,9 @@ def _round_up(value: float) -> float:
 
 
 def default_threshold(prepared: PreparedText) -> float:
-    """A starting t: a quarter of the slider range, usually near the gold sparsity."""
+    """A starting t that opens near the text's gold sparsity: the distance quantile at the
+    gold density, pooled over heads (so the graph is not a solid square); a quarter of the
+    slider range when the text was prepared without a t range."""
+    if prepared.t_default is not None:
+        return prepared.t_default
     return round(prepared.t_max / 4, 6)

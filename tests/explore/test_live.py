@@ -265,3 +265,18 @@ def test_quest_runs_from_the_model_vectors_without_projections(record):
     assert torch.equal(preds[0], expected)
     parsed, problems = urlstate.parse_view_state({"method": "quest", "pages": "65"})
     assert parsed.method == "quest" and parsed.pages == 8 and "pages" in problems[0]
+
+
+def test_the_default_threshold_opens_near_the_gold_sparsity(prepared):
+    """Distance at its default t keeps about as many pairs as the gold graphs hold (not the
+    solid square a fixed t gave), and the default sits inside the slider's range."""
+    t = prep.default_threshold(prepared)
+    assert 0 < t <= prepared.t_max and prepared.t_default == t
+    from sparsefinder.methods.spec import PredictorSpec, predict_record
+
+    spec = PredictorSpec.of("distance", {"threshold": t})
+    masks = predict_record(spec, spec.build_layers(prepared.projections, prepared.num_layers),
+                           prepared.vectors)
+    scores = prepared.scorer.score(masks)
+    gold = float(prepared.scorer.gold_sparsity.mean())
+    assert abs(float(scores.sparsity.mean()) - gold) < 0.1
