@@ -37,6 +37,7 @@ RUN python3.11 -m venv .venv \
 COPY Makefile ./
 COPY .streamlit/ .streamlit/
 COPY sparsefinder/ sparsefinder/
+COPY assets/ assets/
 COPY app/ app/
 RUN .venv/bin/pip install --no-cache-dir --no-deps --no-build-isolation .
 

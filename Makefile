@@ -61,25 +61,29 @@ mutation: install
 	OMP_NUM_THREADS=1 $(BIN)/python tools/mutation.py
 
 # The calibration table is fitted for the best projections (r = 8, lowrank-logistic, from
-# assets-projections), which the app then loads for the calibrated methods.
+# assets-projections), which the app then loads for the calibrated methods. Every assets*
+# target ends by rewriting the manifests (assets/default/bundle.json: sizes, sha256, the
+# model each file was built for; tests/test_bundle.py fails on a stale one).
 assets: install assets-projections
-	$(BIN)/sparsefinder train --model default --corpus default --out sparsefinder/assets/default
-	$(BIN)/sparsefinder fit-codebooks --model default --corpus default --out sparsefinder/assets/default/key_codebooks.pt
-	$(BIN)/sparsefinder fit-hash-codes --model default --corpus default --out sparsefinder/assets/default/hash_codes.pt
+	$(BIN)/sparsefinder train --model default --corpus default --out assets/default
+	$(BIN)/sparsefinder fit-codebooks --model default --corpus default --out assets/default/key_codebooks.pt
+	$(BIN)/sparsefinder fit-hash-codes --model default --corpus default --out assets/default/hash_codes.pt
 	for b in 16 32; do $(BIN)/sparsefinder fit-block-projections --model default \
-	  --corpus default --block $$b --out sparsefinder/assets/default/block_projections-b$$b.pt \
+	  --corpus default --block $$b --out assets/default/block_projections-b$$b.pt \
 	  || exit 1; done
 	$(BIN)/sparsefinder calibrate --model default \
-	  --projections sparsefinder/assets/default/projections-r8-lowrank-logistic.pt \
-	  --out sparsefinder/assets/default/calibration.pt
+	  --projections assets/default/projections-r8-lowrank-logistic.pt \
+	  --out assets/default/calibration.pt
+	$(BIN)/python -m sparsefinder.bundle --write
 
 # The alternative projections of issue 10 (r = 4 and 8; lowrank, logistic, lowrank-logistic),
 # written next to the default file, which stays as it is.
 assets-projections: install
 	for r in 4 8; do for o in lowrank logistic lowrank-logistic; do \
-	  $(BIN)/sparsefinder train --model default --corpus default --out sparsefinder/assets/default \
+	  $(BIN)/sparsefinder train --model default --corpus default --out assets/default \
 	    --objective $$o --rank $$r --filename projections-r$$r-$$o.pt || exit 1; \
 	done; done
+	$(BIN)/python -m sparsefinder.bundle --write
 
 # The entmax adapter of the default model (issue 18): LoRA distillation of MiniLM's softmax self
 # into its 1.5-entmax self on the default corpus' train split (every 10th passage held out to
@@ -88,4 +92,5 @@ assets-projections: install
 assets-adapter: install
 	$(BIN)/sparsefinder adapt --model default --out build/adapter --resume --steps 400 --lr 2e-3 \
 	  --w-sparse 1 --measure-every 100 $(ADAPT_ARGS)
-	cp build/adapter/entmax_adapter.safetensors sparsefinder/assets/default/
+	cp build/adapter/entmax_adapter.safetensors assets/default/
+	$(BIN)/python -m sparsefinder.bundle --write

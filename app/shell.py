@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 import streamlit as st
 import torch
 
+from sparsefinder.bundle import bundle
 from sparsefinder.data.records import TextInputError
 from sparsefinder.explore import corpus as excorpus
 from sparsefinder.explore import inputs, live, texts
@@ -37,16 +38,18 @@ from sparsefinder.models.loading import (
     load_model,
     set_alpha,
 )
-from sparsefinder.resources import BUNDLED_CALIBRATION, BUNDLED_PROJECTIONS
 from sparsefinder.serving import InputRefused, ServingPolicy
 
-#: Projections of the bundled model; the environment variable points elsewhere (e.g. fresh
-#: ones from `sparsefinder train`) without touching the package's assets.
+#: Projections of the bundled model for the raw methods: the bundle's best WITH k-means
+#: centroids (k-means and quantization need one space for queries and keys); the calibrated
+#: methods read the calibration table's own file, the bundle's best projections. The
+#: environment variable points elsewhere (e.g. fresh ones from `sparsefinder train`) without
+#: touching the package's assets.
 DEFAULT_PROJECTIONS = Path(os.environ.get("SPARSEFINDER_DEFAULT_PROJECTIONS")
-                           or BUNDLED_PROJECTIONS)
+                           or bundle().best("centroids"))
 #: Calibrated target-sparsity settings; used only for the projections they were fitted for.
 DEFAULT_CALIBRATION = Path(os.environ.get("SPARSEFINDER_DEFAULT_CALIBRATION")
-                           or BUNDLED_CALIBRATION)
+                           or bundle().path("calibration"))
 VIEW_KEY = "_view"
 CONTEXT_KEY = "_context"
 PRED_CACHE_KEY = "_predictions"
@@ -435,8 +438,8 @@ def _model_controls() -> tuple[str, Path | None, str | None]:
     if kind == "default":
         path = DEFAULT_PROJECTIONS if DEFAULT_PROJECTIONS.exists() else None
         note = None if path else (
-            "Bundled projections (sparsefinder/assets/default/projections.pt) are missing; run "
-            "`make assets` to train them."
+            f"Bundled projections ({DEFAULT_PROJECTIONS.name} of the default bundle) are "
+            "missing; run `make assets` to train them."
         )
         return DEFAULT_MODEL, path, note
     seed("w_model_name", "" if linked == DEFAULT_MODEL else linked)

@@ -21,11 +21,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from sparsefinder.bundle import bundle  # noqa: E402
 from sparsefinder.evaluation.restricted import predictor_graph, restrict  # noqa: E402
 from sparsefinder.models.loading import load_model  # noqa: E402
 from sparsefinder.predictors import Distance, Union, Window  # noqa: E402
 from sparsefinder.projections.heads import HeadProjections  # noqa: E402
-from sparsefinder.resources import BUNDLED_PROJECTIONS  # noqa: E402
 from sparsefinder.runtime import tune_cpu_allocator  # noqa: E402
 
 N, REPEATS, WARMUP = 512, 9, 2
@@ -53,7 +53,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     tune_cpu_allocator()  # as the CLI does: both passes reuse freed (heads, n, n) blocks
     loaded = load_model("default", device="cpu")
-    projections = HeadProjections.load(BUNDLED_PROJECTIONS, expected_model_id=loaded.model_id)
+    projections = HeadProjections.load(bundle().path("projections.pt"),
+                                       expected_model_id=loaded.model_id)
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(1000, loaded.tokenizer.vocab_size, (1, N), generator=gen)
     ids[0, 0], ids[0, -1] = loaded.tokenizer.cls_token_id, loaded.tokenizer.sep_token_id

@@ -25,6 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from sparsefinder.bundle import bundle  # noqa: E402
 from sparsefinder.calibration.estimators import CalibratedDistance, CalibratedRowFraction
 from sparsefinder.calibration.samples import DistanceSamples  # noqa: E402
 from sparsefinder.data.chunking import chunk_passages
@@ -34,7 +35,7 @@ from sparsefinder.metrics.measures import score_layers  # noqa: E402
 from sparsefinder.metrics.scorer import macro_average
 from sparsefinder.models.loading import load_model  # noqa: E402
 from sparsefinder.predictors import Distance  # noqa: E402
-from sparsefinder.projections.heads import BUNDLED_PROJECTIONS, HeadProjections  # noqa: E402
+from sparsefinder.projections.heads import HeadProjections  # noqa: E402
 
 TARGETS = (0.75, 0.9, 0.95)
 BUCKETS = ((0, 64), (64, 128), (128, 256), (256, 100_000))
@@ -70,7 +71,7 @@ def _shared_threshold(samples: DistanceSamples, target: float) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--projections", type=Path, default=BUNDLED_PROJECTIONS)
+    parser.add_argument("--projections", type=Path, default=bundle().path("projections.pt"))
     args = parser.parse_args()
     torch.set_num_threads(1)
     loaded = load_model("default")

@@ -23,6 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from sparsefinder.bundle import bundle  # noqa: E402
 from sparsefinder.data.chunking import chunk_passages
 from sparsefinder.data.corpus import load_corpus  # noqa: E402
 from sparsefinder.data.records import extract  # noqa: E402
@@ -37,7 +38,7 @@ from sparsefinder.metrics.measures import (  # noqa: E402
     sparsity,
 )
 from sparsefinder.models.loading import load_model  # noqa: E402
-from sparsefinder.projections.heads import BUNDLED_PROJECTIONS, HeadProjections  # noqa: E402
+from sparsefinder.projections.heads import HeadProjections  # noqa: E402
 
 LEVELS = (0.75, 0.9, 0.95)
 AT = 0.9
@@ -61,7 +62,8 @@ def main() -> None:
     points = pd.read_csv(args.sweep_dir / "points.csv")
     at = recall_at_sparsity(points, LEVELS).set_index("method")
     loaded = load_model("default", device="cpu")
-    projections = HeadProjections.load(BUNDLED_PROJECTIONS, expected_model_id=loaded.model_id)
+    projections = HeadProjections.load(bundle().path("projections.pt"),
+                                       expected_model_id=loaded.model_id)
     texts = chunk_passages(load_corpus(args.corpus, args.split), loaded.tokenizer,
                            loaded.max_length)
     records = extract(loaded, texts, batch_size=8)

@@ -167,9 +167,9 @@ def _selector_name(args: argparse.Namespace) -> str:
     """``auto`` → ``learned`` when block projections for ``--block`` are bundled."""
     if args.selector != "auto":
         return args.selector
-    from sparsefinder.resources import BUNDLED_BLOCK_PROJECTIONS
+    from sparsefinder.projections.blocks import bundled_block_projections_path
 
-    path = BUNDLED_BLOCK_PROJECTIONS.get(args.block)
+    path = bundled_block_projections_path(args.block)
     return "learned" if path is not None and path.is_file() else "pooled"
 
 
@@ -177,11 +177,11 @@ def _selector(args: argparse.Namespace, layer: int):
     """(q, k) → (block graph, extra keys) of the block Sparsefinder: key blocks from the
     pooled token projections (``--selector pooled``) or from the learned block projections
     (``learned``), single keys from the token projections either way."""
+    from sparsefinder.bundle import bundle
     from sparsefinder.predictors.block import BlockSparsefinder, LearnedBlockSparsefinder
     from sparsefinder.projections.heads import HeadProjections
-    from sparsefinder.resources import BUNDLED_PROJECTIONS
 
-    projections = HeadProjections.load(BUNDLED_PROJECTIONS)
+    projections = HeadProjections.load(bundle().path("projections.pt"))
     predictor = BlockSparsefinder(args.block, args.n_blocks, args.n_keys, window_blocks=2)
     learned = None
     if _selector_name(args) == "learned":

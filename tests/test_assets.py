@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from sparsefinder.resources import asset_path
+from sparsefinder.bundle import assets_root
 
-ASSETS = asset_path()
+ASSETS = assets_root()
 PROBES = ASSETS / "coref_probes.json"
 EXAMPLES = ASSETS / "examples"
 LONG_EXAMPLE = "long_report_512.txt"

@@ -17,16 +17,16 @@ import pytest
 import torch
 
 from sparsefinder.attention.entmax_ops import entmax_normalize
+from sparsefinder.bundle import bundle, examples_dir
 from sparsefinder.data.records import extract
 from sparsefinder.metrics.measures import recall
 from sparsefinder.models.loading import load_model
 from sparsefinder.predictors import Distance, Union, Window
 from sparsefinder.projections.heads import HeadProjections
-from sparsefinder.resources import BUNDLED_PROJECTIONS, EXAMPLES_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
-PROJECTIONS = BUNDLED_PROJECTIONS
-TEXT = EXAMPLES_DIR / "science_news.txt"
+PROJECTIONS = bundle().path("projections.pt")
+TEXT = examples_dir() / "science_news.txt"
 
 ULP_TOLERANCE = 1e-6  # a few float32 ulps at 1.0
 

@@ -82,7 +82,7 @@ def test_cuda_base_python_311_and_the_pinned_requirements():
     assert "torch==2.13.0" in (ROOT / "requirements.txt").read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("path", ["app/main.py", "sparsefinder", "sparsefinder/assets",
+@pytest.mark.parametrize("path", ["app/main.py", "sparsefinder", "assets", "assets/default",
                                   ".streamlit/config.toml"])
 def test_everything_the_command_needs_is_copied(path):
     copied = [rest.split()[0] for key, rest in _instructions() if key == "COPY"]

@@ -37,10 +37,10 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from sparsefinder.bundle import coref_probes
 from sparsefinder.metrics.measures import count_true, recall, sparsity
-from sparsefinder.resources import COREF_PROBES
 
-DEFAULT_PROBES = COREF_PROBES
+DEFAULT_PROBES = coref_probes()
 
 
 class ProbeFileError(ValueError):

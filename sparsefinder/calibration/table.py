@@ -12,9 +12,7 @@ itself (the same estimators, the same numbers).
 
 from __future__ import annotations
 
-import hashlib
 import math
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +26,13 @@ from sparsefinder.calibration.estimators import CalibratedDistance, CalibratedRo
 from sparsefinder.calibration.grid import HEAD_GRIDS, layer_predictor, measure_grid
 from sparsefinder.calibration.samples import DistanceSamples
 from sparsefinder.data.records import AttentionRecord
+from sparsefinder.files import (
+    FileFormat,
+    SparsefinderFileError,
+    file_sha256,
+    load_payload,
+    save_payload,
+)
 from sparsefinder.methods.registry import MethodUnavailable
 from sparsefinder.predictors.row_fraction import RowFraction
 from sparsefinder.predictors.threshold_distance import ThresholdDistance
@@ -41,13 +46,20 @@ ESTIMATORS = {"distance-budget": CalibratedDistance, "rowfrac-budget": Calibrate
 GRID_METHODS = ("kmeans-routed-budget", "window-budget")
 
 
-class CalibrationError(ValueError):
+class CalibrationError(SparsefinderFileError):
     """A calibration file cannot be used; the message says why and how to make a new one."""
+
+
+#: The calibration payload; files written before it had a version read as version 1.
+CALIBRATION_FILE = FileFormat(
+    FORMAT, "calibration file", "calibration",
+    "`sparsefinder calibrate --projections FILE --out calibration.pt`", CalibrationError,
+    unversioned=1)
 
 
 def file_digest(path: str | Path) -> str:
     """SHA-256 of a file's bytes (names the projections a table was fitted for)."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    return file_sha256(path)
 
 
 @dataclass
@@ -136,31 +148,20 @@ class CalibrationTable:
         return build
 
     def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        torch.save({"format": FORMAT, "model_id": self.model_id,
-                    "projections_sha256": self.projections_sha256, "targets": self.targets,
-                    "params": self.params, "train_sparsity": self.train_sparsity,
-                    "train_recall": self.train_recall, "metadata": self.metadata,
-                    "grids": self.grids, "projections_file": self.projections_file}, tmp)
-        os.replace(tmp, path)
-        return path
+        """Write the table (atomically, through :func:`sparsefinder.files.save_payload`)."""
+        return save_payload(path, {
+            **CALIBRATION_FILE.header(), "model_id": self.model_id,
+            "projections_sha256": self.projections_sha256, "targets": self.targets,
+            "params": self.params, "train_sparsity": self.train_sparsity,
+            "train_recall": self.train_recall, "metadata": self.metadata,
+            "grids": self.grids, "projections_file": self.projections_file})
 
     @classmethod
     def load(cls, path: str | Path, projections_sha256: str | None = None) -> CalibrationTable:
         """Read a table; refuse one fitted for other projections (``projections_sha256``)."""
-        remake = ("make one with `sparsefinder calibrate --projections FILE --out "
-                  f"{Path(path).name}`")
-        try:
-            payload = torch.load(path, map_location="cpu", weights_only=True)
-        except FileNotFoundError:
-            raise
-        except Exception as error:  # torch raises many types for a damaged file
-            raise CalibrationError(f"{Path(path).name} is not a readable calibration file; "
-                                   f"{remake}") from error
-        if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-            raise CalibrationError(f"{Path(path).name} is not a calibration file; {remake}")
+        command = f"`sparsefinder calibrate --projections FILE --out {Path(path).name}`"
+        remake = f"make one with {command}"
+        payload = load_payload(path, CALIBRATION_FILE, command=command)
         if projections_sha256 is not None and payload["projections_sha256"] != projections_sha256:
             raise CalibrationError(f"{Path(path).name} was fitted for other projections; "
                                    f"{remake}")

@@ -16,16 +16,21 @@ import plotly.graph_objects as go
 
 from sparsefinder.analysis.clusters import HeadClusterAnalysis
 from sparsefinder.analysis.pos import align_doc, load_nlp
+from sparsefinder.bundle import bundle
 from sparsefinder.commands._common import add_corpus_arguments, add_model_arguments
 from sparsefinder.data.corpus import corpus_texts
 from sparsefinder.data.records import extract
 from sparsefinder.figures.clusters import order_tags, pos_recall_figure, queries_keys_figure
 from sparsefinder.models.loading import load_model
 from sparsefinder.projections.heads import HeadProjections
-from sparsefinder.resources import BUNDLED_PROJECTIONS
 
-DEFAULT_PROJECTIONS = BUNDLED_PROJECTIONS
 _CHUNK = 16  # passages extracted at once: bounds memory on long corpora
+
+
+def default_projections() -> Path:
+    """The bundle's best projections WITH k-means centroids (a shared query/key space: the
+    best projections overall, low-rank augmented ones, have no centroids)."""
+    return bundle().best("centroids")
 
 
 def add_projection_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,9 +38,15 @@ def add_projection_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--projections",
         type=Path,
-        default=DEFAULT_PROJECTIONS,
-        help="projections file with k-means centroids (default: the bundled one)",
+        default=None,
+        help="projections file with k-means centroids (default: the bundle's best with "
+             "centroids, assets/default/projections.pt)",
     )
+
+
+def projections_path(args: argparse.Namespace) -> Path:
+    """``--projections``, else the bundle's best projections with centroids."""
+    return args.projections if args.projections is not None else default_projections()
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -90,7 +101,7 @@ def _ordered(table: pd.DataFrame) -> pd.DataFrame:
 def run(args: argparse.Namespace) -> int:
     loaded = load_model(args.model, alpha=args.alpha, device=args.device)
     projections = HeadProjections.load(
-        args.projections, expected_model_id=loaded.model_id, expected_alpha=loaded.alpha
+        projections_path(args), expected_model_id=loaded.model_id, expected_alpha=loaded.alpha
     )
     analysis = HeadClusterAnalysis(projections, args.layer, args.head, args.clusters, args.top_k)
     passages = corpus_texts(args.corpus, args.split, loaded.tokenizer, loaded.max_length,

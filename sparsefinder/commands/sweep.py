@@ -9,6 +9,11 @@ Methods learned from training gold graphs (the SparseBERT static masks) are fitt
 first ``--train-passages`` passages of the TRAIN split of the same corpus, never on the
 split being evaluated.
 
+Without ``--projections`` the default model is swept with the bundle's best projections
+(:func:`sparsefinder.bundle.Bundle.best`: r = 8 lowrank-logistic, the file the calibration
+table was fitted for). They hold no k-means centroids, so the k-means curves are skipped and a
+note names the bundle's projections with centroids to sweep them with.
+
 ``--records DIR`` sweeps a shard store instead of extracting (under torchrun each rank scores
 its chunks; :mod:`sparsefinder.evaluation.sharded_sweep` reduces the sums exactly).
 """
@@ -21,6 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from sparsefinder.bundle import bundle
 from sparsefinder.commands._common import (
     add_corpus_arguments,
     add_model_arguments,
@@ -29,7 +35,7 @@ from sparsefinder.commands._common import (
 )
 from sparsefinder.data.corpus import CorpusError, corpus_texts
 from sparsefinder.data.records import AttentionRecord, extract
-from sparsefinder.evaluation.curves import CURVES, resolve_methods
+from sparsefinder.evaluation.curves import CURVES, available_curves, resolve_methods
 from sparsefinder.evaluation.frontier import (
     metrics_at_sparsity,
     pareto_frontier,
@@ -40,7 +46,6 @@ from sparsefinder.figures.common import write_figure_html
 from sparsefinder.figures.pareto import pareto_figure
 from sparsefinder.models.loading import DEFAULT_MODEL, LoadedModel, load_model
 from sparsefinder.projections.heads import HeadProjections
-from sparsefinder.resources import BUNDLED_PROJECTIONS
 
 _JSON_COLUMNS = ("params", "recall_per_layer", "sparsity_per_layer")
 
@@ -53,8 +58,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     add_corpus_arguments(parser, default_split="validation")
     parser.add_argument(
         "--projections", type=Path, default=None,
-        help="projections file from `sparsefinder train` (default: the bundled "
-             "assets/default/projections.pt for --model default)",
+        help="projections file from `sparsefinder train` (default for --model default: the "
+             "bundle's best, assets/default/projections-r8-lowrank-logistic.pt)",
     )
     parser.add_argument("--out", required=True, type=Path, help="folder for the results")
     parser.add_argument(
@@ -88,11 +93,26 @@ def _projections_path(args: argparse.Namespace) -> Path:
     if args.projections is not None:
         return args.projections
     if args.model == DEFAULT_MODEL:
-        return BUNDLED_PROJECTIONS
+        return bundle().best("projections")
     raise ValueError(
         f"--projections is required for model {args.model!r}; create them with "
         f"`sparsefinder train --model {args.model} --out DIR` and pass DIR/projections.pt"
     )
+
+
+def _note_centroids(args: argparse.Namespace, projections: HeadProjections,
+                    methods: list[str]) -> None:
+    """With the default projections, say which curves need centroids they lack, and how to
+    sweep them (the bundle's best projections with centroids)."""
+    if args.projections is not None:
+        return
+    untrained = [m for m in methods if not CURVES[m].needs_training]
+    _, skipped = available_curves(projections, untrained)
+    lacking = [m for m, why in skipped.items() if "centroids" in why]
+    if lacking:
+        print(f"note: the default projections ({bundle().best('projections').name}, the best "
+              f"bundled) hold no k-means centroids: skipping {', '.join(lacking)}; sweep them "
+              f"with --projections {bundle().best('centroids')}")
 
 
 def _train_records(
@@ -170,9 +190,12 @@ def _run_from_store(args: argparse.Namespace, methods: list[str]) -> int:
         if args.projections is None and model_id != DEFAULT_MODEL:
             raise ValueError(f"--projections is required for the shards of model {model_id!r} "
                              f"in {args.records}; pass the file from `sparsefinder train`")
-        path = args.projections if args.projections is not None else BUNDLED_PROJECTIONS
+        path = (args.projections if args.projections is not None
+                else bundle().best("projections"))
         projections = HeadProjections.load(path, expected_model_id=model_id,
                                            expected_alpha=alpha)
+        if world.is_main:
+            _note_centroids(args, projections, methods)
         split = store.manifest.get("split")
         if split == "train" or projections.metadata.get("split") == split:
             print(f"warning: evaluating on the {split} split the projections were trained on")
@@ -205,6 +228,7 @@ def run(args: argparse.Namespace) -> int:
                          args.max_passages)
     if args.split == "train" or projections.metadata.get("split") == args.split:
         print(f"warning: evaluating on the {args.split} split the projections were trained on")
+    _note_centroids(args, projections, methods)
     print(f"model {loaded.model_id}; {passages_label(args.max_passages)} passages of the "
           f"{args.split} split -> {len(texts)} texts; "
           f"methods: {', '.join(methods)}")

@@ -13,12 +13,26 @@ from pathlib import Path
 import torch
 
 from sparsefinder.data.records import AttentionRecord, LayerGraph
+from sparsefinder.files import (
+    FileFormat,
+    SparsefinderFileError,
+    check_payload,
+    load_payload,
+    save_payload,
+)
 
+FORMAT = "sparsefinder-records"
 FORMAT_VERSION = 1
 
 
-class RecordsFileError(ValueError):
-    """A records file is missing, corrupt or of an unknown format."""
+class RecordsFileError(SparsefinderFileError):
+    """A records file is corrupt or of an unknown format (a missing one: FileNotFoundError)."""
+
+
+#: The records payload (:func:`sparsefinder.files.load_payload` reads it).
+RECORDS_FILE = FileFormat(FORMAT, "sparsefinder records file", "records",
+                          "`sparsefinder extract --out DIR`", RecordsFileError, (FORMAT_VERSION,),
+                          version_key="version")
 
 
 def _pack_layer(layer: LayerGraph) -> dict:
@@ -52,8 +66,7 @@ def _unpack_layer(packed: dict) -> LayerGraph:
 def records_payload(records: list[AttentionRecord], metadata: dict | None = None) -> dict:
     """The plain dict :func:`save_records` writes (shards serialise it to bytes themselves)."""
     return {
-        "format": "sparsefinder-records",
-        "version": FORMAT_VERSION,
+        **RECORDS_FILE.header(),
         "metadata": dict(metadata or {}),
         "records": [
             {
@@ -73,11 +86,8 @@ def records_payload(records: list[AttentionRecord], metadata: dict | None = None
 def save_records(
     records: list[AttentionRecord], path: str | Path, metadata: dict | None = None
 ) -> Path:
-    """Write ``records`` to ``path`` (parents created); returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(records_payload(records, metadata), path)
-    return path
+    """Write ``records`` to ``path`` (parents created, atomically); returns the path."""
+    return save_payload(path, records_payload(records, metadata))
 
 
 def load_records(path: str | Path) -> tuple[list[AttentionRecord], dict]:
@@ -87,25 +97,12 @@ def load_records(path: str | Path) -> tuple[list[AttentionRecord], dict]:
         raise FileNotFoundError(
             f"records file {path} does not exist; create it with `sparsefinder extract --out DIR`"
         )
-    try:
-        payload = torch.load(path, weights_only=True)
-    except Exception as error:  # torch raises many types for a corrupt pickle/zip
-        raise RecordsFileError(
-            f"{path} is not a readable sparsefinder records file ({type(error).__name__}); "
-            "re-create it with `sparsefinder extract`"
-        ) from error
-    return records_from_payload(payload, path)
+    return records_from_payload(load_payload(path, RECORDS_FILE), path)
 
 
 def records_from_payload(payload: object, path: str | Path) -> tuple[list[AttentionRecord], dict]:
     """Records and metadata from a loaded payload; ``path`` only names it in errors."""
-    if not isinstance(payload, dict) or payload.get("format") != "sparsefinder-records":
-        raise RecordsFileError(f"{path} is not a sparsefinder records file")
-    if payload.get("version") != FORMAT_VERSION:
-        raise RecordsFileError(
-            f"{path} has records format version {payload.get('version')}, this version reads "
-            f"{FORMAT_VERSION}; re-create it with `sparsefinder extract`"
-        )
+    payload = check_payload(payload, RECORDS_FILE, path)
     records = [
         AttentionRecord(
             text=item["text"],

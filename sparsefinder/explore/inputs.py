@@ -10,15 +10,17 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from sparsefinder.bundle import examples_dir
 from sparsefinder.data.long_context import extract_long
 from sparsefinder.data.records import AttentionRecord, LongTextWarning, TextInputError, extract
-from sparsefinder.resources import EXAMPLES_DIR
 
 DEFAULT_EXAMPLE = "short_dialogue"
 
 
-def list_examples(folder: Path = EXAMPLES_DIR) -> list[str]:
-    """Names (file stems) of the bundled example texts, sorted, default first."""
+def list_examples(folder: Path | None = None) -> list[str]:
+    """Names (file stems) of the bundled example texts (or ``folder``'s), sorted, default
+    first."""
+    folder = folder if folder is not None else examples_dir()
     names = sorted(p.stem for p in folder.glob("*.txt"))
     if DEFAULT_EXAMPLE in names:
         names.remove(DEFAULT_EXAMPLE)
@@ -26,8 +28,9 @@ def list_examples(folder: Path = EXAMPLES_DIR) -> list[str]:
     return names
 
 
-def read_example(name: str, folder: Path = EXAMPLES_DIR) -> str:
+def read_example(name: str, folder: Path | None = None) -> str:
     """The text of a bundled example; a clear TextInputError for an unknown name."""
+    folder = folder if folder is not None else examples_dir()
     if name not in list_examples(folder):
         raise TextInputError(f"unknown example {name!r}; choose one of {list_examples(folder)}")
     return (folder / f"{name}.txt").read_text(encoding="utf-8")

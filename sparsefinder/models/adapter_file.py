@@ -22,12 +22,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from sparsefinder.files import SparsefinderFileError, atomic_write
+
 FORMAT = "sparsefinder-entmax-adapter"
 FORMAT_VERSION = "1"
 _REGENERATE = "re-create it with `make assets-adapter` (or `sparsefinder adapt --out DIR`)"
 
 
-class AdapterError(ValueError):
+class AdapterError(SparsefinderFileError):
     """The adapter file cannot be applied to this model; the message says why and the fix."""
 
 
@@ -56,19 +58,15 @@ def base_module_name(key: str) -> str:
 
 def save_adapter(path: str | Path, tensors: dict[str, torch.Tensor],
                  metadata: dict[str, object]) -> Path:
-    """Write the LoRA tensors (PEFT state-dict keys) and JSON-encoded metadata."""
-    from safetensors.torch import save_file
+    """Write the LoRA tensors (PEFT state-dict keys) and JSON-encoded metadata, atomically
+    (:func:`sparsefinder.files.atomic_write`)."""
+    from safetensors.torch import save
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     header = {"format": FORMAT, "format_version": FORMAT_VERSION}
     header.update({k: v if isinstance(v, str) else json.dumps(v) for k, v in metadata.items()})
-    tmp = path.with_suffix(".tmp")
-    save_file({k: v.detach().to("cpu", torch.float32).contiguous() for k, v in tensors.items()},
-              str(tmp), metadata=header)
-    tmp.chmod(0o644)  # safetensors writes 0600; an asset must be readable by every user
-    tmp.replace(path)
-    return path
+    data = save({k: v.detach().to("cpu", torch.float32).contiguous() for k, v in tensors.items()},
+                metadata=header)
+    return atomic_write(path, lambda handle: handle.write(data))
 
 
 def read_adapter(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:

@@ -87,10 +87,10 @@ def tiny_bpe_tokenizer(max_positions: int = 4096, vocab_size: int = 2000) -> Qwe
 
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-    from sparsefinder.resources import EXAMPLES_DIR
+    from sparsefinder.bundle import examples_dir
 
     texts = [topics[key] for key in sorted(topics)]
-    texts += [path.read_text() for path in sorted(Path(EXAMPLES_DIR).glob("*.txt"))]
+    texts += [path.read_text() for path in sorted(examples_dir().glob("*.txt"))]
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS],

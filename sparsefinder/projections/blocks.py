@@ -38,13 +38,13 @@ import torch
 from torch import Tensor
 
 from sparsefinder.attention.masks import apply_causal
+from sparsefinder.bundle import bundle
 from sparsefinder.data.records import AttentionRecord, LayerGraph
 from sparsefinder.metrics.measures import block_graph
 from sparsefinder.models.loading import DEFAULT_MODEL, DEFAULT_MODEL_ID
 from sparsefinder.predictors.block import pool_blocks
 from sparsefinder.projections.heads import HeadProjections, ProjectionsError
 from sparsefinder.projections.hinge import train_projections
-from sparsefinder.resources import BUNDLED_BLOCK_PROJECTIONS
 
 #: Tokens per block of the bundled block projections (the block curves' main size).
 DEFAULT_BLOCK = 32
@@ -140,13 +140,19 @@ def train_block_projections_by_size(records: Sequence[AttentionRecord],
     return {block: train_block_projections(records, block=block, **kwargs) for block in blocks}
 
 
+def bundled_block_projections_path(block: int) -> Path | None:
+    """The default bundle's block projections file for ``block`` tokens (None: none)."""
+    found = [f.path for f in bundle().files("block projections") if f.details.get("block") == block]
+    return found[0] if found else None
+
+
 def bundled_block_projections(model_id: str = DEFAULT_MODEL_ID, block: int = DEFAULT_BLOCK
                               ) -> HeadProjections | None:
     """The bundled block projections of ``block`` tokens when they exist and are for
     ``model_id``; else None."""
     if model_id == DEFAULT_MODEL:
         model_id = DEFAULT_MODEL_ID
-    path = BUNDLED_BLOCK_PROJECTIONS.get(block)
+    path = bundled_block_projections_path(block)
     if model_id != DEFAULT_MODEL_ID or path is None or not path.is_file():
         return None
     projections = load_block_projections(path, expected_model_id=model_id)

@@ -16,20 +16,26 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from sparsefinder.bundle import bundle
 from sparsefinder.data.records import AttentionRecord
-from sparsefinder.resources import asset_path
+from sparsefinder.files import FileFormat, SparsefinderFileError, load_payload, save_payload
 
-FORMAT = "sparsefinder-hash-codes/1"
-BUNDLED_HASH_CODES = asset_path("default", "hash_codes.pt")
+FORMAT = "sparsefinder-hash-codes/1"  # the version is part of the marker
 
 
-class HashCodesError(ValueError):
+class HashCodesError(SparsefinderFileError):
     """A hash-codes file that cannot serve: damaged, another format or another model."""
 
 
+_COMMAND = ("`sparsefinder fit-hash-codes --model MODEL --out FILE` (`make assets` for the "
+            "bundled one)")
+#: The hash-codes payload (:func:`sparsefinder.files.load_payload` reads it).
+HASH_CODES_FILE = FileFormat(FORMAT, "hash-codes file", "hash-codes", _COMMAND, HashCodesError,
+                             version_key=None)
+
+
 def _hint() -> str:
-    return ("rebuild it with `sparsefinder fit-hash-codes --model MODEL --out FILE` "
-            "(`make assets` for the bundled one)")
+    return f"rebuild it with {_COMMAND}"
 
 
 @dataclass
@@ -58,13 +64,12 @@ class HashCodeTable:
                 and d == record.layers[0].queries.shape[-1])
 
     def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save({"format": FORMAT, "model_id": self.model_id, "alpha": float(self.alpha),
-                    "w_query": torch.stack([q for q, _ in self.maps]).contiguous(),
-                    "w_key": torch.stack([k for _, k in self.maps]).contiguous(),
-                    "metadata": dict(self.metadata)}, path)
-        return path
+        """Write the table (atomically, through :func:`sparsefinder.files.save_payload`)."""
+        return save_payload(path, {
+            **HASH_CODES_FILE.header(), "model_id": self.model_id, "alpha": float(self.alpha),
+            "w_query": torch.stack([q for q, _ in self.maps]).contiguous(),
+            "w_key": torch.stack([k for _, k in self.maps]).contiguous(),
+            "metadata": dict(self.metadata)})
 
     @classmethod
     def load(cls, path: str | Path, expected_model_id: str | None = None) -> HashCodeTable:
@@ -72,14 +77,9 @@ class HashCodeTable:
         :class:`HashCodesError` that names the file and the fix."""
         path = Path(path)
         try:
-            data = torch.load(path, map_location="cpu", weights_only=True)
+            data = load_payload(path, HASH_CODES_FILE)
         except FileNotFoundError:
             raise HashCodesError(f"no hash-codes file at {path}; {_hint()}") from None
-        except Exception as error:  # torch raises many kinds for damaged files
-            raise HashCodesError(f"{path} is not a readable hash-codes file "
-                                 f"({type(error).__name__}); {_hint()}") from None
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise HashCodesError(f"{path} is not a {FORMAT} file; {_hint()}")
         if expected_model_id is not None and data["model_id"] != expected_model_id:
             raise HashCodesError(f"{path} holds hash codes of {data['model_id']!r}, not "
                                  f"{expected_model_id!r}; {_hint()}")
@@ -95,9 +95,10 @@ class HashCodeTable:
 
 def bundled_hash_codes(model_id: str) -> HashCodeTable | None:
     """The bundled table when it was fitted for ``model_id`` (else None: the method is off)."""
-    if not BUNDLED_HASH_CODES.is_file():
+    path = bundle().path("hash codes")
+    if not path.is_file():
         return None
     try:
-        return HashCodeTable.load(BUNDLED_HASH_CODES, expected_model_id=model_id)
+        return HashCodeTable.load(path, expected_model_id=model_id)
     except HashCodesError:
         return None

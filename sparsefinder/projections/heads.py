@@ -24,7 +24,8 @@ would do) measured the same as removing the offset: balanced clusters, lower rec
 
 Files (:meth:`HeadProjections.save`/:meth:`HeadProjections.load`) are one small ``torch.save``
 of plain tensors and a metadata dict, loadable with ``weights_only=True`` (no code runs on
-load), with k-means centroids per number of clusters B stored alongside.
+load), with k-means centroids per number of clusters B stored alongside; they are written
+and read through :mod:`sparsefinder.files` (atomic writes, one loader, one error base class).
 
 Two kinds of projections (``HeadProjections.kind``):
 
@@ -42,7 +43,6 @@ Two kinds of projections (``HeadProjections.kind``):
 from __future__ import annotations
 
 import math
-import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,10 +52,9 @@ import torch
 from torch import Tensor
 
 from sparsefinder.data.records import AttentionRecord
+from sparsefinder.files import FileFormat, SparsefinderFileError, load_payload, save_payload
 from sparsefinder.models.loading import DEFAULT_MODEL, DEFAULT_MODEL_ID
 from sparsefinder.predictors.kmeans import KMeans
-from sparsefinder.resources import BUNDLED_PROJECTIONS  # noqa: F401  (re-exported)
-from sparsefinder.serving import InputRefused, check_projections_bytes
 
 FORMAT = "sparsefinder-projections"
 
@@ -72,13 +71,18 @@ READABLE_VERSIONS = (FORMAT_VERSION, FORMAT_VERSION_AUGMENTED)
 KINDS = ("shared", "augmented")
 
 
-class ProjectionsError(ValueError):
+class ProjectionsError(SparsefinderFileError):
     """A projections file cannot be used; the message names the file and how to regenerate."""
 
 
 def _train_hint(model_id: str | None, extra: str = "") -> str:
     name = "default" if model_id in (None, "", DEFAULT_MODEL_ID) else model_id
     return f"`sparsefinder train --model {name} --out DIR{extra}`"
+
+
+#: The projections payload (:func:`sparsefinder.files.load_payload` reads it).
+PROJECTIONS_FILE = FileFormat(FORMAT, "Sparsefinder projections file", "projections",
+                              _train_hint(None), ProjectionsError, READABLE_VERSIONS)
 
 
 @dataclass
@@ -265,8 +269,8 @@ class HeadProjections:
         sparsefinder); augmented ones as version 2, which older versions refuse clearly.
         """
         payload = {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION if self.kind == "shared" else FORMAT_VERSION_AUGMENTED,
+            **PROJECTIONS_FILE.header(
+                FORMAT_VERSION if self.kind == "shared" else FORMAT_VERSION_AUGMENTED),
             "model_id": self.model_id,
             "alpha": float(self.alpha),
             "rank": self.rank,
@@ -284,12 +288,7 @@ class HeadProjections:
 
     def save(self, path: str | Path) -> Path:
         """Write one small file (atomically: a crash never leaves half a file behind)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        torch.save(self.to_payload(), tmp)
-        os.replace(tmp, path)
-        return path
+        return save_payload(path, self.to_payload())
 
     @classmethod
     def load(
@@ -310,29 +309,10 @@ class HeadProjections:
                 f"projections file {path} not found; create it with "
                 f"{_train_hint(expected_model_id)} (it writes DIR/projections.pt)"
             )
-        try:
-            check_projections_bytes(path.stat().st_size, max_bytes, path.name)
-        except InputRefused as error:
-            raise ProjectionsError(str(error)) from error
         regen = f"regenerate it with {_train_hint(expected_model_id)}"
-        try:
-            payload = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as error:  # torch raises many types for a bad zip/pickle
-            # torch's own text (zip internals, unpickler hints) and the folder help nobody.
-            raise ProjectionsError(
-                f"{path.name} is corrupt or truncated: it is not a readable Sparsefinder "
-                f"projections file; {regen}"
-            ) from error
-        if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-            raise ProjectionsError(
-                f"{path} is not a Sparsefinder projections file (no '{FORMAT}' marker); {regen}"
-            )
-        version = payload.get("format_version")
-        if version not in READABLE_VERSIONS:
-            raise ProjectionsError(
-                f"{path} has projections format version {version!r}, but this version of "
-                f"sparsefinder reads versions {READABLE_VERSIONS}; {regen}"
-            )
+        payload = load_payload(path, PROJECTIONS_FILE, max_bytes=max_bytes,
+                               command=_train_hint(expected_model_id))
+        version = PROJECTIONS_FILE.version_of(payload)
         model_id = payload.get("model_id")
         if expected_model_id == DEFAULT_MODEL:  # the alias names the bundled model
             expected_model_id = DEFAULT_MODEL_ID

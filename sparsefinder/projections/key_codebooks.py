@@ -4,8 +4,8 @@ A codebook file holds, for every number of clusters B fitted, float32 centroids
 (layers, heads, B, d) of the model's ORIGINAL keys, fitted on the TRAIN split, plus plain
 metadata (model id, α, corpus, split, number of texts). It is one small ``torch.save`` of
 plain tensors, loaded with ``weights_only=True`` (no code runs on load). The default model's
-codebooks are bundled (``sparsefinder/assets/default/key_codebooks.pt``, ~2 MB for B ∈ {64, 128});
-``sparsefinder fit-codebooks`` rebuilds them.
+codebooks are bundled (``assets/default/key_codebooks.pt``, ~2 MB for B ∈ {64, 128}; the
+bundle's ``key codebooks`` file); ``sparsefinder fit-codebooks`` rebuilds them.
 """
 
 from __future__ import annotations
@@ -19,22 +19,27 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from sparsefinder.bundle import bundle
 from sparsefinder.data.records import AttentionRecord
+from sparsefinder.files import FileFormat, SparsefinderFileError, load_payload, save_payload
 from sparsefinder.predictors.routed_kmeans import RoutedKMeans
-from sparsefinder.resources import asset_path
 
 FORMAT = "sparsefinder-key-codebooks"
 FORMAT_VERSION = 1
-BUNDLED_CODEBOOKS = asset_path("default", "key_codebooks.pt")
 DEFAULT_CLUSTERS = (64, 128)
 
 
-class CodebooksError(ValueError):
+class CodebooksError(SparsefinderFileError):
     """A codebook file cannot be used; the message says how to (re)create it."""
 
 
 def _hint(model: str = "default") -> str:
     return f"`sparsefinder fit-codebooks --model {model} --out FILE`"
+
+
+#: The key codebooks payload (:func:`sparsefinder.files.load_payload` reads it).
+CODEBOOKS_FILE = FileFormat(FORMAT, "key codebooks file", "key codebooks", _hint(),
+                            CodebooksError, (FORMAT_VERSION,))
 
 
 @dataclass
@@ -68,30 +73,19 @@ class KeyCodebooks:
         return RoutedKMeans.from_centroids(self.centroids[n_clusters][layer], **params)
 
     def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save({
-            "format": FORMAT, "format_version": FORMAT_VERSION, "model_id": self.model_id,
+        """Write the codebooks (atomically, through :func:`sparsefinder.files.save_payload`)."""
+        return save_payload(path, {
+            **CODEBOOKS_FILE.header(), "model_id": self.model_id,
             "alpha": float(self.alpha), "metadata": dict(self.metadata),
             "centroids": {int(b): c.float().contiguous() for b, c in self.centroids.items()},
-        }, path)
-        return path
+        })
 
     @classmethod
     def load(cls, path: str | Path, expected_model_id: str | None = None) -> KeyCodebooks:
         path = Path(path)
         if not path.is_file():
             raise CodebooksError(f"no key codebooks at {path}; create them with {_hint()}")
-        try:
-            payload = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as error:  # corrupt or not a torch file
-            raise CodebooksError(f"cannot read key codebooks {path} ({error}); "
-                                 f"recreate them with {_hint()}") from error
-        if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-            raise CodebooksError(f"{path} is not a key codebooks file; create one with {_hint()}")
-        if payload.get("format_version") != FORMAT_VERSION:
-            raise CodebooksError(f"{path} has format version {payload.get('format_version')}, "
-                                 f"expected {FORMAT_VERSION}; recreate it with {_hint()}")
+        payload = load_payload(path, CODEBOOKS_FILE)
         if expected_model_id is not None and payload["model_id"] != expected_model_id:
             raise CodebooksError(
                 f"{path} was fitted for model {payload['model_id']!r}, not "
@@ -134,9 +128,9 @@ def _load_cached(path: str, mtime: float) -> KeyCodebooks:
     return KeyCodebooks.load(path)
 
 
-def bundled_codebooks(path: str | Path = BUNDLED_CODEBOOKS) -> KeyCodebooks:
+def bundled_codebooks(path: str | Path | None = None) -> KeyCodebooks:
     """The codebooks at ``path`` (default: the bundled ones), loaded once per file version."""
-    path = Path(path)
+    path = Path(path) if path is not None else bundle().path("key codebooks")
     if not path.is_file():
         raise CodebooksError(f"no key codebooks at {path}; create them with {_hint()}")
     return _load_cached(str(path), path.stat().st_mtime)

@@ -165,10 +165,10 @@ def test_head_without_gold_edges_counts_as_recalled() -> None:
 def test_default_model_short_texts(default_model) -> None:
     """Real attention graphs and the bundled projections: the target is met on the texts the
     thresholds were fitted on (estimation is per text, so this holds for a handful)."""
+    from sparsefinder.bundle import bundle
     from sparsefinder.data.records import extract
-    from sparsefinder.projections.heads import BUNDLED_PROJECTIONS
 
-    projections = HeadProjections.load(BUNDLED_PROJECTIONS)
+    projections = HeadProjections.load(bundle().path("projections.pt"))
     texts = ["The cat sat on the mat because it was tired.",
              "Sparse attention keeps only a few keys for every query in a long sentence.",
              "She gave him the book, and he thanked her for it the next morning."]

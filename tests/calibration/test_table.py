@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from sparsefinder.bundle import bundle
 from sparsefinder.calibration.table import CalibrationError, CalibrationTable, file_digest
 from sparsefinder.data.records import AttentionRecord, LayerGraph
 from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
@@ -12,7 +13,6 @@ from sparsefinder.metrics.scorer import Scorer
 from sparsefinder.predictors.row_fraction import RowFraction
 from sparsefinder.predictors.threshold_distance import ThresholdDistance
 from sparsefinder.projections.heads import HeadProjections
-from sparsefinder.resources import BUNDLED_CALIBRATION, BUNDLED_PROJECTIONS
 
 HEADS, D, LAYERS = 2, 6, 2
 
@@ -80,16 +80,16 @@ def test_save_load_and_refusals(fitted, tmp_path):
 
 
 def test_the_bundled_table_names_and_matches_its_projections():
-    table = CalibrationTable.load(BUNDLED_CALIBRATION)
+    table = CalibrationTable.load(bundle().path("calibration"))
     assert table.projections_file == "projections-r8-lowrank-logistic.pt"
-    assert table.projections_sha256 == file_digest(
-        BUNDLED_PROJECTIONS.with_name(table.projections_file))
-    assert file_digest(BUNDLED_PROJECTIONS) != table.projections_sha256  # not the paper file
+    paper = bundle().path("projections.pt")
+    assert table.projections_sha256 == file_digest(paper.with_name(table.projections_file))
+    assert file_digest(paper) != table.projections_sha256  # not the paper file
     assert 0.9 in table.targets and set(table.params) == {
         "distance-budget", "rowfrac-budget", "kmeans-routed-budget", "window-budget"}
     assert table.params["rowfrac-budget"].shape[1:] == (6, 12)
     assert table.metadata["split"] == "train"
-    projections = table.own_projections(BUNDLED_CALIBRATION)
+    projections = table.own_projections(bundle().path("calibration"))
     assert projections.model_id == table.model_id and projections.weight.shape[2] >= 8
 
 

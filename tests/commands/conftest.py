@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from sparsefinder.commands.clusters import DEFAULT_PROJECTIONS
+from sparsefinder.commands.clusters import default_projections
 
 
 @pytest.fixture(scope="session")
 def projections_file() -> Path:
-    """The bundled projections for the default model (reproduced by `make assets`)."""
-    assert DEFAULT_PROJECTIONS.is_file(), f"{DEFAULT_PROJECTIONS} is missing; run `make assets`"
-    return DEFAULT_PROJECTIONS
+    """The bundled projections with centroids for the default model (`make assets`)."""
+    path = default_projections()
+    assert path.is_file(), f"{path} is missing; run `make assets`"
+    return path

@@ -15,11 +15,11 @@ import torch
 
 from sparsefinder.attention.entmax_ops import entmax_normalize, reference_mode
 from sparsefinder.attention.interface import AttentionCall, capture
+from sparsefinder.bundle import bundle
 from sparsefinder.data.corpus import default_corpus
 from sparsefinder.evaluation.restricted import LayerInputs, predictor_graph, restrict
 from sparsefinder.predictors import Distance, Union, Window
 from sparsefinder.projections.heads import HeadProjections
-from sparsefinder.resources import BUNDLED_PROJECTIONS
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +55,8 @@ def _run(loaded, batch, graph_fn=None):
 
 def test_recall_one_gives_the_full_entmax_forward(default_model) -> None:
     loaded = default_model
-    projections = HeadProjections.load(BUNDLED_PROJECTIONS, expected_model_id=loaded.model_id)
+    projections = HeadProjections.load(bundle().path("projections.pt"),
+                                       expected_model_id=loaded.model_id)
     batch = loaded.tokenizer(_texts(loaded.tokenizer), padding=True, return_tensors="pt")
     assert batch["input_ids"].shape[1] > 200
     real = batch["attention_mask"].bool()
@@ -79,7 +80,8 @@ def test_recall_one_gives_the_full_entmax_forward(default_model) -> None:
 
 def test_missing_gold_edges_change_the_output(default_model) -> None:
     loaded = default_model
-    projections = HeadProjections.load(BUNDLED_PROJECTIONS, expected_model_id=loaded.model_id)
+    projections = HeadProjections.load(bundle().path("projections.pt"),
+                                       expected_model_id=loaded.model_id)
     batch = loaded.tokenizer(_texts(loaded.tokenizer), padding=True, return_tensors="pt")
     real = batch["attention_mask"].bool()
     graph = predictor_graph(lambda layer: Union(Distance(1.0), Window(3)), "projected",

@@ -72,13 +72,13 @@ def test_pareto_star_is_the_sweeps_point_for_the_same_setting(default_model, pre
 def test_text_sweep_includes_the_calibrated_curves_of_the_bundled_table(record, projections):
     """The app cannot fit calibrated methods (no train graphs at hand): their curves come from
     the bundled table, built with the table's own projections, scored like any sweep row."""
+    from sparsefinder.bundle import bundle
     from sparsefinder.calibration.table import CalibrationTable
     from sparsefinder.explore import prepared as prep
     from sparsefinder.methods.spec import PredictorSpec
-    from sparsefinder.resources import BUNDLED_CALIBRATION
 
-    table = CalibrationTable.load(BUNDLED_CALIBRATION)
-    own = table.own_projections(BUNDLED_CALIBRATION)
+    table = CalibrationTable.load(bundle().path("calibration"))
+    own = table.own_projections(bundle().path("calibration"))
     prepared = prep.prepare(record, projections, calibration=table, calibration_projections=own)
     assert prepared.projections_for("distance-budget") is own
     assert prepared.projections_for("distance") is projections

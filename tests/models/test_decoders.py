@@ -13,6 +13,7 @@ from entmax import entmax15
 from transformers import AutoModel, BloomConfig
 
 from sparsefinder.attention.masks import causal_mask
+from sparsefinder.bundle import examples_dir
 from sparsefinder.data.records import extract
 from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
 from sparsefinder.metrics.scorer import Scorer
@@ -20,7 +21,6 @@ from sparsefinder.models.decoders import DECODER_FAMILIES, save_tiny_decoder, ti
 from sparsefinder.models.loading import ModelLoadError, load_model
 from sparsefinder.projections.centroids import fit_centroids
 from sparsefinder.projections.hinge import train_projections
-from sparsefinder.resources import EXAMPLES_DIR
 
 WINDOW = 48  # sliding window of the local layers (tokens)
 LONG_N = 1200  # "long" for a CPU test: far beyond the window and 512
@@ -35,7 +35,7 @@ def decoder_dirs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def long_text() -> str:
-    return " ".join(p.read_text() for p in sorted(EXAMPLES_DIR.glob("*.txt")))
+    return " ".join(p.read_text() for p in sorted(examples_dir().glob("*.txt")))
 
 
 @pytest.fixture(scope="module")

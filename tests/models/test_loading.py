@@ -134,9 +134,9 @@ def test_gpu_memory_is_checked_too(tiny_model_dirs, monkeypatch):
 
 
 def test_a_local_folder_holding_the_bundled_weights_is_the_default_model(tmp_path):
+    from sparsefinder.bundle import bundle
     from sparsefinder.models.loading import DEFAULT_MODEL_ID, SOFTMAX_MODEL_ID, default_model_path
     from sparsefinder.projections.heads import HeadProjections, ProjectionsError
-    from sparsefinder.resources import BUNDLED_ADAPTER, BUNDLED_PROJECTIONS
 
     link = tmp_path / "my-minilm"
     link.symlink_to(default_model_path(), target_is_directory=True)
@@ -144,8 +144,8 @@ def test_a_local_folder_holding_the_bundled_weights_is_the_default_model(tmp_pat
     assert loaded.model_id == SOFTMAX_MODEL_ID and loaded.adapter is None  # = default-softmax
     # the bundled projections are for the adapted model, so they are refused for the raw one
     with pytest.raises(ProjectionsError, match="trained for model"):
-        HeadProjections.load(BUNDLED_PROJECTIONS, expected_model_id=loaded.model_id)
-    adapted = load_model(str(link), device="cpu", adapter=BUNDLED_ADAPTER)
+        HeadProjections.load(bundle().path("projections.pt"), expected_model_id=loaded.model_id)
+    adapted = load_model(str(link), device="cpu", adapter=bundle().path("adapter"))
     assert adapted.model_id == DEFAULT_MODEL_ID
     # so the bundled projections are accepted for it (the id, not the spelling, is compared)
-    HeadProjections.load(BUNDLED_PROJECTIONS, expected_model_id=adapted.model_id)
+    HeadProjections.load(bundle().path("projections.pt"), expected_model_id=adapted.model_id)

@@ -12,6 +12,7 @@ import shutil
 import pytest
 
 from sparsefinder.adaptation.distill import measure, softmax_teacher
+from sparsefinder.bundle import bundle
 from sparsefinder.data.corpus import default_corpus
 from sparsefinder.models.adapter_file import read_adapter
 from sparsefinder.models.loading import (
@@ -20,7 +21,6 @@ from sparsefinder.models.loading import (
     ModelLoadError,
     load_model,
 )
-from sparsefinder.resources import BUNDLED_ADAPTER
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +49,8 @@ def test_adapted_model_is_faithful_and_sparse(default_model, softmax_model):
 
 
 def test_asset_is_small_and_says_what_it_is():
-    assert BUNDLED_ADAPTER.stat().st_size <= 10 * 1024 * 1024
-    _, meta = read_adapter(BUNDLED_ADAPTER)
+    assert bundle().path("adapter").stat().st_size <= 10 * 1024 * 1024
+    _, meta = read_adapter(bundle().path("adapter"))
     assert meta["base_model"] == SOFTMAX_MODEL_ID and meta["alpha"] == "1.5"
     assert "train split" in meta["training_data"] and "adapt" in meta["command"]
     after = json.loads(meta["after"])
@@ -61,9 +61,9 @@ def test_asset_is_small_and_says_what_it_is():
 @pytest.mark.slow
 def test_broken_bundled_adapter_is_a_clear_load_error(tmp_path):
     cut = tmp_path / "cut.safetensors"
-    cut.write_bytes(BUNDLED_ADAPTER.read_bytes()[:100_000])
+    cut.write_bytes(bundle().path("adapter").read_bytes()[:100_000])
     with pytest.raises(ModelLoadError, match="corrupt or truncated.*make assets-adapter"):
         load_model("default-softmax", adapter=cut, device="cpu")
     same = tmp_path / "entmax_adapter.safetensors"
-    shutil.copy(BUNDLED_ADAPTER, same)
+    shutil.copy(bundle().path("adapter"), same)
     assert load_model("default-softmax", adapter=same, device="cpu").adapter is not None

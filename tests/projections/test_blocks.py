@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from sparsefinder.bundle import bundle
 from sparsefinder.data.records import AttentionRecord, LayerGraph
 from sparsefinder.evaluation.sweep import score_specs
 from sparsefinder.methods.registry import MethodUnavailable
@@ -21,12 +22,12 @@ from sparsefinder.projections.blocks import (
     block_record,
     bundled_block_projections,
     bundled_block_projections_by_size,
+    bundled_block_projections_path,
     check_block_projections,
     load_block_projections,
     train_block_projections,
 )
 from sparsefinder.projections.heads import HeadProjections, ProjectionsError
-from sparsefinder.resources import BUNDLED_BLOCK_PROJECTIONS, BUNDLED_PROJECTIONS
 
 
 def _record(queries: torch.Tensor, keys: torch.Tensor, gold: torch.Tensor,
@@ -147,12 +148,12 @@ def test_a_head_dense_at_block_level_keeps_a_zero_map_and_every_block():
 
 
 def test_token_projections_or_another_block_size_are_refused():
-    token = HeadProjections.load(BUNDLED_PROJECTIONS)
+    token = HeadProjections.load(bundle().path("projections.pt"))
     with pytest.raises(ProjectionsError, match="trained on token pairs"):
         check_block_projections(token)
     with pytest.raises(ProjectionsError, match="fit-block-projections"):
-        load_block_projections(BUNDLED_PROJECTIONS)
-    blocks = load_block_projections(BUNDLED_BLOCK_PROJECTIONS[32])
+        load_block_projections(bundle().path("projections.pt"))
+    blocks = load_block_projections(bundled_block_projections_path(32))
     with pytest.raises(ProjectionsError, match="trained on blocks of 32 tokens, not 16"):
         check_block_projections(blocks, 16)
     spec = PredictorSpec.of("block-learned", {"block": 16, "n_blocks": 1})
@@ -171,7 +172,7 @@ def test_the_bundled_assets_fit_the_default_model(default_model):
     config = default_model.model.config
     heads = config.num_attention_heads
     for block, projections in bundled.items():
-        assert BUNDLED_BLOCK_PROJECTIONS[block].stat().st_size < 300_000
+        assert bundled_block_projections_path(block).stat().st_size < 300_000
         assert projections.model_id == DEFAULT_MODEL_ID
         assert (projections.num_layers, projections.num_heads, projections.head_dim) == (
             config.num_hidden_layers, heads, config.hidden_size // heads)

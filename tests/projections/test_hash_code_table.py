@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from sparsefinder.bundle import bundle
 from sparsefinder.models.loading import DEFAULT_MODEL_ID, SOFTMAX_MODEL_ID
 from sparsefinder.projections.hash_code_table import (
-    BUNDLED_HASH_CODES,
     HashCodesError,
     HashCodeTable,
     bundled_hash_codes,
@@ -44,7 +44,7 @@ def test_every_bad_file_is_a_clear_error(tmp_path: Path) -> None:
         HashCodeTable.load(truncated)
     foreign = tmp_path / "foreign.pt"
     torch.save({"weight": torch.zeros(2)}, foreign)
-    with pytest.raises(HashCodesError, match="is not a sparsefinder-hash-codes"):
+    with pytest.raises(HashCodesError, match="is not a hash-codes file.*sparsefinder-hash-codes"):
         HashCodeTable.load(foreign)
     with pytest.raises(HashCodesError, match="no hash-codes file"):
         HashCodeTable.load(tmp_path / "missing.pt")
@@ -60,7 +60,7 @@ def test_maps_of_mixed_shapes_are_refused() -> None:
 
 
 def test_the_bundled_codes_serve_the_default_model_only() -> None:
-    assert BUNDLED_HASH_CODES.is_file()
+    assert bundle().path("hash codes").is_file()
     table = bundled_hash_codes(DEFAULT_MODEL_ID)
     assert table is not None and len(table.maps) == 6
     assert table.maps[0][0].shape == (12, 32, 16)

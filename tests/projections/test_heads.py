@@ -132,13 +132,13 @@ def test_wrong_model_id(tmp_path, records: list[AttentionRecord]) -> None:
 
 
 def test_default_alias_accepts_the_bundled_file() -> None:
+    from sparsefinder.bundle import bundle
     from sparsefinder.models.loading import DEFAULT_MODEL_ID
-    from sparsefinder.resources import BUNDLED_PROJECTIONS
 
-    projections = HeadProjections.load(BUNDLED_PROJECTIONS, expected_model_id="default")
+    projections = HeadProjections.load(bundle().path("projections.pt"), expected_model_id="default")
     assert projections.model_id == DEFAULT_MODEL_ID
     with pytest.raises(ProjectionsError, match="loaded model is other"):
-        HeadProjections.load(BUNDLED_PROJECTIONS, expected_model_id="other")
+        HeadProjections.load(bundle().path("projections.pt"), expected_model_id="other")
 
 
 def test_heads_without_non_edges_are_named_as_dense(records: list[AttentionRecord]) -> None:

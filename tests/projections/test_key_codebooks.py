@@ -6,6 +6,7 @@ import pytest
 import torch
 from entmax import entmax15
 
+from sparsefinder.bundle import bundle
 from sparsefinder.data.records import AttentionRecord, LayerGraph
 from sparsefinder.evaluation.curves import CURVES
 from sparsefinder.evaluation.sweep import sweep
@@ -14,7 +15,6 @@ from sparsefinder.models.loading import DEFAULT_MODEL_ID
 from sparsefinder.predictors.routed_kmeans import RoutedKMeans
 from sparsefinder.projections.heads import HeadProjections
 from sparsefinder.projections.key_codebooks import (
-    BUNDLED_CODEBOOKS,
     CodebooksError,
     KeyCodebooks,
     bundled_codebooks,
@@ -68,7 +68,8 @@ def test_load_errors_say_how_to_fix(tmp_path):
 
 
 def test_bundled_codebooks_match_the_default_model():
-    assert BUNDLED_CODEBOOKS.is_file(), "run `sparsefinder fit-codebooks --out assets/...`"
+    path = bundle().path("key codebooks")
+    assert path.is_file(), "run `sparsefinder fit-codebooks --out assets/...`"
     books = bundled_codebooks()
     assert books.model_id == DEFAULT_MODEL_ID
     assert books.metadata["split"] == "train"

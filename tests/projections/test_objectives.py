@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from sparsefinder.bundle import bundle
 from sparsefinder.data.records import AttentionRecord, LayerGraph
 from sparsefinder.projections.centroids import fit_centroids
-from sparsefinder.projections.heads import BUNDLED_PROJECTIONS, HeadProjections, ProjectionsError
+from sparsefinder.projections.heads import HeadProjections, ProjectionsError
 from sparsefinder.projections.logistic import logistic_step, train_logistic
 from sparsefinder.projections.lowrank import (
     approximate_scores,
@@ -126,7 +127,7 @@ def test_lowrank_file_round_trip_and_no_centroids(tmp_path, records) -> None:
 
 
 def test_bundled_file_still_loads_as_shared_paper_projections() -> None:
-    proj = HeadProjections.load(BUNDLED_PROJECTIONS)
+    proj = HeadProjections.load(bundle().path("projections.pt"))
     assert proj.kind == "shared" and proj.objective == "paper" and proj.dim == proj.rank
     x = torch.randn(proj.num_heads, 5, proj.head_dim)
     assert torch.equal(proj.project(0, x), proj.project_keys(0, x))
@@ -243,7 +244,7 @@ def test_refine_lowrank_trains_the_bilinear_logit(records) -> None:
     again = refine_lowrank(start, records, lr=0.02, epochs=6, batch_size=64)
     assert torch.equal(again.key_weight, refined.key_weight)
     with pytest.raises(ValueError, match="augmented projections"):
-        refine_lowrank(HeadProjections.load(BUNDLED_PROJECTIONS), records)
+        refine_lowrank(HeadProjections.load(bundle().path("projections.pt")), records)
 
 
 # ---------------------------------------------------------------- the registry
