@@ -1,7 +1,7 @@
 """Latency of a live slider move in the real app, measured in a real headless browser.
 
 Serves the app (``streamlit run app/main.py``) on a free port, opens the Explorer on the
-~480-token example (sparsefinder/assets/examples/long_report_512.txt) in Debian's chromium,
+~480-token example (assets/examples/long_report_512.txt) in Debian's chromium,
 then moves the window-size slider with the keyboard N times. Each sample is the time from the
 key press to the moment both the metric values and the predicted panel's title (its edge
 count) show the new setting in the page. Websocket bytes received per move are summed
@@ -11,7 +11,7 @@ Prints per-move timings, p50/p95, and last ``p50_ms=<x> p95_ms=<y> payload_kb=<z
 Goal on the 2-core dev CPU: p50 <= 300 ms, p95 <= 600 ms.
 
     .venv/bin/python benchmarks/app_latency.py [--moves 30] [--method kmeans]
-        [--projections PATH]   # default: sparsefinder/assets/default/projections.pt when it exists
+        [--projections PATH]   # default: assets/default/projections.pt when it exists
 
 Long texts (issue 14): ``--tokens N`` pastes a text of N tokens (consecutive passages of
 the default corpus' train split) instead of opening the example, on ``--model PATH``, or,

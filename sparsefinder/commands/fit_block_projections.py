@@ -3,7 +3,7 @@ learned with Eq. 7 on the block pairs of the gold graphs of the corpus' TRAIN sp
 validation split is never read (unless asked, with a note).
 
 For the default model the results are bundled as
-``sparsefinder/assets/default/block_projections-b{16,32}.pt`` (`make assets`); the
+``assets/default/block_projections-b{16,32}.pt`` (`make assets`); the
 ``block-learned`` method (curves ``block-learned``, ``block16-learned``) fits the same maps on
 training graphs in a sweep, and ``benchmarks/restricted.py --selector learned`` reads them.
 """

@@ -2,8 +2,8 @@
 
 Keys come from the gold-graph records of the corpus' TRAIN split (long passages chunked to
 the model's maximum length); the validation split is never read. For the default model the
-result is bundled as ``sparsefinder/assets/default/key_codebooks.pt`` (`sparsefinder
-fit-codebooks --out sparsefinder/assets/default/key_codebooks.pt`, ~2 min on a laptop CPU).
+result is bundled as ``assets/default/key_codebooks.pt`` (`sparsefinder
+fit-codebooks --out assets/default/key_codebooks.pt`, ~2 min on a laptop CPU).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`sparsefinder fit-hash-codes`: HashAttention-style codes (the ``hashattention`` method)
 learned on the gold graphs of the corpus' TRAIN split; the validation split is never read.
 
-For the default model the result is bundled as ``sparsefinder/assets/default/hash_codes.pt``
+For the default model the result is bundled as ``assets/default/hash_codes.pt``
 (`make assets`), which lets the app offer the method without extracting training graphs.
 """
 
