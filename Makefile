@@ -74,7 +74,7 @@ assets: install assets-projections
 	$(BIN)/sparsefinder calibrate --model default \
 	  --projections assets/default/projections-r8-lowrank-logistic.pt \
 	  --out assets/default/calibration.pt
-	$(BIN)/python -m sparsefinder.bundle --write
+	$(BIN)/python -m sparsefinder.bundle_manifest --write
 
 # The alternative projections of issue 10 (r = 4 and 8; lowrank, logistic, lowrank-logistic),
 # written next to the default file, which stays as it is.
@@ -83,7 +83,7 @@ assets-projections: install
 	  $(BIN)/sparsefinder train --model default --corpus default --out assets/default \
 	    --objective $$o --rank $$r --filename projections-r$$r-$$o.pt || exit 1; \
 	done; done
-	$(BIN)/python -m sparsefinder.bundle --write
+	$(BIN)/python -m sparsefinder.bundle_manifest --write
 
 # The entmax adapter of the default model (issue 18): LoRA distillation of MiniLM's softmax self
 # into its 1.5-entmax self on the default corpus' train split (every 10th passage held out to
@@ -93,4 +93,4 @@ assets-adapter: install
 	$(BIN)/sparsefinder adapt --model default --out build/adapter --resume --steps 400 --lr 2e-3 \
 	  --w-sparse 1 --measure-every 100 $(ADAPT_ARGS)
 	cp build/adapter/entmax_adapter.safetensors assets/default/
-	$(BIN)/python -m sparsefinder.bundle --write
+	$(BIN)/python -m sparsefinder.bundle_manifest --write

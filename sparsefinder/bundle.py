@@ -27,16 +27,13 @@ Usage::
     shared().path("coref_probes.json"), examples_dir()
 
 Loading reads only the manifest (no hashing); :meth:`Bundle.verify` compares names, sizes and
-SHA-256 with the files. ``python -m sparsefinder.bundle --write`` regenerates the manifests
-from the files (``make assets`` runs it), ``--check`` reports a stale one
-(:mod:`sparsefinder.bundle_manifest`).
+SHA-256 with the files. ``python -m sparsefinder.bundle_manifest --write`` regenerates the
+manifests from the files (``make assets`` runs it), ``--check`` reports a stale one.
 """
 
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib.resources import files as package_files
@@ -53,7 +50,7 @@ DEFAULT_BUNDLE = "default"
 #: Kinds of the files of a model bundle.
 KINDS = ("projections", "calibration", "key codebooks", "hash codes", "block projections",
          "adapter")
-_WRITE = "`python -m sparsefinder.bundle --write`"
+_WRITE = "`python -m sparsefinder.bundle_manifest --write`"
 
 
 class BundleError(SparsefinderFileError):
@@ -238,42 +235,3 @@ def examples_dir() -> Path:
 def coref_probes() -> Path:
     """The bundled coreference probes (``coref_probes.json``)."""
     return shared().path("coreference probes")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m sparsefinder.bundle [--write | --check] [NAME ...]``: list the bundles'
-    files; ``--write`` regenerates the manifests from the files, ``--check`` exits 1 when a
-    manifest does not match them."""
-    import argparse
-
-    from sparsefinder import bundle_manifest
-
-    parser = argparse.ArgumentParser(prog="python -m sparsefinder.bundle",
-                                     description=main.__doc__)
-    action = parser.add_mutually_exclusive_group()
-    action.add_argument("--write", action="store_true", help="regenerate the manifests")
-    action.add_argument("--check", action="store_true", help="exit 1 if a manifest is stale")
-    parser.add_argument("--root", type=Path, default=None, help="assets folder (default: "
-                        "the bundled one)")
-    args = parser.parse_args(argv)
-    root = args.root or assets_root()
-    if args.write:
-        for path in bundle_manifest.write_manifests(root):
-            print(f"wrote {path}")
-        return 0
-    if args.check:
-        problems = bundle_manifest.check_manifests(root)
-        for problem in problems:
-            print(problem)
-        print("manifests are stale: run " + _WRITE if problems else "manifests match the files")
-        return 1 if problems else 0
-    for name in shared(root).manifest.get("bundles", []):
-        b = bundle(name, root)
-        print(f"bundle {name} ({b.model_id}), best: {b.uses()}")
-        for f in b.files():
-            print(f"  {f.name:40s} {f.kind:18s} {f.bytes / 1024:8.0f} KB  {f.purpose}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Writing the manifests of the bundled files from the files themselves.
 
-``python -m sparsefinder.bundle --write`` (the last step of ``make assets``) rewrites
+``python -m sparsefinder.bundle_manifest --write`` (the last step of ``make assets``) rewrites
 ``assets/bundle.json`` and ``assets/NAME/bundle.json``; ``--check`` (and
 ``tests/test_bundle.py``) compares them with what the files give now, so a rebuilt asset whose
 manifest was not updated fails. Per file:
@@ -21,14 +21,26 @@ keys in one space, which the augmented low-rank files do not have).
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparsefinder.bundle import FORMAT, FORMAT_VERSION, KINDS, MANIFEST, SHARED_FORMAT, BundleError
+from sparsefinder.bundle import (
+    FORMAT,
+    FORMAT_VERSION,
+    KINDS,
+    MANIFEST,
+    SHARED_FORMAT,
+    BundleError,
+    assets_root,
+    bundle,
+    shared,
+)
 from sparsefinder.files import atomic_write, file_sha256, load_payload
 
 _OUT = "assets/{model}"
@@ -194,7 +206,7 @@ def build_bundle_manifest(folder: Path) -> dict[str, Any]:
         best["centroids"] = {"file": chosen, "why": _WHY_CENTROIDS}
     return {"format": FORMAT, "format_version": FORMAT_VERSION, "bundle": model,
             "model_id": model_ids[0] if model_ids else None,
-            "note": "Generated from the files by `python -m sparsefinder.bundle --write` "
+            "note": "Generated from the files by `python -m sparsefinder.bundle_manifest --write` "
                     "(`make assets` runs it); read with sparsefinder.bundle.bundle().",
             "best": best, "files": entries}
 
@@ -285,3 +297,39 @@ def check_manifests(root: Path) -> list[str]:
         if rest:
             problems.append(f"{path}: {', '.join(rest)} changed")
     return problems
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m sparsefinder.bundle_manifest [--write | --check] [--root DIR]``: list the
+    bundles' files; ``--write`` regenerates the manifests from the files, ``--check`` exits 1
+    when a manifest does not match them."""
+    parser = argparse.ArgumentParser(prog="python -m sparsefinder.bundle_manifest",
+                                     description=main.__doc__)
+    action = parser.add_mutually_exclusive_group()
+    action.add_argument("--write", action="store_true", help="regenerate the manifests")
+    action.add_argument("--check", action="store_true", help="exit 1 if a manifest is stale")
+    parser.add_argument("--root", type=Path, default=None, help="assets folder (default: "
+                        "the bundled one)")
+    args = parser.parse_args(argv)
+    root = args.root or assets_root()
+    if args.write:
+        for path in write_manifests(root):
+            print(f"wrote {path}")
+        return 0
+    if args.check:
+        problems = check_manifests(root)
+        for problem in problems:
+            print(problem)
+        print("manifests are stale: run `python -m sparsefinder.bundle_manifest --write`"
+              if problems else "manifests match the files")
+        return 1 if problems else 0
+    for name in shared(root).manifest.get("bundles", []):
+        b = bundle(name, root)
+        print(f"bundle {name} ({b.model_id}), best: {b.uses()}")
+        for f in b.files():
+            print(f"  {f.name:40s} {f.kind:18s} {f.bytes / 1024:8.0f} KB  {f.purpose}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -18,9 +18,9 @@ from sparsefinder.bundle import (
     bundle,
     coref_probes,
     examples_dir,
-    main,
     shared,
 )
+from sparsefinder.bundle_manifest import main
 from sparsefinder.calibration.table import CalibrationTable
 from sparsefinder.files import file_sha256
 from sparsefinder.models.loading import DEFAULT_MODEL_ID
@@ -84,7 +84,7 @@ def test_rebuild_commands_are_the_makefiles() -> None:
         recipe = " ".join(recipes[f.make].split())
         command = f.rebuild.split(" && ")[0]
         assert f"$(BIN)/{' '.join(command.split()[:2])} " in recipe, (f.name, f.make)
-        assert "$(BIN)/python -m sparsefinder.bundle --write" in recipe, f.make
+        assert "$(BIN)/python -m sparsefinder.bundle_manifest --write" in recipe, f.make
         for flag, value in re.findall(r"(--[\w-]+) (\S+)", command):
             if flag == "--out" and value.startswith("assets/default"):
                 assert "--out assets/default" in recipe, f.name  # the file name may be looped
