@@ -10,7 +10,7 @@ import pytest
 from sparsefinder.bundle import bundle
 from sparsefinder.cli import build_parser
 from sparsefinder.commands import clusters, sweep
-from sparsefinder.evaluation.pareto import resolve_methods
+from sparsefinder.evaluation.curves import resolve_methods
 from sparsefinder.projections.heads import HeadProjections
 
 
