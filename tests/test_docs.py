@@ -97,11 +97,11 @@ def test_readme_screenshot_is_small_enough():
 
 @pytest.mark.slow
 def test_library_examples_run(capsys):
-    """The three examples of docs/library.md, in order, in one namespace."""
+    """The four examples of docs/library.md, in order, in one namespace."""
     import torch
 
     blocks = re.findall(r"```python\n(.*?)```", LIBRARY.read_text(encoding="utf-8"), flags=re.S)
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     namespace: dict = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -120,3 +120,6 @@ def test_library_examples_run(capsys):
     mask, n = namespace["mask"], record.n_tokens
     assert mask.dtype == torch.bool and tuple(mask.shape) == (12, n, n)
     assert 0 < 1 - mask.float().mean().item() < 1
+    # 4. The bundled files, through their manifest.
+    assert namespace["best"].name == "projections-r8-lowrank-logistic.pt"
+    assert namespace["problems"] == [] and "block_projections-b32.pt" in printed
