@@ -3,10 +3,11 @@
 The public API, in the order of the data flow::
 
     import sparsefinder as sf
+    from sparsefinder.bundle import bundle           # the bundled files, by manifest
 
     lm = sf.load_model("default")                    # α-entmax attention, offline
     (record,) = sf.extract(lm, "The doctor said she would call back.")   # gold graphs
-    projections = sf.HeadProjections.load(sf.bundle().best("centroids"))   # bundled files
+    projections = sf.HeadProjections.load(bundle().best("centroids"))
     spec = sf.PredictorSpec.of("kmeans", {"n_clusters": 8, "top_k": 2}, window=3)
     masks = sf.predict_record(spec, spec.build_layers(projections, record.num_layers),
                               sf.RecordInputs(record, projections))
@@ -29,7 +30,6 @@ _EXPORTS: dict[str, str] = {
     "extract": "sparsefinder.data.records",
     "AttentionRecord": "sparsefinder.data.records",
     "HeadProjections": "sparsefinder.projections.heads",
-    "bundle": "sparsefinder.bundle",
     "METHODS": "sparsefinder.methods.registry",
     "Method": "sparsefinder.methods.registry",
     "Param": "sparsefinder.methods.registry",
