@@ -13,7 +13,7 @@ from sparsefinder.analysis.coref_pairs import (
     text_probe,
     words,
 )
-from sparsefinder.resources import EXAMPLES_DIR
+from sparsefinder.bundle import examples_dir
 
 MARIA = ("Maria called her brother because she needed help moving the sofa, and he arrived "
          "an hour later.")
@@ -90,7 +90,7 @@ def test_it_never_links_to_a_person_and_they_to_plurals():
 
 
 def test_the_bundled_story_links_she_to_marta():
-    text = (EXAMPLES_DIR / "coreference_story.txt").read_text(encoding="utf-8")
+    text = (examples_dir() / "coreference_story.txt").read_text(encoding="utf-8")
     pairs = _words(_labels(text))
     assert ("she", "Marta") in pairs and ("He", "Jonas") in pairs
     assert not pairs & {("she", "envelope"), ("It", "Marta"), ("he", "lens")}
