@@ -17,9 +17,10 @@ from torch import Tensor
 
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.evaluation import sweep as sweeps
-from sparsefinder.explore.prepared import PreparedText, default_threshold
+from sparsefinder.explore.prepared import PreparedText, default_pages, default_threshold
 from sparsefinder.explore.state import (
     DEFAULT_CLUSTERS,
+    MAX_PAGES,
     TARGET_METHODS,
     ViewState,
     method_label,
@@ -58,6 +59,8 @@ def clamp(state: ViewState, prepared: PreparedText) -> tuple[ViewState, list[str
                      f"nearest calibrated target, {changes['target']:g}.")
     if state.t is None or state.t > prepared.t_max:
         changes["t"] = default_threshold(prepared) if state.t is None else prepared.t_max
+    if state.pages is None:
+        changes["pages"] = min(default_pages(prepared), MAX_PAGES)
     choices = prepared.cluster_choices
     if choices:
         if state.clusters not in choices:

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from sparsefinder.calibration.table import CalibrationTable
 from sparsefinder.data.records import AttentionRecord
+from sparsefinder.evaluation.curves import QUEST_PAGE
 from sparsefinder.methods.spec import RecordInputs
 from sparsefinder.metrics.scorer import Scorer
 from sparsefinder.projections.hash_code_table import HashCodeTable
@@ -186,6 +187,13 @@ def _round_up(value: float) -> float:
         if candidate >= value:
             return float(candidate)
     return float(10 ** (exponent + 1))
+
+
+def default_pages(prepared: PreparedText, page_size: int = QUEST_PAGE) -> int:
+    """Quest pages per query that hold about as many keys as the gold graphs keep (the
+    text's gold density × its length), so Quest does not open on a full graph."""
+    density = 1.0 - float(prepared.scorer.gold_sparsity.mean())
+    return max(1, round(density * prepared.n_tokens / page_size))
 
 
 def default_threshold(prepared: PreparedText) -> float:

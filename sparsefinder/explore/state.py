@@ -67,7 +67,7 @@ class ViewState:
     bins: int = 4
     clusters: int | None = None  # B; None = the smallest B the projections offer
     top_k: int = 1
-    pages: int = 8
+    pages: int | None = None  # Quest; None = the pages that hold the text's gold density
     hamming: int = 3  # hashattention: largest Hamming distance of a kept key's code
     window: int = 3
     global_tokens: tuple[str, ...] = GLOBAL_CHOICES
@@ -247,6 +247,8 @@ def to_spec(state: ViewState, method: str | None = None) -> PredictorSpec:
             raise ValueError("k-means needs a number of clusters B; clamp the state first")
         params = {"n_clusters": int(state.clusters), "top_k": int(state.top_k)}
     elif method == "quest":
+        if state.pages is None:
+            raise ValueError("Quest needs a number of pages; clamp the state first")
         params = {"page_size": QUEST_PAGE, "pages": int(state.pages)}
     elif method == "hashattention":
         params = {"max_distance": int(state.hamming)}

@@ -220,7 +220,7 @@ def test_clamp_at_the_boundaries(causal_prepared):
     assert clamped.clusters == 2 and clamped.top_k == 2  # B kept, k cut to B
     assert clamped.t == p.t_max
     inside = urlstate.ViewState(method="kmeans", layer=1, head=1, query=6, clusters=8,
-                                top_k=4, t=0.0)
+                                top_k=4, t=0.0, pages=2)
     assert live.clamp(inside, p) == (inside, [])
     over = live.clamp(urlstate.ViewState(t=p.t_max + 1, clusters=5), p)[0]
     assert over.t == p.t_max and over.clusters == 4  # nearest stored B to 5
@@ -264,7 +264,7 @@ def test_quest_runs_from_the_model_vectors_without_projections(record):
                                                           causal=record.causal)
     assert torch.equal(preds[0], expected)
     parsed, problems = urlstate.parse_view_state({"method": "quest", "pages": "65"})
-    assert parsed.method == "quest" and parsed.pages == 8 and "pages" in problems[0]
+    assert parsed.method == "quest" and parsed.pages is None and "pages" in problems[0]
 
 
 def test_the_default_threshold_opens_near_the_gold_sparsity(prepared):
@@ -280,3 +280,15 @@ def test_the_default_threshold_opens_near_the_gold_sparsity(prepared):
     scores = prepared.scorer.score(masks)
     gold = float(prepared.scorer.gold_sparsity.mean())
     assert abs(float(scores.sparsity.mean()) - gold) < 0.1
+
+
+def test_quest_opens_with_the_pages_that_hold_the_gold_density(prepared):
+    """A link without ``pages`` gets the text's default (about the gold density), not the
+    nearly full graph a fixed 8 pages gave on a short text."""
+    clamped, _ = live.clamp(urlstate.ViewState(method="quest", window=0, global_tokens=()),
+                            prepared)
+    density = 1.0 - float(prepared.scorer.gold_sparsity.mean())
+    expected = max(1, round(density * prepared.n_tokens / urlstate.QUEST_PAGE))
+    assert clamped.pages == prep.default_pages(prepared) == expected
+    kept = urlstate.ViewState(method="quest", pages=3)
+    assert live.clamp(kept, prepared)[0].pages == 3  # a link's own value stays

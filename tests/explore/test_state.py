@@ -144,7 +144,7 @@ def test_view_state_to_params_formats_floats_and_leaves_none_out():
     params = urlstate.view_state_to_params(urlstate.ViewState(t=1.23456, clusters=None))
     assert params["t"] == "1.23456" and "B" not in params  # repr: reads back exactly
     assert params["global"] == "first,last" and params["window"] == "3"
-    assert set(params) == set(urlstate.PARAM_NAMES.values()) - {"B", "textid"}
+    assert set(params) == set(urlstate.PARAM_NAMES.values()) - {"B", "textid", "pages"}
 
 
 def test_to_spec_for_every_app_method():
