@@ -22,7 +22,6 @@ from sparsefinder.adaptation.objective import (
     Targets,
     _padded,
     batch_loss,
-    mean_pool,
     target_modules,
     teacher_targets,
 )
@@ -30,6 +29,7 @@ from sparsefinder.attention.interface import AttentionCall, capture
 from sparsefinder.data.chunking import chunk_passages
 from sparsefinder.models.adapter_file import base_fingerprint, base_module_name, save_adapter
 from sparsefinder.models.loading import LoadedModel
+from sparsefinder.models.pooling import mean_pool
 
 
 def epoch_order(n: int, batch_size: int, seed: int, epoch: int) -> list[list[int]]:

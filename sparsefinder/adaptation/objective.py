@@ -31,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from sparsefinder.attention.interface import AttentionCall, capture
+from sparsefinder.models.pooling import mean_pool
 
 #: Module-name patterns (end of the dotted name) of the BERT-family layers LoRA can target,
 #: by group; the FFN output is ``layer.N.output.dense``, not ``attention.output.dense``.
@@ -161,12 +162,6 @@ def _token_cos(a: Tensor, b: Tensor, mask: Tensor) -> Tensor:
     cos = nn.functional.cosine_similarity(a, b.to(a.dtype), dim=-1)
     m = mask.to(cos.dtype)
     return ((1 - cos) * m).sum((-1, -2)) / m.sum()
-
-
-def mean_pool(states: Tensor, mask: Tensor) -> Tensor:
-    """Mean over real tokens (sentence-transformers' pooling for MiniLM)."""
-    m = mask.to(states.dtype).unsqueeze(-1)
-    return (states * m).sum(-2) / m.sum(-2).clamp_min(1)
 
 
 class EntropySink:

@@ -11,9 +11,9 @@ inputs. Every measure is 1 (or the reference perplexity) when the graph has reca
   of ``cos(h_ℓ,t, ĥ_ℓ,t)``, the output of block ℓ under full vs restricted attention (the
   embeddings, identical by construction, are skipped). The **output cosine** is the same for
   the model's final output ``last_hidden_state``.
-* **Sentence-embedding cosine** (:func:`mean_pool`): all-MiniLM-L6-v2 embeds a text as the
-  mean of its final token states over real tokens (sentence-transformers "mean pooling");
-  the measure is ``cos(e, ê)`` per text.
+* **Sentence-embedding cosine** (:meth:`EncodedTexts.embeddings`): all-MiniLM-L6-v2 embeds a
+  text as the mean of its final token states over real tokens (sentence-transformers "mean
+  pooling"); the measure is ``cos(e, ê)`` per text.
 * **Retrieval agreement** (:func:`retrieval_agreement`): every text queries all the others
   by embedding cosine, once with full and once with restricted attention (queries and
   documents both embedded by the same system). *Top-1 agreement* is the fraction of queries
@@ -81,13 +81,6 @@ def hidden_cosine(
     )
 
 
-def mean_pool(states: Tensor, mask: Tensor) -> Tensor:
-    """Sentence embedding by mean pooling over real tokens, L2-normalised: (batch, dim)."""
-    weights = mask.to(states.dtype).unsqueeze(-1)
-    pooled = (states * weights).sum(1) / weights.sum(1).clamp(min=1)
-    return F.normalize(pooled.float(), dim=-1)
-
-
 def _ranking(embeddings: Tensor) -> Tensor:
     """Every text's neighbours, most similar first, itself excluded: (N, N - 1)."""
     sims = embeddings @ embeddings.T
@@ -144,7 +137,8 @@ class EncodedTexts:
     output: list[Tensor] = field(default_factory=list)  # (n, dim) per text
 
     def embeddings(self) -> Tensor:
-        """Mean-pooled, normalised sentence embeddings (texts, dim)."""
+        """Mean-pooled (:func:`~sparsefinder.models.pooling.mean_pool`), normalised sentence
+        embeddings (texts, dim); each text is unpadded, so every token is real."""
         return torch.stack([F.normalize(o.float().mean(0), dim=-1) for o in self.output])
 
 

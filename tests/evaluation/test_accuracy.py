@@ -12,10 +12,10 @@ from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, GPT2Config,
 from sparsefinder.attention.entmax_ops import reference_mode
 from sparsefinder.attention.interface import use_entmax
 from sparsefinder.evaluation.accuracy import (
+    EncodedTexts,
     causal_lm_perplexity,
     compare,
     encode,
-    mean_pool,
     pseudo_perplexity,
     ranking_agreement,
     retrieval_agreement,
@@ -48,7 +48,7 @@ def test_token_cosine_and_mean_pool() -> None:
     mask = torch.tensor([[True, True, False]])
     assert token_cosine(a, b, mask).tolist() == [0.5]  # (1 + 0) / 2, padding ignored
     assert token_cosine(a, a, mask).tolist() == [1.0]
-    pooled = mean_pool(a, mask)
+    pooled = EncodedTexts(output=[a[0, :2]]).embeddings()  # an unpadded text's two tokens
     torch.testing.assert_close(pooled, torch.tensor([[0.4472136, 0.8944272]]))
 
 
