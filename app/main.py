@@ -23,7 +23,10 @@ import streamlit as st  # noqa: E402
 
 # A cold start spends seconds importing torch/transformers and loading the model: say so at
 # once instead of a blank page (the message is replaced by the app when it is ready).
-st.set_page_config(page_title="Sparsefinder", page_icon=":material/hub:", layout="wide")
+# The favicon is a local file served by this server: a ":material/…:" or emoji icon makes the
+# browser fetch it from a font/emoji CDN (a console error offline, a request to a third party).
+st.set_page_config(page_title="Sparsefinder", layout="wide",
+                   page_icon=str(Path(__file__).with_name("favicon.png")))
 _starting = st.empty()
 if "_started" not in st.session_state:  # a session's first run only (no flash on reruns)
     _starting.info("Starting Sparsefinder: loading PyTorch and the model (a few seconds on "
