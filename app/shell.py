@@ -54,7 +54,12 @@ VIEW_KEY = "_view"
 CONTEXT_KEY = "_context"
 PRED_CACHE_KEY = "_predictions"
 CLUSTER_KEY = "_cluster"  # the k-means cluster picked on the Clusters page (None: none)
+CLUSTER_ANCHOR_KEY = "_cluster_for"  # (model, text hash, layer, head) it was picked on
 CLUSTER_PARAM = "cluster"
+#: The settings of a link that were fixed, and the (view state, cache key) they were fixed
+#: for: one warning, shown until the user changes something.
+FIXES_KEY = "_fixes"
+FIXES_CLEARED_KEY = "_fixes_cleared"  # a fragment's widget cleared them: rerun the page
 TEXT_PARAM = "text"  # a short custom text itself, compressed (see explore.texts)
 UPLOAD_DIR = Path(tempfile.gettempdir()) / "sparsefinder-uploads"  # <digest>/<upload name>
 
@@ -400,12 +405,19 @@ def bind(key: str, field_name: str, to_widget: Any = None, from_widget: Any = No
     than :func:`seed`: Streamlit drops a widget's state on a page switch, the view state and
     URL keep it.
     """
+    if st.session_state.pop(FIXES_CLEARED_KEY, False):
+        # A widget of a fragment cleared the link's warning, drawn above the fragment: the
+        # whole page is drawn again without it (a full run pops the flag first, see
+        # build_context, and so never gets here).
+        st.rerun(scope="app")
     value = getattr(view_state(), field_name)
     st.session_state[key] = to_widget(value) if to_widget else value
     return {"key": key, "on_change": _sync, "args": (key, field_name, from_widget)}
 
 
 def _sync(key: str, field_name: str, from_widget: Any) -> None:
+    if st.session_state.pop(FIXES_KEY, None) is not None:  # the user changed something
+        st.session_state[FIXES_CLEARED_KEY] = True
     value = st.session_state[key]
     update_view(**{field_name: from_widget(value) if from_widget else value})
 
@@ -555,8 +567,9 @@ def _method_control(prepared: prep.PreparedText | None) -> None:
 def build_context() -> AppContext:
     """Draw the sidebar and compute (or fetch from cache) everything pages need."""
     ctx = AppContext()
+    st.session_state.pop(FIXES_CLEARED_KEY, None)  # this full run draws the page anew
     state = view_state()
-    ctx.notes.extend(st.session_state.pop("_url_problems", []))
+    fixes = list(st.session_state.pop("_url_problems", []))
     st.sidebar.title("Sparsefinder")
     name, proj_path, ctx.projections_note = _model_controls()
     low, high = urlstate.ALPHA_RANGE
@@ -600,9 +613,12 @@ def build_context() -> AppContext:
     _method_control(ctx.prepared)
     if ctx.prepared is not None:
         clamped, notes = live.clamp(view_state(), ctx.prepared)
-        ctx.notes.extend(notes)
+        lasting = live.clamp(clamped, ctx.prepared)[1]  # said on every run: not a fix
+        fixes.extend(note for note in notes if note not in lasting)
+        ctx.notes.extend(lasting)
         set_view_state(clamped)
     ctx.state = view_state()
+    _track_fixes(ctx, fixes)
     device = ctx.loaded.device if ctx.loaded else None
     st.sidebar.caption(f"Device: **{_device_label(device)}**"
                        + (f" · {ctx.loaded.model_id} · adapter: {ctx.loaded.adapter_label()}"
@@ -611,6 +627,22 @@ def build_context() -> AppContext:
         st.sidebar.caption(f"The model reads at most **{ctx.loaded.max_length} tokens**.")
     st.session_state[CONTEXT_KEY] = ctx
     return ctx
+
+
+def _track_fixes(ctx: AppContext, fixes: list[str]) -> None:
+    """Show the settings fixed in this run or an earlier one as ONE warning (first among the
+    notes), until the view (state, model, text) is no longer the one they were fixed for."""
+    shown_for = (ctx.state, ctx.cache_key)
+    pending = st.session_state.get(FIXES_KEY)
+    if fixes:
+        earlier = pending[0] if pending is not None and pending[1] == shown_for else []
+        pending = ([*earlier, *(f for f in fixes if f not in earlier)], shown_for)
+        st.session_state[FIXES_KEY] = pending
+    elif pending is not None and pending[1] != shown_for:
+        st.session_state.pop(FIXES_KEY)
+        pending = None
+    if pending is not None:
+        ctx.notes.insert(0, urlstate.fixes_message(pending[0]))
 
 
 def _load_projections(ctx: AppContext, path: Path) -> tuple[Any, str]:

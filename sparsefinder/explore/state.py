@@ -170,6 +170,16 @@ def parse_view_state(
     return replace(state, **changes), problems
 
 
+def fixes_message(fixes: Sequence[str]) -> str | None:
+    """One message for every setting of a link that was fixed (a bad URL value, or one out of
+    this text's range), each on a line of its own; None when nothing was fixed."""
+    if not fixes:
+        return None
+    count = "1 setting" if len(fixes) == 1 else f"{len(fixes)} settings"
+    return (f"This link had {count} that could not be used as given; the view shows what "
+            "was used instead:\n" + "\n".join(f"- {fix}" for fix in fixes))
+
+
 def _bad(expected: str) -> Any:
     raise ValueError(f"expected {expected}")
 

@@ -70,3 +70,40 @@ def test_a_long_text_is_named_by_hash_and_an_unknown_one_is_refused(with_project
     damaged = new_app(textid=texts.text_id(PASTED), text=texts.encode_text(PASTED)[:-4]).run()
     assert_clean(damaged)
     assert any("damaged" in e.value for e in damaged.error)
+
+
+BAD_LINK = {"alpha": "abc", "method": "magic", "window": "-4", "beta": "0", "pages": "999",
+            "hd": "99", "overview": "nope", "layer": "99", "head": "50", "query": "9999"}
+
+
+def _fix_warnings(at) -> list[str]:
+    return [w.value for w in at.warning if "This link had" in w.value]
+
+
+def test_a_bad_link_is_one_warning_that_clears_after_a_change(with_projections):
+    at = new_app(**BAD_LINK).run()
+    assert_clean(at)
+    (warning,) = _fix_warnings(at)  # one box, not one per parameter
+    assert "10 settings" in warning
+    for name, value in BAD_LINK.items():
+        if name not in ("layer", "head", "query"):
+            assert f"{name}={value!r}" in warning, name
+    for name in ("layer=99", "head=50", "query=9999"):  # out of this text's range
+        assert name in warning
+    assert sum("This link had" in w.value or "URL parameter" in w.value
+               or "beyond this text" in w.value for w in at.warning) == 1
+    at.run()  # a rerun without a change (a page switch, a click elsewhere) keeps it
+    assert len(_fix_warnings(at)) == 1
+    at.select_slider(key="w_window").set_value(7).run()  # the user changes something
+    assert_clean(at)
+    assert not _fix_warnings(at)
+    at.number_input(key="w_alpha").set_value(2.0).run()
+    assert not _fix_warnings(at)
+
+
+def test_a_sidebar_change_clears_the_link_warning(with_projections):
+    at = new_app(layer="99", window="-4").run()
+    assert "2 settings" in _fix_warnings(at)[0]
+    at.number_input(key="w_alpha").set_value(2.0).run()
+    assert_clean(at)
+    assert not _fix_warnings(at)

@@ -187,3 +187,13 @@ def test_problem_messages_name_what_is_expected():
     state, problems = urlstate.parse_view_state({"global": " last , first ,none"})
     assert problems == [] and state.global_tokens == ("first", "last")
     assert urlstate.parse_view_state({"global": "last"})[0].global_tokens == ("last",)
+
+
+def test_fixes_message_lists_every_fix_in_one_message():
+    assert urlstate.fixes_message([]) is None
+    _, problems = urlstate.parse_view_state({"alpha": "x", "beta": "0", "window": "-1"})
+    message = urlstate.fixes_message(problems)
+    assert message.startswith("This link had 3 settings")
+    assert [line for line in message.splitlines() if line.startswith("- ")] == [
+        f"- {p}" for p in problems]
+    assert "1 setting that" in urlstate.fixes_message(problems[:1])
