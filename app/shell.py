@@ -369,20 +369,40 @@ def update_view(**changes: Any) -> urlstate.ViewState:
     return state
 
 
+def _cluster_anchor() -> tuple | None:
+    """What a picked cluster belongs to: (model, text, layer, head) of the current view; None
+    while no text is ready."""
+    key = context().cache_key
+    state = view_state()
+    return None if key is None else (key.model, key.text_hash, state.layer, state.head)
+
+
 def selected_cluster() -> int | None:
     """The k-means cluster picked on the Clusters page (shared by pages): session first, else
-    the URL's ``cluster``; the URL is kept in step (a page switch may drop it)."""
+    the URL's ``cluster``; the URL is kept in step (a page switch may drop it). A cluster is
+    one head's on one text: it is forgotten once the text, model, layer or head changes."""
     if CLUSTER_KEY not in st.session_state:
         st.session_state[CLUSTER_KEY] = urlstate.parse_cluster(st.query_params.get(CLUSTER_PARAM))
+        st.session_state[CLUSTER_ANCHOR_KEY] = _cluster_anchor()
     cluster = st.session_state[CLUSTER_KEY]
-    if cluster is not None and st.query_params.get(CLUSTER_PARAM) != str(cluster):
+    if cluster is None:
+        return None
+    anchor, now = st.session_state.get(CLUSTER_ANCHOR_KEY), _cluster_anchor()
+    if anchor is None:  # picked (or linked) before the text was ready: it is this view's
+        st.session_state[CLUSTER_ANCHOR_KEY] = anchor = now
+    if now is not None and anchor != now:
+        set_cluster(None)
+        return None
+    if st.query_params.get(CLUSTER_PARAM) != str(cluster):
         st.query_params[CLUSTER_PARAM] = str(cluster)
     return cluster
 
 
 def set_cluster(cluster: int | None) -> None:
-    """Select (or with None clear) the shared cluster, mirrored into the URL."""
+    """Select (or with None clear) the shared cluster, mirrored into the URL; a selection
+    belongs to the current model, text, layer and head."""
     st.session_state[CLUSTER_KEY] = None if cluster is None else int(cluster)
+    st.session_state[CLUSTER_ANCHOR_KEY] = None if cluster is None else _cluster_anchor()
     if cluster is None:
         if CLUSTER_PARAM in st.query_params:
             del st.query_params[CLUSTER_PARAM]

@@ -170,8 +170,8 @@ def clusters_view() -> None:
         hide_index=True, width="stretch")
     options = list(range(clusters))
     shared = shell.selected_cluster()
-    st.session_state["w_cl_cluster"] = (shared if shared in options
-                                        else next(iter(groups), 0))
+    st.session_state["w_cl_cluster"] = (shared if shared in options else
+                                        exclusters.default_cluster(q_ids, k_ids, clusters))
     chosen = st.selectbox(
         "Cluster to highlight", options, key="w_cl_cluster",
         on_change=lambda: shell.set_cluster(st.session_state["w_cl_cluster"]),

@@ -36,6 +36,18 @@ def cluster_masks(query_ids: Tensor, key_ids: Tensor, cluster: int,
     return gold & rows[:, None], cluster_edges(query_ids, key_ids, cluster)
 
 
+def default_cluster(query_ids: Tensor, key_ids: Tensor, clusters: int) -> int:
+    """The cluster a head's view opens on: the lowest-numbered one that holds keys and queries
+    (it predicts edges), else the first that holds keys, else 0 — never an empty one when
+    the head has a choice."""
+    def members(ids: Tensor) -> set[int]:
+        return {int(c) for c in ids.reshape(-1).tolist() if 0 <= int(c) < int(clusters)}
+
+    keys = members(key_ids)
+    both = keys & members(query_ids)
+    return min(both or keys or {0})
+
+
 def cluster_from_point(point: Mapping[str, Any], clusters: Sequence[Any]) -> int | None:
     """The cluster of a clicked bar segment of the POS × cluster chart (one trace a cluster):
     its ``legendgroup`` (the cluster id), else its ``curve_number`` into ``clusters`` (the

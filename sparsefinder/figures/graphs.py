@@ -160,25 +160,46 @@ def head_figure(gold: np.ndarray, pred: np.ndarray, codes: np.ndarray, labels: S
     return fast_figure(data, layout)
 
 
+#: Above this many tokens a cluster's edges are not outlined one by one (the markers would
+#: cover the graphs): ticks on the top edge mark the keys they reach instead.
+OUTLINE_MAX_TOKENS = 128
+#: Outlines are thin and translucent: the graph under them stays readable.
+OUTLINE_COLOR = "rgba(0, 0, 0, 0.55)"
+
+
 def outline_cluster(fig: go.Figure, edges: np.ndarray, rows: np.ndarray, cluster: int,
                     labels: Sequence[str]) -> go.Figure:
-    """Outline one k-means cluster on the three panels of :func:`head_figure`: its edges as
-    open black squares and its query rows as ticks on the left edge of each panel."""
+    """Outline one k-means cluster on the three panels of :func:`head_figure`: its query rows
+    as ticks on the left edge of each panel, and its edges as thin open squares the size of a
+    cell — or, beyond ``OUTLINE_MAX_TOKENS`` tokens, the keys of its edges as ticks on the
+    top edge. Two traces a panel, named ``cluster <id>``."""
     tokens = _ascii_tokens(labels)
+    n = len(labels)
     e_rows, e_cols = np.nonzero(edges)
     q_rows = np.nonzero(rows)[0]
     name = f"cluster {cluster}"
+    tick = dict(size=6, color=OUTLINE_COLOR)
+    if n <= OUTLINE_MAX_TOKENS:
+        cell = float(np.clip(360 / max(n, 1), 2, 6))  # a panel is ~360 px wide
+        edge_trace = dict(
+            x=e_cols.astype(np.int32), y=e_rows.astype(np.int32), hoverinfo="skip",
+            marker=dict(symbol="square-open", size=cell, color=OUTLINE_COLOR,
+                        line=dict(width=0.75, color=OUTLINE_COLOR)))
+    else:
+        keys = np.unique(e_cols)
+        edge_trace = dict(
+            x=keys.astype(np.int32), y=np.full(len(keys), -1.5),
+            text=[f"k{tokens[k]}" for k in keys.tolist()],
+            hovertemplate=f"%{{text}}<extra>{name}: a key of its edges</extra>",
+            marker=dict(symbol="triangle-down", **tick))
     for index in range(1, 4):
         suffix = "" if index == 1 else str(index)
-        fig.add_trace(dict(
-            type="scattergl", x=e_cols.astype(np.int32), y=e_rows.astype(np.int32),
-            mode="markers", name=name, hoverinfo="skip",
-            marker=dict(symbol="square-open", size=5, color="black", line=dict(width=1)),
-            xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
+        fig.add_trace(dict(type="scattergl", mode="markers", name=name,
+                           xaxis=f"x{suffix}", yaxis=f"y{suffix}", **edge_trace))
         fig.add_trace(dict(
             type="scattergl", x=np.full(len(q_rows), -1.5), y=q_rows.astype(np.int32),
             text=[f"q{tokens[r]}" for r in q_rows.tolist()], mode="markers", name=name,
-            marker=dict(symbol="triangle-right", size=6, color="black"),
+            marker=dict(symbol="triangle-right", **tick),
             hovertemplate=f"%{{text}}<extra>{name}</extra>",
             xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
     return fig

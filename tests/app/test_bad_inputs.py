@@ -96,3 +96,19 @@ def test_unreadable_projections_path_is_a_warning(tmp_path):
     at.run()
     assert_clean(at)
     assert "Cannot read projections file" in _messages(at)
+
+
+def test_a_bad_link_is_one_warning_on_every_page_until_a_change(with_projections):
+    at = new_app(alpha="nan?", beta="99", layer="40", query="-3").run()
+    assert_clean(at)
+    fixed = [w.value for w in at.warning if "This link had" in w.value]
+    assert len(fixed) == 1 and "4 settings" in fixed[0]
+    assert not [w for w in at.warning if w.value.startswith(("ignored URL", "layer="))]
+    at.switch_page("app_pages/pareto.py").run()  # a page switch is not a change
+    assert_clean(at)
+    assert len([w for w in at.warning if "This link had" in w.value]) == 1
+    at.switch_page("app_pages/explorer.py").run()
+    at.selectbox(key="w_head").set_value(1).run()
+    assert_clean(at)
+    assert not [w for w in at.warning if "This link had" in w.value]
+    assert_head_graphs(at)

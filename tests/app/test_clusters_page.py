@@ -92,3 +92,43 @@ def test_cluster_from_the_url_outside_kmeans_is_a_caption(with_projections):
     assert_clean(at)
     assert any("choose the k-means" in c.value for c in at.caption)
     assert not any(t.get("name") == "cluster 1" for t in assert_head_graphs(at)["data"])
+
+
+def _pick_and_show(at, cluster: int):
+    at.switch_page("app_pages/clusters.py").run()
+    at.selectbox(key="w_cl_cluster").set_value(cluster).run()
+    at.switch_page("app_pages/explorer.py").run()
+    assert_clean(at)
+    assert any(f"highlighting cluster {cluster}" in c.value for c in at.caption)
+
+
+def _assert_cleared(at, cluster: int):
+    assert_clean(at)
+    assert not any("highlighting cluster" in c.value for c in at.caption)
+    assert at.session_state["_cluster"] is None and "cluster" not in at.query_params
+    figure = assert_head_graphs(at)
+    assert not any(t.get("name") == f"cluster {cluster}" for t in figure["data"])
+
+
+def test_the_picked_cluster_is_cleared_when_the_head_layer_or_text_changes(with_projections):
+    at = new_app(method="kmeans", B="4", k="1", layer="1", head="2").run()
+    _pick_and_show(at, 3)
+    at.selectbox(key="w_head").set_value(3).run()
+    _assert_cleared(at, 3)
+    _pick_and_show(at, 1)
+    at.selectbox(key="w_layer").set_value(0).run()
+    _assert_cleared(at, 1)
+    _pick_and_show(at, 2)
+    other = next(e for e in at.selectbox(key="w_example").options
+                 if e != at.selectbox(key="w_example").value)
+    at.selectbox(key="w_example").set_value(other).run()
+    _assert_cleared(at, 2)
+
+
+def test_the_clusters_page_opens_on_a_cluster_with_keys(with_projections):
+    at = _open(B="8", k="1", layer="0", head="0")
+    chosen = at.selectbox(key="w_cl_cluster").value
+    at.radio(key="w_cl_side").set_value("keys").run()  # the key groups of this head
+    members = next(d.value for d in at.dataframe if "members" in d.value.columns)
+    assert chosen in members["cluster"].tolist()  # the cluster holds keys
+    assert at.selectbox(key="w_cl_cluster").value == chosen

@@ -38,3 +38,21 @@ def test_cluster_highlight_is_the_clusters_edges(prepared):
         assert rows.shape == (prepared.record.n_tokens,) and rows.dtype == torch.bool
         assert torch.equal(rows, (q_ids == cluster).any(-1))
         assert not (edges & ~rows[:, None]).any()  # every edge starts at a cluster query
+
+
+def test_default_cluster_has_keys_and_queries_when_one_can():
+    q = torch.tensor([[0], [0], [2]])
+    assert exclusters.default_cluster(q, torch.tensor([[1], [2], [2]]), 4) == 2  # 0: no keys
+    assert exclusters.default_cluster(q, torch.tensor([[1], [3], [3]]), 4) == 1  # keys only
+    assert exclusters.default_cluster(q, torch.tensor([[3, 0], [1, 3]]), 4) == 0  # top-k ids
+    assert exclusters.default_cluster(q, torch.zeros(0, 1, dtype=torch.long), 4) == 0
+
+
+def test_default_cluster_of_a_head_predicts_edges(prepared):
+    for layer, head in ((0, 0), (1, 3), (prepared.num_layers - 1, prepared.num_heads - 1)):
+        q_ids, k_ids = exclusters.head_cluster_ids(prepared, layer, head, 8, 1)
+        chosen = exclusters.default_cluster(q_ids, k_ids, 8)
+        assert (k_ids == chosen).any()  # never a cluster without keys
+        if set(q_ids.flatten().tolist()) & set(k_ids.flatten().tolist()):
+            _, edges = exclusters.cluster_highlight(prepared, layer, head, 8, 1, chosen)
+            assert edges.any()

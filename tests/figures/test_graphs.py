@@ -33,3 +33,30 @@ def test_head_figure_pools_long_texts_and_keeps_integer_axes():
     # 480 gold edges fit the hover budget: labelled overlay; the empty prediction has none
     names = [t["name"] for t in figure.to_dict()["data"] if t["type"] == "scattergl"]
     assert names == ["gold", "FN"]
+
+
+def _outlined(n: int):
+    labels = [f"{i} · t{i}" for i in range(n)]
+    empty = np.zeros((n, n), dtype=bool)
+    figure = plots.head_figure(empty, empty, np.zeros((n, n), dtype=np.uint8), labels, "L0H0",
+                               {"TP": 0, "FN": 0, "FP": 0})
+    edges = np.zeros((n, n), dtype=bool)
+    edges[2, [3, 5]] = edges[7, 5] = True
+    rows = np.zeros(n, dtype=bool)
+    rows[[2, 7]] = True
+    plots.outline_cluster(figure, edges, rows, 4, labels)
+    return [t for t in figure.data if t.name == "cluster 4"]
+
+
+def test_a_cluster_outline_is_thin_and_on_long_texts_only_ticks():
+    short = _outlined(20)
+    assert len(short) == 6  # edges and query ticks on each of the three panels
+    squares = [t for t in short if t.marker.symbol == "square-open"]
+    assert len(squares) == 3 and len(squares[0].x) == 3
+    assert squares[0].marker.line.width < 1 and "0.55" in squares[0].marker.color
+    long = _outlined(512)
+    assert len(long) == 6
+    assert not [t for t in long if t.marker.symbol == "square-open"]  # no marker per edge
+    keys = [t for t in long if t.marker.symbol == "triangle-down"]
+    assert len(keys) == 3 and sorted(keys[0].x) == [3, 5]  # the keys its edges reach
+    assert all(max(t.marker.size, 0) <= 6 for t in long)
