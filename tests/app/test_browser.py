@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from browser_helpers import ARTIFACTS, CHROMIUM, SKIP_REASON
+from browser_helpers import ARTIFACTS, CHROMIUM, SKIP_REASON, wait_until_idle
 
 METRIC_JS = """(label) => {
   for (const m of document.querySelectorAll('[data-testid="stMetric"]')) {
@@ -194,4 +194,21 @@ def test_head_view_hover_draws_a_tokens_lines_per_head(server, page):
                          ).count() == 33
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "browser_head_view.png"), full_page=True)
+    assert page.locator("[data-testid='stException']").count() == 0
+
+
+def test_a_bad_links_warning_clears_after_a_change_in_a_fragment(server, page):
+    """The Explorer's head picker reruns only its fragment: the link's warning, drawn above
+    it, still goes (the page is drawn again)."""
+    page.goto(f"{server}/?method=fixed&layer=40&beta=99", timeout=240_000)
+    _wait_for_explorer(page)
+    wait_until_idle(page)
+    warnings = page.locator("[data-testid='stAlert']", has_text="This link had")
+    assert warnings.count() == 1
+    page.locator("[data-testid='stSelectbox']").filter(
+        has=page.get_by_text("Head", exact=True)).first.click()
+    page.locator("[role='option']", has_text="3").first.click()
+    time.sleep(0.5)
+    wait_until_idle(page)
+    assert warnings.count() == 0
     assert page.locator("[data-testid='stException']").count() == 0
