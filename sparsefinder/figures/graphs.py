@@ -162,7 +162,7 @@ def head_figure(gold: np.ndarray, pred: np.ndarray, codes: np.ndarray, labels: S
 
 #: Above this many tokens a cluster's edges are not outlined one by one (the markers would
 #: cover the graphs): ticks on the top edge mark the keys they reach instead.
-OUTLINE_MAX_TOKENS = 128
+OUTLINE_MAX_TOKENS = 160
 #: Outlines are thin and translucent: the graph under them stays readable.
 OUTLINE_COLOR = "rgba(0, 0, 0, 0.55)"
 
@@ -172,7 +172,8 @@ def outline_cluster(fig: go.Figure, edges: np.ndarray, rows: np.ndarray, cluster
     """Outline one k-means cluster on the three panels of :func:`head_figure`: its query rows
     as ticks on the left edge of each panel, and its edges as thin open squares the size of a
     cell — or, beyond ``OUTLINE_MAX_TOKENS`` tokens, the keys of its edges as ticks on the
-    top edge. Two traces a panel, named ``cluster <id>``."""
+    top edge. Two traces a panel, named ``cluster <id>``. The ticks sit in a margin the axes
+    are widened by (WebGL markers outside an axis range are not drawn)."""
     tokens = _ascii_tokens(labels)
     n = len(labels)
     e_rows, e_cols = np.nonzero(edges)
@@ -194,6 +195,8 @@ def outline_cluster(fig: go.Figure, edges: np.ndarray, rows: np.ndarray, cluster
             marker=dict(symbol="triangle-down", **tick))
     for index in range(1, 4):
         suffix = "" if index == 1 else str(index)
+        fig.update_layout({f"xaxis{suffix}.range": [-2.5, n - 0.5],
+                           f"yaxis{suffix}.range": [n - 0.5, -2.5]})
         fig.add_trace(dict(type="scattergl", mode="markers", name=name,
                            xaxis=f"x{suffix}", yaxis=f"y{suffix}", **edge_trace))
         fig.add_trace(dict(

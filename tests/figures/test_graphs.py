@@ -45,6 +45,10 @@ def _outlined(n: int):
     rows = np.zeros(n, dtype=bool)
     rows[[2, 7]] = True
     plots.outline_cluster(figure, edges, rows, 4, labels)
+    for axis in ("xaxis", "xaxis2", "xaxis3"):  # the ticks at -1.5 are inside the range
+        assert figure.layout[axis].range[0] < -1.5 < figure.layout[axis].range[1]
+    for axis in ("yaxis", "yaxis2", "yaxis3"):
+        assert figure.layout[axis].range[1] < -1.5 < figure.layout[axis].range[0]
     return [t for t in figure.data if t.name == "cluster 4"]
 
 
@@ -59,4 +63,4 @@ def test_a_cluster_outline_is_thin_and_on_long_texts_only_ticks():
     assert not [t for t in long if t.marker.symbol == "square-open"]  # no marker per edge
     keys = [t for t in long if t.marker.symbol == "triangle-down"]
     assert len(keys) == 3 and sorted(keys[0].x) == [3, 5]  # the keys its edges reach
-    assert all(max(t.marker.size, 0) <= 6 for t in long)
+    assert all(t.marker.size <= 6 for t in long)
