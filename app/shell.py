@@ -588,6 +588,7 @@ def build_context() -> AppContext:
     """Draw the sidebar and compute (or fetch from cache) everything pages need."""
     ctx = AppContext()
     st.session_state.pop(FIXES_CLEARED_KEY, None)  # this full run draws the page anew
+    first = VIEW_KEY not in st.session_state  # the view comes from the link (URL)
     state = view_state()
     fixes = list(st.session_state.pop("_url_problems", []))
     st.sidebar.title("Sparsefinder")
@@ -638,7 +639,7 @@ def build_context() -> AppContext:
         ctx.notes.extend(lasting)
         set_view_state(clamped)
     ctx.state = view_state()
-    _track_fixes(ctx, fixes)
+    _track_fixes(ctx, fixes, link=first)
     device = ctx.loaded.device if ctx.loaded else None
     st.sidebar.caption(f"Device: **{_device_label(device)}**"
                        + (f" · {ctx.loaded.model_id} · adapter: {ctx.loaded.adapter_label()}"
@@ -649,20 +650,22 @@ def build_context() -> AppContext:
     return ctx
 
 
-def _track_fixes(ctx: AppContext, fixes: list[str]) -> None:
+def _track_fixes(ctx: AppContext, fixes: list[str], link: bool) -> None:
     """Show the settings fixed in this run or an earlier one as ONE warning (first among the
-    notes), until the view (state, model, text) is no longer the one they were fixed for."""
+    notes), until the view (state, model, text) is no longer the one they were fixed for.
+    ``link``: this is the session's first run (the settings came with the link)."""
     shown_for = (ctx.state, ctx.cache_key)
     pending = st.session_state.get(FIXES_KEY)
     if fixes:
-        earlier = pending[0] if pending is not None and pending[1] == shown_for else []
-        pending = ([*earlier, *(f for f in fixes if f not in earlier)], shown_for)
+        same = pending is not None and pending[1] == shown_for
+        earlier, link = (pending[0], pending[2] or link) if same else ([], link)
+        pending = ([*earlier, *(f for f in fixes if f not in earlier)], shown_for, link)
         st.session_state[FIXES_KEY] = pending
     elif pending is not None and pending[1] != shown_for:
         st.session_state.pop(FIXES_KEY)
         pending = None
     if pending is not None:
-        ctx.notes.insert(0, urlstate.fixes_message(pending[0]))
+        ctx.notes.insert(0, urlstate.fixes_message(pending[0], link=pending[2]))
 
 
 def _load_projections(ctx: AppContext, path: Path) -> tuple[Any, str]:

@@ -170,14 +170,17 @@ def parse_view_state(
     return replace(state, **changes), problems
 
 
-def fixes_message(fixes: Sequence[str]) -> str | None:
-    """One message for every setting of a link that was fixed (a bad URL value, or one out of
-    this text's range), each on a line of its own; None when nothing was fixed."""
+def fixes_message(fixes: Sequence[str], link: bool = True) -> str | None:
+    """One message for every setting that was fixed (a bad URL value, or one out of this
+    text's range), each on a line of its own; None when nothing was fixed. ``link``: the
+    settings came with the link that opened the view (else: the text or model changed)."""
     if not fixes:
         return None
     count = "1 setting" if len(fixes) == 1 else f"{len(fixes)} settings"
-    return (f"This link had {count} that could not be used as given; the view shows what "
-            "was used instead:\n" + "\n".join(f"- {fix}" for fix in fixes))
+    head = (f"This link had {count} that could not be used as given" if link
+            else f"{count[0].upper()}{count[1:]} did not fit this text and model")
+    return (f"{head}; the view shows what was used instead:\n"
+            + "\n".join(f"- {fix}" for fix in fixes))
 
 
 def _bad(expected: str) -> Any:

@@ -197,3 +197,5 @@ def test_fixes_message_lists_every_fix_in_one_message():
     assert [line for line in message.splitlines() if line.startswith("- ")] == [
         f"- {p}" for p in problems]
     assert "1 setting that" in urlstate.fixes_message(problems[:1])
+    later = urlstate.fixes_message(problems[:1], link=False)  # not from a link
+    assert later.startswith("1 setting did not fit this text and model") and "link" not in later
