@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from cluster_records import cluster_record
 
 from sparsefinder.data.records import AttentionRecord, LayerGraph
 from sparsefinder.projections.centroids import fit_centroids
@@ -15,23 +16,7 @@ HEADS, D, LAYERS = 2, 8, 2
 
 
 def _record(gen: torch.Generator, n: int = 24, causal: bool = False) -> AttentionRecord:
-    """Tokens of 3 latent clusters: a query attends exactly to keys of its own cluster."""
-    centers = torch.randn(HEADS, 3, D, generator=gen) * 3
-    layers = []
-    for _ in range(LAYERS):
-        label = torch.randint(0, 3, (HEADS, n), generator=gen)
-        pick = centers.gather(1, label[..., None].expand(-1, -1, D))
-        q = pick + 0.3 * torch.randn(HEADS, n, D, generator=gen)
-        k = pick + 0.3 * torch.randn(HEADS, n, D, generator=gen)
-        gold = label[:, :, None] == label[:, None, :]
-        if causal:
-            gold &= torch.ones(n, n, dtype=torch.bool).tril()
-        probs = gold.float() / gold.sum(-1, keepdim=True).clamp(min=1)
-        layers.append(LayerGraph(q, k, gold, probs[gold], scaling=D**-0.5))
-    return AttentionRecord(
-        text="x", tokens=["t"] * n, offsets=[(0, 0)] * n, special=[False] * n,
-        causal=causal, layers=layers,
-    )
+    return cluster_record(gen, n, causal, uniform_probs=True)
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,9 @@ import io
 
 import pytest
 import torch
+from cluster_records import cluster_record
 
-from sparsefinder.data.records import AttentionRecord, LayerGraph
+from sparsefinder.data.records import AttentionRecord
 from sparsefinder.projections.bilinear import refine_lowrank
 from sparsefinder.projections.hinge import train_projections
 from sparsefinder.projections.logistic import train_logistic
@@ -54,18 +55,7 @@ def sgd(params):
 
 
 def _record(gen: torch.Generator, n: int = 24) -> AttentionRecord:
-    """Tokens of 3 latent clusters: a query attends exactly to keys of its own cluster."""
-    centers = torch.randn(HEADS, 3, D, generator=gen) * 3
-    layers = []
-    for _ in range(LAYERS):
-        label = torch.randint(0, 3, (HEADS, n), generator=gen)
-        pick = centers.gather(1, label[..., None].expand(-1, -1, D))
-        q = pick + 0.3 * torch.randn(HEADS, n, D, generator=gen)
-        k = pick + 0.3 * torch.randn(HEADS, n, D, generator=gen)
-        gold = label[:, :, None] == label[:, None, :]
-        layers.append(LayerGraph(q, k, gold, torch.ones(int(gold.sum())), D**-0.5))
-    return AttentionRecord(text="x", tokens=["t"] * n, offsets=[(0, 0)] * n,
-                           special=[False] * n, causal=False, layers=layers)
+    return cluster_record(gen, n)
 
 
 @pytest.fixture(scope="module")
