@@ -11,12 +11,19 @@ from sparsefinder.predictors.base import (
     Predictor,
     SharedPattern,
     check_shapes,
+    honours_window,
     owns_output,
 )
 
 
 class Union:
-    """Edge iff at least one member predicts it (logical OR of the members' masks)."""
+    """Edge iff at least one member predicts it (logical OR of the members' masks).
+
+    It passes a local layer's ``sliding_window`` on to the members that honour it (a top-k
+    in a union still spends its k keys inside the window); the others ignore it.
+    """
+
+    honours_window = True  # see base.WindowAware
 
     def __init__(self, *predictors: Predictor) -> None:
         if not predictors:
@@ -43,7 +50,8 @@ class Union:
                 p.fit(q, k)
         return self
 
-    def predict(self, q: Tensor, k: Tensor, *, causal: bool = False) -> Tensor:
+    def predict(self, q: Tensor, k: Tensor, *, causal: bool = False,
+                sliding_window: int | None = None) -> Tensor:
         """q: (heads, n, r), k: (heads, m, r) → bool (heads, n, m)."""
         check_shapes(q, k)
         n, m = q.shape[1], k.shape[1]
@@ -64,7 +72,9 @@ class Union:
             return shared.expand(q.shape[0], -1, -1).contiguous()
         # Members get ``causal`` themselves: a member's causal pattern need not be its
         # non-causal pattern with the future cut off (e.g. a top-k over allowed keys only).
-        masks = (p.predict(q, k, causal=causal) for p in per_head)
+        masks = (p.predict(q, k, causal=causal, sliding_window=sliding_window)
+                 if sliding_window and honours_window(p) else p.predict(q, k, causal=causal)
+                 for p in per_head)
         mask = next(masks)
         # Write into the first member's output only if it promises a fresh tensor (FreshOutput;
         # all the built-in predictors do): one fewer (heads, n, m) allocation per call.

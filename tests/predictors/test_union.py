@@ -120,3 +120,21 @@ def test_equality_message_and_device():
         Union()
     q = torch.zeros(2, 4, 3, device="meta")
     assert Union(Window(3), GlobalTokens()).predict(q, q).device.type == "meta"
+
+
+def test_a_union_passes_a_local_window_to_members_that_honour_it():
+    """top-k ∪ window on a local layer: the k keys are chosen inside the window."""
+    from sparsefinder.attention.masks import layer_allowed
+    from sparsefinder.predictors import TopK
+
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 30, 4, generator=g), torch.randn(2, 30, 4, generator=g)
+    allowed = layer_allowed(30, 30, causal=True, sliding_window=6)
+    union = Union(TopK(3), Window(1))
+    inside = union.predict(q, k, causal=True, sliding_window=6) & allowed
+    alone = TopK(3).predict(q, k, causal=True, sliding_window=6) | (
+        Window(1).predict(q, k, causal=True))
+    assert torch.equal(inside, alone & allowed)
+    assert (inside.sum(-1)[:, 3:] >= 3).all()  # k keys inside the window on every full row
+    assert torch.equal(union.predict(q, k, causal=True),
+                       TopK(3).predict(q, k, causal=True) | Window(1).predict(q, k, causal=True))
