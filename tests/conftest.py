@@ -111,3 +111,24 @@ def tiny_model_dirs(tmp_path_factory, default_tokenizer) -> dict[str, Path]:
     return {
         name: _save_tiny(root / name, config, default_tokenizer) for name, config in configs.items()
     }
+
+
+@pytest.fixture(scope="session")
+def tiny_entmax_bert():
+    """A 2-layer, 4-head random BERT with α = 1.5 attention and the default tokenizer: small
+    enough to run the restricted model on many settings (accuracy tests)."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from sparsefinder.attention.interface import use_entmax
+    from sparsefinder.models.loading import LoadedModel, default_model_path
+
+    tokenizer = AutoTokenizer.from_pretrained(default_model_path())
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=4, intermediate_size=64,
+                        max_position_embeddings=128, initializer_range=0.5)
+    model = BertModel(config).eval()
+    use_entmax(model, 1.5)
+    return LoadedModel(model=model, tokenizer=tokenizer, model_id="tiny", alpha=1.5,
+                       device=torch.device("cpu"), causal=False, max_length=128)

@@ -9,9 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from transformers import AutoTokenizer, BertConfig, BertModel
 
-from sparsefinder.attention.interface import use_entmax
 from sparsefinder.evaluation.accuracy_sweep import (
     MEASURES,
     accuracy_sweep,
@@ -21,7 +19,7 @@ from sparsefinder.evaluation.accuracy_sweep import (
     write_outputs,
 )
 from sparsefinder.figures.accuracy import accuracy_figure
-from sparsefinder.models.loading import LoadedModel, default_model_path
+from sparsefinder.models.loading import LoadedModel
 from sparsefinder.projections.heads import HeadProjections
 
 
@@ -60,16 +58,8 @@ def test_dominance_compares_the_best_sparsefinder_method_per_level() -> None:
 
 
 @pytest.fixture(scope="module")
-def tiny() -> LoadedModel:
-    tokenizer = AutoTokenizer.from_pretrained(default_model_path())
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
-                        num_attention_heads=4, intermediate_size=64,
-                        max_position_embeddings=128, initializer_range=0.5)
-    model = BertModel(config).eval()
-    use_entmax(model, 1.5)
-    return LoadedModel(model=model, tokenizer=tokenizer, model_id="tiny", alpha=1.5,
-                       device=torch.device("cpu"), causal=False, max_length=128)
+def tiny(tiny_entmax_bert) -> LoadedModel:
+    return tiny_entmax_bert
 
 
 def test_accuracy_sweep_on_a_tiny_model(tiny: LoadedModel, tmp_path: Path) -> None:

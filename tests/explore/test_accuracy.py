@@ -3,28 +3,17 @@
 from __future__ import annotations
 
 import pytest
-import torch
-from transformers import AutoTokenizer, BertConfig, BertModel
 
-from sparsefinder.attention.interface import use_entmax
 from sparsefinder.explore.accuracy import reference, setting_accuracy
 from sparsefinder.methods.spec import PredictorSpec
-from sparsefinder.models.loading import LoadedModel, default_model_path
+from sparsefinder.models.loading import LoadedModel
 
 TEXT = "Sparse attention keeps only a few keys for every query in this sentence."
 
 
 @pytest.fixture(scope="module")
-def tiny() -> LoadedModel:
-    tokenizer = AutoTokenizer.from_pretrained(default_model_path())
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
-                        num_attention_heads=4, intermediate_size=64,
-                        max_position_embeddings=128, initializer_range=0.5)
-    model = BertModel(config).eval()
-    use_entmax(model, 1.5)
-    return LoadedModel(model=model, tokenizer=tokenizer, model_id="tiny", alpha=1.5,
-                       device=torch.device("cpu"), causal=False, max_length=128)
+def tiny(tiny_entmax_bert) -> LoadedModel:
+    return tiny_entmax_bert
 
 
 def test_setting_accuracy_on_one_text(tiny: LoadedModel) -> None:
