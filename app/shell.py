@@ -213,8 +213,8 @@ def cached_accuracy(cache_key: tuple, spec_key: tuple, _spec: Any,
         set_alpha(loaded, alpha)
         full = _reference(cache_key, loaded, text)
         return accuracy.setting_accuracy(loaded, text, _spec,
-                                         _prepared.projections_for(_spec.method), full,
-                                         fitted=_prepared.fitted(_spec.method))
+                                         _prepared.projections_for(_spec.method_id), full,
+                                         fitted=_prepared.fitted(_spec.method_id))
 
 
 #: Validation passages of the Explorer's task measure (retrieval agreement).
@@ -269,7 +269,7 @@ def _calibrated(prepared: prep.PreparedText) -> dict[str, Any]:
     if table is None or not table.params:
         return learned
     return {"calibration": table,
-            "calibration_projections": prepared.projections_for(next(iter(table.params))),
+            "calibration_projections": prepared.projections_for(table.methods()[0]),
             **learned}
 
 
@@ -582,6 +582,17 @@ def _method_control(prepared: prep.PreparedText | None) -> None:
              "Window and global tokens are added to any method (paper §4.7).",
         **bind("w_method", "method"),
     )
+    offered = urlstate.APP_CALIBRATIONS[view_state().method]
+    if len(offered) > 1:
+        st.sidebar.radio(
+            "Calibration", list(offered), format_func=urlstate.calibration_label,
+            help="How the method's parameters are set: raw (your slider value for every "
+                 "head) or per head from a target sparsity, chosen on TRAIN graphs so that "
+                 "the heads share the budget with the highest mean recall.",
+            **bind("w_calibration", "calibration",
+                   lambda c: c if c in offered else offered[0], str))
+    elif offered[0] != "none":
+        st.sidebar.caption(f"Calibration: {urlstate.calibration_label(offered[0])}.")
 
 
 def build_context() -> AppContext:
@@ -747,7 +758,7 @@ def method_sliders(ctx: AppContext, columns: int = 4) -> urlstate.ViewState:
     prepared, state = ctx.prepared, view_state()
     method = live.effective_method(state, prepared)
     col = iter(st.columns(columns))
-    if method in urlstate.TARGET_METHODS:
+    if ":" in method:  # a calibrated form: its parameters come from a target
         next(col).select_slider(
             "Target sparsity", options=prepared.calibration.targets,
             format_func=lambda t: f"{t:.2f}",

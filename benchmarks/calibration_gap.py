@@ -83,11 +83,11 @@ def main() -> None:
     for target in TARGETS:
         methods = {
             "distance (one shared t)": Distance(_shared_threshold(samples, target)),
-            "distance-calibrated": CalibratedDistance(target_sparsity=target).fit(samples),
-            "distance-budget": CalibratedDistance(target_sparsity=target,
+            "distance:equal": CalibratedDistance(target_sparsity=target).fit(samples),
+            "distance:budget": CalibratedDistance(target_sparsity=target,
                                                   allocation="budget").fit(samples),
-            "rowfrac-calibrated": CalibratedRowFraction(target_sparsity=target).fit(samples),
-            "rowfrac-budget": CalibratedRowFraction(target_sparsity=target,
+            "rowfrac:equal": CalibratedRowFraction(target_sparsity=target).fit(samples),
+            "rowfrac:budget": CalibratedRowFraction(target_sparsity=target,
                                                     allocation="budget").fit(samples),
         }
         for name, model in methods.items():

@@ -27,7 +27,7 @@ from sparsefinder.bundle import bundle  # noqa: E402
 from sparsefinder.data.chunking import chunk_passages
 from sparsefinder.data.corpus import load_corpus  # noqa: E402
 from sparsefinder.data.records import extract  # noqa: E402
-from sparsefinder.evaluation.curves import CURVES  # noqa: E402
+from sparsefinder.evaluation.curves import CURVES, curve_name  # noqa: E402
 from sparsefinder.evaluation.frontier import pareto_frontier, recall_at_sparsity  # noqa: E402
 from sparsefinder.metrics.measures import (  # noqa: E402
     block_recall,
@@ -73,7 +73,7 @@ def main() -> None:
         params = _config_at(points, method, AT)
         row = {"method": method, **{f"R@{lv:g}": at.loc[method, f"recall@{lv:g}"]
                                     for lv in LEVELS}}
-        chosen = [s for s in CURVES[method].specs if s.param_dict == params]
+        chosen = [s for s in CURVES[curve_name(method)].specs if s.param_dict == params]
         if chosen and not chosen[0].needs_training:
             spec = chosen[0]
             predictors = spec.build_layers(projections, records[0].num_layers)

@@ -93,7 +93,7 @@ RULES = (
          "sparsefinder fit-codebooks --model {model} --corpus default --out " + _OUT + "/{name}",
          lambda d: (f"Per-head k-means centroids of the model's own keys, B ∈ "
                     f"{_listing(d['clusters'])}: routed k-means (kmeans-routed, "
-                    "kmeans-routed-budget)")),
+                    "kmeans-routed:budget)")),
     Rule(r"hash_codes\.pt", "hash codes", "assets",
          "sparsefinder fit-hash-codes --model {model} --corpus default --out " + _OUT + "/{name}",
          lambda d: f"Learned HashAttention codes, {d['bits']} bits per head: hashattention"),
@@ -110,8 +110,8 @@ RULES = (
                     "model)")),
 )
 _WHY_PROJECTIONS = ("the calibration table was fitted for it; the best measured projections "
-                    "(distance-budget R@0.90 = 0.867 on the validation split against 0.613 for "
-                    "projections.pt; README, 'Projections and calibrated predictors')")
+                    "(distance:budget R@0.90 = 0.867 on the validation split against 0.613 for "
+                    "projections.pt; docs/results.md)")
 _WHY_CENTROIDS = ("shared query/key space with k-means centroids, which k-means, quantization, "
                   "clusters and coref need (the augmented low-rank files have none)")
 

@@ -13,21 +13,26 @@ with the reason; sweeps skip that point and record the reason.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 from collections.abc import Sequence
 from typing import Any
 
+import torch
+
 from sparsefinder.calibration.curves import calibrated_methods, fitted_build
-from sparsefinder.calibration.grid import HEAD_GRIDS
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.methods.registry import (
+    CALIBRATION_LABELS,
     BuildContext,
     Builder,
+    Calibration,
     Fitter,
     Method,
     MethodUnavailable,
     Param,
     Params,
+    register_alias,
     register_method,
 )
 from sparsefinder.predictors import (
@@ -48,6 +53,7 @@ from sparsefinder.predictors.base import Predictor
 from sparsefinder.predictors.block import LearnedBlockSparsefinder
 from sparsefinder.predictors.hash_codes import HammingCodes
 from sparsefinder.predictors.quest import QuestPages
+from sparsefinder.predictors.row_fraction import RowFraction
 from sparsefinder.projections.blocks import (
     check_block_projections,
     train_block_projections_by_size,
@@ -127,6 +133,11 @@ def _routed_kmeans(mode: str) -> Builder:
     return build
 
 
+def _row_fraction(p: Params, c: BuildContext) -> Predictor:
+    projections = _require_projections(c, "nearest keys (rowfrac)")
+    return RowFraction(torch.full((projections.num_heads,), float(p["fraction"])))
+
+
 def _static_mask_fitter(kind: str) -> Fitter:
     """``fit`` of SparseBERT's static masks: one ``StaticMask(kind)`` per layer, fitted on the
     training gold graphs; each grid point gets a copy re-targeted to its sparsity."""
@@ -203,7 +214,7 @@ SHARE = {"low": 0.0, "high": 1.0, "low_open": True}
 
 
 def _builtin_methods() -> list[Method]:
-    """Every built-in family, raw settings first, then the calibrated ones."""
+    """Every built-in family, each with the calibrations that can set its parameters."""
     raw = [
         Method("distance", "Distance (t)", (THRESHOLD,),
                lambda p, c: Distance(float(p["threshold"]))),
@@ -261,32 +272,36 @@ def _builtin_methods() -> list[Method]:
         Method("block-learned", "Block Sparsefinder, learned block projections",
                (_int("block", 32, 1, "block size"), _int("n_blocks", 4, 0, "key blocks")),
                _learned_block, inputs="original", fit=_block_projections_fit),
+        # each query keeps its nearest share of keys in the learned space (the raw form of
+        # the calibrated row fractions)
+        Method("rowfrac", "Nearest keys (row fraction)",
+               (Param("fraction", float, 0.1, label="keep fraction", url="frac", **SHARE),),
+               _row_fraction),
     ]
-    labels = {"distance-calibrated": "Distance, per-head t for a target sparsity",
-              "distance-budget": "Distance, per-head t, sparsity budget across heads",
-              "distance-calibrated-recall": "Distance, per-head t for a target recall",
-              "rowfrac-calibrated": "Nearest keys, per-head row fraction for a target",
-              "rowfrac-budget": "Nearest keys, row fractions, sparsity budget",
-              "window-budget": "Window, per-head w, sparsity budget",
-              "quantization-budget": "Quantization, per-head β, sparsity budget",
-              "kmeans-budget": "k-means, per-head (B, k), sparsity budget",
-              "kmeans-routed-budget": "Routed k-means, per-head key budget, sparsity budget"}
-    raw_inputs = {method.name: method.inputs for method in raw}
-    calibrated = []
-    for name, grid, fitter in calibrated_methods():
-        # a per-head setting of a raw family reads what that family reads
-        inputs = raw_inputs[HEAD_GRIDS[name][0]] if name in HEAD_GRIDS else "projected"
-        target = TARGET_RECALL if "target_recall" in grid[0] else TARGET_SPARSITY
-        calibrated.append(Method(name, labels.get(name, name), (target,), fitted_build,
-                                 inputs=inputs, fit=fitter))
-    return raw + calibrated
+    return _with_calibrations(raw)
+
+
+def _with_calibrations(raw: list[Method]) -> list[Method]:
+    """The families with their calibrations (a target fitted on TRAIN graphs) attached."""
+    by_family: dict[str, list[Calibration]] = {}
+    for curve in calibrated_methods():
+        target = TARGET_RECALL if "target_recall" in curve.grid[0] else TARGET_SPARSITY
+        by_family.setdefault(curve.family, []).append(Calibration(
+            curve.calibration, target, curve.fit, fitted_build,
+            CALIBRATION_LABELS[curve.calibration]))
+    return [dataclasses.replace(method, calibrations=tuple(by_family.get(method.name, ())))
+            for method in raw]
 
 
 def _register_builtin() -> None:
     for method in _builtin_methods():
-        guarded = _unavailable_on_file_errors(method.build)
-        register_method(Method(method.name, method.label, method.params, guarded,
-                               method.inputs, method.fit, method.oracle), replace=True)
+        guarded = tuple(dataclasses.replace(c, build=_unavailable_on_file_errors(c.build))
+                        for c in method.calibrations)
+        register_method(dataclasses.replace(
+            method, build=_unavailable_on_file_errors(method.build), calibrations=guarded),
+            replace=True)
+    for curve in calibrated_methods():  # the names of the time before families
+        register_alias(curve.old_name, curve.family, curve.calibration)
 
 
 _register_builtin()

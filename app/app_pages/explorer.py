@@ -201,8 +201,8 @@ def _accuracy(ctx: shell.AppContext, state: urlstate.ViewState) -> None:
         model_key = ctx.cache_key.model_key
         start = time.perf_counter()
         task = shell.cached_task_accuracy(model_key, spec.key, spec,
-                                          ctx.prepared.projections_for(spec.method),
-                                          ctx.prepared.fitted(spec.method))
+                                          ctx.prepared.projections_for(spec.method_id),
+                                          ctx.prepared.fitted(spec.method_id))
         took = time.perf_counter() - start
         a, b, c = st.columns(3)
         a.metric("Retrieval top-1 agreement", f"{task.retrieval_top1:.3f}")

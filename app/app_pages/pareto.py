@@ -75,7 +75,7 @@ def pareto_view() -> None:
     label = live.describe(live.spec_for(state, prepared))
     methods, skipped = curves.available_curves(prepared.projections)
     if prepared.calibration is not None:  # their curves come from the bundled table
-        skipped = {m: why for m, why in skipped.items() if m not in prepared.calibration.params}
+        skipped = {m: why for m, why in skipped.items() if not prepared.calibration.has(m)}
     if prepared.hash_codes is not None:  # its curve comes from the bundled codes
         skipped.pop("hashattention", None)
     if skipped:
@@ -106,8 +106,8 @@ def pareto_view() -> None:
         return
     records, corpus_frame = result
     spec = live.spec_for(state, prepared)
-    corpus_current = live.score_setting(records, prepared.projections_for(spec.method), spec,
-                                        prepared.fitted(spec.method))
+    corpus_current = live.score_setting(records, prepared.projections_for(spec.method_id), spec,
+                                        prepared.fitted(spec.method_id))
     _figure(corpus_frame, corpus_current, label,
             f"Sparsity–recall on {len(records)} validation texts", "pareto_validation")
     _downloads(corpus_frame, "validation")

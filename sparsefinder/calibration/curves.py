@@ -11,6 +11,7 @@ once and every target re-uses the samples.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sparsefinder.calibration.estimators import CalibratedDistance, CalibratedRowFraction
@@ -59,30 +60,49 @@ def calibrated_fitter(
     return fit
 
 
-def calibrated_methods() -> list[tuple[str, list[Params], Callable]]:
-    """(name, grid, fitter) of every calibrated method: the method registry
-    (``sparsefinder.methods.spec``) registers each as a method fitted on train records, and
-    ``pareto`` sweeps each grid as a curve."""
+@dataclass(frozen=True)
+class CalibratedCurve:
+    """A family under one calibration: its grid of targets and its ``fit``; ``old_name`` is
+    the method name it had before calibration became a parameter (kept as an alias)."""
+
+    family: str
+    calibration: str
+    grid: list[Params]
+    fit: Callable[[Sequence[AttentionRecord]], Callable]
+    old_name: str
+
+
+def _sparsity_grid() -> list[Params]:
+    return [{"target_sparsity": s} for s in SPARSITY_TARGETS]
+
+
+def calibrated_methods() -> list[CalibratedCurve]:
+    """Every calibrated family: the catalog registers each calibration of a family, and the
+    sweep curves sweep each grid."""
     return [
-        ("distance-calibrated", [{"target_sparsity": s} for s in SPARSITY_TARGETS],
-         calibrated_fitter("equal", "target_sparsity")),
-        ("distance-budget", [{"target_sparsity": s} for s in SPARSITY_TARGETS],
-         calibrated_fitter("budget", "target_sparsity")),
-        ("distance-calibrated-recall", [{"target_recall": r} for r in RECALL_TARGETS],
-         calibrated_fitter("equal", "target_recall")),
-        ("rowfrac-calibrated", [{"target_sparsity": s} for s in SPARSITY_TARGETS],
-         calibrated_fitter("equal", "target_sparsity", CalibratedRowFraction)),
-        ("rowfrac-budget", [{"target_sparsity": s} for s in SPARSITY_TARGETS],
-         calibrated_fitter("budget", "target_sparsity", CalibratedRowFraction)),
-    ] + [  # one raw setting per head (B/k, β, window, key budget): grid_calibration
-        (name, [{"target_sparsity": s} for s in SPARSITY_TARGETS], head_grid_fitter(name))
-        for name in HEAD_GRIDS
+        CalibratedCurve("distance", "equal", _sparsity_grid(),
+                        calibrated_fitter("equal", "target_sparsity"), "distance-calibrated"),
+        CalibratedCurve("distance", "budget", _sparsity_grid(),
+                        calibrated_fitter("budget", "target_sparsity"), "distance-budget"),
+        CalibratedCurve("distance", "recall", [{"target_recall": r} for r in RECALL_TARGETS],
+                        calibrated_fitter("equal", "target_recall"),
+                        "distance-calibrated-recall"),
+        CalibratedCurve("rowfrac", "equal", _sparsity_grid(),
+                        calibrated_fitter("equal", "target_sparsity", CalibratedRowFraction),
+                        "rowfrac-calibrated"),
+        CalibratedCurve("rowfrac", "budget", _sparsity_grid(),
+                        calibrated_fitter("budget", "target_sparsity", CalibratedRowFraction),
+                        "rowfrac-budget"),
+    ] + [  # one raw setting per head (B/k, β, window, key budget): calibration.grid
+        CalibratedCurve(family, "budget", _sparsity_grid(), head_grid_fitter(family),
+                        f"{family}-budget")
+        for family in HEAD_GRIDS
     ]
 
 
 def calibrated_grids() -> dict[str, list[Params]]:
-    """Name → grid of targets of every calibrated method (the sweep curves)."""
-    return {name: grid for name, grid, _ in calibrated_methods()}
+    """``family:calibration`` → grid of targets of every calibrated family (sweep curves)."""
+    return {f"{c.family}:{c.calibration}": c.grid for c in calibrated_methods()}
 
 
 def fitted_build(params: Params, context: Any) -> Any:

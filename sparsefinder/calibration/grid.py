@@ -10,7 +10,7 @@ budget — so here each head picks one point of the family's grid:
    density ``1 − sparsity`` are averaged over texts (each text weighs the same, as in the
    metrics' macro average) → tables (layers, heads, G).
 2. **Allocate** (:func:`~sparsefinder.calibration.allocation.allocate`, the same Lagrangian
-   budget as ``distance-budget``): maximise the mean recall over heads subject to the mean
+   budget as ``distance:budget``): maximise the mean recall over heads subject to the mean
    density being ``1 − target``; dense heads get more, sparse heads less.
 3. **Predict** with each head's own setting
    (:class:`~sparsefinder.predictors.per_head.PerHeadSelect`, or for routed k-means one
@@ -116,30 +116,28 @@ def layer_predictor(method: str, grid: Sequence[Params], picks: Tensor, projecti
     return PerHeadSelect(predictors, remap)
 
 
-#: The raw grids each per-head calibrated method chooses from (the families' sweep grids,
-#: finer where a head's sparsity moves in large steps).
-HEAD_GRIDS: dict[str, tuple[str, list[Params]]] = {
-    "window-budget": ("window", [{"window": w} for w in
-                                 [0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 15, 19, 23, 27, 31, 41, 51,
-                                  63, 75, 101, 125, 151, 201, 251, 511]]),
-    "quantization-budget": ("quantization", [{"bins": b} for b in
-                                             [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64,
-                                              96, 128]]),
-    "kmeans-budget": ("kmeans", [{"n_clusters": b, "top_k": k}
-                                 for b in [2, 4, 6, 8, 10, 12, 16, 20] for k in (1, 2, 3)
-                                 if k < b]),
-    "kmeans-routed-budget": ("kmeans-routed", [
+#: The raw grids the per-head ("budget") calibration of each family chooses from (the
+#: families' sweep grids, finer where a head's sparsity moves in large steps).
+HEAD_GRIDS: dict[str, list[Params]] = {
+    "window": [{"window": w} for w in
+               [0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 15, 19, 23, 27, 31, 41, 51, 63, 75, 101, 125,
+                151, 201, 251, 511]],
+    "quantization": [{"bins": b} for b in
+                     [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64, 96, 128]],
+    "kmeans": [{"n_clusters": b, "top_k": k}
+               for b in [2, 4, 6, 8, 10, 12, 16, 20] for k in (1, 2, 3) if k < b],
+    "kmeans-routed": [
         {"n_clusters": 128, "budget": f} for f in
         [0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.1, 0.12, 0.14,
-         0.16, 0.18, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.8, 1.0]]),
+         0.16, 0.18, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.8, 1.0]],
 }
 
 
-def head_grid_fitter(name: str) -> Callable[[Sequence[AttentionRecord]], Callable]:
-    """``fit(train_records) -> factory(params, projections, layer)`` of one per-head
-    calibrated method: the grid is measured once per projections object, each target
+def head_grid_fitter(method: str) -> Callable[[Sequence[AttentionRecord]], Callable]:
+    """``fit(train_records) -> factory(params, projections, layer)`` of one family's per-head
+    ("budget") calibration: the grid is measured once per projections object, each target
     allocated once, and every layer built from that choice."""
-    method, grid = HEAD_GRIDS[name]
+    grid = HEAD_GRIDS[method]
 
     def fit(train_records: Sequence[AttentionRecord]) -> Callable:
         cache: dict[int, tuple[Any, GridTable, dict[float, Tensor]]] = {}

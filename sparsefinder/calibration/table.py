@@ -1,8 +1,8 @@
 """Calibrated settings fitted once on TRAIN graphs and shipped as a small file.
 
 The calibrated predictors (:mod:`sparsefinder.calibration.estimators`) turn a *target
-sparsity* into per-head parameters — a squared-distance threshold (``distance-budget``) or a
-per-row keep fraction (``rowfrac-budget``), the heads sharing the sparsity budget so that the
+sparsity* into per-head parameters — a squared-distance threshold (``distance:budget``) or a
+per-row keep fraction (``rowfrac:budget``), the heads sharing the sparsity budget so that the
 mean recall is highest. Fitting needs the train split's gold graphs, which an interactive app
 does not want to extract. So ``sparsefinder calibrate`` fits them for a grid of targets and
 writes a :class:`CalibrationTable` beside the projections it was fitted for (a few KB); the
@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from sparsefinder.calibration.curves import SPARSITY_TARGETS
+from sparsefinder.calibration.curves import SPARSITY_TARGETS, calibrated_methods
 from sparsefinder.calibration.estimators import CalibratedDistance, CalibratedRowFraction
 from sparsefinder.calibration.grid import HEAD_GRIDS, layer_predictor, measure_grid
 from sparsefinder.calibration.samples import DistanceSamples
@@ -39,11 +39,22 @@ from sparsefinder.predictors.threshold_distance import ThresholdDistance
 from sparsefinder.projections.heads import HeadProjections
 
 FORMAT = "sparsefinder-calibration"
-#: Calibrated methods a table holds, and the estimator of each (budget allocation).
-ESTIMATORS = {"distance-budget": CalibratedDistance, "rowfrac-budget": CalibratedRowFraction}
-#: Per-head raw settings a table holds (``grid_calibration``): those that do not read the
-#: projections, so they hold whatever projections the table is fitted for.
-GRID_METHODS = ("kmeans-routed-budget", "window-budget")
+#: Families a table holds under ``calibration="budget"``, and the estimator of each.
+ESTIMATORS = {"distance": CalibratedDistance, "rowfrac": CalibratedRowFraction}
+#: Families whose per-head raw settings a table holds (:mod:`.grid`): those that do not read
+#: the projections, so they hold whatever projections the table is fitted for.
+GRID_METHODS = ("kmeans-routed", "window")
+#: Keys of tables written before calibration was a parameter (``distance-budget`` …).
+OLD_KEYS = {c.old_name: c.family for c in calibrated_methods() if c.calibration == "budget"}
+
+
+def table_key(method: str) -> str:
+    """The key of a family in a table: ``distance``, ``distance:budget`` and the old
+    ``distance-budget`` all name ``distance`` (a table holds the budget calibration only)."""
+    family, _, calibration = method.partition(":")
+    if calibration and calibration != "budget":
+        raise ValueError(f"a calibration table holds calibration 'budget' only, got {method!r}")
+    return OLD_KEYS.get(family, family)
 
 
 class CalibrationError(SparsefinderFileError):
@@ -64,10 +75,10 @@ def file_digest(path: str | Path) -> str:
 
 @dataclass
 class CalibrationTable:
-    """Per-head parameters of each calibrated method at each target sparsity.
+    """Per-head parameters of each family under ``calibration="budget"`` at each target.
 
-    ``params[method]`` is float32 (targets, layers, heads): squared thresholds for
-    ``distance-budget``, keep fractions for ``rowfrac-budget``, indices into ``grids[method]``
+    ``params[family]`` is float32 (targets, layers, heads): squared thresholds for
+    ``distance``, keep fractions for ``rowfrac``, indices into ``grids[family]``
     (the raw settings) for the :data:`GRID_METHODS`; ``train_sparsity`` and ``train_recall``
     the train estimates, same shapes. ``projections_file`` names the projections file (next
     to the table) it was fitted for, so an app can load them whatever its own projections.
@@ -102,9 +113,8 @@ class CalibrationTable:
             recall[method] = torch.stack([f.train_recall_.float() for f in fitted])
         grids = {}
         for method in grid_methods:
-            raw, grid = HEAD_GRIDS[method]
             try:
-                table = measure_grid(records, projections, raw, grid)
+                table = measure_grid(records, projections, method, HEAD_GRIDS[method])
             except MethodUnavailable:  # e.g. no key codebooks for this model: not in the table
                 continue
             choices = torch.stack([table.choose(float(t)) for t in targets])  # (T, L, H)
@@ -129,15 +139,27 @@ class CalibrationTable:
                          f"{self.targets}")
 
     def predictor(self, method: str, target: float, layer: int, projections: Any = None) -> Any:
-        """The predictor of ``method`` at ``target`` for one layer (``projections``: what a
-        per-head raw setting is built with, e.g. the model id for routed k-means)."""
+        """The predictor of ``method`` (a family, see :func:`table_key`) at ``target`` for one
+        layer (``projections``: what a per-head raw setting is built with, e.g. the model id
+        for routed k-means)."""
+        method = table_key(method)
         if method not in self.params:
             raise ValueError(f"no {method!r} in this calibration table ({list(self.params)})")
         values = self.params[method][self.index(target), layer]
         if method in self.grids:
-            return layer_predictor(HEAD_GRIDS[method][0], self.grids[method], values.long(),
-                                   projections, layer)
-        return ThresholdDistance(values) if method == "distance-budget" else RowFraction(values)
+            return layer_predictor(method, self.grids[method], values.long(), projections, layer)
+        return ThresholdDistance(values) if method == "distance" else RowFraction(values)
+
+    def has(self, method: str) -> bool:
+        """Whether the table holds ``method``, a calibrated form (``distance:budget`` or the
+        old ``distance-budget``); a raw family (``distance``) is not held."""
+        if not method.endswith(":budget") and method not in OLD_KEYS:
+            return False
+        return table_key(method) in self.params
+
+    def methods(self) -> list[str]:
+        """The calibrated forms the table holds, as written: ``distance:budget``, …"""
+        return [f"{family}:budget" for family in self.params]
 
     def fitted_for(self, method: str) -> Callable[[dict, Any, int], Any]:
         """The ``fitted`` factory of one calibrated method (what a sweep's ``fit`` returns)."""
@@ -167,11 +189,11 @@ class CalibrationTable:
                                    f"{remake}")
         return cls(model_id=payload["model_id"],
                    projections_sha256=payload["projections_sha256"],
-                   targets=list(payload["targets"]), params=dict(payload["params"]),
-                   train_sparsity=dict(payload.get("train_sparsity") or {}),
-                   train_recall=dict(payload.get("train_recall") or {}),
+                   targets=list(payload["targets"]), params=_renamed(payload["params"]),
+                   train_sparsity=_renamed(payload.get("train_sparsity")),
+                   train_recall=_renamed(payload.get("train_recall")),
                    metadata=dict(payload.get("metadata") or {}),
-                   grids=dict(payload.get("grids") or {}),
+                   grids=_renamed(payload.get("grids")),
                    projections_file=str(payload.get("projections_file") or ""))
 
     def own_projections(self, table_path: str | Path) -> HeadProjections:
@@ -186,3 +208,9 @@ class CalibrationTable:
                                    "is missing or not the file the table was fitted for; remake "
                                    "it with `make assets`")
         return HeadProjections.load(path, expected_model_id=self.model_id)
+
+
+def _renamed(table: dict | None) -> dict:
+    """A saved per-method dict with the keys of older files (``distance-budget``) renamed to
+    their family (``distance``)."""
+    return {OLD_KEYS.get(key, key): value for key, value in (table or {}).items()}

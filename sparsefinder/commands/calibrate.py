@@ -1,7 +1,7 @@
 """`sparsefinder calibrate`: per-head calibrated settings for a grid of target sparsities.
 
-Fits ``distance-budget`` (per-head distance thresholds), ``rowfrac-budget`` (per-head row
-fractions), ``kmeans-routed-budget`` (per-head key budgets) and ``window-budget`` (per-head
+Fits ``distance:budget`` (per-head distance thresholds), ``rowfrac:budget`` (per-head row
+fractions), ``kmeans-routed:budget`` (per-head key budgets) and ``window:budget`` (per-head
 windows) on the TRAIN split's gold graphs for the given projections and writes a small table
 the app drives its "target sparsity" slider and its text sweep's calibrated curves from (see
 :mod:`sparsefinder.calibration.table`). The table names its projections file, which the app loads
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     path = table.save(args.out)
     for method in table.params:
         at = table.index(0.9)
-        print(f"{method}: train sparsity at target 0.90 = "
+        print(f"{method}:budget: train sparsity at target 0.90 = "
               f"{float(table.train_sparsity[method][at].mean()):.4f}, train recall = "
               f"{float(table.train_recall[method][at].mean()):.4f}")
     print(f"wrote {path} ({path.stat().st_size // 1024} KiB, {len(table.targets)} targets)")

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -64,9 +66,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--out", required=True, type=Path, help="folder for the results")
     parser.add_argument(
         "--methods", default="sparsefinder",
-        help="'sparsefinder' (distance, kmeans, quantization, each +window, window), 'baselines' "
-             "(longformer, bigbird, reformer, routing, topk, sparsebert-*, ...), 'all', "
-             "or a comma list of method names",
+        help="'sparsefinder' (distance, kmeans, quantization, each +window, window), "
+             "'calibrated' (each family with its parameters set per head from a target on "
+             "train passages: distance:budget, rowfrac:budget, window:budget, …), 'baselines' "
+             "(longformer, bigbird, reformer, routing, topk, sparsebert-*, ...), "
+             "'long-context', 'all', or a comma list of curves (FAMILY or "
+             "FAMILY:CALIBRATION, e.g. distance:budget)",
     )
     parser.add_argument("--batch", type=int, default=8, help="texts per forward pass")
     parser.add_argument(
@@ -211,8 +216,18 @@ def _run_from_store(args: argparse.Namespace, methods: list[str]) -> int:
     return 0
 
 
+def _resolve(spec: str) -> list[str]:
+    """``--methods`` → curve names; an old method name is read as its new one, with a note."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", FutureWarning)
+        methods = resolve_methods(spec)  # fail on a typo before loading anything
+    for warning in caught:
+        print(f"note: {warning.message}", file=sys.stderr)
+    return methods
+
+
 def run(args: argparse.Namespace) -> int:
-    methods = resolve_methods(args.methods)  # fail on a typo before loading anything
+    methods = _resolve(args.methods)
     if args.records is not None:
         return _run_from_store(args, methods)
     loaded = load_model(args.model, alpha=args.alpha, device=args.device)

@@ -51,11 +51,13 @@ Baselines (paper §5 and appendix C; each random one seeded with ``seed = layer`
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sparsefinder.calibration.curves import DISTANCE_FINE_GRID, calibrated_grids
+from sparsefinder.methods.registry import method_id, resolve_method
 from sparsefinder.methods.spec import PredictorSpec
 from sparsefinder.projections.heads import HeadProjections
 
@@ -116,7 +118,16 @@ class Curve:
 
     @property
     def method(self) -> str:
+        """The family with its calibration, e.g. ``distance`` or ``distance:budget``."""
+        return self.specs[0].method_id
+
+    @property
+    def family(self) -> str:
         return self.specs[0].method
+
+    @property
+    def calibration(self) -> str:
+        return self.specs[0].calibration
 
     @property
     def needs_projections(self) -> bool:
@@ -142,6 +153,8 @@ GROUPS: dict[str, list[str]] = {
         "topk", "sparsebert-dams", "sparsebert-damu", "distance-nodiag",
     ],
     "long-context": ["quest", "hashattention"],
+    # each family with its parameters set per head from a target, fitted on TRAIN graphs
+    "calibrated": list(calibrated_grids()),
 }
 
 
@@ -184,6 +197,10 @@ BLOCK_GRID = [0, 1, 2, 3, 4, 5, 6, 8, 10, 12]
 LEARNED_BLOCK_CURVES = (("block-learned", 32), ("block16-learned", 16))
 
 
+#: Keep fractions of the raw nearest-keys family (its calibrated forms choose one per head).
+ROWFRAC_GRID = [0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.15, 0.2, 0.3, 0.5]
+
+
 TOPP_GRID = [0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99, 1.0]
 
 
@@ -222,8 +239,9 @@ def _register_defaults() -> None:
     # recall with per-head thresholds fitted on TRAIN graphs (sparsefinder.calibration.curves).
     register_curve("distance-fine", "distance", [{"threshold": t} for t in DISTANCE_FINE_GRID],
                    replace=True)
-    for name, grid in calibrated_grids().items():
+    for name, grid in calibrated_grids().items():  # "distance:budget", …
         register_curve(name, name, grid, replace=True)
+    register_curve("rowfrac", "rowfrac", [{"fraction": f} for f in ROWFRAC_GRID], replace=True)
     # Buckets: k-means on KEYS with queries routed by q·c, and the top-p oracle
     # (sparsefinder.predictors.routed_kmeans / topp); grids chosen on the TRAIN split.
     register_curve("kmeans-routed", "kmeans-routed", ROUTED_BUDGET_GRID, replace=True)
@@ -247,13 +265,26 @@ def _register_defaults() -> None:
 _register_defaults()
 
 
+def curve_name(name: str) -> str:
+    """A curve's name, with a curve named by an old method name (``distance-budget``) renamed
+    to its family and calibration (``distance:budget``) and a FutureWarning saying so."""
+    if name in CURVES:
+        return name
+    family, calibration = resolve_method(name)  # warns on an old name; raises on unknown
+    return method_id(family, calibration)
+
+
 def resolve_methods(spec: str | Sequence[str]) -> list[str]:
-    """``"sparsefinder"``, ``"all"`` or a comma list (groups allowed) → curve names."""
+    """``"sparsefinder"``, ``"all"`` or a comma list (groups allowed) → curve names; an old
+    method name (``distance-budget``) is read as its new one (``distance:budget``)."""
     items = spec.split(",") if isinstance(spec, str) else list(spec)
     names: list[str] = []
     for item in (s.strip() for s in items):
         if not item:
             continue
+        if item != "all" and item not in GROUPS and item not in CURVES:
+            with contextlib.suppress(ValueError):  # unknown: reported below with the names
+                item = curve_name(item)
         expanded = list(CURVES) if item == "all" else GROUPS.get(item, [item])
         for name in expanded:
             if name not in CURVES:
@@ -296,7 +327,7 @@ def available_curves(projections: HeadProjections | None,
 
 def curve_spec(name: str, params: Params) -> PredictorSpec:
     """The spec of curve ``name`` at ``params`` (a sweep row → the setting it stands for)."""
-    curve = CURVES[name]
-    window = curve.specs[0].window
-    return PredictorSpec.of(curve.method, params, window=window,
-                            global_tokens=curve.specs[0].global_tokens)
+    curve = CURVES[curve_name(name)]
+    first = curve.specs[0]
+    return PredictorSpec.of(first.method, params, window=first.window,
+                            global_tokens=first.global_tokens, calibration=first.calibration)

@@ -385,8 +385,8 @@ def spec_graph(
     ``predictors``, when given, are the spec's per-layer predictors already built (a sweep
     plan's)."""
     if spec.needs_projections and projections is None:
-        raise projections_required(model_name, f"method {spec.method!r}")
+        raise projections_required(model_name, f"method {spec.method_id!r}")
     built = (list(predictors) if predictors is not None
              else spec.build_layers(projections, num_layers, fitted))
     return predictor_graph(built.__getitem__, spec.inputs, projections,
-                           model_name=model_name, what=f"method {spec.method!r}")
+                           model_name=model_name, what=f"method {spec.method_id!r}")

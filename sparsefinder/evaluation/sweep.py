@@ -210,6 +210,8 @@ def points_frame(rows: Sequence[tuple[str, PredictorSpec]],
     return pd.DataFrame([
         {
             "method": name,
+            "family": spec.method,
+            "calibration": spec.calibration,
             "params": spec.params_json(),
             "recall": result.recall,
             "sparsity": result.sparsity,

@@ -46,7 +46,7 @@ def setting_accuracy(
     fitted: Any = None,
 ) -> SettingAccuracy:
     """Run ``text`` restricted to ``spec``'s graphs and compare with ``full`` (the reference);
-    ``fitted``: what a calibrated method is built from (``prepared.fitted(spec.method)``)."""
+    ``fitted``: what a calibrated method is built from (``prepared.fitted(spec.method_id)``)."""
     if full is None:
         full = reference(loaded, text)
     stats = RestrictionStats()

@@ -6,7 +6,6 @@ itself is ``sweeps.sweep`` (one call for every method, not one call per method).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -89,14 +88,7 @@ def fitted_curve(records: Sequence[AttentionRecord], name: str, fitted: Any) -> 
 def _points_frame(names: Sequence[str], specs: Sequence[PredictorSpec],
                   results: Sequence[sweeps.SpecScores], gold: GraphScores) -> pd.DataFrame:
     """Scored specs as rows shaped like :func:`sweeps.sweep`'s (gold sparsity in attrs)."""
-    frame = pd.DataFrame([
-        {"method": name, "params": spec.params_json(), "recall": result.recall,
-         "sparsity": result.sparsity, **result.extra,
-         "recall_per_layer": json.dumps([round(x, 6) for x in result.recall_per_layer]),
-         "sparsity_per_layer": json.dumps([round(x, 6) for x in result.sparsity_per_layer]),
-         "n_texts": result.n_texts}
-        for name, spec, result in zip(names, specs, results, strict=True)
-    ])
+    frame = sweeps.points_frame(list(zip(names, specs, strict=True)), results)
     frame.attrs["gold_sparsity"] = float(gold.sparsity.mean())
     frame.attrs["gold_sparsity_per_layer"] = [float(x) for x in gold.sparsity]
     return frame
@@ -108,7 +100,7 @@ def calibrated_curves(records: Sequence[AttentionRecord], projections: HeadProje
     table's targets: the same specs and scoring (``sweeps.score_specs``), the predictors
     built from the table (fitted on TRAIN graphs) instead of a fit at sweep time."""
     rows, specs, fitted = [], [], []
-    for method in table.params:
+    for method in table.methods():  # "distance:budget", …
         curve = curves.CURVES.get(method)
         if curve is None:
             continue

@@ -19,9 +19,9 @@ from sparsefinder.data.records import AttentionRecord
 from sparsefinder.evaluation import sweep as sweeps
 from sparsefinder.explore.prepared import PreparedText, default_pages, default_threshold
 from sparsefinder.explore.state import (
+    APP_CALIBRATIONS,
     DEFAULT_CLUSTERS,
     MAX_PAGES,
-    TARGET_METHODS,
     ViewState,
     method_label,
     to_spec,
@@ -32,8 +32,10 @@ from sparsefinder.projections.heads import HeadProjections
 
 
 def effective_method(state: ViewState, prepared: PreparedText) -> str:
-    """The method that actually runs: a learned one without projections becomes "fixed"."""
-    return state.method if state.method in prepared.available_methods() else "fixed"
+    """The method that actually runs, written with its calibration (``distance:budget``): a
+    learned one without projections becomes "fixed"."""
+    wanted = state.method_id
+    return wanted if wanted in prepared.available_methods() else "fixed"
 
 
 def clamp(state: ViewState, prepared: PreparedText) -> tuple[ViewState, list[str]]:
@@ -44,13 +46,17 @@ def clamp(state: ViewState, prepared: PreparedText) -> tuple[ViewState, list[str
     """
     notes: list[str] = []
     changes: dict[str, Any] = {}
-    if effective_method(state, prepared) != state.method:
-        if state.method in TARGET_METHODS and prepared.has_projections:
+    offered = APP_CALIBRATIONS.get(state.method, ("none",))
+    if state.calibration not in offered:  # another family was chosen: its default calibration
+        state = replace(state, calibration=offered[0])
+        changes["calibration"] = offered[0]
+    if effective_method(state, prepared) != state.method_id:
+        if state.calibration != "none" and prepared.has_projections:
             why = ("needs settings calibrated for these projections (`sparsefinder calibrate "
                    "--projections FILE --out calibration.pt`), which are not loaded")
         else:
             why = "needs learned projections for this model, which are not loaded"
-        notes.append(f"{method_label(state.method)} {why}: it is off, and only the "
+        notes.append(f"{method_label(state.method_id)} {why}: it is off, and only the "
                      "window/global patterns are predicted.")
     targets = prepared.calibration.targets if prepared.calibration is not None else []
     if targets and not any(abs(state.target - t) < 1e-9 for t in targets):
@@ -93,9 +99,9 @@ def spec_for(state: ViewState, prepared: PreparedText) -> PredictorSpec:
 
 def predict(prepared: PreparedText, spec: PredictorSpec) -> list[Tensor]:
     """Predicted bool masks (heads, n, n) of every layer of the prepared text."""
-    predictors = spec.build_layers(prepared.projections_for(spec.method), prepared.num_layers,
-                                   prepared.fitted(spec.method))
-    return predict_record(spec, predictors, prepared.inputs_for(spec.method))
+    predictors = spec.build_layers(prepared.projections_for(spec.method_id), prepared.num_layers,
+                                   prepared.fitted(spec.method_id))
+    return predict_record(spec, predictors, prepared.inputs_for(spec.method_id))
 
 
 def score(prepared: PreparedText, preds: Sequence[Tensor]) -> GraphScores:
@@ -145,7 +151,7 @@ def score_setting(records: Sequence[AttentionRecord], projections: HeadProjectio
                   spec: PredictorSpec, fitted: Any = None) -> Summary:
     """Macro-averaged recall/sparsity of one setting on several texts (the Pareto star): the
     sweep's own scoring, :func:`sparsefinder.evaluation.sweep.score_specs` (``fitted``: what a
-    calibrated method is built from, e.g. ``prepared.fitted(spec.method)``)."""
+    calibrated method is built from, e.g. ``prepared.fitted(spec.method_id)``)."""
     results, gold = sweeps.score_specs(records, projections, [spec], fitted=[fitted])
     return Summary(recall=results[0].recall, sparsity=results[0].sparsity,
                    gold_sparsity=float(gold.sparsity.mean()), extra=dict(results[0].extra))
@@ -155,17 +161,17 @@ def describe(spec: PredictorSpec) -> str:
     """Short label of a setting, e.g. "k-means B=8 k=1 ∪ window 3"."""
     p = spec.param_dict
     labels = {
-        "rowfrac-budget": lambda: f"nearest keys, target sparsity {p['target_sparsity']:g}",
-        "distance-budget": lambda: f"distance, target sparsity {p['target_sparsity']:g}",
-        "kmeans-routed-budget": lambda: (f"routed k-means, target sparsity "
+        "rowfrac:budget": lambda: f"nearest keys, target sparsity {p['target_sparsity']:g}",
+        "distance:budget": lambda: f"distance, target sparsity {p['target_sparsity']:g}",
+        "kmeans-routed:budget": lambda: (f"routed k-means, target sparsity "
                                          f"{p['target_sparsity']:g}"),
         "distance": lambda: f"distance t={p['threshold']:.3g}",
         "quantization": lambda: f"quantization β={p['bins']}",
         "kmeans": lambda: f"k-means B={p['n_clusters']} k={p['top_k']}",
     }
-    if spec.method not in labels:
+    if spec.method_id not in labels:
         return spec.label()
-    pieces = [labels[spec.method]()]
+    pieces = [labels[spec.method_id]()]
     if spec.window:
         pieces.append(f"window {spec.window}")
     if spec.global_tokens:

@@ -25,7 +25,7 @@ from sparsefinder.projections.hash_code_table import HashCodeTable
 from sparsefinder.projections.heads import HeadProjections
 
 #: The calibrated methods the app offers (a target-sparsity slider), best first.
-CALIBRATED_APP_METHODS = ("distance-budget", "rowfrac-budget", "kmeans-routed-budget")
+CALIBRATED_APP_METHODS = ("distance:budget", "rowfrac:budget", "kmeans-routed:budget")
 
 
 @dataclass
@@ -80,7 +80,7 @@ class PreparedText:
         else the app's (one file need not serve every method: k-means needs the shared
         space of the paper's projections, the calibrated distance the best file)."""
         if (self.calibrated_vectors is not None and self.calibration is not None
-                and method in self.calibration.params):
+                and self.calibration.has(method)):
             return self.calibrated_vectors
         return self.vectors
 
@@ -93,7 +93,7 @@ class PreparedText:
         methods = []
         if self.calibration is not None and (self.has_projections
                                              or self.calibrated_vectors is not None):
-            methods += [m for m in CALIBRATED_APP_METHODS if m in self.calibration.params]
+            methods += [m for m in CALIBRATED_APP_METHODS if self.calibration.has(m)]
         if self.has_projections:
             methods += ["distance", "quantization"]
             if self.cluster_choices:
@@ -107,7 +107,7 @@ class PreparedText:
         hash codes for ``hashattention``, else None."""
         if method == "hashattention":
             return self.hash_codes.maps if self.hash_codes is not None else None
-        if self.calibration is None or method not in self.calibration.params:
+        if self.calibration is None or not self.calibration.has(method):
             return None
         return self.calibration.fitted_for(method)
 

@@ -15,18 +15,29 @@ from typing import Any
 from sparsefinder.evaluation.curves import QUEST_PAGE
 from sparsefinder.explore.inputs import DEFAULT_EXAMPLE, list_examples
 from sparsefinder.explore.texts import is_text_id
-from sparsefinder.methods.registry import METHODS
+from sparsefinder.methods.registry import CALIBRATION_LABELS, METHODS, method_id, resolve_method
 from sparsefinder.methods.spec import GLOBAL_CHOICES, PredictorSpec
 from sparsefinder.metrics.measures import EXTRA_METRICS
 from sparsefinder.predictors.hash_codes import HASH_BITS
 
-#: Methods the app's sliders drive (keys of the one registry,
-#: ``sparsefinder.methods.spec.METHODS``).
-APP_METHODS: tuple[str, ...] = ("distance-budget", "rowfrac-budget", "kmeans-routed-budget",
-                                 "distance", "quantization", "kmeans", "hashattention", "quest",
-                                 "fixed")
-#: Methods driven by a target sparsity (per-head settings calibrated on train graphs).
-TARGET_METHODS = frozenset({"rowfrac-budget", "distance-budget", "kmeans-routed-budget"})
+#: Families the app's sliders drive (keys of the one registry,
+#: :data:`sparsefinder.methods.registry.METHODS`), each with the calibrations the app offers
+#: for it, its default first: ``budget`` reads the bundled calibration table (a target
+#: sparsity), ``none`` the raw parameters.
+APP_CALIBRATIONS: dict[str, tuple[str, ...]] = {
+    "distance": ("budget", "none"),
+    "rowfrac": ("budget",),
+    "kmeans-routed": ("budget",),
+    "quantization": ("none",),
+    "kmeans": ("none",),
+    "hashattention": ("none",),
+    "quest": ("none",),
+    "fixed": ("none",),
+}
+APP_METHODS: tuple[str, ...] = tuple(APP_CALIBRATIONS)
+#: Every family/calibration the app runs, as written (``distance:budget``, ``quest``, …).
+APP_METHOD_IDS: tuple[str, ...] = tuple(method_id(f, c) for f, cs in APP_CALIBRATIONS.items()
+                                        for c in cs)
 DEFAULT_TARGET = 0.9
 MAX_BINS = 16
 MAX_WINDOW = 31
@@ -41,8 +52,16 @@ DEFAULT_CLUSTERS = 8
 
 
 def method_label(method: str) -> str:
-    """The registry's label of an app method, e.g. ``"Distance (t)"``."""
-    return METHODS[method].label
+    """The registry's label of a family, or of a family with its calibration, e.g.
+    ``"Distance (t)"``, ``"Distance (t), per head, sparsity budget across heads"``."""
+    family, _, calibration = method.partition(":")
+    label = METHODS[family].label
+    return f"{label}, {CALIBRATION_LABELS[calibration]}" if calibration else label
+
+
+def calibration_label(calibration: str) -> str:
+    """How a calibration sets the parameters, in words."""
+    return CALIBRATION_LABELS[calibration]
 
 
 @dataclass(frozen=True)
@@ -60,8 +79,9 @@ class ViewState:
     alpha: float = 1.5
     #: The best method of the bundled model at its calibrated setting: the highest TRAIN
     #: recall at target 0.90 in the bundled calibration table (`sparsefinder calibrate`
-    #: prints it: distance-budget 0.884, rowfrac-budget 0.819, kmeans-routed-budget 0.751).
-    method: str = "distance-budget"
+    #: prints it: distance:budget 0.884, rowfrac:budget 0.819, kmeans-routed:budget 0.751).
+    method: str = "distance"
+    calibration: str = "budget"
     target: float = DEFAULT_TARGET
     t: float | None = None
     bins: int = 4
@@ -78,8 +98,20 @@ class ViewState:
     text_id: str | None = None
     overview: str = "recall"
 
+    def __post_init__(self) -> None:
+        # a family the app offers without this calibration gets its default one (switching
+        # from calibrated distance to quantization gives raw quantization)
+        offered = APP_CALIBRATIONS.get(self.method)
+        if offered is not None and self.calibration not in offered:
+            object.__setattr__(self, "calibration", offered[0])
+
     def with_(self, **changes: Any) -> ViewState:
         return replace(self, **changes)
+
+    @property
+    def method_id(self) -> str:
+        """The family with its calibration as written: ``distance:budget``, ``quest``."""
+        return method_id(self.method, self.calibration)
 
 
 #: Query-parameter names (short, URL-friendly) of each ViewState field.
@@ -87,6 +119,7 @@ PARAM_NAMES: dict[str, str] = {
     "model": "model",
     "alpha": "alpha",
     "method": "method",
+    "calibration": "calibration",
     "target": "target",
     "t": "t",
     "bins": "beta",
@@ -142,6 +175,8 @@ def parse_view_state(
         "model": _parse_model,
         "alpha": _parse_alpha,
         "method": lambda s: s if s in APP_METHODS else _bad(f"one of {', '.join(APP_METHODS)}"),
+        "calibration": lambda s: s if s in CALIBRATION_LABELS else _bad(
+            f"one of {', '.join(CALIBRATION_LABELS)}"),
         "target": _parse_target,
         "t": lambda s: _finite_nonneg(float(s)),
         "bins": lambda s: _parse_int(s, 1, MAX_BINS),
@@ -159,15 +194,47 @@ def parse_view_state(
         "overview": lambda s: s if s in OVERVIEW_METRICS else _bad(
             f"one of {', '.join(OVERVIEW_METRICS)}"),
     }
+    old = raw("method")
+    if old is not None and old not in APP_METHODS:  # an old name, e.g. distance-budget
+        problem = _old_method_name(old)
+        if problem is not None:
+            family, calibration = problem[0]
+            changes.update(method=family, calibration=calibration)
+            problems.append(problem[1])
     for name, parse in parsers.items():
         text = raw(name)
-        if text is None:
+        if text is None or name in changes:
             continue
         try:
             changes[name] = parse(text)
         except (ValueError, TypeError, OverflowError) as error:  # int(inf): OverflowError
             problems.append(f"ignored URL parameter {PARAM_NAMES[name]}={text!r}: {error}")
-    return replace(state, **changes), problems
+    if "method" in changes and raw("calibration") is None and "calibration" not in changes:
+        # a link naming a method but no calibration (links of the time before calibration
+        # was a parameter) meant its raw parameters
+        changes["calibration"] = "none"
+    method = changes.get("method", state.method)
+    calibration = changes.get("calibration", state.calibration)
+    offered = APP_CALIBRATIONS[method]
+    if calibration not in offered and "calibration" in changes:
+        problems.append(f"ignored URL parameter calibration={calibration!r}: the app offers "
+                        f"{method} with calibration {' / '.join(offered)}")
+    state = replace(state, **changes)  # a calibration not offered becomes the default one
+    return state, problems
+
+
+def _old_method_name(text: str) -> tuple[tuple[str, str], str] | None:
+    """An old method name of a link (``distance-budget``) → ((family, calibration), the note
+    that says its new spelling); None when it is not one the app offers."""
+    try:
+        family, calibration = resolve_method(text, warn=False)
+    except ValueError:
+        return None
+    if family not in APP_CALIBRATIONS or calibration not in APP_CALIBRATIONS[family]:
+        return None
+    return (family, calibration), (
+        f"URL parameter method={text!r} is an old name: read as method={family}"
+        f"&calibration={calibration}")
 
 
 def fixes_message(fixes: Sequence[str], link: bool = True) -> str | None:
@@ -245,16 +312,17 @@ def view_state_to_params(state: ViewState) -> dict[str, str]:
 
 
 def to_spec(state: ViewState, method: str | None = None) -> PredictorSpec:
-    """The predictor spec the sliders stand for (``method`` overrides ``state.method``, e.g.
-    "fixed" when the learned methods cannot run)."""
-    method = method or state.method
+    """The predictor spec the sliders stand for (``method``, a written family with its
+    calibration, overrides the state's, e.g. "fixed" when the learned methods cannot run)."""
+    method, _, calibration = (method or state.method_id).partition(":")
+    calibration = calibration or "none"
     params: dict[str, Any] = {}
-    if method == "distance":
+    if calibration != "none":
+        params = {"target_sparsity": float(state.target)}
+    elif method == "distance":
         params = {"threshold": float(state.t if state.t is not None else 0.0)}
     elif method == "quantization":
         params = {"bins": int(state.bins)}
-    elif method in TARGET_METHODS:
-        params = {"target_sparsity": float(state.target)}
     elif method == "kmeans":
         if state.clusters is None:
             raise ValueError("k-means needs a number of clusters B; clamp the state first")
@@ -266,7 +334,7 @@ def to_spec(state: ViewState, method: str | None = None) -> PredictorSpec:
     elif method == "hashattention":
         params = {"max_distance": int(state.hamming)}
     return PredictorSpec.of(method, params, window=int(state.window),
-                            global_tokens=state.global_tokens)
+                            global_tokens=state.global_tokens, calibration=calibration)
 
 
 def parse_cluster(value: str | Sequence[str] | None, clusters: int | None = None) -> int | None:

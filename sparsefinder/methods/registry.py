@@ -9,12 +9,21 @@ catalog, which needs the fitting code of every family, sits above all of them.
 A family declares each parameter once (:class:`Param`: type, range, default, label, URL key),
 in the spirit of scikit-learn's ``_parameter_constraints``; validation, sweep grids and the
 app's controls read that one declaration.
+
+Calibration is a way to *set* a family's parameters, not another family: ``distance`` with
+``calibration="budget"`` takes a target sparsity and fits one threshold per head on TRAIN
+graphs (:class:`Calibration`). A family with its calibration is written ``family:calibration``
+(``distance:budget``; plain ``distance`` is ``calibration="none"``) in sweep curves, CSVs and
+the app. The names of the time before (``distance-budget``, ``rowfrac-calibrated``, …) are
+aliases (:func:`resolve_method`): accepted everywhere a method is named, with a
+:class:`FutureWarning` naming the new spelling.
 """
 
 from __future__ import annotations
 
 import importlib
 import math
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -30,6 +39,17 @@ CATALOG_MODULE = "sparsefinder.catalog"
 Inputs = Literal["projected", "original", "shape"]
 INPUTS: tuple[str, ...] = ("projected", "original", "shape")
 Params = Mapping[str, Any]
+
+#: The ways to set a family's parameters: ``none`` (the raw parameters), ``equal`` (each head
+#: meets the target sparsity on its own), ``budget`` (the heads share a sparsity budget, the
+#: mean recall highest) and ``recall`` (each head meets a target recall).
+CALIBRATIONS: tuple[str, ...] = ("none", "equal", "budget", "recall")
+CALIBRATION_LABELS: dict[str, str] = {
+    "none": "raw parameters",
+    "equal": "per head, equal target sparsity",
+    "budget": "per head, sparsity budget across heads",
+    "recall": "per head, target recall",
+}
 
 
 class MethodUnavailable(ValueError):
@@ -111,6 +131,33 @@ Fitter = Callable[[Sequence["AttentionRecord"]], Any]
 
 
 @dataclass(frozen=True)
+class Calibration:
+    """One way (``name``, one of :data:`CALIBRATIONS` but ``none``) to set a family's
+    parameters per head from a ``target`` fitted on TRAIN graphs: ``fit`` runs once on the
+    training records, ``build`` makes a layer's predictor from its result."""
+
+    name: str
+    target: Param
+    fit: Fitter
+    build: Builder
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """What a family under one calibration takes and does: its parameters, ``build``, ``fit``."""
+
+    params: tuple[Param, ...]
+    build: Builder
+    fit: Fitter | None
+
+
+def method_id(family: str, calibration: str = "none") -> str:
+    """The one spelling of a family under a calibration: ``distance``, ``distance:budget``."""
+    return family if calibration == "none" else f"{family}:{calibration}"
+
+
+@dataclass(frozen=True)
 class Method:
     """One predictor family: its declared parameters, its builder and what it reads.
 
@@ -127,11 +174,31 @@ class Method:
     inputs: Inputs = "projected"
     fit: Fitter | None = None
     oracle: bool = False  # needs the full score matrix: shown as a bound, saves no work
+    calibrations: tuple[Calibration, ...] = ()
+    raw: bool = True  # False: only calibrated settings exist (``calibration="none"`` refused)
 
     def __post_init__(self) -> None:
         # a bare name declares a parameter without type or range (plug-ins, tests)
         params = tuple(p if isinstance(p, Param) else Param(p, object, 0) for p in self.params)
         object.__setattr__(self, "params", params)
+        bad = [c.name for c in self.calibrations if c.name not in CALIBRATIONS[1:]]
+        if bad:
+            raise ValueError(f"calibrations must be among {CALIBRATIONS[1:]}, got {bad}")
+
+    @property
+    def calibration_names(self) -> tuple[str, ...]:
+        """The calibrations this family accepts (``none`` first when it has raw settings)."""
+        return (("none",) if self.raw else ()) + tuple(c.name for c in self.calibrations)
+
+    def variant(self, calibration: str = "none") -> Variant:
+        """Parameters, builder and fitter of this family under ``calibration``."""
+        if calibration == "none" and self.raw:
+            return Variant(self.params, self.build, self.fit)
+        for option in self.calibrations:
+            if option.name == calibration:
+                return Variant((option.target,), option.build, option.fit)
+        raise ValueError(f"method {self.name!r} takes calibration "
+                         f"{' / '.join(self.calibration_names)}, got {calibration!r}")
 
     @property
     def param_names(self) -> tuple[str, ...]:
@@ -141,19 +208,21 @@ class Method:
     def needs_projections(self) -> bool:
         return self.inputs == "projected"
 
-    def check_params(self, params: Params) -> None:
+    def check_params(self, params: Params, calibration: str = "none") -> None:
         """Every declared parameter present, none unknown, each within its declared range."""
-        names = self.param_names
+        declared = self.variant(calibration).params
+        names = [p.name for p in declared]
         missing = [name for name in names if name not in params]
         unknown = [name for name in params if name not in names]
+        shown = method_id(self.name, calibration)
         if missing or unknown:
-            raise ValueError(f"method {self.name!r} takes parameters {list(names)}; "
+            raise ValueError(f"method {shown!r} takes parameters {names}; "
                              f"missing {missing}, unknown {unknown}")
-        for param in self.params:
+        for param in declared:
             try:
                 param.check(params[param.name])
             except ValueError as error:
-                raise ValueError(f"method {self.name!r}: {error}") from None
+                raise ValueError(f"method {shown!r}: {error}") from None
 
 
 class _Registry(Mapping[str, Method]):
@@ -161,6 +230,7 @@ class _Registry(Mapping[str, Method]):
 
     def __init__(self) -> None:
         self._methods: dict[str, Method] = {}
+        self._aliases: dict[str, tuple[str, str]] = {}
         self._loaded = False
 
     def _table(self) -> dict[str, Method]:
@@ -186,6 +256,11 @@ class _Registry(Mapping[str, Method]):
     def remove(self, name: str) -> Method:
         return self._table().pop(name)
 
+    def aliases(self) -> dict[str, tuple[str, str]]:
+        """Old name → (family, calibration)."""
+        self._table()
+        return self._aliases
+
 
 #: The one table of predictor families, by name (filled by :mod:`sparsefinder.catalog`).
 METHODS = _Registry()
@@ -199,6 +274,43 @@ def register_method(method: Method, *, replace: bool = False) -> Method:
         raise ValueError(f"method name must be non-empty without ',' or '+', got {method.name!r}")
     METHODS.add(method, replace=replace)
     return method
+
+
+def register_alias(old: str, family: str, calibration: str = "none") -> None:
+    """Accept ``old`` (a name of the time before families) for ``family`` under
+    ``calibration``, with a deprecation note whenever it is used."""
+    METHODS.aliases()[old] = (family, calibration)
+
+
+def resolve_method(name: str, *, warn: bool = True) -> tuple[str, str]:
+    """A method's name → ``(family, calibration)``.
+
+    Accepts ``family``, ``family:calibration`` and the old aliases (a :class:`FutureWarning`
+    names the new spelling unless ``warn`` is False); unknown names raise a ValueError listing
+    the known ones.
+    """
+    text = str(name).strip()
+    aliases = METHODS.aliases()
+    if text in aliases and text not in METHODS:
+        family, calibration = aliases[text]
+        if warn:
+            warnings.warn(f"method name {text!r} is deprecated; use "
+                          f"{method_id(family, calibration)!r} (family {family!r}, "
+                          f"calibration {calibration!r})", FutureWarning, stacklevel=3)
+        return family, calibration
+    family, _, calibration = text.partition(":")
+    method = get_method(family)
+    calibration = calibration or "none"
+    if calibration not in method.calibration_names:
+        raise ValueError(f"method {family!r} takes calibration "
+                         f"{' / '.join(method.calibration_names)}, got {calibration!r}")
+    return family, calibration
+
+
+def method_ids() -> list[str]:
+    """Every family under every calibration it takes, as written (``distance:budget``)."""
+    return [method_id(name, c) for name, method in METHODS.items()
+            for c in method.calibration_names]
 
 
 def unregister_method(name: str) -> Method:

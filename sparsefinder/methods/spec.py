@@ -21,11 +21,15 @@ from torch import Tensor
 
 from sparsefinder.attention.masks import layer_allowed
 from sparsefinder.methods.registry import (
+    METHODS,
     BuildContext,
     Inputs,
     Method,
     Params,
+    Variant,
     get_method,
+    method_id,
+    resolve_method,
 )
 from sparsefinder.predictors.base import Predictor, honours_window
 from sparsefinder.predictors.global_tokens import GlobalTokens
@@ -41,40 +45,63 @@ GLOBAL_CHOICES: tuple[str, ...] = ("first", "last")
 
 @dataclass(frozen=True)
 class PredictorSpec:
-    """``(method, params)`` ∪ window ∪ global tokens: a hashable value naming one predictor.
+    """``(method, calibration, params)`` ∪ window ∪ global tokens: a hashable value naming one
+    predictor.
 
     Build it with :meth:`of`; ``params`` is stored as sorted ``(name, value)`` pairs so equal
-    settings compare and hash equal (it keys caches). ``window`` 0 and no ``global_tokens``
-    add nothing.
+    settings compare and hash equal (it keys caches). ``method`` is a family
+    (:data:`~sparsefinder.methods.registry.METHODS`), ``calibration`` how its parameters are
+    set (``none``: given raw; ``budget`` etc.: from a target, fitted on TRAIN graphs); an old
+    name such as ``distance-budget`` or a written ``distance:budget`` is split into the two.
+    ``window`` 0 and no ``global_tokens`` add nothing.
     """
 
     method: str
     params: tuple[tuple[str, Any], ...] = ()
     window: int = 0
     global_tokens: tuple[str, ...] = ()
+    calibration: str = "none"
     _method: Method = field(init=False, repr=False, compare=False, hash=False)
+    _variant: Variant = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
+        if self.method not in METHODS or self.calibration != "none":
+            family, calibration = resolve_method(self.method)
+            if calibration != "none" and self.calibration not in ("none", calibration):
+                raise ValueError(f"method {self.method!r} already names calibration "
+                                 f"{calibration!r}, got calibration={self.calibration!r}")
+            object.__setattr__(self, "method", family)
+            object.__setattr__(self, "calibration", calibration if calibration != "none"
+                               else self.calibration)
         method = get_method(self.method)
-        method.check_params(dict(self.params))
+        variant = method.variant(self.calibration)
+        method.check_params(dict(self.params), self.calibration)
         if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 0:
             raise ValueError(f"window must be an integer >= 0, got {self.window!r}")
         bad = [g for g in self.global_tokens if g not in GLOBAL_CHOICES]
         if bad:
             raise ValueError(f"global_tokens must be among {GLOBAL_CHOICES}, got {bad}")
         object.__setattr__(self, "_method", method)
+        object.__setattr__(self, "_variant", variant)
 
     @classmethod
     def of(cls, method: str, params: Params | None = None, *, window: int = 0,
-           global_tokens: Sequence[str] = ()) -> PredictorSpec:
-        """A spec from a parameter dict, e.g. ``PredictorSpec.of("distance", {"threshold": 1})``."""
+           global_tokens: Sequence[str] = (), calibration: str = "none") -> PredictorSpec:
+        """A spec from a parameter dict, e.g. ``PredictorSpec.of("distance", {"threshold": 1})``
+        or ``PredictorSpec.of("distance", {"target_sparsity": 0.9}, calibration="budget")``."""
         chosen = tuple(g for g in GLOBAL_CHOICES if g in set(global_tokens))
-        return cls(method, tuple(sorted(dict(params or {}).items())), int(window), chosen)
+        return cls(method, tuple(sorted(dict(params or {}).items())), int(window), chosen,
+                   calibration)
 
     @property
     def key(self) -> tuple:
         """Plain values that name the spec (for caches that pickle or hash their keys)."""
-        return (self.method, self.params, self.window, self.global_tokens)
+        return (self.method, self.calibration, self.params, self.window, self.global_tokens)
+
+    @property
+    def method_id(self) -> str:
+        """The family with its calibration as written: ``distance``, ``distance:budget``."""
+        return method_id(self.method, self.calibration)
 
     @property
     def param_dict(self) -> dict[str, Any]:
@@ -91,7 +118,7 @@ class PredictorSpec:
 
     @property
     def needs_training(self) -> bool:
-        return self._method.fit is not None
+        return self._variant.fit is not None
 
     @property
     def oracle(self) -> bool:
@@ -106,7 +133,7 @@ class PredictorSpec:
         pieces = []
         if self.method != "fixed":
             values = " ".join(f"{k}={_fmt(v)}" for k, v in self.params)
-            pieces.append(f"{self.method} {values}".strip())
+            pieces.append(f"{self.method_id} {values}".strip())
         if self.window:
             pieces.append(f"window {self.window}")
         if self.global_tokens:
@@ -118,7 +145,7 @@ class PredictorSpec:
         """The predictor of one layer (``None``: nothing switched on, the empty graph)."""
         context = BuildContext(projections=projections, layer=layer, fitted=fitted)
         parts: list[Predictor] = []
-        base = self._method.build(self.param_dict, context)
+        base = self._variant.build(self.param_dict, context)
         if base is not None:
             parts.append(base)
         if self.window > 0:
@@ -137,9 +164,9 @@ class PredictorSpec:
 
     def fit(self, train_records: Sequence[AttentionRecord] | None) -> Any:
         """Run the method's ``fit`` on training records (None for methods without one)."""
-        if self._method.fit is None:
+        if self._variant.fit is None:
             return None
-        return self._method.fit(list(train_records or []))
+        return self._variant.fit(list(train_records or []))
 
 
 def _fmt(value: Any) -> str:

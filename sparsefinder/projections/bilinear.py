@@ -14,7 +14,7 @@ bias ``c_h``; the scale is folded into ``A``, ``a`` afterwards, the bias kept in
 ``metadata["logistic_bias"]``). The augmentation radii are then recomputed on the train
 tokens, so the result is again an augmented projections file (same cost, ``r + 3``
 coordinates). Measured on the default model, rank 4: recall at sparsity 0.90 rises from
-0.75 to 0.79 (``distance-budget``), rank 8 from 0.86 to 0.88, for one epoch (~45 s on one
+0.75 to 0.79 (``distance:budget``), rank 8 from 0.86 to 0.88, for one epoch (~45 s on one
 CPU core).
 """
 

@@ -22,7 +22,7 @@ score and the highest non-gold score of the row, and subtract it: one more coord
 vectors then have ``r + 1 + 2`` coordinates and a prediction still costs ``O(n·m·r)``.
 
 Measured on the default model (validation split, thresholds calibrated per head on train
-with the sparsity budget shared across heads, ``distance-budget``): rank 8 with the row
+with the sparsity budget shared across heads, ``distance:budget``): rank 8 with the row
 threshold reaches recall 0.86 at sparsity 0.90 (0.81 without it), rank 4 0.75 (0.72
 without), rank 1 (4 coordinates, the paper's cost) 0.55.
 """

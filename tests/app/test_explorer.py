@@ -94,11 +94,26 @@ def test_global_tokens_add_edges(with_projections):
 
 
 def test_method_select_in_sidebar_switches_sliders(with_projections):
+    """The menu lists families; calibration is a control of the family, not a menu entry."""
     at = new_app().run()
-    at.sidebar.selectbox(key="w_method").set_value("distance").run()
+    assert at.sidebar.selectbox(key="w_method").value == "distance"
+    assert at.sidebar.radio(key="w_calibration").value == "budget"
+    assert at.select_slider(key="w_target").value == 0.9
+    assert (at.query_params["method"], at.query_params["calibration"]) == ("distance", "budget")
+    at.sidebar.radio(key="w_calibration").set_value("none").run()
     assert_clean(at)
     assert at.slider(key="w_t").value > 0
-    assert at.query_params["method"] == "distance"
+    assert (at.query_params["method"], at.query_params["calibration"]) == ("distance", "none")
+    at.sidebar.selectbox(key="w_method").set_value("quantization").run()
+    assert_clean(at)
+    assert at.slider(key="w_bins").value == 4
+    assert "w_calibration" not in [r.key for r in at.sidebar.radio]
+    assert at.query_params["calibration"] == "none"
+    at.sidebar.selectbox(key="w_method").set_value("rowfrac").run()
+    assert_clean(at)  # nearest keys come calibrated only: a target, and a caption says so
+    assert at.select_slider(key="w_target").value == 0.9
+    assert at.query_params["calibration"] == "budget"
+    assert any("Calibration: per head" in c.value for c in at.sidebar.caption)
 
 
 def test_larger_hamming_distance_never_lowers_recall(with_projections):
@@ -186,7 +201,7 @@ def _library_scores(projections_file, method: str, **values):
     loaded = load_model("default")
     record, _ = inputs.extract_one(loaded, inputs.read_example(inputs.DEFAULT_EXAMPLE))
     prepared = prep.prepare(record, HeadProjections.load(projections_file))
-    state = ViewState(method=method, **values)
+    state = ViewState(method=method, **{"calibration": "none", **values})
     return live.score(prepared, live.predict_layers(prepared, state))
 
 
@@ -241,7 +256,8 @@ def test_first_screen_is_the_best_method_at_its_calibrated_setting():
     lowrank-logistic) projections; the target slider moves sparsity."""
     at = new_app().run()
     assert_clean(at)
-    assert at.selectbox(key="w_method").value == "distance-budget"
+    assert at.selectbox(key="w_method").value == "distance"
+    assert at.radio(key="w_calibration").value == "budget"
     assert at.select_slider(key="w_target").value == 0.9
     assert not at.warning  # nothing switched off
     sparse = metric(at, "Model sparsity")

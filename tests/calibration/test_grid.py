@@ -58,7 +58,7 @@ def test_measured_table_is_the_per_head_macro_average(train):
 
 
 def test_choice_meets_the_target_on_train_and_widens_for_dense_heads(train):
-    table = measure_grid(train, None, "window", HEAD_GRIDS["window-budget"][1])
+    table = measure_grid(train, None, "window", HEAD_GRIDS["window"])
     previous = 2.0
     for target in (0.5, 0.7, 0.8, 0.9):
         choice = table.choose(target)
@@ -90,17 +90,21 @@ def test_per_head_methods_are_registered_and_swept_on_train_records(train):
     gen = torch.Generator().manual_seed(9)
     held_out = [_record(gen, n) for n in (15, 25)]
     for name in HEAD_GRIDS:
-        assert METHODS[name].fit is not None and name in CURVES
-    assert METHODS["window-budget"].inputs == "shape"
-    assert METHODS["kmeans-routed-budget"].inputs == "original"
-    points = sweep(held_out, None, "window-budget", train_records=train)
-    assert len(points) == len(CURVES["window-budget"].specs)
+        assert METHODS[name].variant("budget").fit is not None and f"{name}:budget" in CURVES
+    assert METHODS["window"].inputs == "shape"
+    assert METHODS["kmeans-routed"].inputs == "original"
+    points = sweep(held_out, None, "window:budget", train_records=train)
+    assert len(points) == len(CURVES["window:budget"].specs)
+    assert set(points["family"]) == {"window"} and set(points["calibration"]) == {"budget"}
     targets = [float(p.split(": ")[1].rstrip("}")) for p in points["params"]]
     # more sparsity asked, more sparsity got (held-out texts; no exact landing on 2 texts)
     assert points["sparsity"].is_monotonic_increasing or sorted(targets) == targets
     assert points["sparsity"].iloc[-1] > points["sparsity"].iloc[0]
-    with pytest.warns(UserWarning, match="skipping window-budget"):
-        sweep(held_out, None, "window-budget,window")
+    with pytest.warns(UserWarning, match="skipping window:budget"):
+        sweep(held_out, None, "window:budget,window")
+    with pytest.warns(FutureWarning, match="'window-budget' is deprecated; use 'window:budget'"):
+        old = sweep(held_out, None, "window-budget", train_records=train)
+    assert old.equals(points)  # the old name is an alias: the same curve, the same numbers
 
 
 def test_points_the_projections_cannot_build_are_skipped_with_a_reason(train):
@@ -111,7 +115,7 @@ def test_points_the_projections_cannot_build_are_skipped_with_a_reason(train):
 
     projections = train_projections(train, rank=2, seed=0, model_id="synthetic")
     projections = fit_centroids(projections, train, [2, 4], n_init=1, seed=0)
-    full = HEAD_GRIDS["kmeans-budget"][1]
+    full = HEAD_GRIDS["kmeans"]
     table = measure_grid(train, projections, "kmeans", full)
     buildable = [p for p in full if p["n_clusters"] in (2, 4)]
     alone = measure_grid(train, projections, "kmeans", buildable)

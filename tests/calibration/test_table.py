@@ -41,24 +41,42 @@ def fitted():
 
 def test_table_meets_its_targets_on_train_and_builds_the_predictors(fitted):
     table, projections, _ = fitted
-    for method in ("distance-budget", "rowfrac-budget"):
+    for method in ("distance", "rowfrac"):
         assert table.params[method].shape == (3, LAYERS, HEADS)
         for i, target in enumerate(table.targets):  # the budget is met on train, macro
             assert float(table.train_sparsity[method][i].mean()) == pytest.approx(target,
                                                                                  abs=0.02)
-    assert isinstance(table.predictor("distance-budget", 0.9, 1), ThresholdDistance)
-    assert isinstance(table.predictor("rowfrac-budget", 0.8, 0), RowFraction)
+    assert isinstance(table.predictor("distance:budget", 0.9, 1), ThresholdDistance)
+    assert isinstance(table.predictor("rowfrac", 0.8, 0), RowFraction)
     with pytest.raises(ValueError, match="not calibrated"):
         table.predictor("rowfrac-budget", 0.85, 0)
-    with pytest.raises(ValueError, match="no 'distance'"):
-        table.predictor("distance", 0.9, 0)
+    with pytest.raises(ValueError, match="no 'quantization'"):
+        table.predictor("quantization", 0.9, 0)
+    with pytest.raises(ValueError, match="holds calibration 'budget' only"):
+        table.predictor("distance:equal", 0.9, 0)
+
+
+def test_a_table_saved_with_the_old_method_names_reads_under_the_families(fitted, tmp_path):
+    """Files written before calibration was a parameter keyed methods ``distance-budget``."""
+    table = fitted[0]
+    path = table.save(tmp_path / "calibration.pt")
+    payload = torch.load(path, weights_only=False)
+    for key in ("params", "train_sparsity", "train_recall", "grids"):
+        payload[key] = {f"{name}-budget": value for name, value in payload[key].items()}
+    torch.save(payload, path)
+    loaded = CalibrationTable.load(path)
+    assert set(loaded.params) == set(table.params) == {"distance", "rowfrac", "window"}
+    assert torch.equal(loaded.params["distance"], table.params["distance"])
+    assert loaded.has("distance-budget") and loaded.has("distance:budget")
+    assert not loaded.has("distance") and not loaded.has("quantization:budget")
+    assert loaded.methods() == ["distance:budget", "rowfrac:budget", "window:budget"]
 
 
 def test_held_out_sparsity_lands_near_the_target(fitted):
     table, projections, gen = fitted
     held_out = [_record(gen, n) for n in range(21, 51, 5)]
-    spec = PredictorSpec.of("rowfrac-budget", {"target_sparsity": 0.9})
-    predictors = spec.build_layers(projections, LAYERS, table.fitted_for("rowfrac-budget"))
+    spec = PredictorSpec.of("rowfrac", {"target_sparsity": 0.9}, calibration="budget")
+    predictors = spec.build_layers(projections, LAYERS, table.fitted_for("rowfrac"))
     sparsity = [float(Scorer(r).score(predict_record(spec, predictors,
                                                      RecordInputs(r, projections))).sparsity.mean())
                 for r in held_out]
@@ -70,7 +88,7 @@ def test_save_load_and_refusals(fitted, tmp_path):
     path = table.save(tmp_path / "calibration.pt")
     loaded = CalibrationTable.load(path, projections_sha256="digest")
     assert loaded.targets == table.targets
-    assert torch.equal(loaded.params["rowfrac-budget"], table.params["rowfrac-budget"])
+    assert torch.equal(loaded.params["rowfrac"], table.params["rowfrac"])
     with pytest.raises(CalibrationError, match="other projections"):
         CalibrationTable.load(path, projections_sha256="another")
     bad = tmp_path / "bad.pt"
@@ -86,8 +104,8 @@ def test_the_bundled_table_names_and_matches_its_projections():
     assert table.projections_sha256 == file_digest(paper.with_name(table.projections_file))
     assert file_digest(paper) != table.projections_sha256  # not the paper file
     assert 0.9 in table.targets and set(table.params) == {
-        "distance-budget", "rowfrac-budget", "kmeans-routed-budget", "window-budget"}
-    assert table.params["rowfrac-budget"].shape[1:] == (6, 12)
+        "distance", "rowfrac", "kmeans-routed", "window"}
+    assert table.params["rowfrac"].shape[1:] == (6, 12)
     assert table.metadata["split"] == "train"
     projections = table.own_projections(bundle().path("calibration"))
     assert projections.model_id == table.model_id and projections.weight.shape[2] >= 8
@@ -99,15 +117,15 @@ def test_per_head_grid_methods_in_the_table(fitted, tmp_path):
 
     table, projections, _ = fitted
     # routed k-means has no key codebooks for the synthetic model: left out, not an error
-    assert "window-budget" in table.params and "kmeans-routed-budget" not in table.params
-    choice = table.params["window-budget"][table.index(0.8), 1].long()
-    predictor = table.predictor("window-budget", 0.8, 1)
+    assert "window" in table.params and "kmeans-routed" not in table.params
+    choice = table.params["window"][table.index(0.8), 1].long()
+    predictor = table.predictor("window", 0.8, 1)
     assert isinstance(predictor, PerHeadSelect)
     q = k = torch.zeros(HEADS, 9, 2)
     for head, index in enumerate(choice.tolist()):
-        window = table.grids["window-budget"][index]["window"]
+        window = table.grids["window"][index]["window"]
         assert torch.equal(predictor.predict(q, k)[head], Window(window).predict(q, k)[head])
-    assert float(table.train_sparsity["window-budget"][table.index(0.8)].mean()) >= 0.8 - 1e-6
+    assert float(table.train_sparsity["window"][table.index(0.8)].mean()) >= 0.8 - 1e-6
     table.projections_file = "proj.pt"
     path = table.save(tmp_path / "calibration.pt")
     loaded = CalibrationTable.load(path)

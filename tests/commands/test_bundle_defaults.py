@@ -47,5 +47,5 @@ def test_sweep_names_the_projections_for_the_curves_the_default_cannot_run(capsy
     assert f"--projections {bundle().best('centroids')}" in out
     explicit = _args("sweep", "--out", "x", "--projections", "p.pt")
     sweep._note_centroids(explicit, best, resolve_methods("sparsefinder"))
-    sweep._note_centroids(_args("sweep", "--out", "x"), best, ["distance-budget", "window"])
+    sweep._note_centroids(_args("sweep", "--out", "x"), best, ["distance:budget", "window"])
     assert capsys.readouterr().out == ""

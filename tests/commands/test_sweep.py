@@ -57,7 +57,8 @@ def test_sweep_writes_all_outputs(trained, tmp_path: Path, capsys) -> None:
     assert (out / "pareto.html").stat().st_size > 1_000_000  # plotly.js inlined
     # every point carries every metric (issue 10), and the configuration behind each R@level
     extras = ["precision", "exact_fraction", "mass_recall", "block_recall16", "block_recall64"]
-    assert list(points.columns[2:9]) == ["recall", "sparsity", *extras]
+    assert list(points.columns[:4]) == ["method", "family", "calibration", "params"]
+    assert list(points.columns[4:11]) == ["recall", "sparsity", *extras]
     assert points[extras].notna().all().all()
     assert ((points[extras] >= 0) & (points[extras] <= 1)).all().all()
     assert "exact_fraction" in summary["points"][0]
@@ -104,8 +105,9 @@ def test_sweep_refuses_projections_of_another_model(trained, tmp_path: Path, cap
 
 def test_sweep_calibrated_methods_with_lowrank_projections(trained, tmp_path: Path,
                                                            capsys) -> None:
-    """Issue 10 end to end: low-rank (augmented) projections from `train --objective lowrank`,
-    calibrated methods fitted on TRAIN passages, points near their target sparsity."""
+    """Low-rank (augmented) projections from `train --objective lowrank`, calibrated methods
+    fitted on TRAIN passages, points near their target sparsity; an old method name is read
+    as its family and calibration, with a deprecation note."""
     tiny, _ = trained
     assert main(["train", "--model", str(tiny), "--max-passages", "3", "--out", str(tmp_path),
                  "--objective", "lowrank", "--rank", "4", "--filename", "lr.pt",
@@ -113,13 +115,15 @@ def test_sweep_calibrated_methods_with_lowrank_projections(trained, tmp_path: Pa
     out = tmp_path / "sweep"
     rc = main(["sweep", "--model", str(tiny), "--projections", str(tmp_path / "lr.pt"),
                "--out", str(out), "--max-passages", "3", "--train-passages", "6",
-               "--methods", "distance-calibrated,rowfrac-budget", "--device", "cpu"])
+               "--methods", "distance:equal,rowfrac-budget", "--device", "cpu"])
     assert rc == 0
-    assert ("fitting distance-calibrated, rowfrac-budget on the first 6 passages"
-            in capsys.readouterr().out)
+    captured = capsys.readouterr()
+    assert "fitting distance:equal, rowfrac:budget on the first 6 passages" in captured.out
+    assert "'rowfrac-budget' is deprecated; use 'rowfrac:budget'" in captured.err
     points = pd.read_csv(out / "points.csv")
-    assert set(points["method"]) == {"distance-calibrated", "rowfrac-budget"}
-    calibrated = points[points["method"] == "distance-calibrated"]
+    assert set(points["method"]) == {"distance:equal", "rowfrac:budget"}
+    assert set(points["calibration"]) == {"equal", "budget"}
+    calibrated = points[points["method"] == "distance:equal"]
     targets = calibrated["params"].map(lambda p: json.loads(p)["target_sparsity"])
     # six train texts and three held-out ones: the estimate is coarse, the trend is not
     assert (calibrated["sparsity"] - targets).abs().max() < 0.1
@@ -139,10 +143,10 @@ def test_calibrate_writes_a_table_naming_its_projections(trained, tmp_path: Path
                "--device", "cpu"])
     assert rc == 0
     out = capsys.readouterr().out
-    assert "distance-budget: train sparsity at target 0.90" in out and "note:" not in out
+    assert "distance:budget: train sparsity at target 0.90" in out and "note:" not in out
     table = CalibrationTable.load(folder / "calibration.pt")
     assert table.projections_file == "projections-x.pt"
     assert table.projections_sha256 == file_digest(folder / "projections-x.pt")
     # routed k-means has no key codebooks for the tiny model; the window needs none
-    assert {"distance-budget", "rowfrac-budget", "window-budget"} == set(table.params)
+    assert {"distance", "rowfrac", "window"} == set(table.params)
     assert table.own_projections(folder / "calibration.pt").model_id == table.model_id

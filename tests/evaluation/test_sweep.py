@@ -371,7 +371,7 @@ def default_curves():
 
 def _grid(name: str) -> tuple[str, int, list[dict]]:
     curve = CURVES[name]
-    assert {s.method for s in curve.specs} == {curve.method} and curve.name == name
+    assert {s.method_id for s in curve.specs} == {curve.method} and curve.name == name
     assert {s.window for s in curve.specs} == {curve.specs[0].window}
     assert all(s.global_tokens == () for s in curve.specs)
     return curve.method, curve.specs[0].window, [s.param_dict for s in curve.specs]
@@ -403,7 +403,7 @@ def test_default_curves_exactly(default_curves) -> None:
     for name in ("distance", "kmeans", "quantization", "kmeans-top2", "reformer", "routing"):
         method, _, grid = expected[name]
         expected[f"{name}+window"] = (method, 3, grid)
-    # issue 10: finer raw grid, calibrated targets, routed k-means and the top-p oracle
+    # finer raw grid, calibrated targets, routed k-means and the top-p oracle
     from sparsefinder.calibration.curves import DISTANCE_FINE_GRID, calibrated_grids
     from sparsefinder.evaluation.curves import ROUTED_BUDGET_GRID, ROUTED_TOP_GRID, TOPP_GRID
 
@@ -413,13 +413,16 @@ def test_default_curves_exactly(default_curves) -> None:
     expected["kmeans-routed"] = ("kmeans-routed", 0, ROUTED_BUDGET_GRID)
     expected["kmeans-routed-top"] = ("kmeans-routed-top", 0, ROUTED_TOP_GRID)
     expected["topp"] = ("topp", 0, [{"p": p} for p in TOPP_GRID])
-    # issue 14: long-context baselines
+    expected["rowfrac"] = ("rowfrac", 0, [{"fraction": f} for f in
+                                          (0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.15, 0.2, 0.3,
+                                           0.5)])
+    # long-context baselines
     from sparsefinder.evaluation.curves import HASH_DISTANCE_GRID, QUEST_GRID, QUEST_PAGE
 
     expected["quest"] = ("quest", 0, [{"page_size": QUEST_PAGE, "pages": p} for p in QUEST_GRID])
     expected["hashattention"] = ("hashattention", 0,
                                  [{"max_distance": t} for t in HASH_DISTANCE_GRID])
-    # issue 13: block Sparsefinder at blocks of 32 and 16, and with single keys
+    # block Sparsefinder at blocks of 32 and 16, and with single keys
     blocks = [0, 1, 2, 3, 4, 5, 6, 8, 10, 12]
     for name, size, keys in (("block", 32, 0), ("block16", 16, 0), ("block+keys", 32, 16)):
         expected[name] = ("block", 0, [{"block": size, "n_blocks": b, "n_keys": keys}
@@ -461,11 +464,16 @@ def test_register_curve_checks_names_grids_and_windows() -> None:
 def test_resolve_methods_messages_and_order() -> None:
     assert resolve_methods(" window , ,distance,window") == ["window", "distance"]
     assert resolve_methods(["window", "topk"]) == ["window", "topk"]
+    assert resolve_methods("calibrated")[:3] == ["distance:equal", "distance:budget",
+                                                 "distance:recall"]
+    with pytest.warns(FutureWarning, match="'rowfrac-budget' is deprecated; use 'rowfrac:budget'"):
+        assert resolve_methods("rowfrac-budget,window") == ["rowfrac:budget", "window"]
     with pytest.raises(ValueError, match=r"^no methods given; use 'sparsefinder', 'all' or a "
                                          r"comma list$"):
         resolve_methods(" , ")
     with pytest.raises(ValueError, match=r"^unknown method 'nope'; choose from: all, "
-                                         r"sparsefinder, baselines, long-context, distance, "):
+                                         r"sparsefinder, baselines, long-context, calibrated, "
+                                         r"distance, "):
         resolve_methods("nope")
 
 

@@ -12,6 +12,9 @@ from sparsefinder.explore import corpus as excorpus
 from sparsefinder.explore import inputs, live
 from sparsefinder.explore import state as urlstate
 
+#: The raw (uncalibrated) distance family: ViewState defaults to its calibrated form.
+RAW_DISTANCE = {"method": "distance", "calibration": "none"}
+
 
 def test_available_curves_depend_on_projections(projections):
     without, skipped = curves.available_curves(None)
@@ -38,7 +41,7 @@ def test_sweep_records_reports_progress_once_per_text(prepared, projections):
 
 @pytest.mark.filterwarnings("ignore:skipping .* configurations")
 @pytest.mark.parametrize(("curve", "state"), [
-    ("distance+window", urlstate.ViewState(method="distance", t=0.75, window=3,
+    ("distance+window", urlstate.ViewState(**RAW_DISTANCE, t=0.75, window=3,
                                            global_tokens=())),
     ("quantization", urlstate.ViewState(method="quantization", bins=3, window=0,
                                         global_tokens=())),
@@ -80,17 +83,18 @@ def test_text_sweep_includes_the_calibrated_curves_of_the_bundled_table(record, 
     table = CalibrationTable.load(bundle().path("calibration"))
     own = table.own_projections(bundle().path("calibration"))
     prepared = prep.prepare(record, projections, calibration=table, calibration_projections=own)
-    assert prepared.projections_for("distance-budget") is own
+    assert prepared.projections_for("distance:budget") is own
     assert prepared.projections_for("distance") is projections
-    assert "kmeans-routed-budget" in prepared.available_methods()
+    assert "kmeans-routed:budget" in prepared.available_methods()
     frame = excorpus.sweep_records([record], projections, ["window"], calibration=table,
                                    calibration_projections=own)
-    assert set(frame.method) == {"window", *table.params}
-    rows = frame[frame.method == "distance-budget"]
+    assert set(frame.method) == {"window", *table.methods()}
+    rows = frame[frame.method == "distance:budget"]
+    assert set(rows.family) == {"distance"} and set(rows.calibration) == {"budget"}
     assert len(rows) == len(table.targets)
     row = rows[rows.params == json.dumps({"target_sparsity": 0.9})].iloc[0]
     # the same numbers as the Explorer shows for that setting
-    spec = PredictorSpec.of("distance-budget", {"target_sparsity": 0.9})
+    spec = PredictorSpec.of("distance", {"target_sparsity": 0.9}, calibration="budget")
     scores = live.score(prepared, live.predict(prepared, spec))
     assert row.recall == pytest.approx(float(scores.recall.mean()), abs=1e-12)
     assert row.exact_fraction == pytest.approx(float(scores.exact_fraction.mean()), abs=1e-12)

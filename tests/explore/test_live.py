@@ -11,6 +11,9 @@ from sparsefinder.explore import prepared as prep
 from sparsefinder.explore import state as urlstate
 from sparsefinder.metrics.measures import recall, score_layers, sparsity
 
+#: The raw (uncalibrated) distance family: ViewState defaults to its calibrated form.
+RAW_DISTANCE = {"method": "distance", "calibration": "none"}
+
 
 def test_clamp_fits_state_to_text(prepared):
     state = urlstate.ViewState(method="kmeans", layer=99, head=99, query=999, clusters=5,
@@ -59,7 +62,7 @@ def test_nothing_switched_on_predicts_the_empty_graph(prepared):
 @pytest.mark.parametrize(
     ("field", "values", "base"),
     [
-        ("t", [0.0, 0.3, 0.8, 2.0], urlstate.ViewState(method="distance", window=0,
+        ("t", [0.0, 0.3, 0.8, 2.0], urlstate.ViewState(**RAW_DISTANCE, window=0,
                                                     global_tokens=())),
         ("window", [0, 1, 3, 9, 31], urlstate.ViewState(method="fixed", global_tokens=())),
         ("top_k", [1, 2, 3, 4], urlstate.ViewState(method="kmeans", clusters=4, window=0,
@@ -114,14 +117,14 @@ def test_describe_names_the_setting_that_runs(prepared):
     assert describe(urlstate.ViewState(method="fixed", window=0,
                                        global_tokens=())) == "empty graph"
     bare = prep.prepare(prepared.record, None)
-    assert describe(urlstate.ViewState(method="distance", t=1.0, window=0), bare) == (
+    assert describe(urlstate.ViewState(**RAW_DISTANCE, t=1.0, window=0), bare) == (
         "global first+last")
 
 
 def test_fast_score_equals_metrics_score_layers(prepared):
     from sparsefinder.metrics.measures import score_layers
 
-    preds = live.predict_layers(prepared, urlstate.ViewState(method="distance", t=0.6))
+    preds = live.predict_layers(prepared, urlstate.ViewState(**RAW_DISTANCE, t=0.6))
     fast = live.score(prepared, preds)
     slow = score_layers(preds, prepared.record.gold_masks(), causal=prepared.record.causal)
     for name in ("recall", "sparsity", "gold_sparsity"):
@@ -131,7 +134,7 @@ def test_fast_score_equals_metrics_score_layers(prepared):
 def test_live_masks_are_the_predictors_masks(prepared):
     from sparsefinder.predictors import Distance, GlobalTokens, Union, Window
 
-    state = urlstate.ViewState(method="distance", t=0.7, window=3, global_tokens=("last",))
+    state = urlstate.ViewState(**RAW_DISTANCE, t=0.7, window=3, global_tokens=("last",))
     preds = live.predict_layers(prepared, state)
     for index in range(prepared.num_layers):
         q, k = prepared.vectors.projected(index)
@@ -227,7 +230,7 @@ def test_clamp_at_the_boundaries(causal_prepared):
     assert live.clamp(urlstate.ViewState(clusters=7), p)[0].clusters == 8
     assert live.clamp(urlstate.ViewState(clusters=None), p)[0].clusters == 8  # the default B
     bare = prep.prepare(p.record, None)
-    _, notes = live.clamp(urlstate.ViewState(method="distance"), bare)
+    _, notes = live.clamp(urlstate.ViewState(**RAW_DISTANCE), bare)
     assert notes == ["Distance (t) needs learned projections for this model, which are not "
                      "loaded: it is off, and only the window/global patterns are predicted."]
 

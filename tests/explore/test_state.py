@@ -8,9 +8,12 @@ from sparsefinder.explore import clusters as exclusters
 from sparsefinder.explore import state as urlstate
 from sparsefinder.explore import texts
 
+#: The raw (uncalibrated) distance family: ViewState defaults to its calibrated form.
+RAW_DISTANCE = {"method": "distance", "calibration": "none"}
+
 
 def test_view_state_round_trips_through_query_params():
-    state = urlstate.ViewState(method="distance", t=0.123456789, bins=6, clusters=8, top_k=2,
+    state = urlstate.ViewState(**RAW_DISTANCE, t=0.123456789, bins=6, clusters=8, top_k=2,
                                window=5, global_tokens=("last",), layer=3, head=7, query=4,
                                example="science_news", model="/models/my-entmax-bert",
                                alpha=2.0, text_id=texts.text_id("pasted"),
@@ -137,6 +140,35 @@ def test_list_values_and_whitespace():
     assert state.window == 5 and state.top_k == 2 and state.bins == urlstate.ViewState().bins
     assert problems == ["ignored URL parameter beta='': could not convert string to float: ''"]
     assert urlstate.parse_view_state({"method": "distance"})[0].method == "distance"
+
+
+def test_calibration_is_a_parameter_of_the_method_in_links():
+    default = urlstate.ViewState()
+    assert (default.method, default.calibration, default.method_id) == (
+        "distance", "budget", "distance:budget")
+    assert urlstate.view_state_to_params(default)["calibration"] == "budget"
+    state, problems = urlstate.parse_view_state({"method": "distance", "calibration": "budget"})
+    assert state.method_id == "distance:budget" and not problems
+    # a link naming a method but no calibration (older links) meant the raw parameters
+    state, problems = urlstate.parse_view_state({"method": "distance", "t": "0.5"})
+    assert state.method_id == "distance" and state.t == 0.5 and not problems
+    # the old names are read as family + calibration, with a note saying so
+    state, problems = urlstate.parse_view_state({"method": "rowfrac-budget", "target": "0.8"})
+    assert (state.method_id, state.target) == ("rowfrac:budget", 0.8)
+    assert problems == ["URL parameter method='rowfrac-budget' is an old name: read as "
+                        "method=rowfrac&calibration=budget"]
+    # a calibration the app does not offer for that family
+    state, problems = urlstate.parse_view_state({"method": "quest", "calibration": "budget"})
+    assert state.method_id == "quest"
+    assert problems == ["ignored URL parameter calibration='budget': the app offers quest "
+                        "with calibration none"]
+    state, problems = urlstate.parse_view_state({"calibration": "magic"})
+    assert state == default and "expected one of none, equal, budget, recall" in problems[0]
+    # a family switch gives the family's own default calibration
+    assert default.with_(method="quantization").method_id == "quantization"
+    assert default.with_(method="rowfrac", calibration="none").method_id == "rowfrac:budget"
+    assert urlstate.to_spec(default).method_id == "distance:budget"
+    assert urlstate.to_spec(default).param_dict == {"target_sparsity": 0.9}
     assert urlstate.parse_view_state({}, urlstate.ViewState(window=7))[0].window == 7
 
 
@@ -145,6 +177,7 @@ def test_view_state_to_params_formats_floats_and_leaves_none_out():
     assert params["t"] == "1.23456" and "B" not in params  # repr: reads back exactly
     assert params["global"] == "first,last" and params["window"] == "3"
     assert set(params) == set(urlstate.PARAM_NAMES.values()) - {"B", "textid", "pages"}
+    assert "calibration" in params
 
 
 def test_to_spec_for_every_app_method():
@@ -177,9 +210,8 @@ def test_problem_messages_name_what_is_expected():
     _, problems = urlstate.parse_view_state({"method": "magic", "example": "nope",
                                              "global": "first,middle"})
     assert problems == [
-        "ignored URL parameter method='magic': expected one of distance-budget, "
-        "rowfrac-budget, kmeans-routed-budget, distance, quantization, kmeans, hashattention, "
-        "quest, fixed",
+        "ignored URL parameter method='magic': expected one of distance, rowfrac, "
+        "kmeans-routed, quantization, kmeans, hashattention, quest, fixed",
         "ignored URL parameter global='first,middle': expected a comma list of "
         "('first', 'last') or 'none'",
         "ignored URL parameter example='nope': expected a bundled example name",

@@ -12,6 +12,9 @@ import torch
 from sparsefinder.explore import live, tables
 from sparsefinder.explore import state as urlstate
 
+#: The raw (uncalibrated) distance family: ViewState defaults to its calibrated form.
+RAW_DISTANCE = {"method": "distance", "calibration": "none"}
+
 
 def test_diff_codes_and_counts():
     pred = torch.tensor([[True, True], [False, False]])
@@ -53,7 +56,7 @@ def test_token_row_frame_and_summary(prepared):
 
 
 def test_downloads_are_valid_csv_and_json(prepared):
-    state = urlstate.ViewState(method="distance", t=0.5)
+    state = urlstate.ViewState(**RAW_DISTANCE, t=0.5)
     scores = live.score(prepared, live.predict_layers(prepared, state))
     frame = pd.read_csv(__import__("io").BytesIO(tables.to_csv(tables.metrics_frame(scores))))
     assert list(frame.columns) == ["layer", "head", "recall", "sparsity", "gold_sparsity",

@@ -143,24 +143,7 @@ REGISTRY = {
               ("block", "n_blocks", "n_keys"), "projected", False, False),
     "block-learned": ("Block Sparsefinder, learned block projections", ("block", "n_blocks"),
                       "original", False, True),
-    "distance-calibrated": ("Distance, per-head t for a target sparsity", ("target_sparsity",),
-                            "projected", False, True),
-    "distance-budget": ("Distance, per-head t, sparsity budget across heads",
-                        ("target_sparsity",), "projected", False, True),
-    "distance-calibrated-recall": ("Distance, per-head t for a target recall",
-                                   ("target_recall",), "projected", False, True),
-    "rowfrac-calibrated": ("Nearest keys, per-head row fraction for a target",
-                           ("target_sparsity",), "projected", False, True),
-    "rowfrac-budget": ("Nearest keys, row fractions, sparsity budget", ("target_sparsity",),
-                       "projected", False, True),
-    "window-budget": ("Window, per-head w, sparsity budget", ("target_sparsity",), "shape",
-                      False, True),
-    "quantization-budget": ("Quantization, per-head β, sparsity budget", ("target_sparsity",),
-                            "projected", False, True),
-    "kmeans-budget": ("k-means, per-head (B, k), sparsity budget", ("target_sparsity",),
-                      "projected", False, True),
-    "kmeans-routed-budget": ("Routed k-means, per-head key budget, sparsity budget",
-                             ("target_sparsity",), "original", False, True),
+    "rowfrac": ("Nearest keys (row fraction)", ("fraction",), "projected", False, False),
 }
 
 
@@ -186,6 +169,61 @@ def test_default_registry_exactly(registered):
         method = registered[name]
         assert (method.name, method.label, method.param_names, method.inputs, method.oracle,
                 method.fit is not None) == (name, label, params, inputs, oracle, learned), name
+    calibrated = {name: registered[name].calibration_names for name in REGISTRY
+                  if registered[name].calibrations}
+    assert calibrated == CALIBRATED
+
+
+#: Families whose parameters a target can set (fitted on TRAIN graphs), and the old method
+#: name of each calibrated form (kept as an alias).
+CALIBRATED = {
+    "distance": ("none", "equal", "budget", "recall"),
+    "quantization": ("none", "budget"),
+    "kmeans": ("none", "budget"),
+    "window": ("none", "budget"),
+    "kmeans-routed": ("none", "budget"),
+    "rowfrac": ("none", "equal", "budget"),
+}
+OLD_NAMES = {
+    "distance-calibrated": ("distance", "equal"),
+    "distance-budget": ("distance", "budget"),
+    "distance-calibrated-recall": ("distance", "recall"),
+    "rowfrac-calibrated": ("rowfrac", "equal"),
+    "rowfrac-budget": ("rowfrac", "budget"),
+    "window-budget": ("window", "budget"),
+    "quantization-budget": ("quantization", "budget"),
+    "kmeans-budget": ("kmeans", "budget"),
+    "kmeans-routed-budget": ("kmeans-routed", "budget"),
+}
+
+
+def test_old_names_are_aliases_with_a_deprecation_note(registered):
+    from sparsefinder.methods.registry import resolve_method
+
+    assert registered.aliases() == OLD_NAMES
+    for old, (family, calibration) in OLD_NAMES.items():
+        with pytest.warns(FutureWarning, match=f"'{family}:{calibration}'"):
+            spec = PredictorSpec.of(old, {"target_recall" if calibration == "recall"
+                                          else "target_sparsity": 0.9})
+        assert (spec.method, spec.calibration, spec.method_id) == (
+            family, calibration, f"{family}:{calibration}")
+        assert resolve_method(f"{family}:{calibration}") == (family, calibration)
+    new = PredictorSpec.of("distance", {"target_sparsity": 0.9}, calibration="budget")
+    with pytest.warns(FutureWarning):
+        assert PredictorSpec.of("distance-budget", {"target_sparsity": 0.9}) == new
+    assert PredictorSpec.of("distance:budget", {"target_sparsity": 0.9}) == new
+
+
+def test_a_calibration_a_family_does_not_take_is_refused_by_name(registered):
+    with pytest.raises(ValueError, match=r"'quest' takes calibration none, got 'budget'"):
+        PredictorSpec.of("quest", {"target_sparsity": 0.9}, calibration="budget")
+    with pytest.raises(ValueError, match="takes calibration none / budget, got 'recall'"):
+        PredictorSpec.of("window:recall", {"target_recall": 0.9})
+    with pytest.raises(ValueError, match=r"'distance:budget' takes parameters "
+                                         r"\['target_sparsity'\]"):
+        PredictorSpec.of("distance", {"threshold": 1.0}, calibration="budget")
+    with pytest.raises(ValueError, match="already names calibration 'budget'"):
+        PredictorSpec.of("distance-budget", {"target_sparsity": 0.9}, calibration="equal")
 
 
 def test_default_builders_pass_every_parameter_and_seed_by_layer(registered):
