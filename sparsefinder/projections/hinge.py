@@ -114,8 +114,9 @@ class HingeObjective(PairsObjective):
         tokens = torch.cat([r.layers[self.layer].queries for r in self.centre]
                            + [r.layers[self.layer].keys for r in self.centre], dim=1).float()
         bias = -(w @ tokens.mean(1)[..., None])[..., 0]  # centre projected tokens
-        return {"weight": w, "bias": bias, "positives": int(self.pairs.head.numel()),
-                "dense": list(self.borrow), "log": log}
+        positives = 0 if self.softmax else int(self.pairs.head.numel())
+        return {"weight": w, "bias": bias, "positives": positives,
+                "dense": list(self.borrow), "softmax": self.softmax, "log": log}
 
 
 def train_projections(
@@ -182,6 +183,8 @@ def train_projections(
         "batch_size": batch_size, "negatives_per_positive": negatives_per_positive,
         "objective": "paper", "seed": seed, "init": init, "n_records": len(records),
         "positives_per_layer": [layer["positives"] for layer in done],
+        # softmax layers (α = 1, dense gold): not trained, their maps are zero
+        "softmax_layers": [index for index, layer in enumerate(done) if layer["softmax"]],
         **loss_metadata([layer["log"] for layer in done]),
     }
     if dense_heads == "zero":
