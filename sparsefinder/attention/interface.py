@@ -364,7 +364,9 @@ def use_entmax(model: nn.Module, alpha: float,
     check_attention_interface(model)
     register()
     alphas = tuple(float(a) for a in layer_alphas) if layer_alphas else None
-    if alphas is not None and len(set(alphas)) > 1:
+    if alphas is not None and len(set(alphas)) == 1:  # one α: no per-layer lookup needed
+        alpha, alphas = alphas[0], None
+    if alphas is not None:
         indices = {getattr(m, "layer_idx", None) for m in model.modules()}
         missing = [i for i in range(len(alphas)) if i not in indices]
         if missing:
