@@ -236,6 +236,12 @@ def _load_error(name: str, source: str, error: Exception) -> ModelLoadError:
             else " and check your network"
         )
     )
+    folder = Path(source)
+    if is_local and folder.is_dir() and not any(folder.glob("*.safetensors")) and any(
+            folder.glob("*.bin")):
+        hint = ("the folder has only pickle weights (*.bin); sparsefinder loads safetensors "
+                "only, since unpickling can run code: convert them where you trust the file "
+                "(save_pretrained writes model.safetensors)")
     return ModelLoadError(
         f"could not load model {name!r} from {source!r}: {hint}. "
         f"Cause: {type(error).__name__}: {str(error).splitlines()[0]}"
