@@ -27,6 +27,7 @@ from sparsefinder.attention.interface import UnsupportedModelError, use_entmax
 from sparsefinder.models.recipes import (
     AlphaError,
     LayerPlan,
+    config_alpha,
     local_layers,
     resolve_alphas,
     summary_alpha,
@@ -78,6 +79,8 @@ class LoadedModel:
     #: How the α of the layers was chosen: the recipe and the source of α.
     recipe: str = "uniform"
     alpha_source: str = "--alpha"
+    #: The α the checkpoint's config declares (an entmax-trained model), None for others.
+    own_alpha: float | None = None
 
     @property
     def layer_alphas(self) -> list[float]:
@@ -136,7 +139,7 @@ class LoadedModel:
 
     def adapter_label(self) -> str:
         """Which weights run: the entmax-adapted ones, or the softmax-trained ones."""
-        if self.adapter is None and self.alpha_source.startswith("config"):
+        if self.adapter is None and self.own_alpha is not None:
             return "none (the checkpoint's own entmax-trained weights)"
         if self.adapter is None:
             return "none (softmax-trained weights run with entmax)"
@@ -345,6 +348,7 @@ def load_model(
             model, metadata = _merge_adapter(model, adapter)
         try:
             num_layers = _count_layers(config)
+            own = config_alpha(config)
             plans, recipe, source = resolve_alphas(model, num_layers, alpha, alpha_layers)
             use_entmax(model, summary_alpha(plans), [plan.alpha for plan in plans])
         except AlphaError as error:
@@ -367,6 +371,7 @@ def load_model(
         layers=plans,
         recipe=recipe,
         alpha_source=source,
+        own_alpha=own[0] if own else None,
     )
 
 

@@ -183,12 +183,13 @@ def train_projections(
         "batch_size": batch_size, "negatives_per_positive": negatives_per_positive,
         "objective": "paper", "seed": seed, "init": init, "n_records": len(records),
         "positives_per_layer": [layer["positives"] for layer in done],
-        # softmax layers (α = 1, dense gold): not trained, their maps are zero
-        "softmax_layers": [index for index, layer in enumerate(done) if layer["softmax"]],
         **loss_metadata([layer["log"] for layer in done]),
     }
     if dense_heads == "zero":
         metadata["dense_heads"] = [layer["dense"] for layer in done]
+    softmax = [index for index, layer in enumerate(done) if layer["softmax"]]
+    if softmax:  # softmax layers (α = 1, dense gold): not trained, their maps are zero
+        metadata["softmax_layers"] = softmax
     return HeadProjections(
         weight=torch.stack([layer["weight"] for layer in done]),
         bias=torch.stack([layer["bias"] for layer in done]), model_id=model_id,

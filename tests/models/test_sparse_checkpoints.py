@@ -17,7 +17,7 @@ from sparsefinder.models.encoders import (
     save_sparse_modernbert,
     save_sparse_roberta,
 )
-from sparsefinder.models.loading import ModelLoadError, load_model
+from sparsefinder.models.loading import ModelLoadError, load_model, set_alpha
 
 TEXTS = [
     "Sparse attention keeps only the keys that matter: entmax gives exact zeros to the rest, "
@@ -157,6 +157,10 @@ def test_sparse_roberta_runs_sparsemax_on_every_layer(roberta_dir):
 def test_user_alpha_overrides_the_config_but_keeps_the_recipe(modernbert_dir):
     loaded = load_model(str(modernbert_dir), alpha=2.0, device="cpu")
     assert loaded.layer_alphas == [2.0, 1.0, 1.0, 2.0] and loaded.alpha_source == "--alpha"
+    set_alpha(loaded, 1.25)  # the app's slider: the recipe still holds
+    assert loaded.layer_alphas == [1.25, 1.0, 1.0, 1.25] and loaded.alpha == 1.25
+    assert loaded.model.config.entmax_alpha_layers == (1.25, 1.0, 1.0, 1.25)
+    assert "entmax-trained" in loaded.adapter_label()
     every = load_model(str(modernbert_dir), alpha_layers=[1.5, 1.5, 2.0, 1.0], device="cpu")
     assert every.layer_alphas == [1.5, 1.5, 2.0, 1.0] and every.recipe == "per-layer"
     (record,) = extract(every, TEXTS[0])
