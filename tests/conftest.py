@@ -132,3 +132,27 @@ def tiny_entmax_bert():
     use_entmax(model, 1.5)
     return LoadedModel(model=model, tokenizer=tokenizer, model_id="tiny", alpha=1.5,
                        device=torch.device("cpu"), causal=False, max_length=128)
+
+
+@pytest.fixture(scope="session")
+def sparse_modernbert_dir(tmp_path_factory, default_tokenizer) -> Path:
+    """A tiny SparseModernBERT-like folder (α = 1.5 in its config; layers 0 and 3 global, 1
+    and 2 local ±4), see :mod:`sparsefinder.models.encoders`."""
+    from sparsefinder.models.encoders import save_sparse_modernbert
+
+    return save_sparse_modernbert(tmp_path_factory.mktemp("sparse_modernbert"),
+                                  default_tokenizer, alpha=1.5)
+
+
+@pytest.fixture(scope="session")
+def sparse_modernbert_records(sparse_modernbert_dir):
+    """Gold records of four texts on that model (two softmax local layers)."""
+    from sparsefinder.data.records import extract
+    from sparsefinder.models.loading import load_model
+
+    loaded = load_model(str(sparse_modernbert_dir), device="cpu")
+    texts = ["Sparse attention keeps only the keys that matter, and the rest get zero.",
+             "The cat sat on the mat while the dog slept by the warm fire all night long.",
+             "Entmax gives exact zeros; softmax never does, whatever the scores are.",
+             "Local layers look at their neighbours, global layers at the whole text."]
+    return extract(loaded, texts)

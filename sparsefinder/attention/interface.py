@@ -12,7 +12,7 @@ without a second forward pass or hooks on private modules.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -29,7 +29,7 @@ from sparsefinder.attention.gold_edges import (
     GoldEdges,
     entmax_edges,
 )
-from sparsefinder.attention.masks import shared_causal_mask
+from sparsefinder.attention.masks import shared_causal_mask, sliding_window_mask
 
 ENTMAX_ATTENTION = "sparsefinder_entmax"
 DEFAULT_ALPHA = 1.5
@@ -46,9 +46,11 @@ class AttentionCall:
     allowed: Tensor  # bool, broadcastable to probs: False for padding / future keys
     scaling: float
     causal: bool
-    #: Keys more than ``sliding_window - 1`` positions back are masked (Mistral/Qwen2/Gemma
-    #: local layers: key j is visible to query i iff ``0 <= i - j < sliding_window``).
+    #: A local layer's window W: key j is visible to query i iff ``0 <= i - j < W`` (causal:
+    #: Mistral/Qwen2/Gemma) or ``|i - j| < W`` (bidirectional: ModernBERT), see ``masks``.
     sliding_window: int | None = None
+    #: The layer's α (1 = softmax: a dense gold graph, see :func:`use_entmax`).
+    alpha: float = DEFAULT_ALPHA
 
 
 AttentionSink = Callable[[AttentionCall], None]
@@ -86,6 +88,7 @@ class EdgeCall:
     edges: list[GoldEdges]
     scaling: float
     causal: bool
+    alpha: float = DEFAULT_ALPHA
 
 
 EdgeSink = Callable[[EdgeCall], None]
@@ -176,7 +179,7 @@ def entmax_attention_forward(
     **kwargs: object,
 ) -> tuple[Tensor, Tensor]:
     """Drop-in for transformers' eager attention with α-entmax in place of softmax."""
-    alpha = float(getattr(module.config, "entmax_alpha", DEFAULT_ALPHA))
+    alpha = layer_alpha(module)
     if scaling is None:
         scaling = query.size(-1) ** -0.5
     if key.shape[1] != query.shape[1]:
@@ -203,6 +206,12 @@ def entmax_attention_forward(
                 "capture_edges() does not apply attention-logit soft-capping (Gemma 2), so its "
                 "gold graph would not be the model's; use graphs.extract() for this model"
             )
+        if alpha == 1.0:
+            raise ValueError(
+                "capture_edges() extracts sparse gold graphs, but this layer runs softmax "
+                "(α = 1: every allowed pair is an edge); use graphs.extract() for a model with "
+                "softmax layers, or give every layer an α > 1 (--alpha-layers)"
+            )
         return _edges_forward(edge_capture, query, key, value, allowed, alpha, float(scaling),
                               causal)
     allowed = allowed_keys(attention_mask, query, key, causal)
@@ -219,9 +228,11 @@ def entmax_attention_forward(
     current = _sink.get()
     if current is not None:
         sink, counter = current
-        window = kwargs.get("sliding_window")
+        window = int(kwargs["sliding_window"]) if kwargs.get("sliding_window") else None
+        if window and not causal:
+            _check_bidirectional_window(allowed, window)
         sink(AttentionCall(counter[0], query, key, probs, allowed, float(scaling), causal,
-                           int(window) if window else None))
+                           window, alpha))
         counter[0] += 1
     weights = nn.functional.dropout(probs, p=dropout, training=module.training)
     output = torch.matmul(weights.to(value.dtype), value).transpose(1, 2).contiguous()
@@ -248,10 +259,44 @@ def _edges_forward(
         )
         outputs.append(out)
         edges.append(row_edges)
-    capture_.sink(EdgeCall(capture_.counter[0], query, key, edges, scaling, causal))
+    capture_.sink(EdgeCall(capture_.counter[0], query, key, edges, scaling, causal, alpha))
     capture_.counter[0] += 1
     output = torch.stack(outputs).transpose(1, 2).contiguous()
     return output, None
+
+
+def layer_alpha(module: nn.Module) -> float:
+    """The α of the layer ``module`` belongs to: ``config.entmax_alpha_layers[layer_idx]``
+    when :func:`use_entmax` got one α per layer, else ``config.entmax_alpha``."""
+    config = module.config
+    alphas = getattr(config, "entmax_alpha_layers", None)
+    if alphas:
+        index = getattr(module, "layer_idx", None)
+        if not isinstance(index, int) or not 0 <= index < len(alphas):
+            raise UnsupportedModelError(
+                f"per-layer α needs attention modules that know their layer index; "
+                f"{type(module).__name__} has layer_idx={index!r} for {len(alphas)} α values; "
+                "give this model one α for every layer (--alpha)"
+            )
+        return float(alphas[index])
+    return float(getattr(config, "entmax_alpha", DEFAULT_ALPHA))
+
+
+def _check_bidirectional_window(allowed: Tensor, window: int) -> None:
+    """Refuse a bidirectional local layer whose mask reaches beyond ``|i - j| < window``.
+
+    Why: records store only the window W, and predictions and metrics rebuild the allowed
+    pairs from it (:func:`~sparsefinder.attention.masks.layer_allowed`); a model that passes
+    W in another convention would get gold edges outside that band, silently miscounted.
+    """
+    n, m = allowed.shape[-2:]
+    outside = ~sliding_window_mask(n, m, window, allowed.device, causal=False)
+    if bool((allowed & outside).any()):
+        raise UnsupportedModelError(
+            f"this bidirectional local layer attends beyond the window |i - j| < {window} that "
+            "transformers passed to the attention function (flash attention's convention); "
+            "its gold graph could not be cut to its window, so it is refused"
+        )
 
 
 _OFF_GRAPH = -1e9  # far below every α > 1 support (τ* ≥ max - 2), as entmax_ops' masking
@@ -307,16 +352,33 @@ def check_attention_interface(model: nn.Module) -> None:
     )
 
 
-def use_entmax(model: nn.Module, alpha: float) -> None:
+def use_entmax(model: nn.Module, alpha: float,
+               layer_alphas: Sequence[float] | None = None) -> None:
     """Switch a loaded model to α-entmax attention (α read from the config at every call).
 
-    Raises :class:`UnsupportedModelError` (naming the family) for models that would ignore it.
+    ``layer_alphas`` gives every layer its own α (1 = softmax, e.g. ModernBERT's local
+    layers under its family recipe); the layers are told apart by their attention modules'
+    ``layer_idx``. Raises :class:`UnsupportedModelError` (naming the family) for models that
+    would ignore it, or that cannot tell their layers apart when the α values differ.
     """
     check_attention_interface(model)
     register()
-    model.config.entmax_alpha = alpha
-    for sub in model.modules():  # encoder-decoder models keep sub-configs
+    alphas = tuple(float(a) for a in layer_alphas) if layer_alphas else None
+    if alphas is not None and len(set(alphas)) == 1:  # one α: no per-layer lookup needed
+        alpha, alphas = alphas[0], None
+    if alphas is not None:
+        indices = {getattr(m, "layer_idx", None) for m in model.modules()}
+        missing = [i for i in range(len(alphas)) if i not in indices]
+        if missing:
+            family = getattr(model.config, "model_type", None) or type(model).__name__
+            raise UnsupportedModelError(
+                f"the {family!r} model family does not tell its attention layers apart "
+                f"(no layer_idx for layers {missing}), so it cannot run a different α per "
+                "layer; give one α for every layer (--alpha)"
+            )
+    for sub in (model, *model.modules()):  # encoder-decoder models keep sub-configs
         config = getattr(sub, "config", None)
         if config is not None:
             config.entmax_alpha = alpha
+            config.entmax_alpha_layers = alphas
     model.set_attn_implementation(ENTMAX_ATTENTION)

@@ -9,7 +9,13 @@ decoder's cache). With that alignment
 - the window band of size w keeps ``|i + (m - n) - j| <= w // 2``;
 - a decoder's *sliding-window* layer (Mistral, Qwen2, Gemma local layers) of window W keeps
   key j iff ``0 <= i + (m - n) - j < W`` (transformers' ``sliding_window_overlay``), i.e. the
-  query and its W - 1 predecessors.
+  query and its W - 1 predecessors;
+- an encoder's *bidirectional* sliding-window layer (ModernBERT's local layers) of window W
+  keeps key j iff ``|i + (m - n) - j| < W``: W - 1 keys on each side and the query itself.
+  W is the number transformers hands the attention function (flash attention's
+  ``window_size = (W - 1, W - 1)``): ModernBERT with ``local_attention=128`` passes W = 65,
+  i.e. ±64. Whether a window is causal or bidirectional follows the layer's ``causal`` flag
+  (a causal model's window looks back, a bidirectional model's both ways).
 
 Masks are cached (a slider move rebuilds the same ones for every layer); the cached tensors
 are read-only by convention, so the public functions return them only where documented.
@@ -70,11 +76,14 @@ def allowed_key_range(n: int, m: int, *, causal: bool, sliding_window: int | Non
     non-future ones (causal); or the last ``sliding_window`` of those (a local layer: keys
     ``0 <= i + (m - n) - j < window``, as :func:`sliding_window_mask`). Samplers draw from
     this run, so a local layer's negatives and calibration pairs are keys it can attend to.
+    A bidirectional local layer (``causal=False``) allows keys ``|i + (m - n) - j| < window``.
     """
     if sliding_window:
-        end = (torch.arange(n, dtype=torch.int64, device=device) + (m - n) + 1).clamp(0, m)
-        first = (end - int(sliding_window)).clamp(min=0)
-        return first, end - first
+        position = torch.arange(n, dtype=torch.int64, device=device) + (m - n)
+        reach = int(sliding_window)
+        end = (position + (1 if causal else reach)).clamp(0, m)
+        first = (position - reach + 1).clamp(0, m)
+        return first, (end - first).clamp(min=0)
     count = allowed_per_row(n, m, causal=causal, device=device)
     return torch.zeros_like(count), count
 
@@ -105,16 +114,24 @@ def window_band(n: int, m: int, size: int, device: torch.device | str | None = N
 
 
 @lru_cache(maxsize=64)
-def _sliding(n: int, m: int, window: int, device: torch.device) -> Tensor:
-    return _causal(n, m, device).triu(diagonal=m - n - window + 1)
+def _sliding(n: int, m: int, window: int, causal: bool, device: torch.device) -> Tensor:
+    if causal:
+        return _causal(n, m, device).triu(diagonal=m - n - window + 1)
+    ones = torch.ones(n, m, dtype=torch.bool, device=device)
+    return ones.tril(diagonal=m - n + window - 1).triu(diagonal=m - n - window + 1)
 
 
 def sliding_window_mask(n: int, m: int, window: int,
-                        device: torch.device | str | None = None) -> Tensor:
-    """Bool (n, m): a causal sliding-window layer's allowed pairs (cached: never modify it)."""
+                        device: torch.device | str | None = None, *,
+                        causal: bool = True) -> Tensor:
+    """Bool (n, m): a sliding-window layer's allowed pairs (cached: never modify it).
+
+    Causal: ``0 <= i + (m - n) - j < window``; bidirectional (``causal=False``, ModernBERT's
+    local layers): ``|i + (m - n) - j| < window``.
+    """
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
         raise ValueError(f"sliding window must be an integer >= 1, got {window!r}")
-    return _sliding(n, m, window, _device(device))
+    return _sliding(n, m, window, bool(causal), _device(device))
 
 
 def layer_allowed(n: int, m: int, *, causal: bool, sliding_window: int | None = None,
@@ -126,7 +143,7 @@ def layer_allowed(n: int, m: int, *, causal: bool, sliding_window: int | None = 
     charged) for pairs the model can never attend to.
     """
     if sliding_window:
-        return sliding_window_mask(n, m, int(sliding_window), device)
+        return sliding_window_mask(n, m, int(sliding_window), device, causal=causal)
     if causal:
         return shared_causal_mask(n, m, device)
     return None

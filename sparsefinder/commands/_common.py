@@ -20,10 +20,35 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         default="default",
         help="'default' (bundled all-MiniLM-L6-v2), a local folder, or a hub id",
     )
-    parser.add_argument("--alpha", type=float, default=1.5, help="entmax alpha (>= 1; 1.5 default)")
+    parser.add_argument(
+        "--alpha", type=float, default=None,
+        help="entmax alpha (>= 1) of the entmax layers; default: the model's own (config "
+             "initial_alpha/alpha), else 1.5. The family recipe still holds (ModernBERT's "
+             "local layers keep softmax)")
+    parser.add_argument(
+        "--alpha-layers", type=_alpha_list, default=None, metavar="A0,A1,...",
+        help="one alpha per layer (1 = softmax), e.g. 1,1.5,1,1.5; overrides --alpha and "
+             "the recipe")
     parser.add_argument(
         "--device", default="auto", help="'auto' (CUDA if available), 'cpu', 'cuda'"
     )
+
+
+def _alpha_list(text: str) -> tuple[float, ...]:
+    from sparsefinder.models.recipes import AlphaError, parse_alpha_layers
+
+    try:
+        return parse_alpha_layers(text)
+    except AlphaError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def load_from_args(args: argparse.Namespace, device: Any = None) -> Any:
+    """``load_model`` with the model options of :func:`add_model_arguments`."""
+    from sparsefinder.models.loading import load_model
+
+    return load_model(args.model, alpha=args.alpha, device=device or args.device,
+                      alpha_layers=getattr(args, "alpha_layers", None))
 
 
 def add_corpus_arguments(parser: argparse.ArgumentParser, default_split: str) -> None:
@@ -74,11 +99,9 @@ def fitting_records(args: argparse.Namespace) -> tuple[Any, list[AttentionRecord
     from sparsefinder.data.chunking import chunk_passages
     from sparsefinder.data.corpus import load_corpus
     from sparsefinder.data.records import extract
-    from sparsefinder.models.loading import load_model
-
     if args.split == "validation":
         print("note: fitting on the validation split; evaluate on another split")
-    loaded = load_model(args.model, alpha=args.alpha, device=args.device)
+    loaded = load_from_args(args)
     passages = load_corpus(args.corpus, args.split)
     if args.max_passages is not None:
         passages = passages[: max(args.max_passages, 0)]

@@ -14,10 +14,9 @@ import argparse
 from pathlib import Path
 
 from sparsefinder.calibration.table import CalibrationTable, file_digest
-from sparsefinder.commands._common import add_model_arguments, passages_label
+from sparsefinder.commands._common import add_model_arguments, load_from_args, passages_label
 from sparsefinder.data.corpus import corpus_texts
 from sparsefinder.data.records import extract
-from sparsefinder.models.loading import load_model
 from sparsefinder.projections.heads import HeadProjections
 
 
@@ -36,7 +35,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    loaded = load_model(args.model, alpha=args.alpha, device=args.device)
+    loaded = load_from_args(args)
     projections = HeadProjections.load(args.projections, expected_model_id=loaded.model_id,
                                        expected_alpha=loaded.alpha)
     texts = corpus_texts(args.corpus, "train", loaded.tokenizer, loaded.max_length,

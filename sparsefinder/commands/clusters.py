@@ -17,11 +17,10 @@ import plotly.graph_objects as go
 from sparsefinder.analysis.clusters import HeadClusterAnalysis
 from sparsefinder.analysis.pos import align_doc, load_nlp
 from sparsefinder.bundle import bundle
-from sparsefinder.commands._common import add_corpus_arguments, add_model_arguments
+from sparsefinder.commands._common import add_corpus_arguments, add_model_arguments, load_from_args
 from sparsefinder.data.corpus import corpus_texts
 from sparsefinder.data.records import extract
 from sparsefinder.figures.clusters import order_tags, pos_recall_figure, queries_keys_figure
-from sparsefinder.models.loading import load_model
 from sparsefinder.projections.heads import HeadProjections
 
 _CHUNK = 16  # passages extracted at once: bounds memory on long corpora
@@ -99,7 +98,7 @@ def _ordered(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def run(args: argparse.Namespace) -> int:
-    loaded = load_model(args.model, alpha=args.alpha, device=args.device)
+    loaded = load_from_args(args)
     projections = HeadProjections.load(
         projections_path(args), expected_model_id=loaded.model_id, expected_alpha=loaded.alpha
     )

@@ -16,10 +16,9 @@ from pathlib import Path
 import pandas as pd
 
 from sparsefinder.analysis.coref import DEFAULT_PROBES, evaluate_head, load_probes, rank_heads
-from sparsefinder.commands._common import add_model_arguments
+from sparsefinder.commands._common import add_model_arguments, load_from_args
 from sparsefinder.commands.clusters import add_projection_arguments, projections_path
 from sparsefinder.data.records import extract
-from sparsefinder.models.loading import load_model
 from sparsefinder.projections.heads import HeadProjections
 
 
@@ -88,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")
     probes = load_probes(args.probes, include_cataphora=not args.no_cataphora)
-    loaded = load_model(args.model, alpha=args.alpha, device=args.device)
+    loaded = load_from_args(args)
     args.projections = projections_path(args)
     projections = HeadProjections.load(
         args.projections, expected_model_id=loaded.model_id, expected_alpha=loaded.alpha

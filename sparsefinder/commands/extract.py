@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sparsefinder.commands._common import add_corpus_arguments, add_model_arguments
+from sparsefinder.commands._common import add_corpus_arguments, add_model_arguments, load_from_args
 from sparsefinder.data.corpus import corpus_texts
 from sparsefinder.data.records import extract
 from sparsefinder.data.records_io import save_records
-from sparsefinder.models.loading import load_model
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -34,7 +33,7 @@ def _run_sharded(args: argparse.Namespace) -> int:
 
     with distributed.torchrun_group(args.device) as world:
         device = distributed.device_for(args.device, world)
-        loaded = load_model(args.model, alpha=args.alpha, device=device)
+        loaded = load_from_args(args, device)
         passages = corpus_texts(args.corpus, args.split, loaded.tokenizer, loaded.max_length,
                                 args.max_passages)
         folder = args.out / f"records-{args.split}"
@@ -56,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.sharded or launched_by_torchrun():
         return _run_sharded(args)
-    loaded = load_model(args.model, alpha=args.alpha, device=args.device)
+    loaded = load_from_args(args)
     passages = corpus_texts(args.corpus, args.split, loaded.tokenizer, loaded.max_length,
                             args.max_passages)
     records = extract(
@@ -68,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
         metadata={
             "model_id": loaded.model_id,
             "alpha": loaded.alpha,
+            "layer_alphas": loaded.layer_alphas,
             "corpus": str(args.corpus),
             "split": args.split,
         },

@@ -32,6 +32,7 @@ from sparsefinder.bundle import bundle
 from sparsefinder.commands._common import (
     add_corpus_arguments,
     add_model_arguments,
+    load_from_args,
     passages_label,
     progress_bar,
 )
@@ -46,7 +47,7 @@ from sparsefinder.evaluation.frontier import (
 from sparsefinder.evaluation.sweep import sweep
 from sparsefinder.figures.common import write_figure_html
 from sparsefinder.figures.pareto import pareto_figure
-from sparsefinder.models.loading import DEFAULT_MODEL, LoadedModel, load_model
+from sparsefinder.models.loading import DEFAULT_MODEL, LoadedModel
 from sparsefinder.projections.heads import HeadProjections
 
 _JSON_COLUMNS = ("params", "recall_per_layer", "sparsity_per_layer")
@@ -230,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
     methods = _resolve(args.methods)
     if args.records is not None:
         return _run_from_store(args, methods)
-    loaded = load_model(args.model, alpha=args.alpha, device=args.device)
+    loaded = load_from_args(args)
     projections = HeadProjections.load(
         _projections_path(args), expected_model_id=loaded.model_id, expected_alpha=loaded.alpha
     )

@@ -22,11 +22,11 @@ from pathlib import Path
 from sparsefinder.commands._common import (
     add_corpus_arguments,
     add_model_arguments,
+    load_from_args,
     passages_label,
 )
 from sparsefinder.data.corpus import corpus_texts
 from sparsefinder.data.records import extract
-from sparsefinder.models.loading import load_model
 from sparsefinder.projections.centroids import fit_centroids
 from sparsefinder.projections.objectives import OBJECTIVES, fit_projections
 
@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
         return _run_from_store(args)
     if args.split == "validation":
         print("note: training on the validation split; evaluate on another split")
-    loaded = load_model(args.model, alpha=args.alpha, device=args.device)
+    loaded = load_from_args(args)
     texts = corpus_texts(args.corpus, args.split, loaded.tokenizer, loaded.max_length,
                          args.max_passages)
     print(f"model {loaded.model_id} (alpha={loaded.alpha}, {loaded.device}); "

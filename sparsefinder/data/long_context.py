@@ -48,7 +48,7 @@ def extract_long(loaded: LoadedModel, text: str, *, budget_mib: float = 256) -> 
         layers.append(LayerGraph(
             queries=layer.queries, keys=layer.keys, gold=gold,
             prob_values=layer.edges.values.float().cpu(),  # CSR order = gold.nonzero() order
-            scaling=layer.scaling, sliding_window=windows.get(index),
+            scaling=layer.scaling, sliding_window=windows.get(index), alpha=layer.alpha,
         ))
     return AttentionRecord(
         text=text, tokens=edges.tokens,

@@ -47,9 +47,18 @@ class LayerGraph:
     gold: Tensor  # bool (heads, n, m): True where the entmax probability is > 0
     prob_values: Tensor  # float32 (edges,): probabilities on gold edges, row-major order
     scaling: float
-    #: A decoder's local layer: only keys ``0 <= i - j < sliding_window`` are allowed (gold,
-    #: predictions and the sparsity denominator all use ``masks.layer_allowed``).
+    #: A local layer's window W: keys ``0 <= i - j < W`` (a decoder's) or ``|i - j| < W`` (a
+    #: bidirectional encoder's, ModernBERT) are allowed (gold, predictions and the sparsity
+    #: denominator all use ``masks.layer_allowed`` with the record's ``causal``).
     sliding_window: int | None = None
+    #: The layer's α (None: not recorded, taken as entmax). α = 1 is a softmax layer: its gold
+    #: graph is dense, so predictor training and macro averages leave it out (``is_softmax``).
+    alpha: float | None = None
+
+    @property
+    def is_softmax(self) -> bool:
+        """Whether the layer ran softmax (α = 1): nothing sparse to predict there."""
+        return self.alpha is not None and float(self.alpha) == 1.0
 
     def probs(self) -> Tensor:
         """Dense (heads, n, m) probabilities, built on demand."""
@@ -168,6 +177,7 @@ def _layer_graph(call: AttentionCall, row: int, length: int) -> LayerGraph:
         prob_values=probs[gold].detach().float().cpu(),
         scaling=call.scaling,
         sliding_window=call.sliding_window,
+        alpha=call.alpha,
     )
 
 
@@ -248,6 +258,7 @@ class LayerEdges:
     keys: Tensor  # float32 (heads, m, d)
     edges: GoldEdges
     scaling: float
+    alpha: float | None = None
 
 
 @dataclass
@@ -295,6 +306,7 @@ def extract_edges(
             keys=call.key[0].detach().float().cpu().contiguous(),
             edges=call.edges[0].to("cpu"),
             scaling=call.scaling,
+            alpha=call.alpha,
         ))
 
     input_ids = torch.tensor([ids], device=loaded.device)

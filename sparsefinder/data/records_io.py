@@ -46,6 +46,7 @@ def _pack_layer(layer: LayerGraph) -> dict:
         "prob_values": layer.prob_values,
         "scaling": torch.tensor(layer.scaling, dtype=torch.float64),
         "sliding_window": int(layer.sliding_window or 0),
+        "alpha": float(layer.alpha) if layer.alpha is not None else 0.0,
     }
 
 
@@ -60,6 +61,7 @@ def _unpack_layer(packed: dict) -> LayerGraph:
         prob_values=packed["prob_values"],
         scaling=float(packed["scaling"]),
         sliding_window=int(packed.get("sliding_window", 0)) or None,
+        alpha=float(packed.get("alpha", 0.0)) or None,  # 0: not recorded (older files)
     )
 
 

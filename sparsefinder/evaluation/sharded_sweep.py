@@ -48,8 +48,10 @@ def score_specs_streaming(
     names = ("recall", "sparsity", *EXTRA_METRICS, "block_recall")
     sums: torch.Tensor | None = None  # (specs + 1, metrics, layers, heads)
     count = 0
+    softmax = torch.zeros(num_layers, dtype=torch.float64)  # records where a layer is softmax
     for record in records:
         scorer = Scorer(record)
+        softmax += (~scorer.counted).double()
         vectors = RecordInputs(record, projections)
         rows = []
         for c, spec in enumerate(specs):
@@ -67,24 +69,29 @@ def score_specs_streaming(
     heads = int(distributed.all_reduce(heads, "max")[0])
     if sums is None:
         sums = torch.zeros(len(specs) + 1, len(names), num_layers, heads, dtype=torch.float64)
-    packed = distributed.all_reduce(torch.cat([sums.reshape(-1),
+    packed = distributed.all_reduce(torch.cat([sums.reshape(-1), softmax,
                                                torch.tensor([float(count)],
                                                             dtype=torch.float64)]))
     n_texts = int(packed[-1])
     if n_texts == 0:
         raise ValueError("scoring needs at least one record (a text's gold graphs)")
-    per_head = packed[:-1].view_as(sums) / n_texts
+    per_head = packed[:sums.numel()].view_as(sums) / n_texts
+    # softmax layers (α = 1, dense gold) stay out of the overall values, as in macro_average
+    counted = packed[sums.numel():-1] == 0
+    n_softmax = int((~counted).sum())
+    counted = counted if bool(counted.any()) else torch.ones_like(counted)
     per_layer = per_head.mean(-1)  # (specs + 1, metrics, layers)
+    overall = per_layer[..., counted].mean(-1)  # (specs + 1, metrics)
     results = [
-        SpecScores(recall=float(per_layer[c, 0].mean()), sparsity=float(per_layer[c, 1].mean()),
+        SpecScores(recall=float(overall[c, 0]), sparsity=float(overall[c, 1]),
                    recall_per_layer=per_layer[c, 0].tolist(),
                    sparsity_per_layer=per_layer[c, 1].tolist(), n_texts=n_texts,
-                   extra={name: float(per_layer[c, 2 + i].mean())
+                   extra={name: float(overall[c, 2 + i])
                           for i, name in enumerate(EXTRA_METRICS)},
-                   block_recall=float(per_layer[c, -1].mean()))
+                   block_recall=float(overall[c, -1]), n_softmax_layers=n_softmax)
         for c in range(len(specs))
     ]
-    gold = {"gold_sparsity": float(per_layer[-1, 1].mean()),
+    gold = {"gold_sparsity": float(overall[-1, 1]),
             "gold_sparsity_per_layer": per_layer[-1, 1].tolist()}
     return results, gold
 

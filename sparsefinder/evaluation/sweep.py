@@ -26,7 +26,7 @@ from sparsefinder.evaluation.curves import CURVES, resolve_methods
 from sparsefinder.evaluation.plan import plan_sweep
 from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
 from sparsefinder.metrics.measures import EXTRA_METRICS, GraphScores, block_recall
-from sparsefinder.metrics.scorer import Scorer, macro_average
+from sparsefinder.metrics.scorer import Scorer, counted_layers, macro_average
 from sparsefinder.predictors.base import Predictor
 from sparsefinder.projections.heads import HeadProjections
 
@@ -48,6 +48,8 @@ class SpecScores:
     #: tile recall at the method's own ``block`` parameter (metrics.block_recall); NaN
     #: for token-level methods
     block_recall: float = math.nan
+    #: softmax layers (α = 1, dense gold) left out of the overall averages
+    n_softmax_layers: int = 0
 
     @property
     def exact_fraction(self) -> float:
@@ -98,25 +100,29 @@ def score_specs(
             per_spec[c].append(scorer.score(preds))
             extras[c].append(own_block_recall(spec, preds, scorer))
         gold.append(GraphScores(recall=torch.ones_like(scorer.gold_sparsity),
-                                sparsity=scorer.gold_sparsity))
+                                sparsity=scorer.gold_sparsity, counted=scorer.counted))
         if on_progress is not None:
             on_progress((index + 1) / len(records),
                         f"text {index + 1} of {len(records)} ({len(specs)} settings)")
     results = []
     for scores, extra in zip(per_spec, extras, strict=True):
         avg = macro_average(scores)
-        # macro over texts, heads, layers (equal shapes: the mean of means is the mean)
-        block = float(torch.stack(extra).mean()) if extra else math.nan
+        # macro over texts, heads, counted layers (equal shapes: the mean of means is the mean)
+        counted = counted_layers(scores)
+        counted = counted if bool(counted.any()) else torch.ones_like(counted)
+        block = float(torch.stack(extra)[:, counted].mean()) if extra else math.nan
         results.append(SpecScores(
             recall=float(avg["recall"]), sparsity=float(avg["sparsity"]),
             recall_per_layer=[float(x) for x in avg["recall_per_layer"]],
             sparsity_per_layer=[float(x) for x in avg["sparsity_per_layer"]],
             n_texts=int(avg["n_texts"]), block_recall=block,
             extra={name: float(avg[name]) for name in EXTRA_METRICS if name in avg},
+            n_softmax_layers=int(avg["n_softmax_layers"]),
         ))
     gold_avg = macro_average(gold)
     gold_scores = GraphScores(recall=gold_avg["recall_per_layer"],
-                              sparsity=gold_avg["sparsity_per_layer"])
+                              sparsity=gold_avg["sparsity_per_layer"],
+                              counted=counted_layers(gold))
     return results, gold_scores
 
 
@@ -199,8 +205,11 @@ def sweep(
                                 built=[point.predictors for point in plan.points],
                                 on_progress=on_progress, records_checked=True)
     frame = points_frame(rows, results)
-    frame.attrs["gold_sparsity"] = float(gold.sparsity.mean())
+    counted = gold.counted if gold.counted is not None and bool(gold.counted.any()) else (
+        torch.ones(gold.sparsity.shape[0], dtype=torch.bool))
+    frame.attrs["gold_sparsity"] = float(gold.sparsity[counted].mean())
     frame.attrs["gold_sparsity_per_layer"] = [float(x) for x in gold.sparsity]
+    frame.attrs["softmax_layers"] = [i for i, c in enumerate(counted.tolist()) if not c]
     return frame
 
 

@@ -231,6 +231,9 @@ class GraphScores:
     mass_recall: Tensor | None = None
     block_recall16: Tensor | None = None
     block_recall64: Tensor | None = None
+    #: bool (layers,): the layers the overall macro average counts; False for softmax layers
+    #: (α = 1: a dense gold graph, nothing sparse to predict). None: every layer.
+    counted: Tensor | None = None
 
     def metrics(self) -> dict[str, Tensor]:
         """Every metric present, by name (recall, sparsity, then the extras)."""

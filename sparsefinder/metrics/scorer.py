@@ -8,6 +8,10 @@ Averaging (``macro_average``) is macro, in this order: for every (layer, head) t
 texts (each text weighs the same, whatever its length); then, per layer, the mean over heads;
 then the overall value, the mean over layers. With equally many heads in every layer the
 overall value equals the plain mean of all (layer, head) values.
+
+Softmax layers (``LayerGraph.is_softmax``: α = 1, e.g. ModernBERT's local layers) have dense
+gold graphs: they keep their per-layer values but are left out of the overall value
+(``n_softmax_layers`` says how many), so an average means "over the entmax layers".
 """
 
 from __future__ import annotations
@@ -128,6 +132,9 @@ class Scorer:
         self.gold_sparsity: Tensor = torch.stack(
             [self._sparsity(c, i) for i, c in enumerate(self.gold_counts)])
         self._index: dict[int, _GoldIndex] = {}
+        #: bool (layers,): the layers overall averages count (not softmax ones)
+        self.counted: Tensor = torch.tensor(
+            [not getattr(graph, "is_softmax", False) for graph in record.layers])
 
     def _allowed(self, mask: Tensor, layer: int) -> Tensor:
         allowed = self._masks[layer]
@@ -221,12 +228,12 @@ class Scorer:
             return GraphScores(
                 recall=torch.stack([r for r, _ in pairs]),
                 sparsity=torch.stack([s for _, s in pairs]),
-                gold_sparsity=self.gold_sparsity,
+                gold_sparsity=self.gold_sparsity, counted=self.counted,
             )
         per_layer = [self.layer_scores(index, pred) for index, pred in enumerate(preds)]
         stacked = {name: torch.stack([scores[name] for scores in per_layer])
                    for name in per_layer[0]}
-        return GraphScores(gold_sparsity=self.gold_sparsity, **stacked)
+        return GraphScores(gold_sparsity=self.gold_sparsity, counted=self.counted, **stacked)
 
 
 def macro_average(scores: list[GraphScores]) -> dict[str, Tensor | float | int]:
@@ -235,7 +242,8 @@ def macro_average(scores: list[GraphScores]) -> dict[str, Tensor | float | int]:
     Returns ``{metric}_per_head`` (layers, heads) = mean over texts, ``{metric}_per_layer``
     (layers,) = mean over heads of that, and ``{metric}`` (a float) = mean over layers, for
     ``metric`` in recall, sparsity and (when every text has them) gold_sparsity and the
-    :data:`EXTRA_METRICS`; plus ``n_texts``.
+    :data:`EXTRA_METRICS`; plus ``n_texts`` and ``n_softmax_layers`` (layers left out of
+    the overall value: see the module docstring; all are kept when no layer is entmax).
     """
     if not scores:
         raise ValueError("macro_average needs the scores of at least one text")
@@ -246,11 +254,25 @@ def macro_average(scores: list[GraphScores]) -> dict[str, Tensor | float | int]:
     shapes = {tuple(s.recall.shape) for s in scores}
     if len(shapes) != 1:
         raise ValueError(f"all texts must have the same (layers, heads), got {sorted(shapes)}")
-    out: dict[str, Tensor | float | int] = {"n_texts": len(scores)}
+    counted = counted_layers(scores)
+    out: dict[str, Tensor | float | int] = {"n_texts": len(scores),
+                                            "n_softmax_layers": int((~counted).sum())}
+    if not bool(counted.any()):
+        counted = torch.ones_like(counted)
     for name in metrics:
         per_head = torch.stack([getattr(s, name).to(_DTYPE) for s in scores]).mean(0)
         per_layer = per_head.mean(-1)
         out[f"{name}_per_head"] = per_head
         out[f"{name}_per_layer"] = per_layer
-        out[name] = float(per_layer.mean())
+        out[name] = float(per_layer[counted].mean())
     return out
+
+
+def counted_layers(scores: Sequence[GraphScores]) -> Tensor:
+    """bool (layers,): the layers every text counts (see :attr:`GraphScores.counted`)."""
+    layers = int(scores[0].recall.shape[0])
+    flags = {tuple(s.counted.tolist()) for s in scores if s.counted is not None}
+    if len(flags) > 1:
+        raise ValueError("texts disagree on which layers are softmax; extract every record "
+                         "with the same α per layer")
+    return torch.tensor(flags.pop()) if flags else torch.ones(layers, dtype=torch.bool)

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -24,6 +24,14 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedTokeniz
 
 from sparsefinder.attention.entmax_ops import validate_alpha
 from sparsefinder.attention.interface import UnsupportedModelError, use_entmax
+from sparsefinder.models.recipes import (
+    AlphaError,
+    LayerPlan,
+    config_alpha,
+    local_layers,
+    resolve_alphas,
+    summary_alpha,
+)
 from sparsefinder.serving import (
     InputRefused,
     available_memory_bytes,
@@ -50,7 +58,12 @@ class ModelLoadError(ValueError):
 
 @dataclass
 class LoadedModel:
-    """A model switched to α-entmax attention, with what the rest of the library needs."""
+    """A model switched to α-entmax attention, with what the rest of the library needs.
+
+    ``alpha`` is one α for the whole model (metadata, file checks): the entmax layers' α
+    (their largest when they differ); ``layers`` holds every layer's own α and kind
+    (:mod:`sparsefinder.models.recipes`), empty when one α runs everywhere.
+    """
 
     model: nn.Module
     tokenizer: PreTrainedTokenizerBase
@@ -61,6 +74,20 @@ class LoadedModel:
     max_length: int
     #: The adapter file's metadata when one was merged in (None: the model's own weights).
     adapter: dict[str, str] | None = None
+    #: Every layer's α, locality and window (empty: ``alpha`` on every layer).
+    layers: list[LayerPlan] = field(default_factory=list)
+    #: How the α of the layers was chosen: the recipe and the source of α.
+    recipe: str = "uniform"
+    alpha_source: str = "--alpha"
+    #: The α the checkpoint's config declares (an entmax-trained model), None for others.
+    own_alpha: float | None = None
+
+    @property
+    def layer_alphas(self) -> list[float]:
+        """The α of every layer (1 = softmax)."""
+        if self.layers:
+            return [plan.alpha for plan in self.layers]
+        return [self.alpha] * self.num_layers
 
     @property
     def num_layers(self) -> int:
@@ -84,13 +111,9 @@ class LoadedModel:
 
     @property
     def sliding_window_layers(self) -> dict[int, int]:
-        """``{layer: window}`` for the local (sliding-window) layers, from the config."""
-        config = self.model.config
-        window = getattr(config, "sliding_window", None)
-        types = getattr(config, "layer_types", None)
-        if not window or not types:
-            return {}
-        return {i: int(window) for i, kind in enumerate(types) if kind == "sliding_attention"}
+        """``{layer: W}`` for the local (sliding-window) layers: the window each attention
+        module hands the attention function (``masks`` says how W is read)."""
+        return {i: w for i, w in local_layers(self.model).items() if w}
 
     @property
     def head_dim(self) -> int:
@@ -107,6 +130,7 @@ class LoadedModel:
             "kv_heads": self.num_key_value_heads,
             "head_dim": self.head_dim,
             "alpha": self.alpha,
+            "alpha_from": f"{self.alpha_source} ({self.recipe} recipe)",
             "device": str(self.device),
             "causal": self.causal,
             "max_length": self.max_length,
@@ -115,6 +139,8 @@ class LoadedModel:
 
     def adapter_label(self) -> str:
         """Which weights run: the entmax-adapted ones, or the softmax-trained ones."""
+        if self.adapter is None and self.own_alpha is not None:
+            return "none (the checkpoint's own entmax-trained weights)"
         if self.adapter is None:
             return "none (softmax-trained weights run with entmax)"
         return (f"entmax-{self.adapter.get('alpha', '?')} adapter "
@@ -213,6 +239,12 @@ def _load_error(name: str, source: str, error: Exception) -> ModelLoadError:
             else " and check your network"
         )
     )
+    folder = Path(source)
+    if is_local and folder.is_dir() and not any(folder.glob("*.safetensors")) and any(
+            folder.glob("*.bin")):
+        hint = ("the folder has only pickle weights (*.bin); sparsefinder loads safetensors "
+                "only, since unpickling can run code: convert them where you trust the file "
+                "(save_pretrained writes model.safetensors)")
     return ModelLoadError(
         f"could not load model {name!r} from {source!r}: {hint}. "
         f"Cause: {type(error).__name__}: {str(error).splitlines()[0]}"
@@ -239,13 +271,15 @@ def _load_checked(
 ) -> tuple[object, PreTrainedTokenizerBase, nn.Module]:
     """Config, memory check, then tokenizer and weights; every failure a ModelLoadError."""
     try:
-        config = AutoConfig.from_pretrained(source)
+        config = AutoConfig.from_pretrained(source, trust_remote_code=False)
     except (OSError, ValueError, KeyError) as error:
         raise _load_error(name, source, error) from error
     _check_memory(name, source, config, device)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
-        model = AutoModel.from_pretrained(source, config=config)
+        # safetensors only (a pickle checkpoint could run code), the stock classes only
+        model = AutoModel.from_pretrained(source, config=config, use_safetensors=True,
+                                          trust_remote_code=False)
     except (OSError, ValueError, KeyError) as error:
         raise _load_error(name, source, error) from error
     return config, tokenizer, model
@@ -269,17 +303,26 @@ def _merge_adapter(model: nn.Module, adapter: str | Path) -> tuple[nn.Module, di
 
 def load_model(
     name: str = DEFAULT_MODEL,
-    alpha: float = 1.5,
+    alpha: float | None = None,
     device: str | torch.device = "auto",
     adapter: str | Path | None = None,
+    alpha_layers: Sequence[float] | None = None,
 ) -> LoadedModel:
     """Load ``name`` (``"default"``, ``"default-softmax"``, a local folder or a hub id) with
     α-entmax attention; ``adapter`` merges an entmax adapter file (``"default"`` has the
-    bundled one already)."""
+    bundled one already).
+
+    ``alpha`` (None: the model's own config α, else 1.5) runs on the layers the family's
+    recipe gives entmax (ModernBERT: the global ones; the local ones keep softmax);
+    ``alpha_layers`` gives every layer its α instead (see :mod:`sparsefinder.models.recipes`).
+    Weights load from safetensors only, with the stock transformers classes: a checkpoint's
+    own code (``auto_map``) never runs.
+    """
     from sparsefinder.bundle import bundle
 
     bundled_adapter = bundle().path("adapter")
-    alpha = validate_alpha(alpha)
+    if alpha is not None:
+        alpha = validate_alpha(alpha)
     if not isinstance(name, str) or not name.strip():
         raise ModelLoadError("model name is empty; use 'default', a local folder or a hub id")
     name = name.strip()
@@ -304,7 +347,12 @@ def load_model(
         if adapter is not None:
             model, metadata = _merge_adapter(model, adapter)
         try:
-            use_entmax(model, alpha)
+            num_layers = _count_layers(config)
+            own = config_alpha(config)
+            plans, recipe, source = resolve_alphas(model, num_layers, alpha, alpha_layers)
+            use_entmax(model, summary_alpha(plans), [plan.alpha for plan in plans])
+        except AlphaError as error:
+            raise ModelLoadError(f"cannot load {name!r}: {error}") from error
         except UnsupportedModelError as error:
             raise ModelLoadError(f"cannot load {name!r} with α-entmax: {error}") from error
         model.eval().to(resolved_device)
@@ -315,16 +363,33 @@ def load_model(
         model=model,
         tokenizer=tokenizer,
         model_id=model_id,
-        alpha=alpha,
+        alpha=summary_alpha(plans),
         device=resolved_device,
         causal=_is_causal(model),
         max_length=_max_length(tokenizer, config),
         adapter=metadata,
+        layers=plans,
+        recipe=recipe,
+        alpha_source=source,
+        own_alpha=own[0] if own else None,
     )
 
 
 def set_alpha(loaded: LoadedModel, alpha: float) -> LoadedModel:
-    """Change α in place (no reload): the attention function reads it at every call."""
-    loaded.alpha = validate_alpha(alpha)
-    use_entmax(loaded.model, loaded.alpha)
+    """Change α in place (no reload): the attention function reads it at every call.
+
+    The model's recipe still holds (ModernBERT's local layers stay softmax).
+    """
+    loaded.layers, loaded.recipe, loaded.alpha_source = resolve_alphas(
+        loaded.model, loaded.num_layers, validate_alpha(alpha))
+    loaded.alpha = summary_alpha(loaded.layers)
+    use_entmax(loaded.model, loaded.alpha, loaded.layer_alphas)
     return loaded
+
+
+def _count_layers(config: object) -> int:
+    value = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None)
+    if not isinstance(value, int):
+        raise ModelLoadError("the model's config has no num_hidden_layers / n_layer; "
+                             "sparsefinder needs to know how many attention layers it has")
+    return value

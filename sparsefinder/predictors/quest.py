@@ -69,10 +69,14 @@ class QuestPages:
             return torch.zeros(heads, n, m, dtype=torch.bool, device=q.device)
         bounds = self.upper_bounds(q, k)
         n_pages = bounds.shape[-1]
-        if causal or sliding_window:  # a page after the query (aligned at i + m - n) is future
-            start = torch.arange(n_pages, device=q.device) * self.page_size
-            position = torch.arange(n, device=q.device) + (m - n)
-            bounds = bounds.masked_fill(start[None, :] > position[:, None], float("-inf"))
+        start = torch.arange(n_pages, device=q.device) * self.page_size
+        position = torch.arange(n, device=q.device) + (m - n)
+        # the last key a query may reach: itself (causal), or W - 1 ahead (a bidirectional
+        # local layer); a page starting after it is out of reach
+        ahead = 0 if causal else (int(sliding_window) - 1 if sliding_window else None)
+        if ahead is not None:
+            bounds = bounds.masked_fill(start[None, :] > position[:, None] + ahead,
+                                        float("-inf"))
         if sliding_window:  # ... and one ending before the window's first key is out of reach
             end = start + self.page_size - 1
             bounds = bounds.masked_fill(end[None, :] <= position[:, None] - sliding_window,

@@ -60,6 +60,9 @@ class BilinearObjective(PairsObjective):
             return autograd_gradients(loss, params)
 
     def finish(self, params: list[Tensor] | None, log: LayerLog) -> dict[str, Any]:
+        if params is None:  # a softmax layer: nothing learned, the start is kept
+            params = [*(getattr(self.start_from, name)[self.layer] for name in _NAMES),
+                      torch.ones(self.heads), torch.zeros(self.heads)]
         wq, bq, wk, bk, scale, shift = (p.detach().cpu() for p in params)
         s = scale[:, None]
         wq, bq = wq * s[..., None], bq * s  # fold the scale into the query side

@@ -79,7 +79,7 @@ def block_record(record: AttentionRecord, block: int) -> AttentionRecord:
         gold = block_pair_labels(layer.gold, block, causal=record.causal)
         layers.append(LayerGraph(
             queries=pool_blocks(layer.queries, block), keys=pool_blocks(layer.keys, block),
-            gold=gold, prob_values=torch.zeros(0), scaling=layer.scaling))
+            gold=gold, prob_values=torch.zeros(0), scaling=layer.scaling, alpha=layer.alpha))
     n_blocks = -(-record.n_tokens // block)
     return AttentionRecord(text=record.text, tokens=[""] * n_blocks,
                            offsets=[(0, 0)] * n_blocks, special=[False] * n_blocks,

@@ -64,6 +64,11 @@ class ShardedHingeObjective:
 
     def start(self, layer: int, device: torch.device) -> bool:
         self.layer = layer
+        # a softmax layer (α = 1) has a dense gold graph: nothing to learn, zero maps
+        flags = [record.layers[layer].is_softmax for shard in self.shards for record in shard]
+        if flags and all(flags):
+            self.pairs = []
+            return False
         self.pairs = [_layer_pairs(shard, layer) for shard in self.shards]
         counts = torch.stack([torch.bincount(p.head, minlength=self.heads) for p in self.pairs])
         least = int(distributed.all_reduce(counts.min(0).values, "min").min())
@@ -103,7 +108,8 @@ class ShardedHingeObjective:
     def finish(self, params: list[Tensor] | None, log: LayerLog) -> dict[str, Any]:
         positives = int(distributed.all_reduce(torch.tensor([sum(
             int(p.head.numel()) for p in self.pairs)]))[0])
-        w = params[0].detach()
+        w = params[0].detach() if params is not None else torch.zeros(
+            self.heads, self.rank, self.d)
         sums = torch.zeros(self.heads, self.d, dtype=torch.float64)
         tokens = 0
         for shard in self.shards:

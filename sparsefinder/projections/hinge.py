@@ -114,8 +114,9 @@ class HingeObjective(PairsObjective):
         tokens = torch.cat([r.layers[self.layer].queries for r in self.centre]
                            + [r.layers[self.layer].keys for r in self.centre], dim=1).float()
         bias = -(w @ tokens.mean(1)[..., None])[..., 0]  # centre projected tokens
-        return {"weight": w, "bias": bias, "positives": int(self.pairs.head.numel()),
-                "dense": list(self.borrow), "log": log}
+        positives = 0 if self.softmax else int(self.pairs.head.numel())
+        return {"weight": w, "bias": bias, "positives": positives,
+                "dense": list(self.borrow), "softmax": self.softmax, "log": log}
 
 
 def train_projections(
@@ -186,6 +187,9 @@ def train_projections(
     }
     if dense_heads == "zero":
         metadata["dense_heads"] = [layer["dense"] for layer in done]
+    softmax = [index for index, layer in enumerate(done) if layer["softmax"]]
+    if softmax:  # softmax layers (α = 1, dense gold): not trained, their maps are zero
+        metadata["softmax_layers"] = softmax
     return HeadProjections(
         weight=torch.stack([layer["weight"] for layer in done]),
         bias=torch.stack([layer["bias"] for layer in done]), model_id=model_id,

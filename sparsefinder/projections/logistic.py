@@ -106,6 +106,9 @@ class LogisticObjective(PairsObjective):
         return logistic_gradients(pairs, q_rows, k_rows, n_rows, *params)
 
     def finish(self, params: list[Tensor] | None, log: LayerLog) -> dict[str, Any]:
+        if params is None:  # a softmax layer: zero maps keep every key
+            params = [torch.zeros(self.heads, self.rank, self.records[0].layers[
+                self.layer].queries.shape[-1]), torch.zeros(self.heads)]
         w, bias = (p.detach().cpu() for p in params)
         tokens = torch.cat([r.layers[self.layer].queries for r in self.records + self.held]
                            + [r.layers[self.layer].keys for r in self.records + self.held],

@@ -162,6 +162,17 @@ def _check_records(records: Sequence[AttentionRecord], rank: int) -> tuple[int, 
     return layers, heads, d
 
 
+def softmax_layer(records: Sequence[AttentionRecord], layer: int) -> bool:
+    """Whether ``layer`` ran softmax (α = 1) in the records: its gold graph is dense, so
+    there is nothing to predict and nothing to learn (trainers leave its maps at zero, which
+    predicts every key: the softmax layer's own graph)."""
+    flags = {r.layers[layer].is_softmax for r in records}
+    if len(flags) > 1:
+        raise ValueError(f"layer {layer} ran softmax in some records and entmax in others; "
+                         "extract every record with the same α per layer")
+    return flags == {True}
+
+
 def dense_heads_of(pairs: _LayerPairs, heads: int) -> list[int]:
     """Heads with gold edges but no (edge, non-edge) pair in any row: nothing to contrast."""
     counts = torch.bincount(pairs.head, minlength=heads)
@@ -239,12 +250,18 @@ class PairsObjective:
         self.generator = torch.Generator().manual_seed(seed)
         self.generators = [self.generator]
         self.zero_dense = False  # True: dense heads train nothing (see dense_heads_of)
+        self.softmax = False  # the current layer ran softmax (see softmax_layer)
         self.borrow: Sequence[int] = ()  # this layer's dense heads (their batches borrowed)
         self.device = torch.device("cpu")
 
     def start(self, layer: int, device: torch.device) -> bool:
-        """The layer's pairs; False when every head is dense (with ``zero_dense``)."""
+        """The layer's pairs; False when the layer ran softmax (nothing to learn, see
+        :func:`softmax_layer`) or every head is dense (with ``zero_dense``)."""
         self.layer, self.device = layer, device
+        self.softmax = softmax_layer(self.records + self.held, layer)
+        if self.softmax:
+            self.borrow = []
+            return False
         self.pairs = _layer_pairs(self.records, layer)
         self.borrow = dense_heads_of(self.pairs, self.heads) if self.zero_dense else []
         if len(self.borrow) == self.heads:

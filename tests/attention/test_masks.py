@@ -104,3 +104,33 @@ def test_sliding_window_mask_keeps_the_query_and_its_window_minus_one_predecesso
     assert torch.equal(layer_allowed(6, 6, causal=True, sliding_window=3), expected)
     with pytest.raises(ValueError, match="sliding window must be an integer >= 1"):
         sliding_window_mask(4, 4, 0)
+
+
+@pytest.mark.parametrize(("n", "m"), [(7, 7), (3, 7), (7, 3), (1, 5)])
+@pytest.mark.parametrize("window", [1, 2, 3, 9])
+@pytest.mark.parametrize("causal", [True, False])
+def test_sliding_windows_causal_and_bidirectional(n, m, window, causal):
+    """Causal: ``0 <= i + (m - n) - j < W``; bidirectional: ``|i + (m - n) - j| < W`` — and
+    the contiguous runs of allowed_key_range are exactly those masks' rows."""
+    from sparsefinder.attention.masks import allowed_key_range, layer_allowed
+
+    mask = layer_allowed(n, m, causal=causal, sliding_window=window)
+    for i in range(n):
+        for j in range(m):
+            offset = i + (m - n) - j
+            expected = 0 <= offset < window if causal else abs(offset) < window
+            assert bool(mask[i, j]) == expected
+    first, count = allowed_key_range(n, m, causal=causal, sliding_window=window)
+    for i in range(n):
+        keys = mask[i].nonzero()[:, 0].tolist()
+        assert count[i] == len(keys)
+        assert keys == list(range(int(first[i]), int(first[i] + count[i])))
+
+
+def test_modernbert_local_window_is_plus_minus_half_of_local_attention():
+    """ModernBERT with local_attention=128 hands W = 65 to the attention function: ±64."""
+    from sparsefinder.attention.masks import layer_allowed
+
+    mask = layer_allowed(300, 300, causal=False, sliding_window=65)
+    assert mask[150].nonzero()[:, 0].tolist() == list(range(86, 215))  # 150 ± 64
+    assert int(mask[0].sum()) == 65 and torch.equal(mask, mask.T)

@@ -670,3 +670,12 @@ def test_matched_sparsity_interpolates_the_other_curve() -> None:
     assert got["exact_fraction_other"][1] == pytest.approx(0.4)
     with pytest.raises(ValueError, match="no points of c in these results"):
         matched_sparsity(df, "a", "c")
+
+
+def test_sweep_counts_softmax_layers_out_of_its_averages(sparse_modernbert_records):
+    from sparsefinder.evaluation.sweep import sweep
+
+    frame = sweep(sparse_modernbert_records, None, "topk")
+    assert frame.attrs["softmax_layers"] == [1, 2]
+    gold = frame.attrs["gold_sparsity_per_layer"]
+    assert frame.attrs["gold_sparsity"] == pytest.approx((gold[0] + gold[3]) / 2)

@@ -371,3 +371,22 @@ def test_predict_record_spends_per_row_budgets_inside_a_local_window():
     assert torch.equal(masks[0].sum(-1)[0], rows.clamp(max=3))
     assert torch.equal(masks[1].sum(-1)[0], rows.clamp(max=3))  # 3 of the 5 window keys
     assert not (masks[1] & ~torch.ones(n, n, dtype=torch.bool).tril().triu(-window + 1)).any()
+
+
+def test_bidirectional_local_layers_get_predictions_cut_to_their_window(
+        sparse_modernbert_records):
+    """ModernBERT's local layers (W = 5: keys |i - j| <= 4): every prediction is cut to the
+    band on both sides; top-k spends its k keys inside it; global layers are not cut."""
+    record = sparse_modernbert_records[1]
+    n = record.n_tokens
+    band = (torch.arange(n)[:, None] - torch.arange(n)[None]).abs() <= 4
+    everything = PredictorSpec.of("window", {"window": 4 * n})
+    masks = predict_record(everything, everything.build_layers(None, 4), RecordInputs(record))
+    assert masks[0].all() and masks[3].all()
+    for local in (1, 2):
+        assert torch.equal(masks[local], band.expand_as(masks[local]))
+    topk = PredictorSpec.of("topk", {"k": 3})
+    masks = predict_record(topk, topk.build_layers(None, 4), RecordInputs(record))
+    assert (masks[1].sum(-1) == 3).all() and not masks[1][:, ~band].any()
+    assert (masks[0].sum(-1) == 3).all()
+

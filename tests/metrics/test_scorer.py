@@ -347,3 +347,30 @@ def test_score_layers_is_not_causal_by_default() -> None:
     scores = score_layers([future], [future])
     assert scores.sparsity.tolist() == [[pytest.approx(1 - 3 / 9)]]
     assert score_layers([future], [future], causal=True).sparsity.tolist() == [[1.0]]
+
+
+def test_macro_average_leaves_softmax_layers_out_and_counts_them(sparse_modernbert_records):
+    """Per-layer values keep every layer; the overall value is the entmax layers' mean."""
+    from sparsefinder.metrics.scorer import Scorer
+
+    scores = []
+    for record in sparse_modernbert_records:
+        scorer = Scorer(record)
+        assert scorer.counted.tolist() == [True, False, False, True]
+        scores.append(scorer.score([torch.zeros_like(g) for g in scorer.golds]))
+    out = macro_average(scores)
+    assert out["n_softmax_layers"] == 2
+    per_layer = out["gold_sparsity_per_layer"]
+    assert per_layer.shape == (4,)
+    assert out["gold_sparsity"] == pytest.approx(float(per_layer[[0, 3]].mean()))
+    # a softmax local layer's gold is its whole ±4 window: its sparsity is exactly 0
+    assert per_layer[1] == pytest.approx(0.0) and per_layer[2] == pytest.approx(0.0)
+    assert out["gold_sparsity"] > 0
+
+
+def test_macro_average_of_all_softmax_layers_keeps_them_all() -> None:
+    ones = torch.ones(2, 3, dtype=torch.float64)
+    scores = GraphScores(recall=ones, sparsity=ones * 0.5,
+                         counted=torch.tensor([False, False]))
+    out = macro_average([scores])
+    assert out["n_softmax_layers"] == 2 and out["sparsity"] == 0.5

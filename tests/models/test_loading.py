@@ -23,10 +23,16 @@ def test_local_folder_and_causal_flag(tiny_model_dirs):
     assert load_model(str(tiny_model_dirs["roberta"]), device="cpu").max_length == 64
 
 
-@pytest.mark.parametrize("alpha", [0.5, 0.999, -1, float("nan"), float("inf"), "1.5", None, True])
+@pytest.mark.parametrize("alpha", [0.5, 0.999, -1, float("nan"), float("inf"), "1.5", True])
 def test_bad_alpha_is_rejected_with_a_message(alpha):
     with pytest.raises(ValueError, match="alpha"):
         load_model("default", alpha=alpha)
+
+
+def test_no_alpha_means_the_models_own_else_1_5(tiny_model_dirs):
+    loaded = load_model(str(tiny_model_dirs["bert"]), alpha=None, device="cpu")
+    assert loaded.alpha == 1.5 and loaded.alpha_source == "default"
+    assert loaded.layer_alphas == [1.5, 1.5]
 
 
 def test_unknown_model_names_what_was_tried(tmp_path):

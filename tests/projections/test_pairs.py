@@ -46,3 +46,36 @@ def test_causal_and_full_layers_draw_from_the_past_or_every_key():
     assert (key <= query).all() and (query - key >= WINDOW).any()
     head, query, key = _negative_positions(_record(None, causal=False))
     assert (key > query).any() and (key != query).all()
+
+
+def test_softmax_layers_are_not_trained_and_predict_every_key(sparse_modernbert_records):
+    """ModernBERT's local layers ran softmax (dense gold): training leaves their maps at zero
+    (every key at distance 0: the whole window predicted) and lists them in the metadata."""
+    from sparsefinder.projections.hinge import train_projections
+    from sparsefinder.projections.logistic import train_logistic
+    from sparsefinder.projections.pairs import softmax_layer
+
+    records = sparse_modernbert_records
+    assert [softmax_layer(records, i) for i in range(4)] == [False, True, True, False]
+    projections = train_projections(records, rank=2, batch_size=64, alpha=1.5)
+    assert projections.metadata["softmax_layers"] == [1, 2]
+    assert projections.metadata["positives_per_layer"][1:3] == [0, 0]
+    for layer in range(4):
+        zero = bool((projections.weight[layer] == 0).all())
+        assert zero == (layer in (1, 2))
+    logistic = train_logistic(list(records), rank=2, batch_size=64)
+    assert bool((logistic.weight[1] == 0).all()) and bool(logistic.weight[0].abs().sum() > 0)
+
+
+def test_mixed_softmax_and_entmax_records_of_one_layer_are_refused(sparse_modernbert_records):
+    import dataclasses
+
+    import pytest
+
+    from sparsefinder.projections.pairs import softmax_layer
+
+    record = sparse_modernbert_records[0]
+    odd = dataclasses.replace(record, layers=[dataclasses.replace(g, alpha=1.5)
+                                              for g in record.layers])
+    with pytest.raises(ValueError, match="layer 1 ran softmax in some records"):
+        softmax_layer([record, odd], 1)
