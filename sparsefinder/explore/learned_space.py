@@ -299,3 +299,39 @@ def kmeans_region(space: HeadSpace, xs: Tensor, ys: Tensor) -> Tensor | None:
     ids = KMeans.from_centroids(decision.centroids[None], top_k).assign(points[None])[0]
     inside = torch.isin(ids, decision.query_clusters).any(-1)
     return inside.reshape(len(ys), len(xs))
+
+
+def reasons(space: HeadSpace) -> list[str]:
+    """Why each key is kept or not, in words (one per key), from the decision's own terms:
+    its distance against the threshold, the bins or the clusters it shares with the query."""
+    d = space.decision
+    out = []
+    for j in range(space.keys.shape[0]):
+        if not bool(space.allowed[j]):
+            out.append("not allowed (a future key)")
+            continue
+        if bool(space.by_pattern[j]):
+            out.append("kept by the window / global tokens")
+            continue
+        kept = bool(d.keep[j])
+        if d.kind == THRESHOLD:
+            if d.threshold is None or not math.isfinite(d.threshold):
+                out.append("the row keeps no key")
+            else:
+                gap = float(space.distances[j]) - d.threshold
+                out.append(f"d − t = {gap:+.3g}" + (" (within t)" if kept else " (beyond t)"))
+        elif d.kind == QUANTIZATION:
+            shared = (d.key_bins[j] == d.query_bins).nonzero().flatten().tolist()
+            out.append("shares its bin in dim " + ", ".join(str(s + 1) for s in shared)
+                       if shared else "no shared bin: bins "
+                       + ",".join(map(str, d.key_bins[j].tolist())) + " vs the query's "
+                       + ",".join(map(str, d.query_bins.tolist())))
+        elif d.kind == KMEANS:
+            mine = d.key_clusters[j].tolist()
+            shared = [c for c in mine if c in set(d.query_clusters.tolist())]
+            out.append("shares cluster " + ", ".join(f"c{c}" for c in shared) if shared else
+                       "clusters " + ", ".join(f"c{c}" for c in mine) + " vs the query's "
+                       + ", ".join(f"c{c}" for c in d.query_clusters.tolist()))
+        else:
+            out.append("kept by the method" if kept else "not kept by the method")
+    return out
