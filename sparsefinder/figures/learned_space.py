@@ -214,7 +214,8 @@ def row_figure(space: HeadSpace, labels: Sequence[str]) -> go.Figure:
         idx = np.nonzero((codes == code) & (probs > 0))[0]
         if len(idx):
             data.append(dict(
-                type="bar", x=rank[idx].tolist(), y=probs[idx].tolist(), xaxis="x",
+                type="bar", name="gold p, " + ("kept" if code == 1 else "missed"),
+                x=rank[idx].tolist(), y=probs[idx].tolist(), xaxis="x",
                 yaxis="y2", marker=dict(color=_rgb(code)), showlegend=False, width=0.9,
                 customdata=[["k", int(j)] for j in idx],
                 text=[f"key {labels[j]}<br>gold p = {probs[j]:.3f}<br>d = {d[j]:.4g}"
