@@ -192,6 +192,11 @@ def _legend(space: space_view.HeadSpace) -> str:
         text += (" The circle has radius t on the plane: a projection never lengthens a "
                  "distance, so every key within t lies inside it, but a key inside it may "
                  "still be beyond t (the row chart has the exact distances).")
+        t = space.decision.threshold
+        flat = (space.keys_2d - space.queries_2d[space.query]).norm(dim=1)
+        if t is not None and math.isfinite(t) and t >= float(flat.max()):
+            text += (" Here every key lies inside it: this head's distances are decided "
+                     "mostly off the plane.")
     elif kind == space_view.KMEANS:
         text += " ✕ centroids; purple: the query's chosen clusters."
     return text

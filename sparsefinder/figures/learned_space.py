@@ -134,16 +134,28 @@ def space_figure(space: HeadSpace, labels: Sequence[str], title: str = "") -> go
         marker=dict(color=SELECTED_COLOR, size=18, symbol="star",
                     line=dict(width=1, color="white"))))
     axis = ("dim 1", "dim 2") if exact else ("PC 1 of the keys", "PC 2 of the keys")
+    shown = [q2, k2]
+    if decision.kind == KMEANS:
+        shown.append(space.plane.apply(decision.centroids).numpy())
+    view = _extent(np.concatenate(shown))  # the points fill the view; a wide circle clips
     layout = dict(
         title=dict(text=title, font=dict(size=14)) if title else None,
         height=SPACE_HEIGHT, margin=dict(l=10, r=10, t=40 if title else 10, b=10),
         plot_bgcolor="white", hovermode="closest", shapes=shapes, uirevision="space",
-        legend=dict(orientation="h", y=-0.08, x=0, font=dict(size=11)),
-        xaxis=dict(title=dict(text=axis[0]), zeroline=False, gridcolor="#eee"),
+        legend=dict(orientation="h", yanchor="top", y=-0.14, x=0, font=dict(size=11)),
+        xaxis=dict(title=dict(text=axis[0]), zeroline=False, gridcolor="#eee",
+                   range=view[0]),
         yaxis=dict(title=dict(text=axis[1]), zeroline=False, gridcolor="#eee",
-                   scaleanchor="x", scaleratio=1),
+                   range=view[1], scaleanchor="x", scaleratio=1),
         clickmode="event+select")
     return fast_figure(data, layout)
+
+
+def _extent(points: np.ndarray, pad: float = 0.08) -> list[list[float]]:
+    """[x range, y range] holding ``points`` (n, 2) with a margin."""
+    low, high = points.min(0), points.max(0)
+    margin = pad * np.maximum(high - low, 1e-6)
+    return [[float(low[i] - margin[i]), float(high[i] + margin[i])] for i in range(2)]
 
 
 def _centroid_traces(space: HeadSpace) -> list[dict]:
