@@ -22,7 +22,7 @@ from sparsefinder.figures import learned_space as space_figures
 
 st.title("Learned space")
 
-PICKED_KEY = "_ls_key"  # (layer, head, query, key) of the key clicked last
+PICKED_KEY = shell.PAIR_KEY  # (layer, head, query, key) of the key clicked last
 EXPLORER = "app_pages/explorer.py"
 
 

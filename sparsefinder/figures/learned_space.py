@@ -89,7 +89,9 @@ def _key_traces(space: HeadSpace, labels: Sequence[str], x: np.ndarray, y: np.nd
             marker=dict(color=_rgb(code), size=sizes[idx].tolist(),
                         symbol=["diamond" if pattern[j] else "circle" for j in idx],
                         line=dict(width=0.5, color="white"),
-                        opacity=0.55 if code == 0 else 0.95)))
+                        opacity=0.55 if code == 0 else 0.95),
+            # a click selects a point: keep the others readable, not faded out
+            unselected=dict(marker=dict(opacity=0.5 if code == 0 else 0.85))))
     return traces
 
 
