@@ -74,3 +74,18 @@ def test_without_projections_the_page_says_why(without_projections):
     at = _open(method="fixed")
     assert not figures(at)
     assert any("needs learned projections" in i.value for i in at.info)
+
+
+def test_a_pair_picked_here_is_ringed_in_the_explorer():
+    at = _open(layer="0", head="1", query="3")
+    at.session_state["_pair"] = (0, 1, 3, 6)  # what a click on key 6 stores
+    at.run()
+    assert any("Picked pair" in m.value for m in at.markdown)
+    at.switch_page("app_pages/explorer.py").run()
+    assert_clean(at)
+    head = next(f for f in figures(at) if any(t.get("name") == "picked pair" for t in f["data"]))
+    rings = [t for t in head["data"] if t.get("name") == "picked pair"]
+    assert len(rings) == 3 and all(t["x"] == [6] and t["y"] == [3] for t in rings)
+    assert any("picked on Learned space" in c.value for c in at.caption)
+    at.selectbox(key="w_head").set_value(2).run()  # another head: no ring
+    assert not any(t.get("name") == "picked pair" for f in figures(at) for t in f["data"])
