@@ -40,6 +40,7 @@ HERE = Path(__file__).resolve().parent
 #: (file, title, icon). The first page is the default one.
 PAGES: list[tuple[str, str, str]] = [
     ("app_pages/explorer.py", "Explorer", ":material/grid_view:"),
+    ("app_pages/learned_space.py", "Learned space", ":material/bubble_chart:"),
     ("app_pages/pareto.py", "Pareto", ":material/show_chart:"),
     ("app_pages/tokens.py", "Token view", ":material/segment:"),
     ("app_pages/clusters.py", "Clusters", ":material/scatter_plot:"),

@@ -56,6 +56,7 @@ PRED_CACHE_KEY = "_predictions"
 CLUSTER_KEY = "_cluster"  # the k-means cluster picked on the Clusters page (None: none)
 CLUSTER_ANCHOR_KEY = "_cluster_for"  # (model, text hash, layer, head) it was picked on
 CLUSTER_PARAM = "cluster"
+PAIR_KEY = "_pair"  # (layer, head, query, key) picked on Learned space; the Explorer rings it
 #: The settings of a link that were fixed, and the (view state, cache key) they were fixed
 #: for: one warning, shown until the user changes something.
 FIXES_KEY = "_fixes"

@@ -119,6 +119,7 @@ def _explorer() -> None:
     figure = _head_figure(record, preds, layer, head, labels, shown)
     tag = f"L{layer}H{head}"
     cluster = _cluster_outline(ctx, state, figure, labels) if shown == slice(None) else None
+    pair = _picked_pair(state, figure, labels, shown)
     st.plotly_chart(figure, config=common_figures.chart_config(f"head_{tag}"), key="w_fig_head")
     other = _compare_picker(prepared, layer, head)
     if other is not None:
@@ -130,6 +131,8 @@ def _explorer() -> None:
         left.caption(cluster)
         right.button("Clear cluster", key="w_clear_cluster", on_click=shell.set_cluster,
                      args=(None,), help="Stop highlighting the cluster picked on Clusters.")
+    if pair is not None:
+        st.caption(pair)
     st.caption(":green[■ TP] predicted gold edge · :red[■ FN] missed gold edge · "
                ":orange[■ FP] extra predicted edge. Hover an edge for its tokens; zooming one "
                "panel zooms all three.")
@@ -340,6 +343,23 @@ def _cluster_outline(ctx: shell.AppContext, state: urlstate.ViewState, figure,
     graph_figures.outline_cluster(figure, edges.numpy(), rows.numpy(), cluster, labels)
     return (f"highlighting cluster {cluster} (B={clusters}, k={state.top_k}): ▸ its queries, "
             f"□ its {int(edges.sum())} edges (query and key both in cluster {cluster}).")
+
+
+def _picked_pair(state: urlstate.ViewState, figure, labels: list[str],
+                 shown: slice) -> str | None:
+    """Ring the query–key pair picked on the Learned space page when it is in this head, row
+    and window; the caption to show, or None."""
+    picked = st.session_state.get(shell.PAIR_KEY)
+    if picked is None or tuple(picked[:3]) != (state.layer, state.head, state.query):
+        return None
+    query, key = picked[2], picked[3]
+    start, stop, _ = shown.indices(len(labels))
+    if not (start <= query < stop and start <= key < stop):
+        return None
+    graph_figures.mark_pair(figure, query - start, key - start,
+                            f"q{labels[query]} -> k{labels[key]}")
+    return (f":violet[◯] the pair picked on Learned space: query {labels[query]} → key "
+            f"{labels[key]}.")
 
 
 def _edges_csv(prepared: prep.PreparedText, layer: int, head: int, pred) -> bytes:

@@ -208,6 +208,23 @@ def outline_cluster(fig: go.Figure, edges: np.ndarray, rows: np.ndarray, cluster
     return fig
 
 
+PAIR_COLOR = "rgb(103, 58, 183)"
+
+
+def mark_pair(fig: go.Figure, row: int, col: int, label: str) -> go.Figure:
+    """Ring one query–key cell (``row``, ``col`` on the figure's axes) on the three panels of
+    :func:`head_figure`: the pair picked on the Learned space page."""
+    for index in range(1, 4):
+        suffix = "" if index == 1 else str(index)
+        fig.add_trace(dict(
+            type="scatter", mode="markers", x=[col], y=[row], name="picked pair",
+            text=[label], hovertemplate="%{text}<extra>picked pair</extra>",
+            marker=dict(symbol="circle-open", size=16, color=PAIR_COLOR,
+                        line=dict(width=2.5, color=PAIR_COLOR)),
+            xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
+    return fig
+
+
 def overview_figure(values: np.ndarray, metric: str, selected: tuple[int, int]) -> go.Figure:
     """Clickable layer × head grid coloured by a metric; the chosen head is outlined.
 

@@ -234,14 +234,23 @@ def predict_record(spec: PredictorSpec, predictors: Sequence[Predictor | None],
             masks.append(torch.zeros_like(record.layers[layer].gold))
             continue
         q, k = vectors.get(layer, spec.inputs)
-        window = record.layers[layer].sliding_window
-        if window and honours_window(predictor):  # a per-row budget spent inside the window
-            mask = predictor.predict(q, k, causal=record.causal, sliding_window=window)
-        else:
-            mask = predictor.predict(q, k, causal=record.causal)
-        if window:  # a local layer: keys outside its window can never be attended to
-            n, m = mask.shape[-2:]
-            mask = mask & layer_allowed(n, m, causal=record.causal, sliding_window=window,
-                                        device=mask.device)
-        masks.append(mask)
+        masks.append(predict_layer(predictor, q, k, causal=record.causal,
+                                   sliding_window=record.layers[layer].sliding_window))
     return masks
+
+
+def predict_layer(predictor: Predictor, q: Tensor, k: Tensor, *, causal: bool,
+                  sliding_window: int | None = None) -> Tensor:
+    """One layer's bool (heads, n, m) mask, as :func:`predict_record` predicts it: a
+    sliding-window layer's prediction is cut to its window (a predictor that honours the
+    window spends its per-row budget inside it). Exposed so that a view of one head
+    (``explore.learned_space``) predicts exactly as a record does."""
+    if sliding_window and honours_window(predictor):  # a per-row budget inside the window
+        mask = predictor.predict(q, k, causal=causal, sliding_window=sliding_window)
+    else:
+        mask = predictor.predict(q, k, causal=causal)
+    if sliding_window:  # a local layer: keys outside its window can never be attended to
+        n, m = mask.shape[-2:]
+        mask = mask & layer_allowed(n, m, causal=causal, sliding_window=sliding_window,
+                                    device=mask.device)
+    return mask

@@ -39,12 +39,13 @@ VIEWPORTS = ((1280, 800), (1440, 900))
 #: every method on the text (most of this module's CPU time, on one core: the app runs torch
 #: on one thread) starts in a tab of its own ahead of time and runs while the main tab checks
 #: other pages.
-PAGES = {"explorer": "", "tokens": "tokens", "clusters": "clusters",
-         "coreference": "coreference", "pareto": "pareto"}
+PAGES = {"explorer": "", "learned_space": "learned_space", "tokens": "tokens",
+         "clusters": "clusters", "coreference": "coreference", "pareto": "pareto"}
 SLOW = "pareto"
 #: Title and number of metrics each page draws: a check that ran on an empty or half-drawn
 #: page would pass on nothing.
-DRAWN = {"explorer": ("Explorer", 6), "tokens": ("Token view", 3), "clusters": ("Clusters", 0),
+DRAWN = {"explorer": ("Explorer", 6), "learned_space": ("Learned space", 4),
+         "tokens": ("Token view", 3), "clusters": ("Clusters", 0),
          "coreference": ("Coreference", 6), "pareto": ("Pareto", 0)}
 DRAWN_JS = """() => [
   document.querySelector('[data-testid="stMain"] h1')?.innerText.trim() ?? null,
