@@ -73,10 +73,15 @@ def save_atlas(atlas: HeadAtlas, out: str | Path) -> tuple[Path, Path]:
     out.mkdir(parents=True, exist_ok=True)
     csv_path, json_path = out / "heads.csv", out / "atlas.json"
     table = atlas.heads.to_csv(index=False).encode("utf-8")
-    document = json.dumps(atlas_to_dict(atlas), allow_nan=False).encode("utf-8")
     atomic_write(csv_path, lambda handle: handle.write(table))
-    atomic_write(json_path, lambda handle: handle.write(document))
+    save_atlas_json(atlas, json_path)
     return csv_path, json_path
+
+
+def save_atlas_json(atlas: HeadAtlas, path: str | Path) -> Path:
+    """Write ``atlas.json`` alone (atomically) at ``path``: what a cache keeps."""
+    document = json.dumps(atlas_to_dict(atlas), allow_nan=False).encode("utf-8")
+    return atomic_write(path, lambda handle: handle.write(document))
 
 
 def load_atlas(path: str | Path) -> HeadAtlas:
