@@ -8,7 +8,7 @@ gives the heatmap's order and metric MDS (scikit-learn, on the precomputed dista
 map where similar heads sit together.
 
 Per row, with entropies H (nats) and S = p_a + p_b:
-``JSD = log 2 − (H_a + H_b)/2 − ½ Σ_j S_j log S_j`` (the only pairwise term is the last).
+``JSD = −(H_a + H_b)/2 − ½ Σ_j S_j log(S_j / 2)`` (the only pairwise term is the last).
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ def jsd_row_sums(record: AttentionRecord) -> Tensor:
     out = torch.zeros(count, count, dtype=torch.float64)
     for a in range(count):  # a loop over heads (72 for 6×12), never over rows
         pair = probs[a:] + probs[a]  # (count − a, n, m)
-        pairwise = torch.special.xlogy(pair, pair).sum(-1)  # Σ S log S per row
-        jsd = math.log(2) + 0.5 * (neg_entropy[a:] + neg_entropy[a]) - 0.5 * pairwise
+        pairwise = torch.special.xlogy(pair, 0.5 * pair).sum(-1)  # Σ S log(S/2) per row
+        jsd = 0.5 * (neg_entropy[a:] + neg_entropy[a]) - 0.5 * pairwise
         sums = jsd.clamp(min=0).sum(-1) / math.log(2)
         out[a, a:] = sums
         out[a:, a] = sums
