@@ -18,8 +18,6 @@ orders heads by similarity and maps them in 2-D (:mod:`.atlas_similarity`), and 
 from __future__ import annotations
 
 import hashlib
-import heapq
-import itertools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -157,7 +155,6 @@ def _typical_rows(records: Iterable[AttentionRecord], means: Mapping[str, torch.
     target = torch.stack([means[name] for name in TYPICAL_FEATURES], -1)  # (L, H, F)
     best: dict[str, list] = {}
     texts: dict[str, str] = {}
-    tie = itertools.count()  # equal gaps and texts never compare the payloads
     for record in records:
         punctuation = punctuation_mask(record.tokens, record.special)
         ordinary = ~torch.tensor(record.special, dtype=torch.bool)
@@ -173,17 +170,16 @@ def _typical_rows(records: Iterable[AttentionRecord], means: Mapping[str, torch.
         tid = text_id(record.text)
         for layer in range(gap.shape[0]):
             for head in range(gap.shape[1]):
-                key = f"{layer}.{head}"
-                heap = best.setdefault(key, [])
-                item = (-float(gap[layer, head]), tid)
-                if len(heap) < EXAMPLES or item > heap[0][:2]:
-                    entry = (*item, next(tie),
-                             _example(record, layer, head, int(where[layer, head])))
-                    if len(heap) < EXAMPLES:
-                        heapq.heappush(heap, entry)
-                    else:
-                        heapq.heapreplace(heap, entry)
-                    texts[tid] = record.text
+                kept = best.setdefault(f"{layer}.{head}", [])
+                # rounded: float noise of the means (summation order) never reorders ties;
+                # ties go to the smaller text id, on every rank and in the merge alike
+                item = (round(float(gap[layer, head]), 9), tid)
+                if len(kept) == EXAMPLES and item >= kept[-1][:2]:
+                    continue
+                kept.append((*item, _example(record, layer, head, int(where[layer, head]))))
+                kept.sort(key=lambda entry: entry[:2])
+                del kept[EXAMPLES:]
+                texts[tid] = record.text
     return best, texts
 
 
@@ -193,13 +189,12 @@ def _merge_examples(parts: list[tuple[dict[str, list], dict[str, str]]]
     all_texts: dict[str, str] = {}
     for best, texts in parts:
         all_texts.update(texts)
-        for key, heap in best.items():
-            merged.setdefault(key, []).extend(heap)
+        for key, kept in best.items():
+            merged.setdefault(key, []).extend(kept)
     examples: dict[str, list[dict]] = {}
     for key, items in merged.items():
-        items.sort(key=lambda item: (-item[0], item[1]))  # nearest first, then by text id
-        examples[key] = [{**entry, "gap": round(-gap, 6)}
-                         for gap, _, _, entry in items[:EXAMPLES]]
+        items.sort(key=lambda item: item[:2])  # nearest first, then by text id
+        examples[key] = [{**entry, "gap": round(gap, 6)} for gap, _, entry in items[:EXAMPLES]]
     used = {e["text_id"] for rows in examples.values() for e in rows}
     return examples, {tid: text for tid, text in all_texts.items() if tid in used}
 
