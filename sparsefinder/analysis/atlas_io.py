@@ -22,6 +22,10 @@ ATLAS_VERSION = 1
 FORMAT = "sparsefinder-head-atlas"
 
 
+#: Columns of ``heads`` that hold text; every other one is a number.
+TEXT_COLUMNS = frozenset({"type", "type_label", "typical_text_id"})
+
+
 class AtlasFileError(ValueError):
     """An atlas file cannot be read; the message says how to remake it."""
 
@@ -38,7 +42,9 @@ def _clean(value: Any) -> Any:
 
 
 def atlas_to_dict(atlas: HeadAtlas) -> dict[str, Any]:
-    heads = json.loads(atlas.heads.to_json(orient="records"))
+    heads = [{key: value.item() if isinstance(value, np.generic) else value
+              for key, value in row.items()}
+             for row in atlas.heads.to_dict(orient="records")]  # full float precision
     return _clean({
         "format": FORMAT, "version": ATLAS_VERSION, "meta": atlas.meta, "heads": heads,
         "similarity": np.round(atlas.similarity, 6).tolist(), "order": list(atlas.order),
@@ -59,6 +65,9 @@ def atlas_from_dict(payload: dict[str, Any], source: str = "atlas") -> HeadAtlas
         raise AtlasFileError(f"{source} is not a head atlas of version {ATLAS_VERSION}; remake "
                              "it with `sparsefinder atlas --out DIR`")
     heads = pd.DataFrame(payload["heads"])
+    for column in heads.columns:
+        if column not in TEXT_COLUMNS:  # None (a NaN in JSON) back to NaN
+            heads[column] = pd.to_numeric(heads[column])
     return HeadAtlas(
         heads=heads, similarity=np.asarray(payload["similarity"], dtype=float),
         order=[int(i) for i in payload["order"]],

@@ -35,7 +35,8 @@ def grid_figure(atlas: HeadAtlas, column: str, label: str, selected: tuple[int, 
     finite = values[np.isfinite(values)]
     low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
     data = [
-        dict(type="scatter", x=heads, y=layers, mode="markers+text", text=symbols,
+        dict(type="scatter", x=heads.tolist(), y=layers.tolist(), mode="markers+text",
+             text=symbols,
              textfont=dict(color="white", size=12),
              marker=dict(symbol="square", size=size, color=np.nan_to_num(values, nan=low),
                          colorscale="Viridis", cmin=low, cmax=high if high > low else low + 1,
