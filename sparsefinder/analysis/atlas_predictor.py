@@ -1,7 +1,8 @@
 """The predictor the head atlas scores per head: chosen in ONE place.
 
 By default it is the app's default setting (``explore.state.ViewState``: ``distance-budget``
-at target sparsity 0.90), built from the bundled calibration table with the projections file
+at target sparsity 0.90, united with a window of 3 and the first and last tokens as global
+tokens, paper §4.7), built from the bundled calibration table with the projections file
 that table names (the bundle's best, r = 8 lowrank-logistic), through
 :class:`~sparsefinder.methods.spec.PredictorSpec` like every other number of the project.
 Changing the method (e.g. when calibrated methods become families with a calibration
@@ -23,14 +24,17 @@ from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_recor
 from sparsefinder.metrics.scorer import Scorer
 from sparsefinder.projections.heads import HeadProjections, ProjectionsError
 
-#: The app's default method and target sparsity (kept equal by a test).
+#: The app's default setting (a test keeps it equal to ``to_spec(ViewState())``).
 ATLAS_METHOD = "distance-budget"
 ATLAS_TARGET = 0.9
+ATLAS_WINDOW = 3
+ATLAS_GLOBAL: tuple[str, ...] = ("first", "last")
 
 
 def default_spec(target: float = ATLAS_TARGET) -> PredictorSpec:
-    """The setting the atlas scores: the app's default method at ``target`` sparsity."""
-    return PredictorSpec.of(ATLAS_METHOD, {"target_sparsity": float(target)})
+    """The setting the atlas scores: the app's default setting at ``target`` sparsity."""
+    return PredictorSpec.of(ATLAS_METHOD, {"target_sparsity": float(target)},
+                            window=ATLAS_WINDOW, global_tokens=ATLAS_GLOBAL)
 
 
 @dataclass

@@ -168,9 +168,11 @@ def explorer_params(atlas: HeadAtlas, layer: int, head: int, model: str,
 
 
 def type_table(atlas: HeadAtlas) -> pd.DataFrame:
-    """Heads of each pattern type per layer, with readable column names and a total row."""
+    """Heads of each pattern type (rows, readable names) per layer (columns ``L0``…) and in
+    all layers (``all``): narrow enough for a column of the page."""
     counts = atlas.type_counts()
-    counts.columns = [PATTERN_LABELS[c] for c in counts.columns]
-    counts.index = [f"layer {layer}" for layer in counts.index]
-    counts.loc["all layers"] = counts.sum()
-    return counts
+    table = counts.T
+    table.columns = [f"L{layer}" for layer in counts.index]
+    table["all"] = table.sum(axis=1)
+    table.index = [PATTERN_LABELS[kind] for kind in table.index]
+    return table

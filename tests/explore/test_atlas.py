@@ -13,10 +13,10 @@ from synthetic_heads import synthetic_record  # noqa: E402
 
 from sparsefinder.analysis import atlas as analysis_atlas  # noqa: E402
 from sparsefinder.analysis.atlas import compute_atlas  # noqa: E402
-from sparsefinder.analysis.atlas_predictor import ATLAS_METHOD, ATLAS_TARGET  # noqa: E402
+from sparsefinder.analysis.atlas_predictor import default_spec  # noqa: E402
 from sparsefinder.explore import atlas as exatlas  # noqa: E402
 from sparsefinder.explore import texts  # noqa: E402
-from sparsefinder.explore.state import ViewState, parse_view_state  # noqa: E402
+from sparsefinder.explore.state import ViewState, parse_view_state, to_spec  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,7 @@ def atlas():
 
 
 def test_the_atlas_scores_the_apps_default_setting():
-    assert (ViewState().method, ViewState().target) == (ATLAS_METHOD, ATLAS_TARGET)
+    assert default_spec() == to_spec(ViewState())
 
 
 def test_text_names_match_the_apps_links():
@@ -91,5 +91,6 @@ def test_explorer_link_opens_the_head_on_its_typical_row(atlas):
 
 def test_type_table_counts_every_head(atlas):
     table = exatlas.type_table(atlas)
-    assert table.loc["all layers"].sum() == len(atlas.heads)
+    assert table["all"].sum() == len(atlas.heads)
+    assert list(table.columns) == ["L0", "all"]
     assert "first-token/sink" in table.columns
