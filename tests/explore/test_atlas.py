@@ -93,4 +93,4 @@ def test_type_table_counts_every_head(atlas):
     table = exatlas.type_table(atlas)
     assert table["all"].sum() == len(atlas.heads)
     assert list(table.columns) == ["L0", "all"]
-    assert "first-token/sink" in table.columns
+    assert "first-token/sink" in table.index
