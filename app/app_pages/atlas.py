@@ -117,8 +117,9 @@ def _head_card(atlas: HeadAtlas, ctx: shell.AppContext, layer: int, head: int) -
     cols[1].metric("Keys per row", f"{row['support']:.1f}",
                    help=f"median {row['support_q50']:.0f}, 90th percentile "
                         f"{row['support_q90']:.0f}")
-    cols[2].metric("Entropy", f"{row['entropy']:.2f} nats")
-    cols[3].metric("Mean distance", f"{row['distance']:.1f} tokens")
+    cols[2].metric("Entropy (nats)", f"{row['entropy']:.2f}")
+    cols[3].metric("Distance (tokens)", f"{row['distance']:.1f}",
+                   help="Mean attended distance |i − j|, weighted by probability")
     cols[4].metric("Contiguous rows", f"{row['contiguous']:.0%}")
     recall = row.get("pred_recall")
     cols[5].metric("Predictor recall", "—" if recall is None or recall != recall

@@ -63,7 +63,7 @@ def similarity_figure(atlas: HeadAtlas) -> go.Figure:
     names = np.array(head_names(atlas))
     order = np.asarray(atlas.order)
     matrix = atlas.similarity[np.ix_(order, order)]
-    data = [dict(type="heatmap", z=matrix, x=names[order], y=names[order], colorscale="Magma",
+    data = [dict(type="heatmap", z=matrix, x=names[order], y=names[order], colorscale="Blues",
                  zmin=0.0, zmax=float(matrix.max()) or 1.0,
                  colorbar=dict(title=dict(text="JSD (bits)"), thickness=10),
                  hovertemplate="%{y} vs %{x}<br>mean JSD %{z:.3f} bits<extra></extra>")]
