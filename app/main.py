@@ -45,6 +45,7 @@ PAGES: list[tuple[str, str, str]] = [
     ("app_pages/tokens.py", "Token view", ":material/segment:"),
     ("app_pages/clusters.py", "Clusters", ":material/scatter_plot:"),
     ("app_pages/coreference.py", "Coreference", ":material/link:"),
+    ("app_pages/atlas.py", "Atlas", ":material/travel_explore:"),
 ]
 
 

@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.request
 from collections.abc import Callable
@@ -31,6 +32,8 @@ def start_server(timeout: float = 120) -> tuple[str, Callable[[], None]]:
     port = _free_port()
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false")
+    # computed atlases go to a cache of the test run, not the user's ~/.cache
+    env.setdefault("SPARSEFINDER_CACHE_DIR", tempfile.mkdtemp(prefix="sparsefinder-cache-"))
     process = subprocess.Popen(
         [str(ROOT / ".venv" / "bin" / "streamlit"), "run", "app/main.py",
          "--server.port", str(port), "--server.headless", "true",

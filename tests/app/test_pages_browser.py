@@ -40,13 +40,14 @@ VIEWPORTS = ((1280, 800), (1440, 900))
 #: on one thread) starts in a tab of its own ahead of time and runs while the main tab checks
 #: other pages.
 PAGES = {"explorer": "", "learned_space": "learned_space", "tokens": "tokens",
-         "clusters": "clusters", "coreference": "coreference", "pareto": "pareto"}
+         "clusters": "clusters", "coreference": "coreference", "atlas": "atlas",
+         "pareto": "pareto"}
 SLOW = "pareto"
 #: Title and number of metrics each page draws: a check that ran on an empty or half-drawn
 #: page would pass on nothing.
 DRAWN = {"explorer": ("Explorer", 6), "learned_space": ("Learned space", 4),
          "tokens": ("Token view", 3), "clusters": ("Clusters", 0),
-         "coreference": ("Coreference", 6), "pareto": ("Pareto", 0)}
+         "coreference": ("Coreference", 6), "atlas": ("Atlas", 6), "pareto": ("Pareto", 0)}
 DRAWN_JS = """() => [
   document.querySelector('[data-testid="stMain"] h1')?.innerText.trim() ?? null,
   [...document.querySelectorAll('[data-testid="stMetric"]')]
