@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sparsefinder import runtime  # noqa: E402
 
-METHODS = ("distance-budget", "rowfrac-budget", "distance", "quantization", "kmeans")
+METHODS = ("distance:budget", "rowfrac:budget", "distance", "quantization", "kmeans")
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -42,7 +42,7 @@ def _writers() -> dict:
         "projections": lambda p: _projections().save(p),
         "calibration": lambda p: CalibrationTable(
             model_id="m", projections_sha256="0" * 64, targets=[0.9],
-            params={"distance-budget": torch.ones(1, 1, 2)}).save(p),
+            params={"distance:budget": torch.ones(1, 1, 2)}).save(p),
         "key codebooks": lambda p: KeyCodebooks(
             model_id="m", alpha=1.5, centroids={2: torch.zeros(1, 2, 2, 4)}).save(p),
         "hash codes": lambda p: HashCodeTable(

@@ -1,12 +1,11 @@
 """The predictor the head atlas scores per head: chosen in ONE place.
 
-By default it is the app's default setting (``explore.state.ViewState``: ``distance-budget``
+By default it is the app's default setting (``explore.state.ViewState``: ``distance:budget``
 at target sparsity 0.90, united with a window of 3 and the first and last tokens as global
 tokens, paper §4.7), built from the bundled calibration table with the projections file
 that table names (the bundle's best, r = 8 lowrank-logistic), through
 :class:`~sparsefinder.methods.spec.PredictorSpec` like every other number of the project.
-Changing the method (e.g. when calibrated methods become families with a calibration
-parameter) means changing :func:`default_spec` only.
+Changing the method means changing :func:`default_spec` only.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from sparsefinder.metrics.scorer import Scorer
 from sparsefinder.projections.heads import HeadProjections, ProjectionsError
 
 #: The app's default setting (a test keeps it equal to ``to_spec(ViewState())``).
-ATLAS_METHOD = "distance-budget"
+ATLAS_METHOD = "distance:budget"
 ATLAS_TARGET = 0.9
 ATLAS_WINDOW = 3
 ATLAS_GLOBAL: tuple[str, ...] = ("first", "last")
@@ -70,11 +69,11 @@ def calibrated_predictor(table_path: str | Path, model_id: str,
     if table.model_id != model_id:
         raise ValueError(f"{Path(table_path).name} was calibrated for {table.model_id!r}, not "
                          f"{model_id!r}; make one with `sparsefinder calibrate`")
-    if spec.method not in table.params:
-        raise ValueError(f"{Path(table_path).name} holds no {spec.method!r} settings "
-                         f"(it has {', '.join(table.params)})")
+    if not table.has(spec.method_id):
+        raise ValueError(f"{Path(table_path).name} holds no {spec.method_id!r} settings "
+                         f"(it has {', '.join(table.methods())})")
     projections = table.own_projections(table_path)
-    return AtlasPredictor(spec, projections, table.fitted_for(spec.method),
+    return AtlasPredictor(spec, projections, table.fitted_for(spec.method_id),
                           source=f"{Path(table_path).name} + {table.projections_file}")
 
 

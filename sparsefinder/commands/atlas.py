@@ -7,7 +7,7 @@ typical example rows per head and the histograms), and prints the pattern types 
 and the heads where the predictor loses most.
 
 The predictor is the app's default setting (:mod:`sparsefinder.analysis.atlas_predictor`):
-for the bundled model, ``distance-budget`` at ``--target`` from the bundled calibration table;
+for the bundled model, ``distance:budget`` at ``--target`` from the bundled calibration table;
 another model needs ``--calibration FILE`` from `sparsefinder calibrate` (without it, the
 atlas has no predictor columns).
 

@@ -196,8 +196,8 @@ def sweep(
             projections.check_record(record)
     plan = plan_sweep(names, projections, records[0].num_layers, train_records)
     if plan.skipped:
-        warnings.warn(f"skipping {len(plan.skipped)} configurations: " + "; ".join(plan.skipped),
-                      UserWarning, stacklevel=2)
+        warnings.warn(f"skipping {len(plan.skipped)} configurations: "
+                      + skipped_summary(plan.skipped), UserWarning, stacklevel=2)
     if not plan.points:
         raise ValueError(f"no configuration of {names} can be built with these projections")
     rows = [(point.curve, point.spec) for point in plan.points]
@@ -211,6 +211,18 @@ def sweep(
     frame.attrs["gold_sparsity_per_layer"] = [float(x) for x in gold.sparsity]
     frame.attrs["softmax_layers"] = [i for i, c in enumerate(counted.tolist()) if not c]
     return frame
+
+
+def skipped_summary(skipped: Sequence[str]) -> str:
+    """``"curve {params}: reason"`` lines grouped per curve and reason, e.g. ``"kmeans
+    (3 settings): no k-means centroids for B=6"``: one clause per cause, not per point."""
+    groups: dict[tuple[str, str], int] = {}
+    for line in skipped:
+        curve, _, rest = line.partition(" ")
+        reason = rest.split("}: ", 1)[1] if "}: " in rest else rest
+        groups[curve, reason] = groups.get((curve, reason), 0) + 1
+    return "; ".join(f"{curve} ({count} setting{'s' * (count > 1)}): {reason}"
+                     for (curve, reason), count in groups.items())
 
 
 def points_frame(rows: Sequence[tuple[str, PredictorSpec]],

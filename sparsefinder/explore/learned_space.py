@@ -173,7 +173,7 @@ def head_space(prepared: PreparedText, spec: PredictorSpec, layer: int, head: in
                               ("query", query, record.n_tokens)):
         if not 0 <= value < size:
             raise ValueError(f"{name} must be in [0, {size - 1}], got {value}")
-    vectors = prepared.inputs_for(spec.method)
+    vectors = prepared.inputs_for(spec.method_id)
     if not vectors.has_projections:
         raise ValueError("the learned space needs projections for this model; train them with "
                          "`sparsefinder train --model NAME --out DIR` and load the file")
@@ -183,8 +183,8 @@ def head_space(prepared: PreparedText, spec: PredictorSpec, layer: int, head: in
     causal, window = record.causal, graph.sliding_window
     sq = pairwise_sq_dist(qh[None], kh[None])[0]  # the call shape the predictors make
     distances = sq[query].sqrt()
-    base = PredictorSpec.of(spec.method, spec.param_dict).build(
-        vectors.projections, layer, prepared.fitted(spec.method))
+    base = PredictorSpec.of(spec.method, spec.param_dict, calibration=spec.calibration).build(
+        vectors.projections, layer, prepared.fitted(spec.method_id))
     inputs = vectors.get(layer, spec.inputs)
     keep = _row(base, inputs, head, query, causal, window)
     row_allowed = layer_allowed(qh.shape[0], kh.shape[0], causal=causal, sliding_window=window)
@@ -192,7 +192,7 @@ def head_space(prepared: PreparedText, spec: PredictorSpec, layer: int, head: in
                else row_allowed[query].clone())
     decision = _decision(base, keep, qh, kh, sq[query], head, query, spec.inputs, allowed)
     if predicted is None:
-        full = spec.build(vectors.projections, layer, prepared.fitted(spec.method))
+        full = spec.build(vectors.projections, layer, prepared.fitted(spec.method_id))
         predicted = _row(full, inputs, head, query, causal, window)
     probs = head_probs(graph, head, slice(query, query + 1), slice(None))[0]
     return HeadSpace(layer, head, query, qh, kh, fit_plane(kh), distances,

@@ -269,7 +269,7 @@ def test_first_screen_is_the_best_method_at_its_calibrated_setting():
 
 
 def test_output_accuracy_of_the_calibrated_default():
-    """The first screen's method (distance-budget, from the bundled table and its own
+    """The first screen's method (distance:budget, from the bundled table and its own
     projections) runs in the restricted forward too: the table's predictors, not a refit."""
     at = new_app().run()
     at.toggle(key="w_accuracy_on").set_value(True).run()

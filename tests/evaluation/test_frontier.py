@@ -76,9 +76,9 @@ def test_calibrated_readout_does_not_depend_on_the_target_grid() -> None:
         "_test-cal-coarse": [0.5, 0.75, 0.9, 0.95],
         "_test-cal-fine": [round(0.5 + 0.005 * i, 3) for i in range(91)],
     }
-    try:  # two grids over the registered "distance-calibrated" method
+    try:  # two grids over the registered "distance:equal" method
         for name, targets in grids.items():
-            register_curve(name, "distance-calibrated",
+            register_curve(name, "distance:equal",
                            [{"target_sparsity": t} for t in targets])
         points = sweep(held_out, projections, list(grids), train_records=train)
     finally:

@@ -679,3 +679,14 @@ def test_sweep_counts_softmax_layers_out_of_its_averages(sparse_modernbert_recor
     assert frame.attrs["softmax_layers"] == [1, 2]
     gold = frame.attrs["gold_sparsity_per_layer"]
     assert frame.attrs["gold_sparsity"] == pytest.approx((gold[0] + gold[3]) / 2)
+
+
+def test_skipped_points_are_summarised_once_per_curve_and_reason() -> None:
+    from sparsefinder.evaluation.sweep import skipped_summary
+
+    lines = [f'kmeans-routed {{"budget": {b}}}: codebooks are for another model'
+             for b in (0.1, 0.2, 0.3)]
+    lines.append('kmeans {"n_clusters": 6}: no k-means centroids for B=6')
+    assert skipped_summary(lines) == (
+        "kmeans-routed (3 settings): codebooks are for another model; "
+        "kmeans (1 setting): no k-means centroids for B=6")

@@ -94,7 +94,7 @@ def test_distance_keeps_a_key_iff_its_distance_is_within_t(bundled, quantile):
         assert not d.keep[space.order].int().diff().gt(0).any()  # kept: a prefix of the sort
 
 
-@pytest.mark.parametrize("method", ["distance-budget", "rowfrac-budget"])
+@pytest.mark.parametrize("method", ["distance:budget", "rowfrac:budget"])
 def test_calibrated_thresholds_reproduce_their_predictor(bundled, method):
     spec = PredictorSpec.of(method, {"target_sparsity": 0.9})
     kept_some = False
@@ -143,7 +143,7 @@ def test_the_kmeans_region_of_an_exact_plane_holds_exactly_the_kept_keys(flat):
                                           3, 2, 5), space.keys[0, :1], space.keys[0, 1:]) is None
 
 
-@pytest.mark.parametrize("method", ["distance", "quantization", "kmeans", "distance-budget",
+@pytest.mark.parametrize("method", ["distance", "quantization", "kmeans", "distance:budget",
                                     "quest", "fixed"])
 def test_the_full_prediction_is_the_apps(bundled, method):
     """Window and global tokens included: the row the Explorer's diff shows."""
