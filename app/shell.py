@@ -12,6 +12,7 @@ switches (Streamlit forgets the state of widgets a page did not draw).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import tempfile
@@ -25,8 +26,8 @@ import torch
 
 from sparsefinder.bundle import bundle
 from sparsefinder.data.records import TextInputError
+from sparsefinder.explore import app_methods, inputs, live, texts
 from sparsefinder.explore import corpus as excorpus
-from sparsefinder.explore import inputs, live, texts
 from sparsefinder.explore import prepared as prep
 from sparsefinder.explore import state as urlstate
 from sparsefinder.methods.registry import METHODS
@@ -576,24 +577,34 @@ def _link_text(text: str | None, custom: bool) -> None:
         st.query_params[TEXT_PARAM] = payload
 
 
+def _method_changed() -> None:
+    """A family chosen in the menu opens with its own default calibration."""
+    _sync("w_method", "method", None)
+    update_view(calibration=app_methods.APP_CALIBRATIONS[view_state().method][0])
+
+
 def _method_control(prepared: prep.PreparedText | None) -> None:
     st.sidebar.selectbox(
-        "Method", list(urlstate.APP_METHODS), format_func=urlstate.method_label,
-        help="Sparsefinder predictor; its hyperparameters are live sliders on each page. "
-             "Window and global tokens are added to any method (paper §4.7).",
-        **bind("w_method", "method"),
+        "Method", [f for names in app_methods.METHOD_GROUPS.values() for f in names],
+        format_func=app_methods.menu_label,
+        help="Predictor families, grouped: Sparsefinder (learned projections), other "
+             "predictors, fixed patterns and oracles (bounds that need the full score "
+             "matrix). Its hyperparameters are live sliders on each page; window and global "
+             "tokens are added to any method (paper §4.7). SparseBERT's static masks are "
+             "fitted on train graphs: compare them on the Pareto page of `sparsefinder sweep`.",
+        **{**bind("w_method", "method"), "on_change": _method_changed, "args": ()},
     )
-    offered = urlstate.APP_CALIBRATIONS[view_state().method]
+    offered = app_methods.APP_CALIBRATIONS[view_state().method]
     if len(offered) > 1:
         st.sidebar.radio(
-            "Calibration", list(offered), format_func=urlstate.calibration_label,
+            "Calibration", list(offered), format_func=app_methods.calibration_label,
             help="How the method's parameters are set: raw (your slider value for every "
                  "head) or per head from a target sparsity, chosen on TRAIN graphs so that "
                  "the heads share the budget with the highest mean recall.",
             **bind("w_calibration", "calibration",
                    lambda c: c if c in offered else offered[0], str))
     elif offered[0] != "none":
-        st.sidebar.caption(f"Calibration: {urlstate.calibration_label(offered[0])}.")
+        st.sidebar.caption(f"Calibration: {app_methods.calibration_label(offered[0])}.")
 
 
 def build_context() -> AppContext:
@@ -758,7 +769,8 @@ def method_sliders(ctx: AppContext, columns: int = 4) -> urlstate.ViewState:
     """
     prepared, state = ctx.prepared, view_state()
     method = live.effective_method(state, prepared)
-    col = iter(st.columns(columns))
+    generic = app_methods.generic_params(method) if ":" not in method else ()
+    col = iter(st.columns(max(columns, len(generic) + 2)))
     if ":" in method:  # a calibrated form: its parameters come from a target
         next(col).select_slider(
             "Target sparsity", options=prepared.calibration.targets,
@@ -801,6 +813,8 @@ def method_sliders(ctx: AppContext, columns: int = 4) -> urlstate.ViewState:
                  "in at most this many bits (HashAttention-style codes, learned on TRAIN "
                  "gold graphs; bundled for the default model).",
             **bind("w_hamming", "hamming", int, int))
+    for param in generic:
+        _generic_slider(next(col), method, param)
     next(col).select_slider("Window size", options=urlstate.WINDOW_CHOICES,
                             help="Adds edges |i−j| ≤ size//2 (0 = off).",
                             **bind("w_window", "window", urlstate.snap_window, int))
@@ -813,6 +827,27 @@ def method_sliders(ctx: AppContext, columns: int = 4) -> urlstate.ViewState:
                    lambda chosen, c=choice: c in chosen,
                    lambda on, c=choice: _toggle_global(c, on)))
     return view_state()
+
+
+def _generic_slider(where: Any, family: str, param: Any) -> None:
+    """A slider generated from a family's declared parameter (its range, label and help),
+    bound to the view state's ``extra`` values and so to the link."""
+    high = param.high if param.high is not None else param.app_high
+    low = float(param.low or 0.0)
+    value_of = functools.partial(app_methods.extra_value, family=family, param=param)
+    if param.kind is int:
+        kwargs: dict[str, Any] = {"min_value": int(low), "max_value": int(high), "step": 1}
+        cast = int
+    else:
+        step = (float(high) - low) / 100
+        kwargs = {"min_value": low + step if param.low_open else low,
+                  "max_value": float(high), "step": step}
+        cast = float
+    where.slider(
+        param.label, help=param.help or f"{param.name}: {param.describe()}", **kwargs,
+        **bind(f"w_x_{family}_{param.name}", "extra",
+               lambda _extra: value_of(view_state()),
+               lambda v: app_methods.with_extra(view_state(), family, param.name, cast(v))))
 
 
 def _toggle_global(choice: str, on: bool) -> tuple[str, ...]:

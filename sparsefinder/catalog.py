@@ -196,8 +196,9 @@ def _learned_block(p: Params, c: BuildContext) -> Predictor:
 # ------------------------------------------------------------------ declared parameters
 
 def _int(name: str, default: int, low: int, label: str = "", url: str = "",
-         high: int | None = None) -> Param:
-    return Param(name, int, default, low=low, high=high, label=label or name, url=url or name)
+         high: int | None = None, app_high: int | None = None) -> Param:
+    return Param(name, int, default, low=low, high=high, label=label or name, url=url or name,
+                 app_high=app_high)
 
 
 THRESHOLD = Param("threshold", float, 1.0, low=0.0, label="t", url="t",
@@ -224,17 +225,17 @@ def _builtin_methods() -> list[Method]:
         Method("fixed", "Window / global only", (), lambda p, c: None, inputs="shape"),
         Method("window", "Window (w)", (WINDOW,), lambda p, c: Window(int(p["window"])),
                inputs="shape"),
-        Method("longformer", "Longformer", (_int("n_global", 2, 0, "global tokens"),),
+        Method("longformer", "Longformer", (_int("n_global", 2, 0, "global tokens", app_high=32),),
                lambda p, c: Longformer(BASELINE_WINDOW, int(p["n_global"]), seed=c.layer),
                inputs="shape"),
-        Method("bigbird", "BigBird", (_int("n_random", 2, 0, "random keys"),),
+        Method("bigbird", "BigBird", (_int("n_random", 2, 0, "random keys", app_high=32),),
                lambda p, c: BigBird(BASELINE_WINDOW, int(p["n_random"]), seed=c.layer),
                inputs="shape"),
-        Method("reformer", "Reformer (LSH)", (_int("n_buckets", 4, 1, "buckets"),),
+        Method("reformer", "Reformer (LSH)", (_int("n_buckets", 4, 1, "buckets", app_high=32),),
                lambda p, c: Reformer(int(p["n_buckets"]), seed=c.layer)),
-        Method("routing", "Routing (k-means)", (_int("n_clusters", 4, 1, "clusters"),),
+        Method("routing", "Routing (k-means)", (_int("n_clusters", 4, 1, "clusters", app_high=32),),
                lambda p, c: Routing(int(p["n_clusters"]), seed=c.layer)),
-        Method("topk", "Top-k (ORACLE)", (_int("k", 8, 1, "k"),),
+        Method("topk", "Top-k (ORACLE)", (_int("k", 8, 1, "keys per query", "keys", app_high=128),),
                lambda p, c: TopK(int(p["k"])), inputs="original", oracle=True),
         Method("sparsebert-dams", "SparseBERT DAMs (static)", (TARGET_SPARSITY,),
                _static_mask, inputs="shape", fit=_static_mask_fitter("structured")),
@@ -244,11 +245,12 @@ def _builtin_methods() -> list[Method]:
                lambda p, c: NoDiagonal(Distance(float(p["threshold"])))),
         # keys clustered offline, queries routed by q·c
         Method("kmeans-routed", "Routed k-means (B, key budget)",
-               (_int("n_clusters", 128, 1, "B"),
+               (_int("n_clusters", 128, 1, "B", app_high=128),
                 Param("budget", float, 0.1, label="key budget", url="budget", **SHARE)),
                _routed_kmeans("budget"), inputs="original"),
         Method("kmeans-routed-top", "Routed k-means (B, routes)",
-               (_int("n_clusters", 128, 1, "B"), _int("n_routes", 4, 1, "routes")),
+               (_int("n_clusters", 128, 1, "B", app_high=128),
+                _int("n_routes", 4, 1, "routes", app_high=64)),
                _routed_kmeans("top"), inputs="original"),
         Method("topp", "Top-p of entmax (ORACLE)",
                (Param("p", float, 0.9, label="mass p", url="p", **SHARE),),
@@ -264,8 +266,9 @@ def _builtin_methods() -> list[Method]:
         # block Sparsefinder (paper §6): nearest key blocks (and single keys) of pooled
         # projected query blocks; what sparsefinder.attention.block_sparse computes on
         Method("block", "Block Sparsefinder (block, key blocks, single keys)",
-               (_int("block", 32, 1, "block size"), _int("n_blocks", 4, 0, "key blocks"),
-                _int("n_keys", 0, 0, "single keys")),
+               (_int("block", 32, 1, "block size", app_high=64),
+                _int("n_blocks", 4, 0, "key blocks", app_high=16),
+                _int("n_keys", 0, 0, "single keys", app_high=64)),
                lambda p, c: BlockSparsefinder(int(p["block"]), int(p["n_blocks"]),
                                               int(p["n_keys"]))),
         # the same selection (no single keys) scored by projections learned on pooled blocks

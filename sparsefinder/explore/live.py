@@ -17,15 +17,9 @@ from torch import Tensor
 
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.evaluation import sweep as sweeps
+from sparsefinder.explore.app_methods import APP_CALIBRATIONS, method_label
 from sparsefinder.explore.prepared import PreparedText, default_pages, default_threshold
-from sparsefinder.explore.state import (
-    APP_CALIBRATIONS,
-    DEFAULT_CLUSTERS,
-    MAX_PAGES,
-    ViewState,
-    method_label,
-    to_spec,
-)
+from sparsefinder.explore.state import DEFAULT_CLUSTERS, MAX_PAGES, ViewState, to_spec
 from sparsefinder.methods.spec import PredictorSpec, predict_record
 from sparsefinder.metrics.measures import GraphScores
 from sparsefinder.projections.heads import HeadProjections

@@ -19,7 +19,8 @@ from torch import Tensor
 from sparsefinder.calibration.table import CalibrationTable
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.evaluation.curves import QUEST_PAGE
-from sparsefinder.methods.spec import RecordInputs
+from sparsefinder.explore.app_methods import GENERIC_FAMILIES, generic_params
+from sparsefinder.methods.spec import PredictorSpec, RecordInputs
 from sparsefinder.metrics.scorer import Scorer
 from sparsefinder.projections.hash_code_table import HashCodeTable
 from sparsefinder.projections.heads import HeadProjections
@@ -49,6 +50,7 @@ class PreparedText:
     calibrated_vectors: RecordInputs | None = None
     #: learned HashAttention codes that read this model's q/k (None: the method is off)
     hash_codes: HashCodeTable | None = None
+    _generic: list[str] | None = field(default=None, repr=False)
 
     @property
     def projections(self) -> HeadProjections | None:
@@ -100,7 +102,25 @@ class PreparedText:
                 methods.append("kmeans")
         if self.hash_codes is not None:
             methods.append("hashattention")
-        return [*methods, "quest", "fixed"]  # Quest reads the model's own q/k
+        return [*methods, "quest", "fixed", *self._generic_methods()]  # Quest: own q/k
+
+    def _generic_methods(self) -> list[str]:
+        """The families with generated controls that build here (at their declared defaults):
+        shape-only and own-q/k baselines always, learned ones with projections, routed k-means
+        with key codebooks for this model."""
+        if self._generic is None:
+            self._generic = []
+            for family in GENERIC_FAMILIES:
+                spec = PredictorSpec.of(family, {p.name: p.default
+                                                 for p in generic_params(family)})
+                if spec.needs_projections and not self.has_projections:
+                    continue
+                try:
+                    spec.build(self.projections, 0)
+                except ValueError:  # e.g. routed k-means without codebooks for this model
+                    continue
+                self._generic.append(family)
+        return self._generic
 
     def fitted(self, method: str) -> Any:
         """What a calibrated method's predictors are built from (the table), the learned

@@ -13,31 +13,21 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sparsefinder.evaluation.curves import QUEST_PAGE
+from sparsefinder.explore.app_methods import (
+    APP_CALIBRATIONS,
+    APP_METHODS,
+    GENERIC_FAMILIES,
+    extra_value,
+    generic_params,
+    old_method_name,
+)
 from sparsefinder.explore.inputs import DEFAULT_EXAMPLE, list_examples
 from sparsefinder.explore.texts import is_text_id
-from sparsefinder.methods.registry import CALIBRATION_LABELS, METHODS, method_id, resolve_method
+from sparsefinder.methods.registry import CALIBRATION_LABELS, method_id
 from sparsefinder.methods.spec import GLOBAL_CHOICES, PredictorSpec
 from sparsefinder.metrics.measures import EXTRA_METRICS
 from sparsefinder.predictors.hash_codes import HASH_BITS
 
-#: Families the app's sliders drive (keys of the one registry,
-#: :data:`sparsefinder.methods.registry.METHODS`), each with the calibrations the app offers
-#: for it, its default first: ``budget`` reads the bundled calibration table (a target
-#: sparsity), ``none`` the raw parameters.
-APP_CALIBRATIONS: dict[str, tuple[str, ...]] = {
-    "distance": ("budget", "none"),
-    "rowfrac": ("budget",),
-    "kmeans-routed": ("budget",),
-    "quantization": ("none",),
-    "kmeans": ("none",),
-    "hashattention": ("none",),
-    "quest": ("none",),
-    "fixed": ("none",),
-}
-APP_METHODS: tuple[str, ...] = tuple(APP_CALIBRATIONS)
-#: Every family/calibration the app runs, as written (``distance:budget``, ``quest``, …).
-APP_METHOD_IDS: tuple[str, ...] = tuple(method_id(f, c) for f, cs in APP_CALIBRATIONS.items()
-                                        for c in cs)
 DEFAULT_TARGET = 0.9
 MAX_BINS = 16
 MAX_WINDOW = 31
@@ -49,19 +39,6 @@ MAX_PAGES = 64
 #: B shown first: mid-range of the paper's grid (2–20), where k-means is neither trivial
 #: (B = 2 keeps half the pairs) nor starved.
 DEFAULT_CLUSTERS = 8
-
-
-def method_label(method: str) -> str:
-    """The registry's label of a family, or of a family with its calibration, e.g.
-    ``"Distance (t)"``, ``"Distance (t), per head, sparsity budget across heads"``."""
-    family, _, calibration = method.partition(":")
-    label = METHODS[family].label
-    return f"{label}, {CALIBRATION_LABELS[calibration]}" if calibration else label
-
-
-def calibration_label(calibration: str) -> str:
-    """How a calibration sets the parameters, in words."""
-    return CALIBRATION_LABELS[calibration]
 
 
 @dataclass(frozen=True)
@@ -97,6 +74,9 @@ class ViewState:
     example: str = DEFAULT_EXAMPLE
     text_id: str | None = None
     overview: str = "recall"
+    #: values of the generated controls, ``("family.param", value)`` pairs (sorted); a family
+    #: keeps its own (two families' ``n_clusters`` are different numbers)
+    extra: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         # a family the app offers without this calibration gets its default one (switching
@@ -196,7 +176,7 @@ def parse_view_state(
     }
     old = raw("method")
     if old is not None and old not in APP_METHODS:  # an old name, e.g. distance-budget
-        problem = _old_method_name(old)
+        problem = old_method_name(old)
         if problem is not None:
             family, calibration = problem[0]
             changes.update(method=family, calibration=calibration)
@@ -214,6 +194,9 @@ def parse_view_state(
         # was a parameter) meant its raw parameters
         changes["calibration"] = "none"
     method = changes.get("method", state.method)
+    extra = _parse_extra(params, method, problems)
+    if extra:
+        changes["extra"] = tuple(sorted({**dict(state.extra), **extra}.items()))
     calibration = changes.get("calibration", state.calibration)
     offered = APP_CALIBRATIONS[method]
     if calibration not in offered and "calibration" in changes:
@@ -223,18 +206,29 @@ def parse_view_state(
     return state, problems
 
 
-def _old_method_name(text: str) -> tuple[tuple[str, str], str] | None:
-    """An old method name of a link (``distance-budget``) → ((family, calibration), the note
-    that says its new spelling); None when it is not one the app offers."""
-    try:
-        family, calibration = resolve_method(text, warn=False)
-    except ValueError:
-        return None
-    if family not in APP_CALIBRATIONS or calibration not in APP_CALIBRATIONS[family]:
-        return None
-    return (family, calibration), (
-        f"URL parameter method={text!r} is an old name: read as method={family}"
-        f"&calibration={calibration}")
+def _parse_extra(params: Mapping[str, Any], family: str,
+                 problems: list[str]) -> dict[str, Any]:
+    """The generated controls of ``family`` from the link (each parameter's own ``url`` key),
+    checked against its declared range and the app's upper bound; a bad value is left out
+    with a problem message."""
+    values: dict[str, Any] = {}
+    for param in generic_params(family):
+        text = params.get(param.url)
+        if text is None:
+            continue
+        if not isinstance(text, str):
+            text = text[-1] if len(text) else ""
+        text = text.strip()
+        try:
+            param.check(text)
+            value = param.kind(float(text))
+            if param.app_high is not None and value > param.app_high:
+                raise ValueError(f"{param.name} must be at most {param.app_high:g} here")
+        except ValueError as error:
+            problems.append(f"ignored URL parameter {param.url}={text!r}: {error}")
+            continue
+        values[f"{family}.{param.name}"] = value
+    return values
 
 
 def fixes_message(fixes: Sequence[str], link: bool = True) -> str | None:
@@ -298,6 +292,9 @@ def snap_window(size: int) -> int:
 def view_state_to_params(state: ViewState) -> dict[str, str]:
     """ViewState → query parameters (strings); ``None`` fields are left out."""
     out: dict[str, str] = {}
+    for param in generic_params(state.method):
+        value = extra_value(state, state.method, param)
+        out[param.url] = repr(value) if isinstance(value, float) else str(value)
     for name, key in PARAM_NAMES.items():
         value = getattr(state, name)
         if value is None:
@@ -333,6 +330,8 @@ def to_spec(state: ViewState, method: str | None = None) -> PredictorSpec:
         params = {"page_size": QUEST_PAGE, "pages": int(state.pages)}
     elif method == "hashattention":
         params = {"max_distance": int(state.hamming)}
+    elif method in GENERIC_FAMILIES:
+        params = {p.name: extra_value(state, method, p) for p in generic_params(method)}
     return PredictorSpec.of(method, params, window=int(state.window),
                             global_tokens=state.global_tokens, calibration=calibration)
 

@@ -63,7 +63,8 @@ class Param:
 
     ``low``/``high`` are inclusive bounds (None: unbounded); ``low_open`` makes ``low``
     exclusive (a share in (0, 1]). ``url`` is the short query-parameter name of the app's
-    links; ``label`` what a slider or a table header shows.
+    links; ``label`` what a slider or a table header shows; ``app_high`` the largest value the
+    app's slider offers where ``high`` is unbounded (its useful region on 512-token texts).
     """
 
     name: str
@@ -75,6 +76,7 @@ class Param:
     url: str = ""
     help: str = ""
     low_open: bool = False
+    app_high: float | None = None
 
     def describe(self) -> str:
         """The allowed values in words, e.g. ``"an integer >= 1"``."""

@@ -110,9 +110,11 @@ def test_method_select_in_sidebar_switches_sliders(with_projections):
     assert "w_calibration" not in [r.key for r in at.sidebar.radio]
     assert at.query_params["calibration"] == "none"
     at.sidebar.selectbox(key="w_method").set_value("rowfrac").run()
-    assert_clean(at)  # nearest keys come calibrated only: a target, and a caption says so
+    assert_clean(at)  # a family opens with its own default calibration
     assert at.select_slider(key="w_target").value == 0.9
     assert at.query_params["calibration"] == "budget"
+    at.sidebar.selectbox(key="w_method").set_value("kmeans-routed").run()
+    assert_clean(at)  # routed k-means comes calibrated only: a caption says so
     assert any("Calibration: per head" in c.value for c in at.sidebar.caption)
 
 
@@ -276,3 +278,30 @@ def test_output_accuracy_of_the_calibrated_default():
     assert_clean(at)
     assert 0.0 < metric(at, "Output cosine") <= 1.0
     assert 0.85 <= metric(at, "Sparsity run") <= 0.95  # the 0.90 target ∪ window ∪ global
+
+
+@pytest.mark.parametrize("family", ["longformer", "bigbird", "reformer", "routing", "topk",
+                                    "topp", "block", "rowfrac"])
+def test_every_menu_family_opens_with_sliders_from_its_declared_parameters(with_projections,
+                                                                           family):
+    """Baselines and oracles open in the Explorer; their sliders come from the family's
+    declared parameters (range, label) and their values are in the link."""
+    from sparsefinder.explore import app_methods
+
+    at = new_app(method=family, calibration="none").run()
+    assert_clean(at)
+    assert at.sidebar.selectbox(key="w_method").value == family
+    params = app_methods.generic_params(family)
+    assert params
+    for param in params:
+        slider = at.slider(key=f"w_x_{family}_{param.name}")
+        assert slider.label == param.label and slider.value == param.default
+        assert at.query_params[param.url] == str(param.default)
+    first = params[0]
+    moved = first.default + 1 if first.kind is int else round(first.default / 2, 6)
+    at.slider(key=f"w_x_{family}_{first.name}").set_value(moved).run()
+    assert_clean(at)
+    assert float(at.query_params[first.url]) == pytest.approx(moved)
+    reopened = new_app(**{k: v[0] if isinstance(v, list) else v
+                          for k, v in at.query_params.items()}).run()
+    assert reopened.slider(key=f"w_x_{family}_{first.name}").value == pytest.approx(moved)

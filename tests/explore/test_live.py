@@ -41,7 +41,9 @@ def test_k_over_half_of_b_is_named_and_really_full(prepared):
 
 def test_without_projections_learned_methods_are_off_but_fixed_patterns_work(record):
     bare = prep.prepare(record, None)
-    assert bare.available_methods() == ["quest", "fixed"]  # Quest reads the model q/k
+    # Quest and the oracles read the model's q/k; Longformer/BigBird only the shape
+    assert bare.available_methods() == ["quest", "fixed", "longformer", "bigbird", "topk",
+                                        "topp"]
     state = urlstate.ViewState(method="kmeans", window=3, global_tokens=())
     clamped, notes = live.clamp(state, bare)
     assert clamped.method == "kmeans" and notes and "projections" in notes[0]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from sparsefinder.explore import app_methods, texts
 from sparsefinder.explore import clusters as exclusters
 from sparsefinder.explore import state as urlstate
-from sparsefinder.explore import texts
 
 #: The raw (uncalibrated) distance family: ViewState defaults to its calibrated form.
 RAW_DISTANCE = {"method": "distance", "calibration": "none"}
@@ -166,7 +166,9 @@ def test_calibration_is_a_parameter_of_the_method_in_links():
     assert state == default and "expected one of none, equal, budget, recall" in problems[0]
     # a family switch gives the family's own default calibration
     assert default.with_(method="quantization").method_id == "quantization"
-    assert default.with_(method="rowfrac", calibration="none").method_id == "rowfrac:budget"
+    assert default.with_(method="rowfrac", calibration="none").method_id == "rowfrac"
+    assert default.with_(method="kmeans-routed", calibration="none").method_id == (
+        "kmeans-routed:budget")
     assert urlstate.to_spec(default).method_id == "distance:budget"
     assert urlstate.to_spec(default).param_dict == {"target_sparsity": 0.9}
     assert urlstate.parse_view_state({}, urlstate.ViewState(window=7))[0].window == 7
@@ -203,15 +205,16 @@ def test_parse_cluster_bounds():
     assert urlstate.parse_cluster("0", clusters=1) == 0
     assert urlstate.parse_cluster("999") == 999  # no B given: no upper bound
     assert urlstate.parse_cluster(" 1 ", clusters=2) == 1
-    assert urlstate.method_label("distance") == "Distance (t)"
+    assert app_methods.method_label("distance") == "Distance (t)"
 
 
 def test_problem_messages_name_what_is_expected():
     _, problems = urlstate.parse_view_state({"method": "magic", "example": "nope",
                                              "global": "first,middle"})
     assert problems == [
-        "ignored URL parameter method='magic': expected one of distance, rowfrac, "
-        "kmeans-routed, quantization, kmeans, hashattention, quest, fixed",
+        "ignored URL parameter method='magic': expected one of distance, quantization, kmeans, "
+        "rowfrac, kmeans-routed, hashattention, quest, block, fixed, longformer, bigbird, "
+        "reformer, routing, topk, topp",
         "ignored URL parameter global='first,middle': expected a comma list of "
         "('first', 'last') or 'none'",
         "ignored URL parameter example='nope': expected a bundled example name",
@@ -231,3 +234,27 @@ def test_fixes_message_lists_every_fix_in_one_message():
     assert "1 setting that" in urlstate.fixes_message(problems[:1])
     later = urlstate.fixes_message(problems[:1], link=False)  # not from a link
     assert later.startswith("1 setting did not fit this text and model") and "link" not in later
+
+
+def test_generated_controls_read_and_write_their_declared_url_keys():
+    """Baselines' values come from each family's Param declarations: range-checked, kept
+    per family, and under keys that no hand-written field uses."""
+    fixed_keys = set(urlstate.PARAM_NAMES.values())
+    for family in app_methods.GENERIC_FAMILIES:
+        for param in app_methods.generic_params(family):
+            assert param.url not in fixed_keys, (family, param.url)
+            assert param.high is not None or param.app_high is not None, (family, param.name)
+    state, problems = urlstate.parse_view_state({"method": "longformer", "n_global": "4"})
+    assert not problems and state.extra == (("longformer.n_global", 4),)
+    assert urlstate.to_spec(state).param_dict == {"n_global": 4}
+    assert urlstate.view_state_to_params(state)["n_global"] == "4"
+    state, problems = urlstate.parse_view_state({"method": "longformer", "n_global": "999"})
+    assert problems == ["ignored URL parameter n_global='999': n_global must be at most 32 "
+                        "here"] and state.extra == ()
+    _, problems = urlstate.parse_view_state({"method": "topp", "p": "0"})
+    assert problems == ["ignored URL parameter p='0': p must be a number in (0, 1], got '0'"]
+    # a family keeps its own values: routing's n_clusters is not another family's
+    routing = state.with_(method="routing", extra=app_methods.with_extra(
+        state, "routing", "n_clusters", 6))
+    assert urlstate.to_spec(routing).param_dict == {"n_clusters": 6}
+    assert urlstate.to_spec(routing.with_(method="longformer")).param_dict == {"n_global": 2}
