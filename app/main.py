@@ -27,6 +27,10 @@ import streamlit as st  # noqa: E402
 # browser fetch it from a font/emoji CDN (a console error offline, a request to a third party).
 st.set_page_config(page_title="Sparsefinder", layout="wide",
                    page_icon=str(Path(__file__).with_name("favicon.png")))
+# Less blank space above the page title, so the Explorer's panels start on a laptop's first
+# screen (1280×800).
+st.markdown("<style>[data-testid='stMainBlockContainer']{padding-top:2.5rem}</style>",
+            unsafe_allow_html=True)
 _starting = st.empty()
 if "_started" not in st.session_state:  # a session's first run only (no flash on reruns)
     _starting.info("Starting Sparsefinder: loading PyTorch and the model (a few seconds on "

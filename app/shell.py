@@ -844,7 +844,8 @@ def _generic_slider(where: Any, family: str, param: Any) -> None:
                   "max_value": float(high), "step": step}
         cast = float
     where.slider(
-        param.label, help=param.help or f"{param.name}: {param.describe()}", **kwargs,
+        param.label[:1].upper() + param.label[1:],
+        help=param.help or f"{param.name}: {param.describe()}", **kwargs,
         **bind(f"w_x_{family}_{param.name}", "extra",
                lambda _extra: value_of(view_state()),
                lambda v: app_methods.with_extra(view_state(), family, param.name, cast(v))))

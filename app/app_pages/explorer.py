@@ -42,16 +42,13 @@ def _pick_from_grid() -> None:
 
 def _head_picker(ctx: shell.AppContext) -> None:
     layers, heads = ctx.prepared.num_layers, ctx.prepared.num_heads
-    cols = st.columns([2, 2, 1, 1, 3], vertical_alignment="bottom")
+    cols = st.columns([2, 2, 1, 1], vertical_alignment="bottom")
     cols[0].selectbox("Layer", range(layers), **shell.bind("w_layer", "layer"))
     cols[1].selectbox("Head", range(heads), **shell.bind("w_head", "head"))
     cols[2].button("◀ Prev", key="w_prev", on_click=_step_head, args=(-1, layers, heads),
                    width="stretch", help="Previous head")
     cols[3].button("Next ▶", key="w_next", on_click=_step_head, args=(1, layers, heads),
                    width="stretch", help="Next head")
-    cols[4].radio("Overview colour", list(urlstate.OVERVIEW_METRICS), horizontal=True,
-                  help="Colour of the layer × head grid below (kept in the link).",
-                  **shell.bind("w_colour_by", "overview"))
 
 
 #: The gold sparsity is shown under each sparsity metric, as its delta: "gold 0.944".
@@ -87,10 +84,21 @@ def _metrics(summary: dict[str, live.Summary], layer: int, head: int) -> None:
                       "1 − |Ĝ| / (n·m) (decoders: over the n(n+1)/2 allowed pairs).\n\n"
                       f"Below it, **{name} gold sparsity**: sparsity of the true α-entmax "
                       "graph, what a perfect predictor reaches.")
-        if values.extra:
-            column.caption(" · ".join(f"{_EXTRA_LABELS.get(key, key)} {value:.3f}"
-                                      for key, value in values.extra.items()),
-                           help=_EXTRA_HELP)
+
+
+def _more_metrics(summary: dict[str, live.Summary], layer: int, head: int) -> None:
+    """Precision, exact rows, mass recall and block recall per scope, under the panels (the
+    headline above them holds recall and sparsity only, so the panels start on the first
+    screen)."""
+    scopes = {"head": f"Head L{layer}·H{head}", "layer": f"Layer {layer}", "model": "Model"}
+    with st.expander("More metrics: precision, exact rows, mass recall, block recall"):
+        for column, (scope, title) in zip(st.columns(3), scopes.items(), strict=True):
+            values = summary[scope]
+            if values.extra:
+                column.markdown(f"**{title}**")
+                column.caption(" · ".join(f"{_EXTRA_LABELS.get(key, key)} {value:.3f}"
+                                          for key, value in values.extra.items()),
+                               help=_EXTRA_HELP)
 
 
 @st.fragment
@@ -112,7 +120,6 @@ def _explorer() -> None:
     preds, scores = shell.predictions(ctx, state)
     summary = live.summarize(scores, layer, head)
     _metrics(summary, layer, head)
-    _accuracy(ctx, state)
 
     labels = inputs.token_labels(record)
     shown = _token_range(record)
@@ -136,11 +143,16 @@ def _explorer() -> None:
     st.caption(":green[■ TP] predicted gold edge · :red[■ FN] missed gold edge · "
                ":orange[■ FP] extra predicted edge. Hover an edge for its tokens; zooming one "
                "panel zooms all three.")
+    _more_metrics(summary, layer, head)
+    _accuracy(ctx, state)
     if record.n_tokens > long_view.LONG_TEXT:
         _block_overview(record, preds, layer, head)
     grid_col, dl_col = st.columns([2, 1])
-    metric = state.overview
     with grid_col:
+        st.radio("Overview colour", list(urlstate.OVERVIEW_METRICS), horizontal=True,
+                 help="Colour of the layer × head grid below (kept in the link).",
+                 **shell.bind("w_colour_by", "overview"))
+        metric = shell.view_state().overview
         st.markdown(f"**All layers × heads** · coloured by {metric}; click a cell to open it")
         values = getattr(scores, metric).numpy()
         st.plotly_chart(graph_figures.overview_figure(values, metric, (layer, head)),
@@ -367,9 +379,7 @@ def _edges_csv(prepared: prep.PreparedText, layer: int, head: int, pred) -> byte
 
 
 ctx = shell.context()
-st.caption(
-    "Gold graph (α-entmax probability > 0), the predicted graph and their diff for one head. "
-    "Sliders recompute predictions on cached vectors; the model does not rerun."
-)
+st.caption("One head's gold graph (α-entmax probability > 0), the predicted graph and their "
+           "diff; sliders re-predict on cached vectors (the model does not rerun).")
 if shell.show_messages(ctx):
     explorer()

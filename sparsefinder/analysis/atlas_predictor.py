@@ -1,8 +1,8 @@
 """The predictor the head atlas scores per head: chosen in ONE place.
 
 By default it is the app's default setting (``explore.state.ViewState``: ``distance:budget``
-at target sparsity 0.90, united with a window of 3 and the first and last tokens as global
-tokens, paper §4.7), built from the bundled calibration table with the projections file
+at target sparsity 0.90, without window or global tokens, so the target is the sparsity),
+built from the bundled calibration table with the projections file
 that table names (the bundle's best, r = 8 lowrank-logistic), through
 :class:`~sparsefinder.methods.spec.PredictorSpec` like every other number of the project.
 Changing the method means changing :func:`default_spec` only.
@@ -26,8 +26,8 @@ from sparsefinder.projections.heads import HeadProjections, ProjectionsError
 #: The app's default setting (a test keeps it equal to ``to_spec(ViewState())``).
 ATLAS_METHOD = "distance:budget"
 ATLAS_TARGET = 0.9
-ATLAS_WINDOW = 3
-ATLAS_GLOBAL: tuple[str, ...] = ("first", "last")
+ATLAS_WINDOW = 0
+ATLAS_GLOBAL: tuple[str, ...] = ()
 
 
 def default_spec(target: float = ATLAS_TARGET) -> PredictorSpec:

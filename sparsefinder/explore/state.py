@@ -66,8 +66,8 @@ class ViewState:
     top_k: int = 1
     pages: int | None = None  # Quest; None = the pages that hold the text's gold density
     hamming: int = 3  # hashattention: largest Hamming distance of a kept key's code
-    window: int = 3
-    global_tokens: tuple[str, ...] = GLOBAL_CHOICES
+    window: int = 0  # off by default: a calibrated target is then the sparsity shown
+    global_tokens: tuple[str, ...] = ()
     layer: int = 0
     head: int = 0
     query: int = 1  # the first word: query 0 is [CLS], which global tokens make all-True

@@ -87,7 +87,7 @@ def test_predictor_scores_are_the_scorers_macro_means(default_model):
     records = extract(default_model, texts)
     predictor = bundled_predictor(default_model.model_id)
     assert predictor is not None and predictor.spec.method_id == "distance:budget"
-    assert predictor.spec.window == 3 and predictor.spec.global_tokens == ("first", "last")
+    assert predictor.spec.window == 0 and predictor.spec.global_tokens == ()
     atlas = compute_atlas(lambda: records, predictor)
     built = predictor.spec.build_layers(predictor.projections, 6, predictor.fitted)
     per_text = [Scorer(r).score(predict_record(predictor.spec, built,
@@ -96,5 +96,4 @@ def test_predictor_scores_are_the_scorers_macro_means(default_model):
     for name in ("recall", "mass_recall", "exact_fraction", "sparsity"):
         expected = torch.stack([getattr(s, name) for s in per_text]).mean(0).reshape(-1)
         np.testing.assert_allclose(atlas.heads[f"pred_{name}"], expected.numpy(), atol=1e-12)
-    assert atlas.meta["predictor"] == ("distance:budget target_sparsity=0.9 ∪ window 3 ∪ "
-                                       "global first+last")
+    assert atlas.meta["predictor"] == "distance:budget target_sparsity=0.9"

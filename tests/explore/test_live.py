@@ -119,7 +119,8 @@ def test_describe_names_the_setting_that_runs(prepared):
     assert describe(urlstate.ViewState(method="fixed", window=0,
                                        global_tokens=())) == "empty graph"
     bare = prep.prepare(prepared.record, None)
-    assert describe(urlstate.ViewState(**RAW_DISTANCE, t=1.0, window=0), bare) == (
+    assert describe(urlstate.ViewState(**RAW_DISTANCE, t=1.0, window=0,
+                                       global_tokens=("first", "last")), bare) == (
         "global first+last")
 
 
@@ -249,7 +250,8 @@ def test_summarize_without_gold_sparsity_and_labels():
     spec = urlstate.to_spec(urlstate.ViewState(t=1.23456, window=0, global_tokens=()),
                             "distance")
     assert live.describe(spec) == "distance t=1.23"
-    spec = urlstate.to_spec(urlstate.ViewState(bins=5, window=3), "quantization")
+    spec = urlstate.to_spec(urlstate.ViewState(bins=5, window=3,
+                                               global_tokens=("first", "last")), "quantization")
     assert live.describe(spec) == "quantization β=5 ∪ window 3 ∪ global first+last"
     spec = urlstate.to_spec(urlstate.ViewState(window=0, global_tokens=()), "fixed")
     assert live.describe(spec) == "empty graph"

@@ -177,7 +177,8 @@ def test_calibration_is_a_parameter_of_the_method_in_links():
 def test_view_state_to_params_formats_floats_and_leaves_none_out():
     params = urlstate.view_state_to_params(urlstate.ViewState(t=1.23456, clusters=None))
     assert params["t"] == "1.23456" and "B" not in params  # repr: reads back exactly
-    assert params["global"] == "first,last" and params["window"] == "3"
+    # window and global tokens are off by default: a calibrated target is the sparsity shown
+    assert params["global"] == "none" and params["window"] == "0"
     assert set(params) == set(urlstate.PARAM_NAMES.values()) - {"B", "textid", "pages"}
     assert "calibration" in params
 
