@@ -140,7 +140,7 @@ def _explorer() -> None:
                      args=(None,), help="Stop highlighting the cluster picked on Clusters.")
     if pair is not None:
         st.caption(pair)
-    st.caption(":green[■ TP] predicted gold edge · :red[■ FN] missed gold edge · "
+    st.caption(":blue[■ TP] predicted gold edge · :red[■ FN] missed gold edge · "
                ":orange[■ FP] extra predicted edge. Hover an edge for its tokens; zooming one "
                "panel zooms all three.")
     _more_metrics(summary, layer, head)

@@ -183,7 +183,7 @@ def learned_space() -> None:
 
 
 def _legend(space: space_view.HeadSpace) -> str:
-    text = (":green[● TP] kept gold key · :red[● FN] missed gold key · :orange[● FP] extra "
+    text = (":blue[● TP] kept gold key · :red[● FN] missed gold key · :orange[● FP] extra "
             "key · grey: other keys; gold keys grow with their probability; ◆ kept by the "
             "window / global tokens; ★ the query. Hover a point for its token and exact "
             "distance.")

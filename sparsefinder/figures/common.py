@@ -17,10 +17,18 @@ import numpy as np
 import plotly.graph_objects as go
 from PIL import Image
 
-#: Colours of the diff classes (index = views.DIFF_* code) and of plain graphs.
-DIFF_COLORS = {1: (46, 125, 50), 2: (211, 47, 47), 3: (245, 158, 11)}  # TP, FN, FP
+#: Colours of the diff classes (index = views.DIFF_* code) and of plain graphs. The diff uses
+#: Okabe–Ito's colour-blind-safe palette: TP blue (the predicted panel's hue), missed gold
+#: edges (FN) vermillion, extra edges (FP) orange — errors warm, kept edges cool, FN darker
+#: than FP, so no pair depends on telling red from green.
+DIFF_COLORS = {1: (0, 114, 178), 2: (213, 94, 0), 3: (230, 159, 0)}  # TP, FN, FP
 DIFF_LABELS = {1: "TP: predicted gold edge", 2: "FN: missed gold edge", 3: "FP: extra edge"}
 GOLD_COLOR = (33, 33, 33)
+
+
+def diff_swatch(code: int) -> str:
+    """A coloured square of a diff class for plotly titles and legends (HTML span)."""
+    return "<span style='color:rgb({},{},{})'>■</span>".format(*DIFF_COLORS[code])
 PRED_COLOR = (25, 118, 210)
 #: A panel gets the token-label hover overlay when it has at most this many edges (else its
 #: image hover shows positions only): thousands of hover points cost the browser ~1 s per

@@ -24,6 +24,7 @@ from sparsefinder.figures.common import (
     MAX_TICKS,
     PRED_COLOR,
     TICK_CHARS,
+    diff_swatch,
     fast_figure,
     png_data_uri,
 )
@@ -123,7 +124,8 @@ def head_figure(gold: np.ndarray, pred: np.ndarray, codes: np.ndarray, labels: S
     One figure instead of three: the browser lays out and creates a WebGL context once per
     update, which is most of a slider move's cost on a CPU-only machine. The panels share
     zoom. Panels with more than ``MAX_HOVER_EDGES`` edges hover with positions only.
-    Diff colours: TP green, missed gold edges (FN) red, extra predicted edges (FP) amber.
+    Diff colours (Okabe–Ito, in the diff panel's title): TP blue, missed gold edges (FN)
+    vermillion, extra predicted edges (FP) orange.
     """
     white = (255, 255, 255)
     panels = [
@@ -131,7 +133,8 @@ def head_figure(gold: np.ndarray, pred: np.ndarray, codes: np.ndarray, labels: S
          {1: "gold"}),
         (f"Predicted {tag} · {int(pred.sum())} edges", pred.view(np.uint8),
          [white, PRED_COLOR], {1: "predicted"}),
-        (f"Diff · TP {counts['TP']} · FN {counts['FN']} · FP {counts['FP']}", codes,
+        (f"Diff · {diff_swatch(1)} TP {counts['TP']} · {diff_swatch(2)} FN {counts['FN']} · "
+         f"{diff_swatch(3)} FP {counts['FP']}", codes,
          [white, *DIFF_COLORS.values()], {c: DIFF_LABELS[c].split(":")[0] for c in DIFF_COLORS}),
     ]
     tokens = _ascii_tokens(labels)
@@ -264,7 +267,8 @@ def token_figure(frame: pd.DataFrame, labels: Sequence[str], query: int,
     that attends to it (``"column"``) as bars, predictions as ticks.
 
     Rows are heads (small multiples sharing the key axis), so a 512-token row stays readable.
-    Ticks under the bars: TP green, FN red (a gold key the predictor misses), FP amber.
+    Ticks under the bars: TP blue, FN vermillion (a gold key the predictor misses), FP
+    orange.
     """
     tokens = _ascii_tokens(labels)
     rows = len(heads)
@@ -276,7 +280,7 @@ def token_figure(frame: pd.DataFrame, labels: Sequence[str], query: int,
         bargap=0.0, plot_bgcolor="white", hovermode="closest",
         title=dict(text=(f"query {labels[query]}" if direction == "row" else
                          f"queries attending to key {labels[query]}")
-                   + ": gold probability (bars); ticks: TP green · FN red · FP amber",
+                   + ": gold probability (bars); ticks: TP blue · FN vermillion · FP orange",
                    font=dict(size=13)),
     )
     tickvals, ticktext = _ticks(labels)

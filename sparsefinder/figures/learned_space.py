@@ -1,8 +1,8 @@
 """Figures of the learned-space view: why one query keeps or misses each key.
 
 They draw a :class:`~sparsefinder.explore.learned_space.HeadSpace` and compute nothing but
-plot coordinates. Keys are coloured as in the Explorer's diff (kept gold key green, missed
-red, extra amber, the others grey); a diamond marks a key kept only by the window / global
+plot coordinates. Keys are coloured as in the Explorer's diff (kept gold key blue, missed
+vermillion, extra orange, the others grey); a diamond marks a key kept only by the window / global
 tokens. Every point carries ``customdata = [side, position]`` (side "q" or "k"), which the
 app reads when a point is clicked.
 """
