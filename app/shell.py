@@ -282,6 +282,10 @@ def build_context() -> AppContext:
         fixes.extend(note for note in notes if note not in lasting)
         ctx.notes.extend(lasting)
         set_view_state(clamped)
+    if first and ctx.prepared is not None and not {"layer", "head"} & set(st.query_params):
+        _, scores = predictions(ctx, view_state())  # cached: the page draws the same setting
+        layer, head = live.representative_head(scores)
+        update_view(layer=layer, head=head)
     ctx.state = view_state()
     _track_fixes(ctx, fixes, link=first)
     device = ctx.loaded.device if ctx.loaded else None

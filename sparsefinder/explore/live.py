@@ -120,6 +120,19 @@ class Summary:
     extra: dict[str, float] = field(default_factory=dict)
 
 
+def representative_head(scores: GraphScores) -> tuple[int, int]:
+    """The (layer, head) whose recall and sparsity are nearest the model's (each measured in
+    units of its spread over heads): the first head a newcomer sees shows the method as it
+    does on average, not its weakest head (layer 0, head 0 was both the first and often the
+    hardest)."""
+    points = torch.stack([scores.recall, scores.sparsity], -1).double()  # (L, H, 2)
+    centre = points.mean((0, 1))
+    spread = points.flatten(0, 1).std(0).clamp_min(1e-12)
+    distance = ((points - centre) / spread).square().sum(-1)
+    flat = int(distance.flatten().argmin())
+    return divmod(flat, int(scores.recall.shape[1]))
+
+
 def summarize(scores: GraphScores, layer: int, head: int) -> dict[str, Summary]:
     """Head, layer (mean over heads) and model (mean over layers of layer means) values.
 

@@ -299,3 +299,15 @@ def test_quest_opens_with_the_pages_that_hold_the_gold_density(prepared):
     assert clamped.pages == prep.default_pages(prepared) == expected
     kept = urlstate.ViewState(method="quest", pages=3)
     assert live.clamp(kept, prepared)[0].pages == 3  # a link's own value stays
+
+
+def test_the_first_head_shown_is_the_one_nearest_the_models_average():
+    from sparsefinder.metrics.measures import GraphScores
+
+    recall = torch.tensor([[0.1, 0.8, 0.9], [0.7, 0.75, 1.0]])
+    sparsity = torch.tensor([[0.95, 0.85, 0.6], [0.9, 0.88, 0.5]])
+    scores = GraphScores(recall=recall, sparsity=sparsity)
+    layer, head = live.representative_head(scores)
+    # mean (0.708, 0.780), spread (0.310, 0.181): L0H1 (0.80, 0.85) is 0.24 away in squared
+    # spread units, L1H1 (0.75, 0.88) 0.33, L0H0 (0.10, 0.95) 4.7
+    assert (layer, head) == (0, 1)
