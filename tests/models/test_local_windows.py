@@ -226,3 +226,23 @@ def test_restricted_attention_never_leaves_the_window_and_budgets_fill_it(name, 
     assert all(abs(s) < 1e-12 for s in stats.sparsity()[1])  # kept == allowed, every layer
     for a, b in zip(full.output, same.output, strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_the_apps_kmeans_graph_is_cut_to_the_window_like_every_prediction(trained):
+    from sparsefinder.explore.live import kmeans_layer_mask
+    from sparsefinder.explore.prepared import PreparedText
+    from sparsefinder.projections.centroids import fit_centroids
+
+    records, projections = trained["qwen2"]
+    fit_centroids(projections, records, clusters=(2,), max_points=2000, n_init=1)
+    record = records[0]
+    prepared = PreparedText(record, RecordInputs(record, projections), Scorer(record))
+    spec = PredictorSpec.of("kmeans", {"n_clusters": 2, "top_k": 1})
+    expected = predict_record(spec, spec.build_layers(projections, record.num_layers),
+                              RecordInputs(record, projections))
+    for layer in range(record.num_layers):
+        mask = kmeans_layer_mask(prepared, layer, 2, 1)
+        assert torch.equal(mask, expected[layer])
+        if layer in _local(record):
+            allowed = _window_mask(record, layer)
+            assert not mask[:, ~allowed].any() and mask[:, allowed].any()
