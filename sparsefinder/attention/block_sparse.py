@@ -52,29 +52,55 @@ def expand_blocks(block_graph: Tensor, block: int, n: int, m: int,
     return per_block.repeat_interleave(block, -2)[:, :n]
 
 
-def repair_block_graph(block_graph: Tensor, *, causal: bool, warn: bool = True) -> Tensor:
-    """Drop future key blocks (causal) and give every empty query block its diagonal block.
+def repair_block_graph(block_graph: Tensor, *, causal: bool, warn: bool = True,
+                       sliding_window: int | None = None, n: int | None = None,
+                       block: int | None = None) -> Tensor:
+    """Drop key blocks no query of the block may see (future ones; for a local layer of
+    window W, ``sliding_window``, those outside every row's window) and give every query
+    block with a row left without a key its diagonal block.
 
-    With self-attention (n = m) every row of a query block sees a key in any non-future key
-    block (the block starts at or before the row), so a non-empty block row never leaves a
-    query row empty; an empty one would make entmax undefined, hence the diagonal.
+    Without a window a non-empty block row never leaves a query row empty (with n = m every
+    row sees a key in any non-future block); with one, a row can see none of the selected
+    blocks, so emptiness is checked per row (``n`` tokens in blocks of ``block``). An
+    empty row would make entmax undefined; its diagonal block holds the query itself.
     """
     heads, nb, mb = block_graph.shape
     graph = block_graph.clone()
-    if causal:
-        graph &= torch.ones(nb, mb, dtype=torch.bool, device=graph.device).tril()
-    empty = ~graph.any(-1)
+    if sliding_window:
+        if n is None or block is None:
+            raise ValueError("repair_block_graph needs n and block with a sliding_window")
+        lo, hi = _row_reach(n, nb, block, int(sliding_window), causal, graph.device)
+        ids = torch.arange(mb, device=graph.device)
+        graph &= (ids >= lo[:, :1]) & (ids <= hi.amax(-1, keepdim=True))  # (nb, mb)
+        counts = torch.nn.functional.pad(graph.to(torch.int32).cumsum(-1), (1, 0))
+        seen = counts.gather(-1, (hi + 1).expand(heads, nb, block)) - counts.gather(
+            -1, lo.expand(heads, nb, block))  # selected blocks each row may see
+        real = (torch.arange(nb * block, device=graph.device) < n).view(nb, block)
+        empty = ((seen == 0) & real).any(-1)
+    else:
+        if causal:
+            graph &= torch.ones(nb, mb, dtype=torch.bool, device=graph.device).tril()
+        empty = ~graph.any(-1)
     if bool(empty.any()):
         diag = torch.eye(nb, mb, dtype=torch.bool, device=graph.device)
         graph |= empty.unsqueeze(-1) & diag
         if warn:
             heads_hit = sorted({int(h) for h in empty.nonzero()[:, 0].tolist()})
             warnings.warn(
-                f"{int(empty.sum())} query blocks (heads {heads_hit}) had no key block in the "
-                "predicted graph; kept their diagonal block so entmax stays defined",
+                f"{int(empty.sum())} query blocks (heads {heads_hit}) had a query with no key "
+                "in the predicted graph; kept their diagonal block so entmax stays defined",
                 RestrictionWarning, stacklevel=3,
             )
     return graph
+
+
+def _row_reach(n: int, nb: int, block: int, window: int, causal: bool,
+               device: torch.device) -> tuple[Tensor, Tensor]:
+    """int64 (nb, block) first and last key block each query row's window touches."""
+    position = torch.arange(nb * block, device=device).clamp(max=n - 1)
+    first = (position - window + 1).clamp(min=0)
+    last = position if causal else (position + window - 1).clamp(max=n - 1)
+    return (first // block).view(nb, block), (last // block).view(nb, block)
 
 
 def block_sparse_entmax(
@@ -89,6 +115,7 @@ def block_sparse_entmax(
     causal: bool = False,
     warn_empty: bool = True,
     extra_keys: Tensor | None = None,
+    sliding_window: int | None = None,
 ) -> Tensor:
     """α-entmax attention output (heads, n, dv) computed on the selected key blocks only.
 
@@ -97,6 +124,9 @@ def block_sparse_entmax(
     tile. ``extra_keys``: optional int64 (heads, ceil(n/block), G) single keys each query block
     also attends to (global / popular keys, as BigBird's global tokens); a key already in a
     selected block or listed twice counts once. ``scaling`` defaults to d^-1/2. Forward only.
+    ``sliding_window`` W: a local layer, whose query i sees only keys ``0 <= i - j < W``
+    (causal) or ``|i - j| < W`` (see :mod:`~sparsefinder.attention.masks`); keys of a
+    selected block or ``extra_keys`` outside the window get probability 0.
     """
     if query.dim() != 3 or key.shape != query.shape[:2] + key.shape[2:] or key.shape[:2] != (
         value.shape[:2]
@@ -114,7 +144,11 @@ def block_sparse_entmax(
         )
     scaling = d**-0.5 if scaling is None else scaling
     device = query.device
-    graph = repair_block_graph(block_graph.to(device), causal=causal, warn=warn_empty)
+    if sliding_window is not None and (isinstance(sliding_window, bool) or int(sliding_window)
+                                       != sliding_window or sliding_window < 1):
+        raise ValueError(f"sliding_window must be an integer >= 1, got {sliding_window!r}")
+    graph = repair_block_graph(block_graph.to(device), causal=causal, warn=warn_empty,
+                               sliding_window=sliding_window, n=n, block=block)
     extra = _check_extra_keys(extra_keys, heads, nb, n, device)
     n_extra = 0 if extra is None else extra.shape[-1]
     pad = nb * block - n
@@ -161,9 +195,13 @@ def block_sparse_entmax(
             keys.transpose(1, 2), beta=0, alpha=scaling,
         )  # (c, block, width)
         blocked = ~(key_ok & (key_pos < n)).unsqueeze(1)
-        if causal:
+        if causal or sliding_window:
             query_pos = (qblock.unsqueeze(-1) * block + positions).unsqueeze(-1)  # (c, block, 1)
-            blocked = blocked | (key_pos.unsqueeze(1) > query_pos)
+            ahead = key_pos.unsqueeze(1) - query_pos  # (c, block, width): j - i
+            if causal:
+                blocked = blocked | (ahead > 0)
+            if sliding_window:
+                blocked = blocked | (ahead <= -sliding_window) | (ahead >= sliding_window)
         # In place, and no zero-fill after: a key at -1e9 gets probability exactly 0 (τ* ≥
         # max − 2), and every real query row keeps a key (its own, in the diagonal block).
         scores.masked_fill_(blocked, _MASKED)

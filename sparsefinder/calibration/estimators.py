@@ -46,6 +46,7 @@ from torch import Tensor
 from sparsefinder.calibration.allocation import _BUDGET_GRID, ALLOCATIONS, allocate
 from sparsefinder.calibration.samples import DistanceSamples, _cdf
 from sparsefinder.data.records import AttentionRecord
+from sparsefinder.methods.spec import predict_layer
 from sparsefinder.predictors.row_fraction import RowFraction
 from sparsefinder.predictors.threshold_distance import ThresholdDistance
 
@@ -153,9 +154,12 @@ class CalibratedDistance(_TargetCalibrated):
             raise ValueError(f"layer must be in [0, {t2.shape[0]}), got {layer}")
         return ThresholdDistance(t2[layer])
 
-    def predict(self, q: Tensor, k: Tensor, *, causal: bool = False, layer: int = 0) -> Tensor:
-        """Projected q (heads, n, r), k (heads, m, r) of ``layer`` → bool (heads, n, m)."""
-        return self.for_layer(layer).predict(q, k, causal=causal)
+    def predict(self, q: Tensor, k: Tensor, *, causal: bool = False, layer: int = 0,
+                sliding_window: int | None = None) -> Tensor:
+        """Projected q (heads, n, r), k (heads, m, r) of ``layer`` → bool (heads, n, m); a
+        local layer's (``sliding_window``) is cut to its window, as in ``predict_record``."""
+        return predict_layer(self.for_layer(layer), q, k, causal=causal,
+                             sliding_window=sliding_window)
 
 
 class CalibratedRowFraction(_TargetCalibrated):
@@ -210,6 +214,9 @@ class CalibratedRowFraction(_TargetCalibrated):
             raise ValueError(f"layer must be in [0, {self.fractions_.shape[0]}), got {layer}")
         return RowFraction(self.fractions_[layer])
 
-    def predict(self, q: Tensor, k: Tensor, *, causal: bool = False, layer: int = 0) -> Tensor:
-        """Projected q (heads, n, r), k (heads, m, r) of ``layer`` → bool (heads, n, m)."""
-        return self.for_layer(layer).predict(q, k, causal=causal)
+    def predict(self, q: Tensor, k: Tensor, *, causal: bool = False, layer: int = 0,
+                sliding_window: int | None = None) -> Tensor:
+        """Projected q (heads, n, r), k (heads, m, r) of ``layer`` → bool (heads, n, m); a
+        local layer's (``sliding_window``) is cut to its window, as in ``predict_record``."""
+        return predict_layer(self.for_layer(layer), q, k, causal=causal,
+                             sliding_window=sliding_window)

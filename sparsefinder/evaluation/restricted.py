@@ -1,30 +1,27 @@
 """Run a model with every layer's α-entmax restricted to a predicted attention graph.
 
-This is the model-level simulation of the paper: a predictor proposes, per layer and head,
-which query–key pairs to compute; entmax then runs ONLY over those keys (the others get
-probability exactly 0, as if their scores were -inf). The graph of layer ℓ is predicted
-inside the forward pass from layer ℓ's own queries and keys, so a missed edge in an early
-layer changes the inputs of every later layer, and their predictions, as it would in a
-sparse implementation.
+The paper's model-level simulation: a predictor proposes, per layer and head, which
+query–key pairs to compute; entmax runs ONLY over those keys (the others get probability
+exactly 0). Layer ℓ's graph is predicted inside the forward pass from its own q/k, so a
+missed edge changes every later layer's inputs, as in a sparse implementation. A local
+layer never attends outside its window: the model's mask cuts the graph, and predictors
+spend per-row budgets inside the window.
 
-Sparse-consistency (paper Prop. 1): when the graph contains the gold graph (recall 1) the
-restricted entmax has the same support and the same probabilities as full entmax, so the
-model output is unchanged up to float rounding of the entmax threshold τ.
-
+Sparse-consistency (paper Prop. 1): a graph containing the gold graph (recall 1) gives the
+same support and probabilities as full entmax, so the output is unchanged up to rounding.
 Three layers of API, each a thin adapter over the one below:
 
 * :func:`restrict` ``(model, graph_fn)``: ``graph_fn(LayerInputs) -> bool`` mask
   ``(batch, heads, n, m)`` (or ``(heads, n, m)``, or a sequence of per-head ``(n, m)``
   masks), padded batches as the model sees them;
 * :func:`per_text` ``(fn)``: lifts ``fn(layer, q, k, causal) -> (heads, n, m)`` on ONE
-  unpadded text (the shape of every predictor and of :class:`~sparsefinder.data.records.LayerGraph`)
-  to batches with padding;
+  unpadded text (as every predictor and :class:`~sparsefinder.data.records.LayerGraph`) to
+  padded batches;
 * :func:`predictor_graph` ``(build, inputs, projections)``: a predictor per layer reading
   projected q/k (``HeadProjections.project``), the original q/k, or only the shapes;
   :func:`spec_graph` does it for a :class:`~sparsefinder.methods.spec.PredictorSpec`.
 
-Everything is scoped to the ``with`` block and to the given model (a context variable, no
-model class is patched); other models running in the same block are not restricted.
+Scoped to the ``with`` block and the given model (a context variable; no class is patched).
 """
 
 from __future__ import annotations
@@ -41,7 +38,7 @@ from torch import Tensor, nn
 
 from sparsefinder.attention.interface import ENTMAX_ATTENTION, restrict_keys
 from sparsefinder.attention.masks import RestrictionWarning
-from sparsefinder.methods.spec import PredictorSpec
+from sparsefinder.methods.spec import PredictorSpec, predict_layer
 from sparsefinder.metrics.measures import count_true
 from sparsefinder.predictors.base import Predictor
 from sparsefinder.projections.heads import HeadProjections, ProjectionsError
@@ -59,6 +56,8 @@ class LayerInputs:
     causal: bool
     valid: Tensor  # bool (batch, m): True at real (non-padding) key positions
     scaling: float
+    #: A local layer's window W (``masks`` says how it is read), None for a global layer.
+    sliding_window: int | None = None
 
     @property
     def batch(self) -> int:
@@ -74,10 +73,9 @@ class RestrictionStats:
     """What a restricted run actually computed, over real (non-padding) queries.
 
     ``rows``: (head, query) rows with an allowed key; ``repaired_rows``: those the graph left
-    empty, which kept their diagonal. :meth:`sparsity` is the sparsity of the graphs entmax
-    really ran over (predicted ∧ allowed, plus repaired diagonals), per (text, head):
-    ``1 - |kept| / |allowed|`` — n·m, or n(n+1)/2 pairs for a causal text, as in
-    :mod:`sparsefinder.metrics` — macro-averaged over texts, then heads, then layers.
+    empty (they kept their diagonal). :meth:`sparsity`: of the graphs entmax ran over
+    (predicted ∧ allowed, plus repairs), per (text, head) ``1 - |kept| / |allowed|`` (the
+    model's mask: causal, a local layer's window), macro over texts, heads, then layers.
     """
 
     rows: int = 0
@@ -109,8 +107,6 @@ TextGraphFn = Callable[[int, Tensor, Tensor, bool], Tensor]
 
 
 # ==================================================================== the context manager
-
-
 def _check_entmax(model: nn.Module) -> None:
     impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
     if impl != ENTMAX_ATTENTION:
@@ -250,7 +246,9 @@ def restrict(
         m = key.shape[-2]
         allowed = allowed.expand(batch, -1, n, m)
         valid = _any(allowed, -2)[:, 0]  # a real key is allowed for some query
-        inputs = LayerInputs(layer, query, key, causal, valid, scaling)
+        window = getattr(module, "sliding_window", None)  # a local layer's W (transformers)
+        inputs = LayerInputs(layer, query, key, causal, valid, scaling,
+                             window if type(window) is int and window > 0 else None)
         graph = _as_graph(graph_fn(inputs), layer, batch, heads, n, m).to(allowed.device)
         real_queries = valid[:, m - n :]  # queries are the last n positions
         kept = _repair(allowed & graph, allowed, real_queries, layer, warn_empty, stats)
@@ -263,16 +261,20 @@ def restrict(
 
 
 # ==================================================================== adapters
-
-
 def per_text(fn: TextGraphFn) -> GraphFn:
     """Lift a one-text graph function to padded batches.
 
     Each batch row is cut to its real tokens (any padding side), ``fn`` predicts
     ``(heads, n_real, m_real)`` there, and the answer is written back into a
     ``(batch, heads, n, m)`` mask that is True elsewhere (padding is masked by the model
-    anyway, and a padded query row then keeps the model's own keys).
+    anyway, and a padded query row then keeps the model's own keys). A local layer's
+    answer is cut to its window by the model's own mask.
     """
+    return _per_text(lambda layer, q, k, causal, window: fn(layer, q, k, causal))
+
+
+def _per_text(fn: Callable[[int, Tensor, Tensor, bool, int | None], Tensor]) -> GraphFn:
+    """:func:`per_text` for a function that also takes the layer's sliding window."""
 
     def graph(inputs: LayerInputs) -> Tensor:
         q, k, valid = inputs.query, inputs.key, inputs.valid
@@ -281,15 +283,15 @@ def per_text(fn: TextGraphFn) -> GraphFn:
         out = torch.ones(batch, heads, n, m, dtype=torch.bool, device=q.device)
         for b in range(batch):
             kv = valid[b]
-            qv = kv[m - n :]  # queries are the last n positions of the keys
-            if bool(kv.all()):
-                pred = fn(inputs.layer, q[b], k[b], inputs.causal)
-                out[b] = _check_text_graph(pred, inputs.layer, (heads, n, m))
-                continue
-            qi, ki = qv.nonzero()[:, 0], kv.nonzero()[:, 0]
-            pred = fn(inputs.layer, q[b][:, qi], k[b][:, ki], inputs.causal)
+            qi, ki = kv[m - n :].nonzero()[:, 0], kv.nonzero()[:, 0]  # queries: last n keys
+            full = len(ki) == m
+            pred = fn(inputs.layer, q[b] if full else q[b][:, qi], k[b] if full else k[b][:, ki],
+                      inputs.causal, inputs.sliding_window)
             pred = _check_text_graph(pred, inputs.layer, (heads, len(qi), len(ki)))
-            out[b][:, qi[:, None], ki[None, :]] = pred
+            if full:
+                out[b] = pred
+            else:
+                out[b][:, qi[:, None], ki[None, :]] = pred
         return out
 
     return graph
@@ -337,6 +339,9 @@ def predictor_graph(
     (heads, n, d); ``"shape"`` — only the sizes (it gets the original q/k). A projected
     predictor without projections is an error naming the command that trains them. A layer
     whose ``build`` gives ``None`` predicts the empty graph (every row then keeps its diagonal).
+    A local layer predicts as :func:`~sparsefinder.methods.spec.predict_layer` does: a
+    per-row budget (top-k, a keep fraction) is spent inside the layer's window, never on
+    keys the model cannot attend to.
     """
     if inputs not in INPUTS:
         raise ValueError(f"inputs must be one of {INPUTS}, got {inputs!r}")
@@ -344,7 +349,7 @@ def predictor_graph(
         raise projections_required(model_name, what)
     built: dict[int, Predictor | None] = {}
 
-    def fn(layer: int, q: Tensor, k: Tensor, causal: bool) -> Tensor:
+    def fn(layer: int, q: Tensor, k: Tensor, causal: bool, window: int | None) -> Tensor:
         if layer not in built:
             built[layer] = build(layer)
         predictor = built[layer]
@@ -357,16 +362,16 @@ def predictor_graph(
                 q.shape[-1] != projections.head_dim
             ):
                 raise ProjectionsError(
-                    f"projections for {projections.model_id} expect (layers, heads, head_dim) "
-                    f"= {(projections.num_layers, projections.num_heads, projections.head_dim)},"
-                    f" but layer {layer} of model {model_name!r} has q of shape "
-                    f"{tuple(q.shape)}; train projections for it with "
-                    f"`sparsefinder train --model {model_name} --out DIR`"
+                    f"projections for {projections.model_id} expect (layers, heads, head_dim) = "
+                    f"{(projections.num_layers, projections.num_heads, projections.head_dim)}, "
+                    f"but layer {layer} of model {model_name!r} has q of shape {tuple(q.shape)};"
+                    f" train projections for it with `sparsefinder train --model {model_name} "
+                    "--out DIR`"
                 )
             q, k = projections.project_queries(layer, q), projections.project_keys(layer, k)
-        return predictor.predict(q, k, causal=causal)
+        return predict_layer(predictor, q, k, causal=causal, sliding_window=window)
 
-    return per_text(fn)
+    return _per_text(fn)
 
 
 def spec_graph(

@@ -20,7 +20,7 @@ from sparsefinder.evaluation import sweep as sweeps
 from sparsefinder.explore.app_methods import APP_CALIBRATIONS, method_label
 from sparsefinder.explore.prepared import PreparedText, default_pages, default_threshold
 from sparsefinder.explore.state import DEFAULT_CLUSTERS, MAX_PAGES, ViewState, to_spec
-from sparsefinder.methods.spec import PredictorSpec, predict_record
+from sparsefinder.methods.spec import PredictorSpec, predict_layer, predict_record
 from sparsefinder.metrics.measures import GraphScores
 from sparsefinder.projections.heads import HeadProjections
 
@@ -188,10 +188,12 @@ def describe(spec: PredictorSpec) -> str:
 
 @torch.inference_mode()
 def kmeans_layer_mask(prepared: PreparedText, layer: int, clusters: int, top_k: int) -> Tensor:
-    """Sparsefinder k-means graph alone (no window/global) of one layer: bool (heads, n, m)."""
+    """Sparsefinder k-means graph alone (no window/global) of one layer: bool (heads, n, m),
+    cut to a local layer's window as every prediction (:func:`predict_layer`)."""
     if not prepared.has_projections or int(clusters) not in prepared.cluster_choices:
         raise ValueError(f"no projections with B={clusters} centroids for this text")
     spec = PredictorSpec.of("kmeans", {"n_clusters": int(clusters), "top_k": int(top_k)})
     predictor = spec.build(prepared.projections, layer)
     q, k = prepared.vectors.get(layer, spec.inputs)
-    return predictor.predict(q, k, causal=prepared.record.causal)
+    return predict_layer(predictor, q, k, causal=prepared.record.causal,
+                         sliding_window=prepared.record.layers[layer].sliding_window)

@@ -97,3 +97,19 @@ def test_predictor_scores_are_the_scorers_macro_means(default_model):
         expected = torch.stack([getattr(s, name) for s in per_text]).mean(0).reshape(-1)
         np.testing.assert_allclose(atlas.heads[f"pred_{name}"], expected.numpy(), atol=1e-12)
     assert atlas.meta["predictor"] == "distance:budget target_sparsity=0.9"
+
+
+def test_local_layers_are_measured_over_their_window(sparse_modernbert_records):
+    """ModernBERT's local layers (softmax, ±4 keys) attend to every pair of their window:
+    counted over the window's pairs they are dense (sparsity 0, every allowed key in the
+    support), not 'sparse' against the whole text."""
+    records = sparse_modernbert_records
+    assert len(records) >= MIN_TEXTS and all(r.n_tokens > 9 for r in records)
+    heads = compute_atlas(lambda: records).heads.set_index(["layer", "head"])
+    for layer in (1, 2):
+        rows = heads.loc[layer]
+        assert (rows["type"] == "dense").all()
+        assert rows["gold_sparsity"].abs().max() < 1e-9
+        assert (rows["support_fraction"] - 1).abs().max() < 1e-9
+        assert rows["support"].max() <= 9  # the window: the query and 4 keys on each side
+    assert (heads.loc[0, "gold_sparsity"] > 0).all()  # the global layers are entmax-sparse

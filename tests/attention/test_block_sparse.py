@@ -109,3 +109,65 @@ def test_block_sparse_attention_on_cuda_matches_the_cpu():
                               extra_keys=extra.cuda(), warn_empty=False)
     assert gpu.is_cuda
     torch.testing.assert_close(gpu.cpu(), cpu, atol=1e-4, rtol=1e-4)
+
+
+def _dense_windowed(q, k, v, mask, causal, window):
+    from sparsefinder.attention.masks import layer_allowed
+
+    n = q.shape[1]
+    allowed = mask & layer_allowed(n, n, causal=causal, sliding_window=window)
+    probs = entmax_normalize((q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5, 1.5, allowed)
+    return probs, probs @ v
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(("n", "block", "window"), [(300, 32, 40), (70, 16, 5), (128, 32, 1)])
+def test_a_local_layer_never_attends_outside_its_window(causal, n, block, window):
+    """Keys of a selected block (and extra keys) beyond the window get probability 0: the
+    result is dense entmax over (expanded graph ∧ the layer's window)."""
+    q, k, v = _qkv(n=n)
+    nb = -(-n // block)
+    graph = torch.rand(3, nb, nb, generator=torch.Generator().manual_seed(1)) < 0.5
+    graph |= torch.eye(nb, dtype=torch.bool)  # every row sees its own key: no repair
+    extra = torch.zeros(3, nb, 2, dtype=torch.int64)
+    extra[..., 1] = n - 1  # the first and last tokens: outside most rows' windows
+    out = block_sparse_entmax(q, k, v, graph, block, causal=causal, sliding_window=window,
+                              extra_keys=extra)
+    mask = expand_blocks(graph, block, n, n, extra_keys=extra)
+    _, ref = _dense_windowed(q, k, v, mask, causal, window)
+    torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-4)
+    # the window changes the answer (it is not ignored)
+    unwindowed = block_sparse_entmax(q, k, v, graph, block, causal=causal, extra_keys=extra)
+    assert not torch.allclose(out, unwindowed, atol=1e-3)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_query_block_whose_rows_see_no_selected_block_gets_its_diagonal(causal):
+    """Selected blocks all outside some rows' window: those blocks are dropped and the
+    query block keeps its diagonal block (with a warning), never an empty entmax row."""
+    n, block, window = 128, 32, 8
+    q, k, v = _qkv(n=n)
+    graph = torch.zeros(3, 4, 4, dtype=torch.bool)
+    graph[:, 3, 0] = True  # query block 3 only selects key block 0: far out of its window
+    graph[:, :3] |= torch.eye(4, dtype=torch.bool)[:3]
+    graph[:, 2, 1] = True  # block 1 is inside the window of block 2's first rows only
+    with pytest.warns(RestrictionWarning, match=r"3 query blocks \(heads \[0, 1, 2\]\)"):
+        repaired = repair_block_graph(graph, causal=causal, sliding_window=window, n=n,
+                                      block=block)
+    assert not repaired[:, 3, 0].any() and repaired[:, 3, 3].all()  # dropped; diagonal added
+    assert repaired[:, 2, 1].all()  # in reach of some row of block 2: kept
+    with pytest.warns(RestrictionWarning):
+        out = block_sparse_entmax(q, k, v, graph, block, causal=causal, sliding_window=window)
+    _, ref = _dense_windowed(q, k, v, expand_blocks(repaired, block, n, n), causal, window)
+    torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-4)
+    assert torch.isfinite(out).all()
+
+
+def test_a_bad_sliding_window_is_refused_by_name():
+    q, k, v = _qkv(n=64)
+    graph = torch.ones(3, 2, 2, dtype=torch.bool)
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="sliding_window must be an integer >= 1"):
+            block_sparse_entmax(q, k, v, graph, 32, sliding_window=bad)
+    with pytest.raises(ValueError, match="needs n and block"):
+        repair_block_graph(graph, causal=True, sliding_window=4)

@@ -134,3 +134,35 @@ def test_modernbert_local_window_is_plus_minus_half_of_local_attention():
     mask = layer_allowed(300, 300, causal=False, sliding_window=65)
     assert mask[150].nonzero()[:, 0].tolist() == list(range(86, 215))  # 150 ± 64
     assert int(mask[0].sum()) == 65 and torch.equal(mask, mask.T)
+
+
+@pytest.mark.parametrize(("n", "m"), [(4, 4), (2, 5)])
+def test_allowed_key_range_without_a_window_is_every_key_or_the_past(n, m):
+    from sparsefinder.attention.masks import allowed_key_range
+
+    first, count = allowed_key_range(n, m, causal=False)
+    assert first.tolist() == [0] * n and count.tolist() == [m] * n
+    first, count = allowed_key_range(n, m, causal=True)
+    assert first.tolist() == [0] * n
+    assert count.tolist() == [i + (m - n) + 1 for i in range(n)]
+    assert first.dtype == count.dtype == torch.int64
+
+
+def test_window_masks_and_ranges_follow_the_requested_device():
+    from sparsefinder.attention.masks import allowed_key_range, layer_allowed, sliding_window_mask
+
+    built = [sliding_window_mask(3, 4, 2, "meta"), layer_allowed(3, 4, causal=True, device="meta"),
+             layer_allowed(3, 4, causal=False, sliding_window=2, device="meta"),
+             allowed_per_row(3, 4, causal=True, device="meta"),
+             allowed_per_row(3, 4, causal=False, device="meta"),
+             *allowed_key_range(3, 4, causal=True, device="meta"),
+             *allowed_key_range(3, 4, causal=False, sliding_window=2, device="meta")]
+    assert all(t.device.type == "meta" for t in built)
+
+
+@pytest.mark.parametrize("bad", [2.5, "3", None, True, -1])
+def test_a_sliding_window_that_is_not_a_positive_integer_is_refused(bad):
+    from sparsefinder.attention.masks import sliding_window_mask
+
+    with pytest.raises(ValueError, match=r"sliding window must be an integer >= 1, got"):
+        sliding_window_mask(4, 4, bad)

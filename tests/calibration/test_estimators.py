@@ -258,3 +258,25 @@ def test_calibrated_row_fraction_recall_target_and_budget(held_out) -> None:
     with pytest.raises(TypeError, match="rank_fractions=True"):
         CalibratedRowFraction(target_sparsity=0.9).fit(
             DistanceSamples.from_records(train[:2], _identity(), 8))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_predict_of_a_local_layer_stays_inside_its_window(causal) -> None:
+    """A calibrated estimator's own ``predict`` agrees with ``predict_record``: a local
+    layer's keep fraction is spent on its window, and nothing outside it is kept."""
+    from sparsefinder.attention.masks import layer_allowed
+
+    records = _records(0, 3, causal=causal)
+    samples = DistanceSamples.from_records(records, _identity(), rank_fractions=True)
+    q, k = records[0].layers[0].queries, records[0].layers[0].keys
+    n, window = q.shape[1], 4
+    allowed = layer_allowed(n, n, causal=causal, sliding_window=window)
+    rowfrac = CalibratedRowFraction(target_sparsity=0.5).fit(samples)
+    mask = rowfrac.predict(q, k, causal=causal, sliding_window=window)
+    assert not mask[:, ~allowed].any()
+    expected = RowFraction(rowfrac.fractions_[0]).predict(q, k, causal=causal,
+                                                          sliding_window=window)
+    assert torch.equal(mask, expected)
+    distance = CalibratedDistance(target_sparsity=0.5).fit(samples)
+    cut = distance.predict(q, k, causal=causal, sliding_window=window)
+    assert torch.equal(cut, distance.predict(q, k, causal=causal) & allowed)

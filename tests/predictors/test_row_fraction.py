@@ -43,3 +43,39 @@ def test_bad_fractions_are_named():
         RowFraction(torch.tensor([1.5]))
     with pytest.raises(ValueError, match="fitted for 3 heads, got q with 2"):
         RowFraction(torch.ones(3)).predict(*_vectors())
+
+
+def test_fractions_that_are_not_one_per_head_in_0_1_are_named():
+    for bad in ([0.5, 0.5], torch.ones(2, 2), torch.tensor(0.5)):
+        with pytest.raises(ValueError, match="^fractions must be a 1-d tensor with one keep "
+                                             "fraction per head$"):
+            RowFraction(bad)
+    for bad in ([-0.1, 0.5], [float("nan"), 0.5], [0.5, 1.01]):
+        with pytest.raises(ValueError, match=r"fractions must lie in \[0, 1\]"):
+            RowFraction(torch.tensor(bad))
+
+
+def test_a_fraction_of_zero_keeps_nothing_and_one_key_per_row_is_kept():
+    q, k = _vectors(n=10)
+    mask = RowFraction(torch.tensor([0.0, 0.1])).predict(q, k)  # 0 and 1 of 10 keys
+    assert not mask[0].any()
+    nearest = ((q[1][:, None] - k[1][None]) ** 2).sum(-1).argmin(-1)
+    assert (mask[1].sum(-1) == 1).all() and mask[1][torch.arange(10), nearest].all()
+    assert not RowFraction(torch.zeros(2)).predict(q, k).any()
+
+
+
+def test_a_text_without_query_rows_gets_an_empty_mask():
+    q, k = _vectors()
+    mask = RowFraction(torch.tensor([0.5, 0.5])).predict(q[:, :0], k)
+    assert mask.shape == (2, 0, 20) and mask.dtype == torch.bool
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("window", [None, 4])
+def test_on_a_gpu_the_mask_is_built_there_and_equals_the_cpus(window):
+    q, k = _vectors()
+    fractions = torch.tensor([0.25, 0.5])
+    cpu = RowFraction(fractions).predict(q, k, causal=True, sliding_window=window)
+    gpu = RowFraction(fractions).predict(q.cuda(), k.cuda(), causal=True, sliding_window=window)
+    assert gpu.device.type == "cuda" and torch.equal(gpu.cpu(), cpu)
