@@ -16,10 +16,19 @@ from typing import Any
 import pandas as pd
 
 from sparsefinder.evaluation.curves import (
-    BLOCK_CURVES, CURVES, GROUPS, LEARNED_BLOCK_CURVES, curve_name, curve_spec,
+    BLOCK_CURVES,
+    CURVES,
+    GROUPS,
+    LEARNED_BLOCK_CURVES,
+    curve_name,
+    curve_spec,
 )
 from sparsefinder.explore.state import (
-    APP_CALIBRATIONS, MAX_BINS, MAX_PAGES, MAX_TOP_K, WINDOW_CHOICES,
+    APP_CALIBRATIONS,
+    MAX_BINS,
+    MAX_PAGES,
+    MAX_TOP_K,
+    WINDOW_CHOICES,
 )
 
 #: Drawn by default: the best calibrated Sparsefinder (the app's default method), the paper's
@@ -80,20 +89,38 @@ def chosen_curves(available: Iterable[str], groups: Sequence[str] = ()) -> list[
     return [c for c in available if c in wanted]
 
 
+#: A ``--methods`` list longer than this many items is written ``all`` (one readable line).
+MAX_COMMAND_ITEMS = 6
+
+
+def _command_methods(names: Sequence[str]) -> str:
+    """``--methods`` for ``names``: a CLI group stands for its curves when all are named, and
+    a long list becomes ``all``."""
+    left = list(names)
+    parts: list[str] = []
+    for group, members in GROUPS.items():
+        if members and set(members) <= set(left):
+            parts.append(group)
+            left = [n for n in left if n not in members]
+    items = [*parts, *left]
+    return "all" if len(items) > MAX_COMMAND_ITEMS else ",".join(items)
+
+
 def not_swept_line(skipped: Mapping[str, str]) -> str | None:
     """One line for the curves the app cannot sweep here, with the command that can; None
     when every curve runs."""
     if not skipped:
         return None
-    names = list(skipped)
-    needs = []
-    if any("training" in why for why in skipped.values()):
-        needs.append("train graphs")
-    if any("training" not in why for why in skipped.values()):
-        needs.append("other projections")
-    count = f"{len(names)} method{'s' if len(names) > 1 else ''}"
+    reasons = list(skipped.values())
+    needs = [need for need, hit in (
+        ("learned projections", any("projections" in why for why in reasons)),
+        ("train graphs", any("training" in why for why in reasons)),
+        ("other projections", any("projections" not in why and "training" not in why
+                                  for why in reasons)),
+    ) if hit]
+    count = f"{len(skipped)} method{'s' if len(skipped) > 1 else ''}"
     return (f"{count} not swept here (need {' or '.join(needs)}): run "
-            f"`sparsefinder sweep --methods {','.join(names)} --out DIR`.")
+            f"`sparsefinder sweep --methods {_command_methods(list(skipped))} --out DIR`.")
 
 
 def display_table(frame: pd.DataFrame, digits: int = 3) -> pd.DataFrame:

@@ -44,6 +44,12 @@ def test_not_swept_is_one_line_with_the_command() -> None:
     assert line is not None and "\n" not in line
     assert line.startswith("2 methods not swept here (need train graphs or other projections)")
     assert "`sparsefinder sweep --methods sparsebert-dams,kmeans --out DIR`" in line
+    every = pareto.not_swept_line({c: "needs learned projections" for c in CURVES})
+    assert "(need learned projections)" in every
+    assert "`sparsefinder sweep --methods all --out DIR`" in every
+    grouped = pareto.not_swept_line({c: "needs learned projections"
+                                     for c in ("quest", "hashattention", "block")})
+    assert "--methods long-context,block --out DIR" in grouped
 
 
 def test_display_table_shows_a_dash_for_missing_values() -> None:
