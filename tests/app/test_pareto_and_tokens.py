@@ -199,3 +199,25 @@ def test_a_clicked_point_loads_into_the_view_or_says_why_not(with_projections):
     assert_clean(at)
     assert "Explorer" in [t.value for t in at.title]
     assert at.query_params["t"] == "1.5" and at.query_params["window"] == "0"
+
+
+def _head_view_data(at) -> dict:
+    (view,) = at.get("bidi_component")
+    return json.loads(view.proto.json)
+
+
+def test_the_head_view_draws_the_selected_token_and_follows_the_page(with_projections):
+    """The head view gets the page's token as its selection (drawn and highlighted on load,
+    in the browser): a query on the left for the row, the key on the right for the column;
+    another token picked on the page moves it. (Its clicks: tests/app/test_browser.py.)"""
+    at = new_app(method="fixed", window="3", query="5", **{"global": "none"}).run()
+    at.switch_page("app_pages/tokens.py").run()
+    assert_clean(at)
+    data = _head_view_data(at)
+    assert data["selected"] == {"side": "query", "index": 5 - data["start"]}
+    assert at.selectbox(key="w_query").format_func(5).endswith(data["tokens"][5 - data["start"]])
+    at.selectbox(key="w_query").set_value(12).run()
+    data = _head_view_data(at)
+    assert data["selected"] == {"side": "query", "index": 12 - data["start"]}
+    at.radio(key="w_direction").set_value("column").run()
+    assert _head_view_data(at)["selected"]["side"] == "key"
