@@ -48,9 +48,9 @@ def token_view() -> None:
                               horizontal=True,
                               format_func={"row": "attends to (row)",
                                            "column": "attended by (column)"}.get)
-    cols[2].button("◀ Prev token", key="w_qprev", on_click=_step_query,
+    cols[2].button("◀ Prev", key="w_qprev", on_click=_step_query, help="Previous token",
                    args=(-1, record.n_tokens), width="stretch")
-    cols[3].button("Next token ▶", key="w_qnext", on_click=_step_query,
+    cols[3].button("Next ▶", key="w_qnext", on_click=_step_query, help="Next token",
                    args=(1, record.n_tokens), width="stretch")
     state = shell.view_state()
     preds, _ = shell.predictions(ctx, state)

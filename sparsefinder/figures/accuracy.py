@@ -14,7 +14,7 @@ from plotly.subplots import make_subplots
 from sparsefinder.evaluation.accuracy_sweep import MEASURE_LABELS, MEASURES, frontier
 from sparsefinder.explore.pareto import curve_label
 from sparsefinder.figures.palette import FULL_MARKER, method_color, method_dash
-from sparsefinder.figures.pareto import legend_height
+from sparsefinder.figures.pareto import MARGIN, legend_height
 
 
 def accuracy_figure(
@@ -59,7 +59,7 @@ def accuracy_figure(
             fig.add_vline(x=gold_sparsity, line_dash="dash", line_color="black", row=r, col=c)
         fig.update_xaxes(title_text="sparsity", range=[0, 1.0], row=r, col=c)
     fig.update_layout(title=title, template="plotly_white",
-                      height=max(420 * rows, legend_height(len(methods) + 1)),
+                      height=max(420 * rows, legend_height(len(methods) + 1)), margin=MARGIN,
                       legend={"title": "method (frontier)", "x": 1.02, "xanchor": "left",
                               "y": 1.0, "yanchor": "top"})
     return fig

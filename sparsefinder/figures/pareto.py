@@ -16,15 +16,19 @@ from sparsefinder.evaluation.frontier import pareto_frontier
 from sparsefinder.explore.pareto import curve_label
 from sparsefinder.figures.palette import CURRENT_MARKER, method_color, method_dash
 
-#: Pixel height of the plot area, and of each legend entry beyond what fits beside it.
+#: Smallest figure height, and the pixels of one legend row (11 px font).
 PLOT_HEIGHT = 460
 LEGEND_ROW = 20
+#: Top (title) and bottom (axis title) margins: plotly fits the legend between them and
+#: scrolls it (so a PNG export cuts it) when it is taller.
+MARGIN = {"t": 80, "b": 70, "r": 20}
 CURRENT_NAME = "your setting"
 
 
 def legend_height(entries: int) -> int:
-    """Figure height that shows ``entries`` legend rows beside the plot (never cut)."""
-    return max(PLOT_HEIGHT, 140 + LEGEND_ROW * entries)
+    """Figure height whose plot area holds ``entries`` legend rows and the legend's title
+    (never scrolled, never cut in an export)."""
+    return max(PLOT_HEIGHT, MARGIN["t"] + MARGIN["b"] + 40 + LEGEND_ROW * entries)
 
 
 def _custom(points: pd.DataFrame, method: str) -> list[list[str]]:
@@ -77,7 +81,7 @@ def pareto_figure(
         legend={"title": "method (frontier)", "font": {"size": 11}, "tracegroupgap": 0,
                 "x": 1.02, "xanchor": "left", "y": 1.0, "yanchor": "top"},
         height=legend_height(len(methods) + 1),  # + the current setting
-        margin={"r": 20},
+        margin=MARGIN,
     )
     return fig
 

@@ -61,6 +61,17 @@ def test_the_oracle_is_a_dashed_bound_and_the_legend_sits_outside(points) -> Non
     assert fig.layout.legend.x > 1 and fig.layout.legend.xanchor == "left"
 
 
+def test_the_figure_grows_so_a_long_legend_is_never_cut() -> None:
+    """Plotly scrolls a legend taller than the plot area (an export then cuts it): the plot
+    area holds every row (20 px each at 11 px font) and the legend's title."""
+    for count in (3, 8, 20, 40):
+        rows = [{"method": f"m{i}", "params": "{}", "sparsity": 0.5, "recall": 0.5}
+                for i in range(count)]
+        fig = mark_current(pareto_figure(pd.DataFrame(rows)), 0.5, 0.5, "s")
+        area = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+        assert area >= 20 * (count + 1) + 30, count
+
+
 def test_a_method_has_one_colour_on_both_charts(points: pd.DataFrame) -> None:
     """The recall chart and the accuracy chart colour a method alike, whatever else they
     draw; full entmax is not a star there (the star is your setting)."""
