@@ -92,10 +92,9 @@ def _loaded_note() -> None:
     if loaded is None:
         return
     ok, text = loaded
-    left, right = st.columns([4, 1], vertical_alignment="center")
-    left.caption(text)
-    if ok and right.button("Open in the Explorer", key="w_pareto_open",
-                           icon=":material/grid_view:"):
+    st.caption(text)
+    if ok and st.button("Open in the Explorer", key="w_pareto_open",
+                        icon=":material/grid_view:"):
         st.switch_page(EXPLORER)
 
 

@@ -195,6 +195,27 @@ def test_head_view_draws_the_selected_token_and_a_click_selects_another(server, 
     assert page.locator("[data-testid='stException']").count() == 0
 
 
+def test_a_click_on_a_pareto_point_loads_its_setting(server, page):
+    """Clicking a frontier point of `distance` sets the sliders and the link to that
+    threshold (raw distance, no window, no global tokens: the sweep's own setting)."""
+    page.goto(f"{server}/pareto?method=fixed&window=3", timeout=240_000)
+    page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 1",
+                           timeout=240_000)
+    wait_until_idle(page)
+    index = page.evaluate("() => document.querySelector('.js-plotly-plot').data"
+                          ".findIndex(t => t.meta === 'distance')")
+    point = page.locator(".js-plotly-plot").first.locator(".scatterlayer .trace").nth(
+        index).locator("path.point").nth(2)  # t well below the window's points
+    point.scroll_into_view_if_needed()
+    box = point.bounding_box()
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.wait_for_function("() => location.search.includes('method=distance') && "
+                           "location.search.includes('calibration=none') && "
+                           "location.search.includes('global=none')", timeout=60_000)
+    page.get_by_text("Loaded distance", exact=False).first.wait_for(timeout=30_000)
+    assert page.locator("[data-testid='stException']").count() == 0
+
+
 def test_a_bad_links_warning_clears_after_a_change_in_a_fragment(server, page):
     """The Explorer's head picker reruns only its fragment: the link's warning, drawn above
     it, still goes (the page is drawn again)."""
