@@ -1,7 +1,8 @@
-"""Pareto: sparsity–recall curves of every available method, frontiers highlighted.
+"""Pareto: sparsity–recall curves, a curated few by default, frontiers highlighted.
 
 On the current text at once (cached per text); on the validation corpus on request, since
-its gold graphs take a while on CPU. The current slider setting is marked on both.
+its gold graphs take a while on CPU. The current slider setting is the star on both; a click
+on a point loads that setting into the view (and so into the Explorer).
 """
 
 from __future__ import annotations
@@ -13,11 +14,88 @@ import streamlit as st
 from app import shell
 from sparsefinder.evaluation import curves, frontier
 from sparsefinder.explore import live, tables
+from sparsefinder.explore import pareto as pareto_view_model
 from sparsefinder.figures import accuracy as accuracy_figures
 from sparsefinder.figures import common as common_figures
 from sparsefinder.figures import pareto as pareto_figures
 
 st.title("Pareto")
+
+EXPLORER = "app_pages/explorer.py"
+GROUPS_KEY = "_pareto_groups"  # the groups added to the default curves (mirrors ?curves=)
+CLICK_KEY = "_pareto_click"  # a clicked (curve, params), applied on the next run
+LOADED_KEY = "_pareto_loaded"  # what the last click did, in words (and whether it loaded)
+
+
+def _groups() -> list[str]:
+    """The added groups: session first, else the link's ``curves`` (a bad name is reported)."""
+    if GROUPS_KEY not in st.session_state:
+        groups, problems = pareto_view_model.parse_groups(
+            st.query_params.get(pareto_view_model.GROUPS_PARAM))
+        st.session_state[GROUPS_KEY] = groups
+        for problem in problems:
+            st.toast(problem, icon=":material/link_off:")
+    return st.session_state[GROUPS_KEY]
+
+
+def _set_groups() -> None:
+    groups = [g for g in pareto_view_model.PAGE_GROUPS if g in st.session_state["w_groups"]]
+    st.session_state[GROUPS_KEY] = groups
+    if groups:
+        st.query_params[pareto_view_model.GROUPS_PARAM] = ",".join(groups)
+    elif pareto_view_model.GROUPS_PARAM in st.query_params:
+        del st.query_params[pareto_view_model.GROUPS_PARAM]
+
+
+def _group_picker() -> list[str]:
+    st.session_state["w_groups"] = _groups()
+    if st.session_state[GROUPS_KEY] and (st.query_params.get(pareto_view_model.GROUPS_PARAM)
+                                         is None):  # a page switch dropped it
+        st.query_params[pareto_view_model.GROUPS_PARAM] = ",".join(st.session_state[GROUPS_KEY])
+    shown = ", ".join(pareto_view_model.DEFAULT_CURVES)
+    return st.multiselect(
+        "Add curves", list(pareto_view_model.PAGE_GROUPS), key="w_groups",
+        on_change=_set_groups, placeholder="groups of curves to add (kept in the link)",
+        help=f"Drawn always: {shown}. Each group adds its curves: "
+             + "; ".join(f"{g}: {', '.join(names)}"
+                         for g, names in pareto_view_model.PAGE_GROUPS.items()))
+
+
+def _on_click(widget: str) -> None:
+    points = (st.session_state.get(widget) or {}).get("selection", {}).get("points", [])
+    picked = pareto_figures.clicked_point(points[0]) if points else None
+    if picked is not None:
+        st.session_state[CLICK_KEY] = picked
+
+
+def _apply_click(ctx: shell.AppContext) -> None:
+    """Load a clicked point into the view state (sliders, star, link), or say why not."""
+    picked = st.session_state.pop(CLICK_KEY, None)
+    if picked is None:
+        return
+    curve, params = picked
+    spec = curves.curve_spec(curve, params)
+    try:
+        changes = pareto_view_model.explorer_changes(curve, params)
+    except pareto_view_model.NotInExplorer as error:
+        st.session_state[LOADED_KEY] = (False, f"{live.describe(spec)}: not in the Explorer "
+                                               f"({str(error).split(': ', 1)[-1]}).")
+        return
+    state, _ = live.clamp(shell.view_state().with_(**changes), ctx.prepared)
+    shell.set_view_state(state)
+    st.session_state[LOADED_KEY] = (True, f"Loaded {curve}: {live.describe(spec)}.")
+    st.rerun(scope="app")  # the sidebar's method and the sliders show it
+
+
+def _loaded_note() -> None:
+    loaded = st.session_state.get(LOADED_KEY)
+    if loaded is None:
+        return
+    ok, text = loaded
+    st.caption(text)
+    if ok and st.button("Open in the Explorer", key="w_pareto_open",
+                        icon=":material/grid_view:"):
+        st.switch_page(EXPLORER)
 
 
 def _downloads(frame, prefix: str) -> None:
@@ -32,10 +110,26 @@ def _downloads(frame, prefix: str) -> None:
         key=f"w_dl_frontier_{prefix}")
 
 
-def _figure(frame, current: live.Summary, label: str, title: str, name: str) -> None:
-    fig = pareto_figures.pareto_figure(frame, frame.attrs.get("gold_sparsity"), title=title)
+def _shown(frame, groups: list[str]):
+    """The rows of the curves drawn (the frame also has the calibration table's curves)."""
+    curves_here = pareto_view_model.chosen_curves(dict.fromkeys(frame["method"]), groups)
+    return frame[frame["method"].isin(curves_here)]
+
+
+def _figure(frame, groups: list[str], current: live.Summary, label: str, title: str,
+            name: str) -> None:
+    drawn = _shown(frame, groups)
+    fig = pareto_figures.pareto_figure(drawn, frame.attrs.get("gold_sparsity"), title=title)
     pareto_figures.mark_current(fig, current.sparsity, current.recall, label)
-    st.plotly_chart(fig, config=common_figures.chart_config(name), key=f"w_fig_{name}")
+    key = f"w_fig_{name}"
+    st.plotly_chart(fig, config=common_figures.chart_config(name), key=key,
+                    on_select=functools.partial(_on_click, key), selection_mode="points")
+
+
+def _frontier_table(frame, groups: list[str]) -> None:
+    table = frontier.recall_at_sparsity(_shown(frame, groups))
+    table["method"] = table["method"].map(pareto_view_model.curve_label)
+    st.dataframe(pareto_view_model.display_table(table), hide_index=True)
 
 
 #: Curves drawn on the accuracy axis: Sparsefinder's and the cheap patterns it must beat.
@@ -59,8 +153,9 @@ def _accuracy_axis(ctx: shell.AppContext, methods: list[str], gold: float | None
         measures=("output_cosine", "embedding_cosine"))
     st.plotly_chart(fig, config=common_figures.chart_config("pareto_accuracy_text"),
                     key="w_fig_pareto_accuracy")
-    st.caption("Full α-entmax is the star (accuracy 1 at the gold sparsity); retrieval "
-               "agreement on the validation split: `sparsefinder sweep --accuracy`.")
+    st.caption("Full α-entmax is the black diamond (accuracy 1 at the gold sparsity); "
+               "colours are those of the recall chart; retrieval agreement on the validation "
+               "split: `sparsefinder sweep --accuracy`.")
 
 
 @st.fragment
@@ -69,6 +164,7 @@ def pareto_view() -> None:
     if not ctx.ready:
         return
     prepared = ctx.prepared
+    _apply_click(ctx)
     shell.method_sliders(ctx)
     state = shell.view_state()
     _, scores = shell.predictions(ctx, state)
@@ -78,16 +174,19 @@ def pareto_view() -> None:
         skipped = {m: why for m, why in skipped.items() if not prepared.calibration.has(m)}
     if prepared.hash_codes is not None:  # its curve comes from the bundled codes
         skipped.pop("hashattention", None)
-    if skipped:
-        st.caption("Not swept: " + "; ".join(f"{m} ({why})" for m, why in skipped.items()))
+    groups = _group_picker()
+    line = pareto_view_model.not_swept_line(skipped)
+    if line:
+        st.caption(line, help="; ".join(f"{m}: {why}" for m, why in skipped.items()))
+    _loaded_note()
 
     st.subheader(f"This text ({prepared.n_tokens} tokens)")
     frame = shell.cached_text_sweep(ctx.cache_key, tuple(methods), prepared)
     current = live.summarize(scores, state.layer, state.head)["model"]
-    _figure(frame, current, label, "Sparsity–recall on this text", "pareto_text")
+    _figure(frame, groups, current, label, "Sparsity–recall on this text", "pareto_text")
     _downloads(frame, "text")
     with st.expander("Recall of each frontier at fixed sparsity"):
-        st.dataframe(frontier.recall_at_sparsity(frame), hide_index=True)
+        _frontier_table(frame, groups)
 
     _accuracy_axis(ctx, methods, frame.attrs.get("gold_sparsity"))
 
@@ -108,13 +207,16 @@ def pareto_view() -> None:
     spec = live.spec_for(state, prepared)
     corpus_current = live.score_setting(records, prepared.projections_for(spec.method_id), spec,
                                         prepared.fitted(spec.method_id))
-    _figure(corpus_frame, corpus_current, label,
+    _figure(corpus_frame, groups, corpus_current, label,
             f"Sparsity–recall on {len(records)} validation texts", "pareto_validation")
     _downloads(corpus_frame, "validation")
+    with st.expander("Recall of each frontier at fixed sparsity (validation)"):
+        _frontier_table(corpus_frame, groups)
 
 
 ctx = shell.context()
 st.caption("Each point is one hyperparameter setting, macro-averaged over layers and heads; "
-           "lines are each method's Pareto frontier; the star is your current setting.")
+           "lines are each method's Pareto frontier, the grey dashed one an oracle's bound; "
+           "the star is your setting. Click a point to load it.")
 if shell.show_messages(ctx):
     pareto_view()

@@ -100,3 +100,22 @@ def head_lines(record: AttentionRecord, preds: Sequence[Tensor], layer: int,
     out_k = all_gold[:, :, window].sum(-2) - inside_cols
     return HeadLines(layer=layer, start=start, tokens=list(record.tokens[window]), heads=heads,
                      edges=edges, out_as_query=out_q.tolist(), out_as_key=out_k.tolist())
+
+
+#: A click on the left column (a query) selects the token's row, on the right (a key) its
+#: column, as the Token view's direction names them.
+DIRECTIONS = {"query": "row", "key": "column"}
+
+
+def picked_token(value: object, n_tokens: int) -> tuple[int, str] | None:
+    """The head view's click payload ``{"side": "query"|"key", "index": position}`` → (token
+    position, direction "row"|"column"); None for anything else (it comes from the browser,
+    so it is checked, never trusted)."""
+    if not isinstance(value, dict):
+        return None
+    side, index = value.get("side"), value.get("index")
+    if side not in DIRECTIONS or isinstance(index, bool) or not isinstance(index, int):
+        return None
+    if not 0 <= index < n_tokens:
+        return None
+    return index, DIRECTIONS[side]

@@ -1,5 +1,5 @@
 """Sparsity–accuracy figures: one panel per measure, each method's points and frontier, full
-entmax as a star and the gold sparsity as a line (the numbers come from
+entmax as a black diamond and the gold sparsity as a line (the numbers come from
 ``sparsefinder.evaluation.accuracy_sweep``)."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from sparsefinder.evaluation.accuracy_sweep import MEASURE_LABELS, MEASURES, frontier
-
-_PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
-            "#17becf", "#bcbd22", "#7f7f7f"]
+from sparsefinder.explore.pareto import curve_label
+from sparsefinder.figures.palette import FULL_MARKER, method_color, method_dash
+from sparsefinder.figures.pareto import MARGIN, legend_height
 
 
 def accuracy_figure(
@@ -22,21 +22,20 @@ def accuracy_figure(
     measures: Sequence[str] = MEASURES,
 ) -> go.Figure:
     """One panel per measure: every point (faint), each method's frontier (line), full
-    entmax as a star (accuracy 1 at the gold sparsity) and the gold sparsity as a line."""
+    entmax as a black diamond (accuracy 1 at the gold sparsity) and the gold sparsity as a
+    line; a method's colour is the one it has on the recall chart."""
     cols = 2
     rows = math.ceil(len(measures) / cols)
     fig = make_subplots(rows=rows, cols=cols,
                         subplot_titles=[MEASURE_LABELS.get(m, m) for m in measures])
-    families: dict[str, str] = {}
+    methods = list(dict.fromkeys(df["method"]))
     for index, measure in enumerate(measures):
         r, c = index // cols + 1, index % cols + 1
         front = frontier(df, measure)
-        for method in dict.fromkeys(df["method"]):
-            color = families.setdefault(method.split("+")[0],
-                                        _PALETTE[len(families) % len(_PALETTE)])
-            dash = "dash" if "+" in method else "solid"
+        for method in methods:
+            color, dash, label = method_color(method), method_dash(method), curve_label(method)
             hover = ("%{customdata}<br>sparsity=%{x:.4f}<br>" + measure + "=%{y:.4f}<extra>"
-                     + method + "</extra>")
+                     + label + "</extra>")
             points = df[df["method"] == method]
             line = front[front["method"] == method]
             fig.add_trace(go.Scatter(
@@ -47,18 +46,20 @@ def accuracy_figure(
             fig.add_trace(go.Scatter(
                 x=line["sparsity"], y=line[measure], customdata=line["params"],
                 mode="lines+markers", line={"color": color, "dash": dash},
-                marker={"color": color, "size": 7}, legendgroup=method, name=method,
+                marker={"color": color, "size": 7}, legendgroup=method, name=label,
                 showlegend=index == 0, hovertemplate=hover,
             ), row=r, col=c)
         if gold_sparsity is not None:
             fig.add_trace(go.Scatter(
-                x=[gold_sparsity], y=[1.0], mode="markers", name="full entmax",
-                marker={"symbol": "star", "size": 15, "color": "black"},
+                x=[gold_sparsity], y=[1.0], mode="markers", name="full α-entmax",
+                marker=FULL_MARKER,
                 legendgroup="full", showlegend=index == 0,
                 hovertemplate="full α-entmax<br>gold sparsity=%{x:.4f}<extra></extra>",
             ), row=r, col=c)
             fig.add_vline(x=gold_sparsity, line_dash="dash", line_color="black", row=r, col=c)
         fig.update_xaxes(title_text="sparsity", range=[0, 1.0], row=r, col=c)
-    fig.update_layout(title=title, template="plotly_white", height=420 * rows,
-                      legend={"title": "method (frontier)"})
+    fig.update_layout(title=title, template="plotly_white",
+                      height=max(420 * rows, legend_height(len(methods) + 1)), margin=MARGIN,
+                      legend={"title": "method (frontier)", "x": 1.02, "xanchor": "left",
+                              "y": 1.0, "yanchor": "top"})
     return fig

@@ -1,12 +1,14 @@
-"""The bertviz-style head view as one self-contained HTML page (SVG + a little JavaScript).
+"""The bertviz-style head view: SVG drawn by a little JavaScript, as a standalone HTML page or
+as the app's component (the same drawing code).
 
 Hovering a token is handled in the browser, so lines appear without a round trip to the
-server (a Plotly chart would rerun the app per hover). Hover a query on the left: its lines
-to the keys it attends to; hover a key on the right: the queries attending to it; a click
-pins the token. One colour per head (tick boxes toggle heads); the line's opacity is the gold
+server (a Plotly chart would rerun the app per hover). The selected token is drawn and
+highlighted from the start; hover another to preview its lines; a click selects it (in the
+app: for the whole page and the link; a query on the left selects the row, a key on the right
+the column). One colour per head (tick boxes toggle heads); the line's opacity is the gold
 probability; solid = gold edge the predictor keeps, dashed = gold edge it misses, dotted =
 predicted edge that is not gold (toggle). No external script or font is loaded, and text is
-set through ``textContent`` only: the page is safe for any token string.
+set through ``textContent`` only: the view is safe for any token string.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ HEADER_PX = 64
 #: One colour per head, cycled (12 distinct hues, as bertviz's palette has).
 HEAD_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
                "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939")
+SIDES = ("query", "key")
 
 
 def page_height(lines: HeadLines) -> int:
@@ -27,59 +30,86 @@ def page_height(lines: HeadLines) -> int:
     return HEADER_PX + ROW_PX * len(lines.tokens) + 24
 
 
-def _payload(lines: HeadLines) -> str:
+def view_data(lines: HeadLines, selected: int | None = None, side: str = "query") -> dict:
+    """What the drawing code reads: the lines, the colours, and the selected token (an
+    absolute position, drawn and highlighted on load when it lies in the window)."""
+    if side not in SIDES:
+        raise ValueError(f"side must be one of {SIDES}, got {side!r}")
+    inside = selected is not None and 0 <= selected - lines.start < len(lines.tokens)
+    chosen = {"side": side, "index": selected - lines.start} if inside else None
+    return dict(lines.to_json(), colors=list(HEAD_COLORS), row=ROW_PX, header=HEADER_PX,
+                selected=chosen)
+
+
+def _payload(data: dict) -> str:
     """The data as a JSON literal that cannot close the ``<script>`` element."""
-    data = dict(lines.to_json(), colors=list(HEAD_COLORS), row=ROW_PX, header=HEADER_PX)
     # JSON allows \uXXXX escapes anywhere in a string: no "<" or "&" is left to end the element
     return json.dumps(data).replace("<", "\\u003c").replace(">", "\\u003e").replace(
         "&", "\\u0026")
 
 
-_PAGE = """<!doctype html>
-<html><head><meta charset="utf-8"><style>
-body { margin: 0; font: 12px sans-serif; color: #212121; }
-#controls { padding: 4px 6px; line-height: 20px; }
-#controls label { margin-right: 8px; white-space: nowrap; }
-.swatch { display: inline-block; width: 10px; height: 10px; margin-right: 2px; }
-svg text { font: 12px monospace; cursor: pointer; dominant-baseline: middle; }
-svg text.active { font-weight: bold; }
-#legend { color: #616161; }
-</style></head><body>
-<div id="controls"></div>
-<div id="legend">hover a token (click pins it) · solid: gold kept · dashed: gold missed ·
-dotted: extra predicted · opacity: gold probability</div>
-<svg id="view" xmlns="http://www.w3.org/2000/svg"></svg>
-<script id="data" type="application/json">__PAYLOAD__</script>
-<script>
-(function () {
-  const D = JSON.parse(document.getElementById("data").textContent);
+CSS = """
+.hv { margin: 0; font: 12px sans-serif; color: #212121; }
+.hv .controls { padding: 4px 6px; line-height: 20px; }
+.hv .controls label { margin-right: 8px; white-space: nowrap; }
+.hv .swatch { display: inline-block; width: 10px; height: 10px; margin-right: 2px; }
+.hv svg text { font: 12px monospace; cursor: pointer; dominant-baseline: middle; }
+.hv svg text.active { font-weight: bold; fill: #0d47a1; }
+.hv svg rect.mark { fill: #fff59d; }
+.hv .legend { color: #616161; }
+"""
+
+#: ``drawHeadView(root, D, onPick)``: draws into ``root`` (an element or a shadow root);
+#: ``onPick(side, position)`` is called when a token is clicked (null: nobody listens).
+DRAW_JS = """
+function drawHeadView(root, D, onPick) {
   const NS = "http://www.w3.org/2000/svg";
+  root.querySelectorAll(".hv").forEach((old) => old.remove());
+  const box = document.createElement("div");
+  box.className = "hv";
+  root.append(box);
+  const hidden = root.hvHidden || (root.hvHidden = new Set());
   const n = D.tokens.length, width = 560, left = 150, right = 410;
-  const top = 10, svg = document.getElementById("view");
+  const top = 10;
+  const controls = document.createElement("div");
+  controls.className = "controls";
+  const legend = document.createElement("div");
+  legend.className = "legend";
+  legend.textContent = "click a token to select it, hover another to preview · solid: gold "
+    + "kept · dashed: gold missed · dotted: extra predicted · opacity: gold probability";
+  const svg = document.createElementNS(NS, "svg");
   svg.setAttribute("width", width);
   svg.setAttribute("height", top + n * D.row + 10);
-  const shown = D.heads.map(() => true);
-  let showExtra = true, pinned = null, current = null;
-  const controls = document.getElementById("controls");
+  box.append(controls, legend, svg);
+  const shown = D.heads.map((h) => !hidden.has(h));
+  let showExtra = root.hvExtra !== false, current = null;
+  let pinned = D.selected ? { side: D.selected.side, index: D.selected.index } : null;
   D.heads.forEach((h, i) => {
     const label = document.createElement("label");
-    const box = document.createElement("input");
-    box.type = "checkbox"; box.checked = true; box.dataset.head = String(h);
-    box.addEventListener("change", () => { shown[i] = box.checked; redraw(); });
+    const tick = document.createElement("input");
+    tick.type = "checkbox"; tick.checked = shown[i]; tick.dataset.head = String(h);
+    tick.addEventListener("change", () => {
+      shown[i] = tick.checked;
+      if (tick.checked) hidden.delete(h); else hidden.add(h);
+      redraw();
+    });
     const sw = document.createElement("span");
     sw.className = "swatch"; sw.style.background = D.colors[i % D.colors.length];
-    label.append(box, sw, document.createTextNode("h" + h));
+    label.append(tick, sw, document.createTextNode("h" + h));
     controls.append(label);
   });
   const extra = document.createElement("label");
   const extraBox = document.createElement("input");
-  extraBox.type = "checkbox"; extraBox.checked = true; extraBox.id = "extra";
-  extraBox.addEventListener("change", () => { showExtra = extraBox.checked; redraw(); });
+  extraBox.type = "checkbox"; extraBox.checked = showExtra; extraBox.id = "extra";
+  extraBox.addEventListener("change", () => {
+    showExtra = root.hvExtra = extraBox.checked; redraw();
+  });
   extra.append(extraBox, document.createTextNode("extra predicted"));
   controls.append(extra);
+  const markLayer = document.createElementNS(NS, "g");
   const lineLayer = document.createElementNS(NS, "g");
   lineLayer.id = "lines";
-  svg.append(lineLayer);
+  svg.append(markLayer, lineLayer);
   const y = (i) => top + i * D.row + D.row / 2;
   const texts = { query: [], key: [] }, titles = { query: [], key: [] };
   function outCount(side, i) {
@@ -96,29 +126,41 @@ dotted: extra predicted · opacity: gold probability</div>
     const title = document.createElementNS(NS, "title");
     t.append(title);
     titles[side].push(title);
-    t.addEventListener("mouseenter", () => { if (pinned === null) select(side, i); });
-    t.addEventListener("mouseleave", () => { if (pinned === null) select(null, null); });
+    t.addEventListener("mouseenter", () => show(side, i));
+    t.addEventListener("mouseleave", () => show(pinned && pinned.side, pinned && pinned.index));
     t.addEventListener("click", () => {
-      const same = pinned && pinned.side === side && pinned.index === i;
-      pinned = same ? null : { side: side, index: i };
-      select(same ? null : side, same ? null : i);
+      pinned = { side: side, index: i };
+      show(side, i);
+      if (onPick) onPick(side, D.start + i);
     });
     svg.append(t);
     texts[side].push(t);
   }
   for (let i = 0; i < n; i++) { tokenText("query", i); tokenText("key", i); }
-  function select(side, index) {
-    current = side === null ? null : { side: side, index: index };
+  function show(side, index) {
+    current = side === null || side === undefined ? null : { side: side, index: index };
     redraw();
   }
   function redraw() {
     while (lineLayer.firstChild) lineLayer.removeChild(lineLayer.firstChild);
+    while (markLayer.firstChild) markLayer.removeChild(markLayer.firstChild);
     texts.query.concat(texts.key).forEach((t) => {
       t.classList.remove("active");
       const i = Number(t.dataset.index), side = t.dataset.side;
       titles[side][i].textContent = (D.start + i) + " · " + D.tokens[i] + " · gold edges outside "
-        + "the window: " + outCount(side, i);
+        + "the window: " + outCount(side, i) + (onPick ? " · click: select" : "");
     });
+    if (pinned !== null) {  // the selected token: a highlight behind its text
+      const t = texts[pinned.side][pinned.index];
+      t.classList.add("active");
+      const mark = document.createElementNS(NS, "rect");
+      mark.setAttribute("class", "mark");
+      mark.setAttribute("x", pinned.side === "query" ? 0 : right);
+      mark.setAttribute("y", y(pinned.index) - D.row / 2);
+      mark.setAttribute("width", left);
+      mark.setAttribute("height", D.row);
+      markLayer.append(mark);
+    }
     if (current === null) return;
     texts[current.side][current.index].classList.add("active");
     const col = current.side === "query" ? 0 : 1;
@@ -145,13 +187,32 @@ dotted: extra predicted · opacity: gold probability</div>
       });
     });
   }
-  redraw();
-})();
+  show(pinned && pinned.side, pinned && pinned.index);
+}
+"""
+
+#: The app's component (``st.components.v2``): a click sends ``{side, index}`` (an absolute
+#: token position) as the ``token`` trigger.
+COMPONENT_JS = DRAW_JS + """
+export default function (component) {
+  const { data, parentElement, setTriggerValue } = component;
+  drawHeadView(parentElement, data,
+               (side, index) => setTriggerValue("token", { side: side, index: index }));
+}
+"""
+
+_PAGE = """<!doctype html>
+<html><head><meta charset="utf-8"><style>body { margin: 0; }__CSS__</style></head><body>
+<div id="root"></div>
+<script id="data" type="application/json">__PAYLOAD__</script>
+<script>__DRAW__
+drawHeadView(document.getElementById("root"),
+             JSON.parse(document.getElementById("data").textContent), null);
 </script></body></html>
 """
 
 
-def head_lines_html(lines: HeadLines) -> str:
-    """The head view of ``lines`` as a standalone HTML page (open it in a browser, or embed
-    it in the app)."""
-    return _PAGE.replace("__PAYLOAD__", _payload(lines))
+def head_lines_html(lines: HeadLines, selected: int | None = None) -> str:
+    """The head view of ``lines`` as a standalone HTML page (open it in a browser)."""
+    return (_PAGE.replace("__CSS__", CSS).replace("__DRAW__", DRAW_JS)
+            .replace("__PAYLOAD__", _payload(view_data(lines, selected))))

@@ -163,37 +163,56 @@ def test_explorer_shows_the_output_accuracy_of_the_setting(server, page):
     assert page.locator("[data-testid='stException']").count() == 0
 
 
-def test_head_view_hover_draws_a_tokens_lines_per_head(server, page):
-    """bertviz-style head view: hovering query 5 draws its lines; with a window of 3 and no
-    global tokens every head predicts exactly keys 4..6, so 12 heads give 36 kept lines
-    (TP + FP), and unticking a head removes its lines."""
+def test_head_view_draws_the_selected_token_and_a_click_selects_another(server, page):
+    """bertviz-style head view: the selected query 5 is drawn on load; with a window of 3
+    and no global tokens every head predicts exactly keys 4..6, so 12 heads give 36 kept
+    lines (TP + FP); unticking a head removes its lines; a click on key 8 selects it for the
+    page and the link (its column)."""
     page.goto(f"{server}/tokens?method=fixed&window=3&global=none&query=5&layer=0",
               timeout=240_000)
     page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 1",
                            timeout=240_000)
-    frame = page.frame_locator(".st-key-w_head_lines iframe")
-    token = frame.locator("text[data-side='query'][data-index='5']")
-    token.wait_for(timeout=60_000)
-    # the real mouse (Playwright's hover() refuses: Streamlit's container sits over iframes
-    # in its hit test, though the browser delivers the events to the frame)
-    box = token.bounding_box()
-    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-    lines = frame.locator("#lines line")
-    lines.first.wait_for(timeout=30_000)
-    kept = frame.locator("#lines line[data-status='TP'], #lines line[data-status='FP']")
+    view = page.locator(".st-key-w_head_lines")
+    view.locator("text[data-side='query'][data-index='5']").wait_for(timeout=60_000)
+    kept = view.locator("#lines line[data-status='TP'], #lines line[data-status='FP']")
+    kept.first.wait_for(timeout=30_000)  # no hover needed: the selection is drawn
     assert kept.count() == 36
-    assert frame.locator("#lines line[data-head='3']").count() >= 3
-    title = frame.locator("#lines line title").first.text_content()
+    assert view.locator("text.active[data-side='query'][data-index='5']").count() == 1
+    title = view.locator("#lines line title").first.text_content()
     assert " → " in title and "gold p=" in title
-    page.mouse.down()  # a click pins the token: its lines stay while the mouse moves on
-    page.mouse.up()
-    tick = frame.locator("input[data-head='3']").bounding_box()
-    page.mouse.click(tick["x"] + tick["width"] / 2, tick["y"] + tick["height"] / 2)
-    assert frame.locator("#lines line[data-head='3']").count() == 0
-    assert frame.locator("#lines line[data-status='TP'], #lines line[data-status='FP']"
-                         ).count() == 33
+    view.locator("input[data-head='3']").click()
+    assert view.locator("#lines line[data-head='3']").count() == 0
+    assert kept.count() == 33
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "browser_head_view.png"), full_page=True)
+    view.locator("text[data-side='key'][data-index='8']").click()
+    page.wait_for_function("() => location.search.includes('query=8')", timeout=60_000)
+    page.get_by_text("attended by (column)").wait_for(timeout=30_000)
+    page.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]"
+                           ".some(e => e.textContent.includes('key 8'))", timeout=60_000)
+    active = view.locator("text.active[data-side='key'][data-index='8']")
+    active.wait_for(timeout=30_000)
+    assert page.locator("[data-testid='stException']").count() == 0
+
+
+def test_a_click_on_a_pareto_point_loads_its_setting(server, page):
+    """Clicking a frontier point of `distance` sets the sliders and the link to that
+    threshold (raw distance, no window, no global tokens: the sweep's own setting)."""
+    page.goto(f"{server}/pareto?method=fixed&window=3", timeout=240_000)
+    page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 1",
+                           timeout=240_000)
+    wait_until_idle(page)
+    index = page.evaluate("() => document.querySelector('.js-plotly-plot').data"
+                          ".findIndex(t => t.meta === 'distance')")
+    point = page.locator(".js-plotly-plot").first.locator(".scatterlayer .trace").nth(
+        index).locator("path.point").nth(2)  # t well below the window's points
+    point.scroll_into_view_if_needed()
+    box = point.bounding_box()
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.wait_for_function("() => location.search.includes('method=distance') && "
+                           "location.search.includes('calibration=none') && "
+                           "location.search.includes('global=none')", timeout=60_000)
+    page.get_by_text("Loaded distance", exact=False).first.wait_for(timeout=30_000)
     assert page.locator("[data-testid='stException']").count() == 0
 
 

@@ -17,19 +17,19 @@ def _values(data) -> list[float]:
 
 
 def _star(figure: dict) -> tuple[float, float]:
-    (star,) = [t for t in figure["data"] if t.get("name") == "current setting"]
+    (star,) = [t for t in figure["data"] if t.get("name") == "your setting"]
     return _values(star["x"])[0], _values(star["y"])[0]
 
 
 def _grid_point(figure: dict, curve: str, params: dict) -> tuple[float, float]:
     (points,) = [t for t in figure["data"] if t.get("name") == f"{curve} (all)"]
-    index = points["customdata"].index(json.dumps(params, sort_keys=True))
+    index = points["customdata"].index([json.dumps(params, sort_keys=True), curve])
     return _values(points["x"])[index], _values(points["y"])[index]
 
 
 def _curves(figure: dict) -> list:
     return [(t["name"], _values(t["x"]), _values(t["y"])) for t in figure["data"]
-            if t.get("name") != "current setting"]
+            if t.get("name") != "your setting"]
 
 
 def test_pareto_star_is_the_sweeps_point_and_moves_alone(with_projections):
@@ -62,7 +62,11 @@ def test_pareto_without_projections_sweeps_window_only(without_projections):
     at.switch_page("app_pages/pareto.py").run()
     assert_clean(at)
     assert len(at.get("plotly_chart")) == 1
-    assert any("needs learned projections" in c.value for c in at.caption)
+    (line,) = [c for c in at.caption if "not swept here" in c.value]
+    assert "need learned projections" in line.value
+    assert "`sparsefinder sweep --methods" in line.value
+    assert len(line.value) < 300
+    assert "needs learned projections" in line.proto.help  # each reason, on hover
 
 
 def test_token_view_follows_query_and_sliders(with_projections):
@@ -95,8 +99,14 @@ def test_pareto_accuracy_axis_on_this_text(with_projections):
                    str(f["layout"].get("title", {}).get("text", ""))]
     names = {t.get("name") for t in accuracy["data"]}
     assert {"window", "distance", "longformer", "bigbird"} <= names
-    stars = [t for t in accuracy["data"] if t.get("marker", {}).get("symbol") == "star"]
-    assert stars  # full α-entmax
+    full = [t for t in accuracy["data"] if t.get("marker", {}).get("symbol") == "diamond"]
+    assert full and full[0]["name"] == "full α-entmax"  # the star is only ever your setting
+    recall = next(f for f in figures(at) if f is not accuracy and "recall" in
+                  str(f["layout"].get("title", {}).get("text", "")))
+    for method in ("window", "distance", "bigbird"):  # one colour per method on both charts
+        colours = {t["line"]["color"] for f in (recall, accuracy) for t in f["data"]
+                   if t.get("legendgroup") == method and t.get("mode") == "lines+markers"}
+        assert len(colours) == 1, (method, colours)
 
 
 def test_token_view_shows_the_column_too(with_projections):
@@ -113,13 +123,101 @@ def test_pareto_text_sweep_has_the_calibrated_curves_and_the_default_star_on_one
     """Bundled assets (no fixture): the text sweep includes the calibration table's curves
     (the app has no train graphs to fit them) and the first screen's method, distance:budget
     at 0.90 (without window and global tokens), is a point of its curve."""
-    at = new_app(window="0", **{"global": "none"}).run()
+    at = new_app(window="0", curves="calibrated", **{"global": "none"}).run()
     at.switch_page("app_pages/pareto.py").run()
     assert_clean(at)
     (text_figure,) = figures(at)
     names = {t.get("name") for t in text_figure["data"]}
     for curve in ("distance:budget", "rowfrac:budget", "kmeans-routed:budget", "window:budget"):
         assert f"{curve} (all)" in names
-    assert not any("distance:budget (" in c.value for c in at.caption if "Not swept" in c.value)
+    assert not any("distance:budget" in c.value for c in at.caption if "not swept" in c.value)
     assert _star(text_figure) == _grid_point(text_figure, "distance:budget",
                                              {"target_sparsity": 0.9})
+
+
+def _drawn(figure: dict) -> list[str]:
+    return [t["meta"] for t in figure["data"] if t.get("mode") == "lines+markers"]
+
+
+def test_pareto_draws_the_curated_curves_and_adds_groups_from_the_link(with_projections):
+    """By default at most 8 curves, the top-k oracle marked as a dashed bound; a group picked
+    in the multiselect adds its curves and goes into the link, which brings them back."""
+    at = new_app(method="fixed", window="3").run()
+    at.switch_page("app_pages/pareto.py").run()
+    assert_clean(at)
+    (figure,) = figures(at)
+    drawn = _drawn(figure)
+    assert len(drawn) <= 8 and {"distance", "window", "topk"} <= set(drawn)
+    (oracle,) = [t for t in figure["data"] if t.get("meta") == "topk"]
+    assert oracle["name"] == "topk (oracle bound)" and oracle["line"]["dash"] == "dash"
+    assert figure["layout"]["legend"]["x"] > 1  # outside the plot: never over the points
+    assert "curves" not in at.query_params
+    at.multiselect(key="w_groups").set_value(["baselines"]).run()
+    assert_clean(at)
+    assert at.query_params["curves"] == "baselines"
+    (wider,) = figures(at)
+    assert {"reformer", "routing", "bigbird"} <= set(_drawn(wider))
+    linked = new_app(method="fixed", window="3", curves="baselines,nope").run()
+    linked.switch_page("app_pages/pareto.py").run()
+    assert linked.multiselect(key="w_groups").value == ["baselines"]
+    assert set(_drawn(figures(linked)[0])) == set(_drawn(wider))
+
+
+def test_pareto_tables_show_a_dash_for_missing_values(with_projections):
+    at = new_app(method="fixed", window="3").run()
+    at.switch_page("app_pages/pareto.py").run()
+    (table,) = [d.value for d in at.dataframe]
+    cells = table.drop(columns="method").to_numpy().ravel().tolist()
+    assert all(isinstance(c, str) for c in cells), cells  # no None / NaN cell
+    assert "–" in cells  # some frontier never reaches 0.95 on this text
+    assert "topk (oracle bound)" in table["method"].tolist()
+
+
+def test_a_clicked_point_loads_into_the_view_or_says_why_not(with_projections):
+    """The chart's click (its callback stores the point's curve and params) sets the sliders
+    and the link to that setting; a curve the Explorer has no sliders for is said in one
+    line and changes nothing."""
+    at = new_app(method="fixed", window="3", **{"global": "none"}).run()
+    at.switch_page("app_pages/pareto.py").run()
+    at.session_state["_pareto_click"] = ("distance+window", {"threshold": 1.0})
+    at.run()
+    assert_clean(at)
+    assert at.query_params["method"] == "distance" and at.query_params["t"] == "1.0"
+    assert at.query_params["window"] == "3" and at.query_params["calibration"] == "none"
+    assert any("Loaded distance+window" in c.value for c in at.caption)
+    assert at.slider(key="w_t").value == 1.0
+    (figure,) = figures(at)
+    assert _star(figure) == _grid_point(figure, "distance+window", {"threshold": 1.0})
+    at.session_state["_pareto_click"] = ("longformer", {"n_global": 4})
+    at.run()
+    (line,) = [c.value for c in at.caption if "not in the Explorer" in c.value]
+    assert "offers longformer not at all" in line
+    assert at.query_params["method"] == "distance"
+    at.session_state["_pareto_click"] = ("distance", {"threshold": 1.5})
+    at.run()
+    at.button(key="w_pareto_open").click().run()
+    assert_clean(at)
+    assert "Explorer" in [t.value for t in at.title]
+    assert at.query_params["t"] == "1.5" and at.query_params["window"] == "0"
+
+
+def _head_view_data(at) -> dict:
+    (view,) = at.get("bidi_component")
+    return json.loads(view.proto.json)
+
+
+def test_the_head_view_draws_the_selected_token_and_follows_the_page(with_projections):
+    """The head view gets the page's token as its selection (drawn and highlighted on load,
+    in the browser): a query on the left for the row, the key on the right for the column;
+    another token picked on the page moves it. (Its clicks: tests/app/test_browser.py.)"""
+    at = new_app(method="fixed", window="3", query="5", **{"global": "none"}).run()
+    at.switch_page("app_pages/tokens.py").run()
+    assert_clean(at)
+    data = _head_view_data(at)
+    assert data["selected"] == {"side": "query", "index": 5 - data["start"]}
+    assert at.selectbox(key="w_query").format_func(5).endswith(data["tokens"][5 - data["start"]])
+    at.selectbox(key="w_query").set_value(12).run()
+    data = _head_view_data(at)
+    assert data["selected"] == {"side": "query", "index": 12 - data["start"]}
+    at.radio(key="w_direction").set_value("column").run()
+    assert _head_view_data(at)["selected"]["side"] == "key"

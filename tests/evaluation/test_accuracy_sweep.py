@@ -91,7 +91,7 @@ def test_accuracy_sweep_on_a_tiny_model(tiny: LoadedModel, tmp_path: Path) -> No
                  "accuracy_dominance.csv", "accuracy.json"):
         assert (tmp_path / name).is_file(), name
     figure = accuracy_figure(tables["points"], 0.6, "t")  # what `sweep --accuracy` draws
-    assert any(trace.name == "full entmax" and trace.marker.symbol == "star"
+    assert any(trace.name == "full α-entmax" and trace.marker.symbol == "diamond"
                for trace in figure.data)
     assert set(tables["frontier"]["measure"]) == set(MEASURES)
     payload = json.loads((tmp_path / "accuracy.json").read_text())

@@ -76,3 +76,14 @@ def test_bad_windows_and_predictions_are_refused(prepared):
         head_lines.head_lines(record, preds, record.num_layers, 0, 5)
     with pytest.raises(ValueError, match="does not match"):
         head_lines.head_lines(record, [p[:, :3, :3] for p in preds], 0, 0, 3)
+
+
+def test_a_click_payload_becomes_a_token_and_a_direction():
+    from sparsefinder.explore.head_lines import picked_token
+
+    assert picked_token({"side": "query", "index": 4}, 10) == (4, "row")
+    assert picked_token({"side": "key", "index": 0}, 10) == (0, "column")
+    for bad in (None, [], {"side": "query"}, {"side": "x", "index": 1},
+                {"side": "key", "index": 10}, {"side": "key", "index": -1},
+                {"side": "query", "index": True}, {"side": "query", "index": "3"}):
+        assert picked_token(bad, 10) is None, bad

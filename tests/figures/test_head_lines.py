@@ -37,3 +37,20 @@ def test_hostile_tokens_cannot_break_out_of_the_script():
 def test_height_grows_with_the_window():
     assert figure.page_height(_lines(["a"] * 40)) - figure.page_height(_lines(["a"] * 20)) \
         == 20 * figure.ROW_PX
+
+
+def test_the_selected_token_is_in_the_data_when_it_lies_in_the_window():
+    lines = _lines(["the", "cat"])  # positions 7 and 8
+    assert figure.view_data(lines, 8)["selected"] == {"side": "query", "index": 1}
+    assert figure.view_data(lines, 7, "key")["selected"] == {"side": "key", "index": 0}
+    assert figure.view_data(lines, 3)["selected"] is None
+    assert figure.view_data(lines)["selected"] is None
+    page = figure.head_lines_html(lines, selected=8)
+    assert '"selected": {"side": "query", "index": 1}' in page
+
+
+def test_the_component_code_draws_with_the_page_code_and_reports_clicks():
+    assert figure.COMPONENT_JS.startswith(figure.DRAW_JS)
+    assert 'setTriggerValue("token"' in figure.COMPONENT_JS
+    assert "export default function" in figure.COMPONENT_JS
+    assert "innerHTML" not in figure.COMPONENT_JS

@@ -7,10 +7,13 @@ import pytest
 import torch
 
 from sparsefinder.data.records import AttentionRecord, LayerGraph
+from sparsefinder.evaluation.accuracy_sweep import MEASURES
 from sparsefinder.evaluation.curves import resolve_methods
 from sparsefinder.evaluation.sweep import sweep
+from sparsefinder.figures.accuracy import accuracy_figure
 from sparsefinder.figures.common import write_figure_html
-from sparsefinder.figures.pareto import mark_current, pareto_figure
+from sparsefinder.figures.palette import method_color
+from sparsefinder.figures.pareto import clicked_point, mark_current, pareto_figure
 
 
 def _record(gen: torch.Generator, n: int, heads: int = 2, d: int = 8) -> AttentionRecord:
@@ -32,7 +35,7 @@ def points() -> pd.DataFrame:
 
 def test_figure_traces_vline_and_html(points: pd.DataFrame, tmp_path) -> None:
     fig = pareto_figure(points)
-    frontier_names = {t.name for t in fig.data if t.mode == "lines+markers"}
+    frontier_names = {t.meta for t in fig.data if t.mode == "lines+markers"}
     assert frontier_names == set(points["method"])
     assert len(fig.data) == 2 * points["method"].nunique()
     vlines = [s for s in fig.layout.shapes if s.line.dash == "dash"]
@@ -46,8 +49,49 @@ def test_figure_traces_vline_and_html(points: pd.DataFrame, tmp_path) -> None:
 
 def test_figure_has_a_curve_per_method(points: pd.DataFrame) -> None:
     fig = pareto_figure(points)
-    curves = [t.name for t in fig.data if t.mode == "lines+markers"]
+    curves = [t.meta for t in fig.data if t.mode == "lines+markers"]
     assert sorted(curves) == sorted(resolve_methods("window,topk,longformer,bigbird"))
+
+
+def test_the_oracle_is_a_dashed_bound_and_the_legend_sits_outside(points) -> None:
+    fig = pareto_figure(points)
+    lines = {t.meta: t for t in fig.data if t.mode == "lines+markers"}
+    assert lines["topk"].name == "topk (oracle bound)" and lines["topk"].line.dash == "dash"
+    assert lines["window"].name == "window" and lines["window"].line.dash == "solid"
+    assert fig.layout.legend.x > 1 and fig.layout.legend.xanchor == "left"
+
+
+def test_the_figure_grows_so_a_long_legend_is_never_cut() -> None:
+    """Plotly scrolls a legend taller than the plot area (an export then cuts it): the plot
+    area holds every row (20 px each at 11 px font) and the legend's title."""
+    for count in (3, 8, 20, 40):
+        rows = [{"method": f"m{i}", "params": "{}", "sparsity": 0.5, "recall": 0.5}
+                for i in range(count)]
+        fig = mark_current(pareto_figure(pd.DataFrame(rows)), 0.5, 0.5, "s")
+        area = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+        assert area >= 20 * (count + 1) + 30, count
+
+
+def test_a_method_has_one_colour_on_both_charts(points: pd.DataFrame) -> None:
+    """The recall chart and the accuracy chart colour a method alike, whatever else they
+    draw; full entmax is not a star there (the star is your setting)."""
+    recall = pareto_figure(points[points["method"].isin(["window", "bigbird"])])
+    frame = points.assign(**{m: 0.5 for m in MEASURES})
+    accuracy = accuracy_figure(frame[frame["method"].isin(["bigbird", "longformer"])], 0.9)
+    colour = {t.meta: t.line.color for t in recall.data if t.mode == "lines+markers"}
+    other = {t.legendgroup: t.line.color for t in accuracy.data if t.mode == "lines+markers"}
+    assert colour["bigbird"] == other["bigbird"] == method_color("bigbird")
+    assert len(set(colour.values())) == 2
+    assert not any(t.marker.symbol == "star" for t in accuracy.data)
+
+
+def test_a_click_names_the_curve_and_its_params(points: pd.DataFrame) -> None:
+    fig = mark_current(pareto_figure(points), 0.9, 0.5, "setting")
+    line = next(t for t in fig.data if t.meta == "window")
+    point = {"customdata": list(line.customdata[0]), "x": line.x[0], "y": line.y[0]}
+    curve, params = clicked_point(point)
+    assert curve == "window" and set(params) == {"window"}
+    assert clicked_point({"x": 0.9, "y": 0.5}) is None  # the star has no customdata
 
 
 def test_mark_current_adds_one_star(points: pd.DataFrame) -> None:
