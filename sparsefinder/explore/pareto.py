@@ -23,13 +23,8 @@ from sparsefinder.evaluation.curves import (
     curve_name,
     curve_spec,
 )
-from sparsefinder.explore.state import (
-    APP_CALIBRATIONS,
-    MAX_BINS,
-    MAX_PAGES,
-    MAX_TOP_K,
-    WINDOW_CHOICES,
-)
+from sparsefinder.explore.app_methods import APP_CALIBRATIONS, GENERIC_FAMILIES, generic_params
+from sparsefinder.explore.state import MAX_BINS, MAX_PAGES, MAX_TOP_K, WINDOW_CHOICES
 
 #: Drawn by default: the best calibrated Sparsefinder (the app's default method), the paper's
 #: Sparsefinder (distance, alone and with a window of 3), three baselines, the top-k oracle.
@@ -173,6 +168,16 @@ def explorer_changes(curve: str, params: Mapping[str, Any]) -> dict[str, Any]:
         changes["pages"] = int(p["pages"])
     elif family == "hashattention":
         changes["hamming"] = int(p["max_distance"])
+    elif family in GENERIC_FAMILIES:  # baselines and oracles: the declared parameters
+        extra: dict[str, Any] = {}
+        for param in generic_params(family):
+            value = param.kind(p[param.name])
+            high = param.high if param.high is not None else param.app_high
+            if high is not None and value > high:
+                raise NotInExplorer(f"{name}: the Explorer's {param.name} goes up to "
+                                    f"{high:g}, this point has {value:g}")
+            extra[f"{family}.{param.name}"] = value
+        changes["extra"] = tuple(sorted(extra.items()))
     return changes
 
 

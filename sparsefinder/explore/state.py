@@ -194,15 +194,16 @@ def parse_view_state(
         # was a parameter) meant its raw parameters
         changes["calibration"] = "none"
     method = changes.get("method", state.method)
-    extra = _parse_extra(params, method, problems)
-    if extra:
-        changes["extra"] = tuple(sorted({**dict(state.extra), **extra}.items()))
     calibration = changes.get("calibration", state.calibration)
     offered = APP_CALIBRATIONS[method]
     if calibration not in offered and "calibration" in changes:
         problems.append(f"ignored URL parameter calibration={calibration!r}: the app offers "
                         f"{method} with calibration {' / '.join(offered)}")
     state = replace(state, **changes)  # a calibration not offered becomes the default one
+    if state.calibration == "none":  # the raw parameters of a generated family
+        extra = _parse_extra(params, method, problems)
+        if extra:
+            state = replace(state, extra=tuple(sorted({**dict(state.extra), **extra}.items())))
     return state, problems
 
 
@@ -292,7 +293,7 @@ def snap_window(size: int) -> int:
 def view_state_to_params(state: ViewState) -> dict[str, str]:
     """ViewState → query parameters (strings); ``None`` fields are left out."""
     out: dict[str, str] = {}
-    for param in generic_params(state.method):
+    for param in generic_params(state.method) if state.calibration == "none" else ():
         value = extra_value(state, state.method, param)
         out[param.url] = repr(value) if isinstance(value, float) else str(value)
     for name, key in PARAM_NAMES.items():

@@ -96,15 +96,18 @@ def test_the_mapping_reaches_the_sliders_of_each_offered_family() -> None:
     showable = {c for c, _ in _showable()}
     assert {"distance", "distance+window", "distance:budget", "quantization", "kmeans",
             "kmeans+window", "kmeans-top2", "window", "rowfrac:budget", "kmeans-routed:budget",
-            "quest", "hashattention"} <= showable
+            "quest", "hashattention", "longformer", "bigbird", "reformer", "routing", "topk",
+            "topp", "rowfrac", "block"} <= showable
     assert pareto.explorer_changes("distance", {"threshold": 1.5})["t"] == 1.5
     assert pareto.explorer_changes("distance:budget", {"target_sparsity": 0.8})["target"] == 0.8
     assert pareto.explorer_changes("kmeans", {"n_clusters": 6, "top_k": 1})["clusters"] == 6
+    assert pareto.explorer_changes("longformer", {"n_global": 4})["extra"] == (
+        ("longformer.n_global", 4),)
 
 
 @pytest.mark.parametrize("curve,params,why", [
-    ("longformer", {"n_global": 4}, "offers longformer not at all"),
-    ("topk", {"k": 2}, "offers topk not at all"),
+    ("sparsebert-dams", {"target_sparsity": 0.9}, "offers sparsebert-dams not at all"),
+    ("topk", {"k": 256}, "k goes up to 128"),
     ("kmeans:budget", {"target_sparsity": 0.9}, "offers kmeans only as none"),
     ("quantization", {"bins": 32}, "bins goes up to 16"),
     ("window", {"window": 101}, "window goes up to 31"),
