@@ -189,10 +189,14 @@ def test_a_clicked_point_loads_into_the_view_or_says_why_not(with_projections):
     (figure,) = figures(at)
     assert _star(figure) == _grid_point(figure, "distance+window", {"threshold": 1.0})
     at.session_state["_pareto_click"] = ("longformer", {"n_global": 4})
+    at.run()  # a baseline opens too: its generated slider and link key
+    assert_clean(at)
+    assert at.query_params["method"] == "longformer" and at.query_params["n_global"] == "4"
+    at.session_state["_pareto_click"] = ("window", {"window": 101})
     at.run()
     (line,) = [c.value for c in at.caption if "not in the Explorer" in c.value]
-    assert "offers longformer not at all" in line
-    assert at.query_params["method"] == "distance"
+    assert "window goes up to 31" in line
+    assert at.query_params["method"] == "longformer"
     at.session_state["_pareto_click"] = ("distance", {"threshold": 1.5})
     at.run()
     at.button(key="w_pareto_open").click().run()
