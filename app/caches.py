@@ -16,7 +16,7 @@ import torch
 from app.context import AppContext
 from sparsefinder.bundle import bundle
 from sparsefinder.explore import corpus as excorpus
-from sparsefinder.explore import inputs, live, texts
+from sparsefinder.explore import inputs, live, text_parts, texts
 from sparsefinder.explore import prepared as prep
 from sparsefinder.metrics.measures import GraphScores
 from sparsefinder.models.loading import LoadedModel, load_model, set_alpha
@@ -48,6 +48,12 @@ def model_lock() -> threading.Lock:
 def text_store() -> texts.TextStore:
     """Custom texts this server has seen, by content hash: links and reloads find them."""
     return texts.TextStore()
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def cached_text_parts(model_id: str, max_length: int, text: str, _tokenizer: Any) -> list:
+    """The model-sized parts of a text longer than the model reads (one part when it fits)."""
+    return text_parts.text_parts(_tokenizer, text, max_length)
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)

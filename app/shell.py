@@ -44,6 +44,7 @@ from app.caches import (
     cached_prepared,
     cached_projections,
     cached_task_accuracy,
+    cached_text_parts,
     cached_text_sweep,
     clear_caches,
     corpus_sweep,
@@ -55,7 +56,7 @@ from app.context import CONTEXT_KEY, AppContext, CacheKey, context
 from app.controls import _method_control, method_sliders
 from sparsefinder.bundle import bundle
 from sparsefinder.data.records import TextInputError
-from sparsefinder.explore import inputs, live, texts
+from sparsefinder.explore import inputs, live, text_parts, texts
 from sparsefinder.explore import state as urlstate
 from sparsefinder.methods.registry import METHODS
 from sparsefinder.metrics.measures import GraphScores
@@ -261,6 +262,7 @@ def build_context() -> AppContext:
     if text_error:
         ctx.errors.append(text_error)
     elif ctx.loaded is not None and text is not None:
+        text = _text_part(ctx, text, fixes)
         text_hash = hashlib.sha256(text.encode()).hexdigest()
         try:
             try:
@@ -296,6 +298,32 @@ def build_context() -> AppContext:
         st.sidebar.caption(f"The model reads at most **{ctx.loaded.max_length} tokens**.")
     st.session_state[CONTEXT_KEY] = ctx
     return ctx
+
+
+def _text_part(ctx: AppContext, text: str, fixes: list[str]) -> str:
+    """The part of a text longer than the model reads that the view shows (the whole text when
+    it fits, or on a long-context model, which reads it in blocks): a sidebar choice, kept in
+    the link, and one sentence saying so."""
+    loaded = ctx.loaded
+    if loaded.max_length > inputs.LONG_EXTRACTION:
+        return text
+    parts = cached_text_parts(loaded.model_id, loaded.max_length, text, loaded.tokenizer)
+    if len(parts) < 2:
+        return text
+    wanted = view_state().part
+    if wanted >= len(parts):
+        fixes.append(f"part={wanted} is beyond this text's {len(parts)} parts: showing the "
+                     "last part instead.")
+        update_view(part=len(parts) - 1)
+    st.sidebar.selectbox("Part of the text", range(len(parts)),
+                         format_func=lambda i: parts[i].label(len(parts)),
+                         help="The model reads a limited number of tokens at a time; a longer "
+                              "text is shown in overlapping parts (kept in the link).",
+                         **bind("w_part", "part"))
+    part = view_state().part
+    total = parts[-1].last_token + 1
+    ctx.notes.append(text_parts.parts_sentence(parts, part, total, loaded.max_length))
+    return parts[part].text
 
 
 def _track_fixes(ctx: AppContext, fixes: list[str], link: bool) -> None:

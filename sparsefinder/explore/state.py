@@ -73,6 +73,7 @@ class ViewState:
     query: int = 1  # the first word: query 0 is [CLS], which global tokens make all-True
     example: str = DEFAULT_EXAMPLE
     text_id: str | None = None
+    part: int = 0  # which model-sized part of a longer text (see .text_parts)
     overview: str = "recall"
     #: values of the generated controls, ``("family.param", value)`` pairs (sorted); a family
     #: keeps its own (two families' ``n_clusters`` are different numbers)
@@ -114,6 +115,7 @@ PARAM_NAMES: dict[str, str] = {
     "query": "query",
     "example": "example",
     "text_id": "textid",
+    "part": "part",
     "overview": "overview",
 }
 #: The α range the app offers (1 = softmax, 1.5 = entmax15, 2 = sparsemax).
@@ -171,6 +173,7 @@ def parse_view_state(
         "query": lambda s: _parse_int(s, 0, None),
         "example": lambda s: s if s in list_examples() else _bad("a bundled example name"),
         "text_id": lambda s: s if is_text_id(s) else _bad("16 hex digits (a text's name)"),
+        "part": lambda s: _parse_int(s, 0, None),
         "overview": lambda s: s if s in OVERVIEW_METRICS else _bad(
             f"one of {', '.join(OVERVIEW_METRICS)}"),
     }

@@ -31,11 +31,22 @@ def test_empty_text_is_an_error_and_the_text_box_keeps_its_content(without_proje
     assert any("empty" in e.value for e in at.error)
 
 
-def test_very_long_text_is_truncated_with_a_warning(without_projections):
+def test_very_long_text_is_shown_part_by_part(without_projections):
+    """Nothing is cut off: a text longer than the model reads is split into overlapping
+    model-sized parts; one sentence says so, the sidebar picks the part, the link keeps it."""
     at = _pasted("lorem ipsum dolor " * 400)
     assert_clean(at)
-    assert any("truncated to its first 512 tokens" in w.value for w in at.warning)
-    assert_head_graphs(at)  # still drawn, on the first 512 tokens
+    (sentence,) = [w.value for w in at.warning if "parts that overlap" in w.value]
+    assert "the model reads 512 at a time" in sentence and "part 1 of" in sentence
+    assert not any("truncated" in w.value for w in at.warning)
+    assert_head_graphs(at)
+    picker = at.sidebar.selectbox(key="w_part")
+    assert len(picker.options) >= 2
+    picker.set_value(1).run()
+    assert_clean(at)
+    assert at.query_params["part"] == "1"
+    assert any("part 2 of" in w.value for w in at.warning)
+    assert_head_graphs(at)
 
 
 def test_emoji_and_non_english_text_warn_about_unknown_tokens(without_projections):

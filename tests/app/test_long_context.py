@@ -72,9 +72,10 @@ def test_long_text_on_a_long_context_model_opens_on_a_window_with_block_overview
     assert float(at.metric[1].value) < sparse  # more pages, less sparse
 
 
-def test_default_model_limit_is_shown_and_long_text_truncated_with_a_note(without_projections):
+def test_default_model_limit_is_shown_and_a_long_text_is_shown_in_parts(without_projections):
     at = _paste(new_app(method="fixed"), "word " * 900)
     assert_clean(at)
     assert any("at most **512 tokens**" in c.value for c in at.sidebar.caption)
-    assert any("too long" in w.value and "512" in w.value for w in at.warning)
-    assert at.slider(key="w_token_range").value == (0, 512)
+    assert any("900 tokens" in w.value and "2 parts" in w.value for w in at.warning)
+    start, end = at.slider(key="w_token_range").value
+    assert start == 0 and 448 <= end <= 512  # the first part: at most the model's limit

@@ -1,0 +1,56 @@
+"""A text longer than the model reads, explored part by part instead of cut off.
+
+The text is split into overlapping model-sized parts on token boundaries (sentence ends
+first: :func:`sparsefinder.data.chunking.chunk_passages`); the app shows one part at a time
+and says so in one sentence, and the link keeps the part.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from sparsefinder.data.chunking import chunk_spans
+
+#: Tokens shared by consecutive parts, so an edge near a cut is seen whole in one of them.
+OVERLAP = 64
+
+
+@dataclass(frozen=True)
+class TextPart:
+    """One part: its text and where it sits in the whole text (tokens, without specials)."""
+
+    index: int
+    text: str
+    first_token: int
+    last_token: int
+
+    def label(self, count: int) -> str:
+        return f"part {self.index + 1} of {count}: tokens {self.first_token}–{self.last_token}"
+
+
+def text_parts(tokenizer: Any, text: str, max_length: int,
+               overlap: int = OVERLAP) -> list[TextPart]:
+    """The parts of ``text`` for a model reading ``max_length`` tokens (one part when it
+    fits); token positions count the text's own tokens, from 0."""
+    encoding = tokenizer(text, add_special_tokens=False, truncation=False,
+                         return_offsets_mapping=True, verbose=False)
+    starts = torch.tensor([start for start, _ in encoding["offset_mapping"]] or [0])
+    parts = []
+    for index, (begin, end) in enumerate(chunk_spans(text, tokenizer, max_length, overlap)):
+        inside = ((starts >= begin) & (starts < end)).nonzero().flatten()
+        first, last = (int(inside[0]), int(inside[-1])) if len(inside) else (0, 0)
+        parts.append(TextPart(index, text[begin:end].strip(), first, last))
+    return parts
+
+
+def parts_sentence(parts: list[TextPart], shown: int, total_tokens: int,
+                   max_length: int) -> str | None:
+    """The one sentence that says a long text is shown in parts (None when it fits)."""
+    if len(parts) < 2:
+        return None
+    return (f"This text has {total_tokens} tokens and the model reads {max_length} at a time, "
+            f"so it is shown in {len(parts)} parts that overlap by about {OVERLAP} tokens: "
+            f"{parts[shown].label(len(parts))}.")

@@ -1,0 +1,35 @@
+"""sparsefinder.explore.text_parts: a long text as overlapping model-sized parts."""
+
+from __future__ import annotations
+
+from sparsefinder.data.chunking import chunk_spans
+from sparsefinder.explore.text_parts import OVERLAP, parts_sentence, text_parts
+
+LONG = " ".join(f"Sentence {i} tells the story of a fox near the river." for i in range(150))
+
+
+def test_parts_cover_the_text_fit_the_model_and_overlap(default_model):
+    tokenizer, limit = default_model.tokenizer, default_model.max_length
+    total = len(tokenizer(LONG, add_special_tokens=False)["input_ids"])
+    parts = text_parts(tokenizer, LONG, limit)
+    assert total > limit and len(parts) >= 3
+    assert parts[0].first_token == 0 and parts[-1].last_token == total - 1
+    for part in parts:  # each part, with [CLS]/[SEP], fits what the model reads
+        assert len(tokenizer(part.text)["input_ids"]) <= limit
+        assert part.text in LONG
+    for before, after in zip(parts, parts[1:], strict=False):
+        shared = before.last_token - after.first_token + 1
+        assert 0 < shared <= OVERLAP + 1  # consecutive parts overlap, by at most the stride
+        assert after.first_token > before.first_token
+    sentence = parts_sentence(parts, 1, total, limit)
+    assert sentence.startswith(f"This text has {total} tokens and the model reads {limit}")
+    assert f"part 2 of {len(parts)}: tokens {parts[1].first_token}–" in sentence
+
+
+def test_a_text_that_fits_is_one_part_and_needs_no_sentence(default_model):
+    text = "A short text fits at once."
+    parts = text_parts(default_model.tokenizer, text, default_model.max_length)
+    assert [p.text for p in parts] == [text]
+    assert parts_sentence(parts, 0, 7, default_model.max_length) is None
+    assert chunk_spans(text, default_model.tokenizer, default_model.max_length) == [
+        (0, len(text))]
