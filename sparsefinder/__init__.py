@@ -35,6 +35,7 @@ _EXPORTS: dict[str, str] = {
     "Param": "sparsefinder.methods.registry",
     "register_method": "sparsefinder.methods.registry",
     "PredictorSpec": "sparsefinder.methods.spec",
+    "LearnedParts": "sparsefinder.learned_parts",
     "RecordInputs": "sparsefinder.methods.spec",
     "predict_record": "sparsefinder.methods.spec",
     "Scorer": "sparsefinder.metrics.scorer",

@@ -20,6 +20,7 @@ from sparsefinder.calibration.table import CalibrationTable
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.evaluation.curves import QUEST_PAGE
 from sparsefinder.explore.app_methods import GENERIC_FAMILIES, generic_params
+from sparsefinder.learned_parts import LearnedParts
 from sparsefinder.methods.spec import PredictorSpec, RecordInputs
 from sparsefinder.metrics.scorer import Scorer
 from sparsefinder.projections.hash_code_table import HashCodeTable
@@ -122,14 +123,16 @@ class PreparedText:
                 self._generic.append(family)
         return self._generic
 
+    @property
+    def parts(self) -> LearnedParts:
+        """The learned parts at hand for this text (the one resolver of what a method takes)."""
+        own = self.calibrated_vectors.projections if self.calibrated_vectors else None
+        return LearnedParts(self.projections, self.calibration, own, self.hash_codes)
+
     def fitted(self, method: str) -> Any:
-        """What a calibrated method's predictors are built from (the table), the learned
-        hash codes for ``hashattention``, else None."""
-        if method == "hashattention":
-            return self.hash_codes.maps if self.hash_codes is not None else None
-        if self.calibration is None or not self.calibration.has(method):
-            return None
-        return self.calibration.fitted_for(method)
+        """What ``method``'s predictors are built from besides the projections: the
+        calibration table's settings, the learned hash codes, …; None when nothing is."""
+        return self.parts.resolve(method)[1]
 
 
 @torch.inference_mode()
