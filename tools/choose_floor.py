@@ -25,7 +25,8 @@ from sparsefinder.projections.heads import HeadProjections
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--projections", default="assets/default/projections-r8-lowrank-logistic.pt")
+    parser.add_argument("--projections",
+                        default="assets/default/projections-r8-lowrank-logistic.pt")
     parser.add_argument("--fit-passages", type=int, default=100)
     parser.add_argument("--select-passages", type=int, default=40)
     parser.add_argument("--floors", default="1,2,4,8,16")

@@ -182,7 +182,7 @@ RANK_CAP = 64
 def _capped_ranks(q: Tensor, k: Tensor, mask: Tensor | None, flat: Tensor) -> Tensor:
     """uint8 (heads, num): how many allowed keys of its row are strictly nearer (projected)
     than each sampled pair ``flat`` (indices into n·m), capped at :data:`RANK_CAP`."""
-    heads, n, m = q.shape[0], q.shape[1], k.shape[1]
+    heads, m = q.shape[0], k.shape[1]
     partial, _ = _partial_sq_dist(q, k)  # the row term ||q||² does not change a ranking
     if mask is not None:
         partial.masked_fill_(~mask, torch.inf)

@@ -10,8 +10,8 @@ from sparsefinder.calibration.estimators import CalibratedDistance
 from sparsefinder.calibration.floor import CalibratedFlooredDistance, floored_fitter
 from sparsefinder.calibration.samples import RANK_CAP, DistanceSamples, _capped_ranks
 from sparsefinder.data.records import AttentionRecord
-from sparsefinder.metrics.measures import recall
 from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
+from sparsefinder.metrics.measures import recall
 from tests.calibration.test_estimators import _identity, _records
 
 
