@@ -97,10 +97,10 @@ def calibrated_methods() -> list[CalibratedCurve]:
                         calibrated_fitter("budget", "target_sparsity", CalibratedRowFraction),
                         "rowfrac-budget"),
         # thresholds fitted with the floor's density included: the target still holds
-        CalibratedCurve("distance-floor", "budget", _sparsity_grid(floor=DEFAULT_FLOOR),
-                        floored_fitter("budget")),
         CalibratedCurve("distance-floor", "equal", _sparsity_grid(floor=DEFAULT_FLOOR),
                         floored_fitter("equal")),
+        CalibratedCurve("distance-floor", "budget", _sparsity_grid(floor=DEFAULT_FLOOR),
+                        floored_fitter("budget")),
     ] + [  # one raw setting per head (B/k, β, window, key budget): calibration.grid
         CalibratedCurve(family, "budget", _sparsity_grid(), head_grid_fitter(family),
                         f"{family}-budget")
