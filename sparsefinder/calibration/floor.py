@@ -110,29 +110,43 @@ class CalibratedFlooredDistance:
         return RowFloor(ThresholdDistance(self.sq_thresholds_[layer]), int(self.floor))
 
 
+#: The row-ranked samples of the last few (train records, projections): every floor and
+#: target of a sweep (one curve per floor) reuses one sampling pass.
+_SAMPLES: list[tuple[tuple[AttentionRecord, ...], Any, DistanceSamples]] = []
+_SAMPLES_KEPT = 2
+
+
+def _ranked_samples(records: Sequence[AttentionRecord], projections: Any) -> DistanceSamples:
+    key = tuple(records)
+    for kept, kept_projections, samples in _SAMPLES:
+        if kept_projections is projections and len(kept) == len(key) and all(
+                a is b for a, b in zip(kept, key, strict=True)):
+            return samples
+    samples = DistanceSamples.from_records(records, projections, row_ranks=True)
+    _SAMPLES.insert(0, (key, projections, samples))
+    del _SAMPLES[_SAMPLES_KEPT:]
+    return samples
+
+
 def floored_fitter(allocation: str) -> Callable[[Sequence[AttentionRecord]], Callable]:
     """``fit(train_records) -> factory(params, projections, layer)`` for the sweep registry
     (params ``target_sparsity`` and ``floor``): the train pairs are sampled and projected
-    once per projections object, each (target, floor) fitted once."""
+    once per (records, projections), each (target, floor) fitted once."""
 
     def fit(train_records: Sequence[AttentionRecord]) -> Callable:
-        cache: dict[int, tuple[Any, DistanceSamples, dict[tuple, Any]]] = {}
+        fitted_by: dict[tuple, tuple[Any, CalibratedFlooredDistance]] = {}
 
         def build(p: dict[str, Any], projections: Any, layer: int) -> RowFloor:
             if projections is None:
                 raise ValueError("distance-floor needs learned projections; pass projections=")
-            entry = cache.get(id(projections))
-            if entry is None or entry[0] is not projections:
-                samples = DistanceSamples.from_records(train_records, projections,
-                                                       row_ranks=True)
-                entry = (projections, samples, {})
-                cache[id(projections)] = entry
-            key = (float(p["target_sparsity"]), int(p["floor"]))
-            fitted = entry[2].get(key)
-            if fitted is None:
-                fitted = CalibratedFlooredDistance(key[0], key[1], allocation).fit(entry[1])
-                entry[2][key] = fitted
-            return fitted.for_layer(layer)
+            key = (id(projections), float(p["target_sparsity"]), int(p["floor"]))
+            entry = fitted_by.get(key)
+            if entry is None or entry[0] is not projections:  # (an id may be reused)
+                samples = _ranked_samples(train_records, projections)
+                entry = (projections, CalibratedFlooredDistance(key[1], key[2],
+                                                                allocation).fit(samples))
+                fitted_by[key] = entry
+            return entry[1].for_layer(layer)
 
         return build
 
