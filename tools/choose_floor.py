@@ -11,6 +11,7 @@ mean output cosine over the targets; validation is never read.
 from __future__ import annotations
 
 import argparse
+import json
 
 import pandas as pd
 
@@ -32,7 +33,12 @@ def main() -> None:
     parser.add_argument("--floors", default="1,2,4,8,16")
     parser.add_argument("--targets", default="0.75,0.9,0.95")
     parser.add_argument("--out", default="runs/choose-floor.csv")
+    parser.add_argument("--from-csv", help="only choose, from a CSV this tool wrote")
     args = parser.parse_args()
+    targets = [float(t) for t in args.targets.split(",")]
+    if args.from_csv:
+        print(choose(pd.read_csv(args.from_csv), targets))
+        return
     loaded = load_model("default")
     projections = HeadProjections.load(args.projections, expected_model_id=loaded.model_id)
     fit_texts = corpus_texts("default", "train", loaded.tokenizer, loaded.max_length,
@@ -42,7 +48,6 @@ def main() -> None:
     select_texts = every[len(fit_texts):]
     print(f"calibrating on {len(fit_texts)} train texts, choosing on {len(select_texts)}")
     train_records = extract(loaded, fit_texts)
-    targets = [float(t) for t in args.targets.split(",")]
     names = ["distance:budget@train"]
     register_curve(names[0], "distance:budget", [{"target_sparsity": t} for t in targets],
                    replace=True)
@@ -56,11 +61,23 @@ def main() -> None:
     pd.set_option("display.width", 200)
     print(df[["method", "params", "sparsity", "output_cosine", "embedding_cosine",
               "retrieval_top1", "repaired_rows"]].to_string(index=False))
-    floors = df[df["method"].str.startswith("distance-floor")]
-    best = floors.groupby("method")["output_cosine"].mean().idxmax()
-    print(f"highest mean output cosine over targets {targets}: {best} "
-          f"(current DEFAULT_FLOOR = {DEFAULT_FLOOR})")
+    print(choose(df, targets))
 
+
+def choose(df: pd.DataFrame, targets: list[float], slack: float = 0.01) -> str:
+    """The floor with the highest mean output cosine over the targets, among the floors
+    whose in-run sparsity is within ``slack`` of every target (a floor denser than the
+    target allows buys its cosine with sparsity, so it is not comparable)."""
+    floors = df[df["method"].str.startswith("distance-floor")].copy()
+    floors["target"] = floors["params"].map(lambda p: json.loads(p)["target_sparsity"])
+    meets = floors.groupby("method").apply(
+        lambda g: bool((g["sparsity"] >= g["target"] - slack).all()), include_groups=False)
+    kept = floors[floors["method"].map(meets)]
+    if kept.empty:
+        return "no floor meets every target"
+    best = kept.groupby("method")["output_cosine"].mean().idxmax()
+    return (f"floors meeting every target {targets}: {sorted(set(kept['method']))}; highest "
+            f"mean output cosine: {best} (DEFAULT_FLOOR = {DEFAULT_FLOOR})")
 
 if __name__ == "__main__":
     main()
