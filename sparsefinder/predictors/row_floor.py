@@ -27,11 +27,28 @@ from sparsefinder.predictors.distance import Distance, _partial_sq_dist
 from sparsefinder.predictors.threshold_distance import ThresholdDistance
 
 
-def add_row_floor(mask: Tensor, partial: Tensor, floor: int, allowed: Tensor | None) -> Tensor:
+def add_row_floor(mask: Tensor, partial: Tensor, floor: int, allowed: Tensor | None, *,
+                  short_rows_only: bool = False) -> Tensor:
     """``mask`` (heads, n, m) with each row's ``floor`` smallest ``partial`` entries among
-    its allowed keys set True (in place; ``partial`` is overwritten where not allowed)."""
+    its allowed keys set True (in place; ``partial`` may be overwritten where not allowed).
+
+    ``short_rows_only``: ``mask`` is a threshold on ``partial`` itself, so a row that already
+    keeps ``floor`` keys keeps its ``floor`` nearest; only the rows keeping fewer are ranked
+    (at a usual target, a few rows: the ``topk`` is then on those rows alone)."""
     count = min(int(floor), partial.shape[-1])
     if count == 0 or partial.shape[-2] == 0:
+        return mask
+    if short_rows_only:
+        heads, rows = (mask.sum(-1) < count).nonzero(as_tuple=True)
+        if heads.numel() == 0:
+            return mask
+        sub = partial[heads, rows]  # (short rows, m)
+        sub_allowed = None if allowed is None else allowed[rows]
+        if sub_allowed is not None:
+            sub.masked_fill_(~sub_allowed, torch.inf)
+        kept = mask[heads, rows].scatter_(-1, sub.topk(count, dim=-1, largest=False,
+                                                         sorted=False).indices, True)
+        mask[heads, rows] = kept if sub_allowed is None else kept & sub_allowed
         return mask
     if allowed is not None:
         partial.masked_fill_(~allowed, torch.inf)
@@ -79,6 +96,7 @@ class RowFloor:
             t2 = _sq_thresholds(self.base, q.shape[0]).to(partial.device, partial.dtype)
             mask = partial <= t2[:, None, None] - qq
             mask = mask if allowed is None else mask.logical_and_(allowed)
+            return add_row_floor(mask, partial, self.floor, allowed, short_rows_only=True)
         elif self.base is None:
             mask = torch.zeros(q.shape[0], n, m, dtype=torch.bool, device=q.device)
         else:
