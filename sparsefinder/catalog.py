@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from sparsefinder.calibration.curves import calibrated_methods, fitted_build
+from sparsefinder.calibration.samples import RANK_CAP
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.methods.registry import (
     CALIBRATION_LABELS,
@@ -53,6 +54,7 @@ from sparsefinder.predictors.base import Predictor
 from sparsefinder.predictors.block import LearnedBlockSparsefinder
 from sparsefinder.predictors.hash_codes import HammingCodes
 from sparsefinder.predictors.quest import QuestPages
+from sparsefinder.predictors.row_floor import RowFloor
 from sparsefinder.predictors.row_fraction import RowFraction
 from sparsefinder.projections.blocks import (
     check_block_projections,
@@ -212,6 +214,7 @@ TARGET_SPARSITY = Param("target_sparsity", float, 0.9, low=0.0, high=1.0,
 TARGET_RECALL = Param("target_recall", float, 0.9, low=0.0, high=1.0,
                       label="target recall", url="target")
 SHARE = {"low": 0.0, "high": 1.0, "low_open": True}
+FLOOR = _int("floor", 4, 1, "keys per row (floor)", "floor", high=RANK_CAP)
 
 
 def _builtin_methods() -> list[Method]:
@@ -219,6 +222,10 @@ def _builtin_methods() -> list[Method]:
     raw = [
         Method("distance", "Distance (t)", (THRESHOLD,),
                lambda p, c: Distance(float(p["threshold"]))),
+        # every row also keeps its m nearest allowed keys (no row left without support)
+        Method("distance-floor", "Distance (t) ∪ nearest keys per row (floor m)",
+               (THRESHOLD, FLOOR),
+               lambda p, c: RowFloor(Distance(float(p["threshold"])), int(p["floor"]))),
         Method("quantization", "Quantization (β)", (BINS,),
                lambda p, c: Quantization(int(p["bins"]))),
         Method("kmeans", "k-means (B, k)", (CLUSTERS, TOP_K), _kmeans),
@@ -289,9 +296,10 @@ def _with_calibrations(raw: list[Method]) -> list[Method]:
     by_family: dict[str, list[Calibration]] = {}
     for curve in calibrated_methods():
         target = TARGET_RECALL if "target_recall" in curve.grid[0] else TARGET_SPARSITY
+        extra = (FLOOR,) if "floor" in curve.grid[0] else ()
         by_family.setdefault(curve.family, []).append(Calibration(
             curve.calibration, target, curve.fit, fitted_build,
-            CALIBRATION_LABELS[curve.calibration]))
+            CALIBRATION_LABELS[curve.calibration], extra))
     return [dataclasses.replace(method, calibrations=tuple(by_family.get(method.name, ())))
             for method in raw]
 
@@ -304,7 +312,8 @@ def _register_builtin() -> None:
             method, build=_unavailable_on_file_errors(method.build), calibrations=guarded),
             replace=True)
     for curve in calibrated_methods():  # the names of the time before families
-        register_alias(curve.old_name, curve.family, curve.calibration)
+        if curve.old_name:
+            register_alias(curve.old_name, curve.family, curve.calibration)
 
 
 _register_builtin()

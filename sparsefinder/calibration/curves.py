@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparsefinder.calibration.estimators import CalibratedDistance, CalibratedRowFraction
+from sparsefinder.calibration.floor import floored_fitter
 from sparsefinder.calibration.grid import HEAD_GRIDS, head_grid_fitter
 from sparsefinder.calibration.samples import DistanceSamples
 from sparsefinder.data.records import AttentionRecord
@@ -24,6 +25,8 @@ SPARSITY_TARGETS = [0.5, 0.6, 0.7] + [round(0.75 + 0.01 * i, 2) for i in range(2
 RECALL_TARGETS = [0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99]
 #: A finer raw-threshold grid than the paper's for ``distance``: 0.05 … 5.0 in steps of 0.05.
 DISTANCE_FINE_GRID = [round(0.05 * i, 2) for i in range(1, 101)]
+#: Keys per row of the ``distance-floor`` curves (chosen on TRAIN texts: docs/results.md).
+DEFAULT_FLOOR = 4
 
 Params = dict[str, Any]
 
@@ -69,11 +72,11 @@ class CalibratedCurve:
     calibration: str
     grid: list[Params]
     fit: Callable[[Sequence[AttentionRecord]], Callable]
-    old_name: str
+    old_name: str = ""  # "": a family without a name of the time before
 
 
-def _sparsity_grid() -> list[Params]:
-    return [{"target_sparsity": s} for s in SPARSITY_TARGETS]
+def _sparsity_grid(**fixed: Any) -> list[Params]:
+    return [{"target_sparsity": s, **fixed} for s in SPARSITY_TARGETS]
 
 
 def calibrated_methods() -> list[CalibratedCurve]:
@@ -93,6 +96,11 @@ def calibrated_methods() -> list[CalibratedCurve]:
         CalibratedCurve("rowfrac", "budget", _sparsity_grid(),
                         calibrated_fitter("budget", "target_sparsity", CalibratedRowFraction),
                         "rowfrac-budget"),
+        # thresholds fitted with the floor's density included: the target still holds
+        CalibratedCurve("distance-floor", "equal", _sparsity_grid(floor=DEFAULT_FLOOR),
+                        floored_fitter("equal")),
+        CalibratedCurve("distance-floor", "budget", _sparsity_grid(floor=DEFAULT_FLOOR),
+                        floored_fitter("budget")),
     ] + [  # one raw setting per head (B/k, β, window, key budget): calibration.grid
         CalibratedCurve(family, "budget", _sparsity_grid(), head_grid_fitter(family),
                         f"{family}-budget")

@@ -36,6 +36,11 @@ class DistanceSamples:
     gold: Tensor
     n_texts: int
     gold_fraction: Tensor | None = None
+    #: with ``row_ranks``: each sampled pair's / gold edge's rank among its row's allowed keys
+    #: by projected distance (0 = nearest), capped at :data:`RANK_CAP`; aligned with
+    #: ``pairs`` / ``gold`` (uint8). What a per-row floor's calibration reads.
+    pair_rank: Tensor | None = None
+    gold_rank: Tensor | None = None
 
     @classmethod
     def from_records(
@@ -45,9 +50,11 @@ class DistanceSamples:
         samples_per_text: int = 1024,
         seed: int = 0,
         rank_fractions: bool = False,
+        row_ranks: bool = False,
     ) -> DistanceSamples:
         """Project every train record and sample ``samples_per_text`` pairs/edges per head
-        (with ``rank_fractions``, also the in-row rank of each sampled gold edge)."""
+        (with ``rank_fractions``, also the in-row rank of each sampled gold edge; with
+        ``row_ranks``, the capped in-row rank of every sampled pair and gold edge)."""
         if not records:
             raise ValueError("calibration needs at least one TRAIN record (a text's gold graphs)")
         if isinstance(samples_per_text, bool) or not isinstance(samples_per_text, int) or (
@@ -59,21 +66,41 @@ class DistanceSamples:
         pairs: list[list[Tensor]] = [[] for _ in range(layers)]
         gold: list[list[Tensor]] = [[] for _ in range(layers)]
         fraction: list[list[Tensor]] = [[] for _ in range(layers)]
+        pair_rank: list[list[Tensor]] = [[] for _ in range(layers)]
+        gold_rank: list[list[Tensor]] = [[] for _ in range(layers)]
         for record in records:
             projected = projections.project_record(record)
             for layer, ((q, k), graph) in enumerate(zip(projected, record.layers, strict=True)):
-                p, g, f = _sample_text(q, k, graph.gold, record.causal, samples_per_text,
-                                       generator, rank_fractions, graph.sliding_window)
+                p, g, f, ranks = _sample_text(q, k, graph.gold, record.causal,
+                                              samples_per_text, generator, rank_fractions,
+                                              graph.sliding_window, row_ranks)
                 pairs[layer].append(p)
                 gold[layer].append(g)
                 fraction[layer].append(f)
+                if ranks is not None:
+                    pair_rank[layer].append(ranks[0])
+                    gold_rank[layer].append(ranks[1])
 
         def pooled(parts: list[list[Tensor]]) -> Tensor:
             # float32 halves the memory (354 texts × 1024 samples × 72 heads ≈ 100 MB each)
             return torch.stack([torch.cat(p, 1) for p in parts]).float().sort(-1).values
 
-        return cls(pairs=pooled(pairs), gold=pooled(gold), n_texts=len(records),
-                   gold_fraction=pooled(fraction) if rank_fractions else None)
+        if not row_ranks:
+            return cls(pairs=pooled(pairs), gold=pooled(gold), n_texts=len(records),
+                       gold_fraction=pooled(fraction) if rank_fractions else None)
+
+        def with_ranks(parts: list[list[Tensor]], rank_parts: list[list[Tensor]]
+                       ) -> tuple[Tensor, Tensor]:  # sorted values, ranks in the same order
+            values = torch.stack([torch.cat(p, 1) for p in parts]).float()
+            rank = torch.stack([torch.cat(r, 1) for r in rank_parts])
+            values, order = values.sort(-1)
+            return values, rank.gather(-1, order)
+
+        pair_d, pair_r = with_ranks(pairs, pair_rank)
+        gold_d, gold_r = with_ranks(gold, gold_rank)
+        return cls(pairs=pair_d, gold=gold_d, n_texts=len(records),
+                   gold_fraction=pooled(fraction) if rank_fractions else None,
+                   pair_rank=pair_r, gold_rank=gold_r)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -100,8 +127,8 @@ def _cdf(sorted_values: Tensor, at: Tensor) -> Tensor:
 
 def _sample_text(
     q: Tensor, k: Tensor, gold: Tensor, causal: bool, num: int, generator: torch.Generator,
-    rank_fractions: bool = False, sliding_window: int | None = None,
-) -> tuple[Tensor, Tensor, Tensor]:
+    rank_fractions: bool = False, sliding_window: int | None = None, row_ranks: bool = False,
+) -> tuple[Tensor, Tensor, Tensor, tuple[Tensor, Tensor] | None]:
     """Squared distances of ``num`` uniform allowed pairs and ``num`` uniform gold edges per
     head of one text → (heads, num) each, and the gold edges' in-row rank fractions (empty
     unless ``rank_fractions``); gold is ``-inf`` for a head without gold edges. Pairs are
@@ -140,4 +167,28 @@ def _sample_text(
         fraction = (rank + 1).double() / per_row[rows].clamp(min=1)
         fraction[empty] = -torch.inf
     gold_d[empty] = -torch.inf
-    return sq_dist(pick), gold_d, fraction
+    ranks = None
+    if row_ranks:
+        ranks = (_capped_ranks(q, k, mask, pick), _capped_ranks(q, k, mask, edges))
+        ranks[1][empty] = 0  # a head without gold edges has recall 1 at any setting
+    return sq_dist(pick), gold_d, fraction, ranks
+
+
+#: Ranks of sampled pairs are counted up to this many nearer keys (the largest floor a
+#: per-row floor can be calibrated for).
+RANK_CAP = 64
+
+
+def _capped_ranks(q: Tensor, k: Tensor, mask: Tensor | None, flat: Tensor) -> Tensor:
+    """uint8 (heads, num): how many allowed keys of its row are strictly nearer (projected)
+    than each sampled pair ``flat`` (indices into n·m), capped at :data:`RANK_CAP`."""
+    heads, m = q.shape[0], k.shape[1]
+    partial, _ = _partial_sq_dist(q, k)  # the row term ||q||² does not change a ranking
+    if mask is not None:
+        partial.masked_fill_(~mask, torch.inf)
+    cap = min(RANK_CAP, m)
+    nearest = partial.topk(cap, dim=-1, largest=False, sorted=True).values  # (heads, n, cap)
+    rows = flat // m
+    own = partial.reshape(heads, -1).gather(1, flat)  # (heads, num), same arithmetic
+    near = nearest.gather(1, rows[..., None].expand(-1, -1, cap))
+    return (near < own[..., None]).sum(-1).clamp(max=RANK_CAP).to(torch.uint8)

@@ -45,7 +45,8 @@ ESTIMATORS = {"distance": CalibratedDistance, "rowfrac": CalibratedRowFraction}
 #: the projections, so they hold whatever projections the table is fitted for.
 GRID_METHODS = ("kmeans-routed", "window")
 #: Keys of tables written before calibration was a parameter (``distance-budget`` …).
-OLD_KEYS = {c.old_name: c.family for c in calibrated_methods() if c.calibration == "budget"}
+OLD_KEYS = {c.old_name: c.family for c in calibrated_methods()
+            if c.calibration == "budget" and c.old_name}
 
 
 def table_key(method: str) -> str:

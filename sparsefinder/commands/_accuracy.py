@@ -16,6 +16,18 @@ from sparsefinder.figures.common import write_figure_html
 from sparsefinder.models.loading import LoadedModel
 from sparsefinder.projections.heads import HeadProjections
 
+#: Short headers of the printed accuracy table.
+TABLE_HEADERS = {"level": "at", "sparsity": "sparsity", "recall": "recall",
+                 "mass_recall": "mass rec", "exact_fraction": "exact rows",
+                 "output_cosine": "out cos", "embedding_cosine": "emb cos",
+                 "retrieval_top1": "top-1", "retrieval_ndcg10": "nDCG@10"}
+
+
+def format_table(table: pd.DataFrame) -> str:
+    """The accuracy table as printed (method, level, then every measure, 4 decimals)."""
+    shown = table.drop(columns=["params"]).rename(columns=TABLE_HEADERS)
+    return shown.to_string(index=False, float_format=lambda x: f"{x:.4f}")
+
 
 def run_accuracy(
     args: argparse.Namespace, loaded: LoadedModel, texts: Sequence[str],
@@ -39,8 +51,14 @@ def run_accuracy(
         write_figure_html(accuracy_figure(tables["points"], gold, title),
                           out / "pareto_accuracy.html")
     print(tables["at_sparsity"].to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    if len(tables["table"]):
+        print("\nper method and sparsity level, the configuration with the highest output "
+              "cosine at that sparsity or sparser (recall, mass recall, exact rows: the same "
+              "configuration in the recall sweep):")
+        print(format_table(tables["table"]))
     if len(tables["dominance"]):
         print(tables["dominance"].to_string(index=False, float_format=lambda x: f"{x:.4f}"))
     print(f"wrote {len(df)} accuracy points to {out}/ (accuracy_points.csv, "
-          "accuracy_frontier.csv, accuracy_at_sparsity.csv, accuracy_dominance.csv, "
+          "accuracy_frontier.csv, accuracy_at_sparsity.csv, accuracy_table.csv, "
+          "accuracy_dominance.csv, "
           "accuracy.json, pareto_accuracy.html)")

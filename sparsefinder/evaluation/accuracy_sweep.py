@@ -150,6 +150,36 @@ def at_sparsity(
     return pd.DataFrame(rows)
 
 
+#: Columns of :func:`accuracy_table`: the graph's own measures (from the recall sweep of the
+#: same configuration) beside what it does to the model.
+TABLE_COLUMNS = ("sparsity", "recall", "mass_recall", "exact_fraction", "output_cosine",
+                 "embedding_cosine", "retrieval_top1", "retrieval_ndcg10")
+
+
+def accuracy_table(df: pd.DataFrame, levels: Sequence[float] = SPARSITY_LEVELS,
+                   by: str = "output_cosine") -> pd.DataFrame:
+    """One row per method and sparsity level: the configuration behind ``{by}@{level}`` of
+    :func:`at_sparsity` (the highest ``by`` among points at in-run sparsity ≥ level), with
+    all of its :data:`TABLE_COLUMNS` (recall, mass recall and exact rows need the recall
+    sweep's columns, see :func:`write_outputs`; NaN without them). Why one configuration per
+    row: the measures of a row then describe one graph, not the best of each measure."""
+    rows = []
+    for method in dict.fromkeys(df["method"]):
+        points = df[(df["method"] == method)].dropna(subset=[by])
+        for level in levels:
+            row: dict[str, Any] = {"method": method, "level": level}
+            above = points[points["sparsity"] >= level]
+            if len(above):
+                best = above.loc[above[by].idxmax()]
+                row["params"] = best["params"]
+                row.update({c: float(best[c]) if c in best else math.nan
+                            for c in TABLE_COLUMNS})
+            else:
+                row.update({"params": "", **dict.fromkeys(TABLE_COLUMNS, math.nan)})
+            rows.append(row)
+    return pd.DataFrame(rows, columns=["method", "level", "params", *TABLE_COLUMNS])
+
+
 def dominance(
     df: pd.DataFrame, measures: Sequence[str] = MEASURES,
     baselines: Sequence[str] = DOMINANCE_BASELINES, levels: Sequence[float] = DOMINANCE_LEVELS,
@@ -189,27 +219,34 @@ def write_outputs(
     summary: dict[str, Any], recall_points: pd.DataFrame | None = None,
 ) -> dict[str, pd.DataFrame]:
     """Write accuracy_points.csv, accuracy_frontier.csv, accuracy_at_sparsity.csv,
-    accuracy_dominance.csv and accuracy.json into ``out``; the tables (and the figure the
+    accuracy_table.csv (:func:`accuracy_table`), accuracy_dominance.csv and accuracy.json
+    into ``out``; the tables (and the figure the
     caller draws from them, :func:`sparsefinder.figures.accuracy.accuracy_figure`)."""
     out.mkdir(parents=True, exist_ok=True)
     if recall_points is not None and len(recall_points) and len(df):
-        joined = recall_points[["method", "params", "recall", "sparsity"]].rename(
+        graph_columns = [c for c in ("recall", "mass_recall", "exact_fraction")
+                         if c in recall_points]
+        joined = recall_points[["method", "params", *graph_columns, "sparsity"]].rename(
             columns={"sparsity": "sweep_sparsity"})
         df = df.merge(joined, on=["method", "params"], how="left")
     fronts = pd.concat(
         [frontier(df, m).assign(measure=m) for m in MEASURES if m in df], ignore_index=True
     ) if len(df) else df
     at = at_sparsity(df) if len(df) else df
+    table = accuracy_table(df) if len(df) else df
     dom = dominance(df) if len(df) else df
     df.to_csv(out / "accuracy_points.csv", index=False)
     fronts.to_csv(out / "accuracy_frontier.csv", index=False)
     at.to_csv(out / "accuracy_at_sparsity.csv", index=False)
+    table.to_csv(out / "accuracy_table.csv", index=False)
     dom.to_csv(out / "accuracy_dominance.csv", index=False)
     payload = {
         **summary, "gold_sparsity": gold_sparsity, "measures": list(MEASURES),
         "points": json.loads(df.to_json(orient="records")),
         "at_sparsity": json.loads(at.to_json(orient="records")),
+        "table": json.loads(table.to_json(orient="records")),
         "dominance": json.loads(dom.to_json(orient="records")),
     }
     (out / "accuracy.json").write_text(json.dumps(payload, indent=1), encoding="utf-8")
-    return {"points": df, "frontier": fronts, "at_sparsity": at, "dominance": dom}
+    return {"points": df, "frontier": fronts, "at_sparsity": at, "table": table,
+            "dominance": dom}

@@ -136,13 +136,16 @@ Fitter = Callable[[Sequence["AttentionRecord"]], Any]
 class Calibration:
     """One way (``name``, one of :data:`CALIBRATIONS` but ``none``) to set a family's
     parameters per head from a ``target`` fitted on TRAIN graphs: ``fit`` runs once on the
-    training records, ``build`` makes a layer's predictor from its result."""
+    training records, ``build`` makes a layer's predictor from its result. ``extra``: the
+    family's parameters that are given with the target, not fitted (e.g. a floor of keys
+    per row)."""
 
     name: str
     target: Param
     fit: Fitter
     build: Builder
     label: str = ""
+    extra: tuple[Param, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -198,7 +201,7 @@ class Method:
             return Variant(self.params, self.build, self.fit)
         for option in self.calibrations:
             if option.name == calibration:
-                return Variant((option.target,), option.build, option.fit)
+                return Variant((option.target, *option.extra), option.build, option.fit)
         raise ValueError(f"method {self.name!r} takes calibration "
                          f"{' / '.join(self.calibration_names)}, got {calibration!r}")
 

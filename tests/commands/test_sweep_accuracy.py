@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from sparsefinder.cli import main
+from sparsefinder.commands._accuracy import format_table
 
 _spec = importlib.util.spec_from_file_location(
     "_tiny_train", Path(__file__).with_name("test_train.py")
@@ -53,6 +54,14 @@ def test_sweep_accuracy_writes_frontiers(trained, tmp_path: Path, capsys) -> Non
     assert summary["split"] == "validation" and summary["gold_sparsity"] > 0
     dom = pd.read_csv(out / "accuracy_dominance.csv")
     assert {"window", "longformer", "bigbird"} <= set(dom["baseline"])
+    # the printed table: every method at 0.75/0.90/0.95, its graph measures those of the
+    # recall sweep's same configuration
+    table = pd.read_csv(out / "accuracy_table.csv")
+    assert format_table(table) in text.out
+    assert set(table["method"]) == set(points["method"]) and len(table) == 6 * 3
+    merged = points.merge(recall_points, on=["method", "params"], suffixes=("", "_sweep"))
+    for column in ("mass_recall", "exact_fraction"):
+        assert merged[column].tolist() == pytest.approx(merged[f"{column}_sweep"].tolist())
 
 
 def test_sweep_accuracy_without_projections_names_the_train_command(trained, tmp_path,

@@ -12,7 +12,9 @@ import torch
 
 from sparsefinder.evaluation.accuracy_sweep import (
     MEASURES,
+    TABLE_COLUMNS,
     accuracy_sweep,
+    accuracy_table,
     at_sparsity,
     dominance,
     frontier,
@@ -40,6 +42,26 @@ def test_frontier_keeps_undominated_points_per_method() -> None:
     row = at.set_index("method").loc["distance"]
     assert row["output_cosine@0.55"] == 0.995 and row["output_cosine@0.85"] == 0.7
     assert math.isnan(row["output_cosine@0.95"])
+
+
+def test_accuracy_table_reports_one_configuration_per_level() -> None:
+    """Each row is the point behind output_cosine@level, with all of ITS columns."""
+    df = _df([("distance", 0.74, 0.999), ("distance", 0.76, 0.99), ("distance", 0.80, 0.995),
+              ("distance", 0.91, 0.97), ("topk", 0.5, 1.0)])
+    df["recall"] = [0.99, 0.97, 0.96, 0.8, 1.0]
+    df["embedding_cosine"] = [0.9, 0.8, 0.7, 0.6, 1.0]
+    table = accuracy_table(df, levels=(0.75, 0.9, 0.95))
+    assert list(table.columns) == ["method", "level", "params", *TABLE_COLUMNS]
+    row = table[(table["method"] == "distance") & (table["level"] == 0.75)].iloc[0]
+    # the 0.80 point has the best output cosine at sparsity >= 0.75: its recall, not the best
+    assert json.loads(row["params"]) == {"i": 2}
+    assert (row["sparsity"], row["recall"], row["embedding_cosine"]) == (0.80, 0.96, 0.7)
+    assert row["output_cosine"] == at_sparsity(df, ["output_cosine"], [0.75]).set_index(
+        "method").loc["distance", "output_cosine@0.75"]
+    assert math.isnan(row["mass_recall"])  # no recall-sweep column given: NaN, not a guess
+    empty = table[(table["method"] == "distance") & (table["level"] == 0.95)].iloc[0]
+    assert empty["params"] == "" and math.isnan(empty["output_cosine"])
+    assert table[table["method"] == "topk"]["output_cosine"].isna().all()
 
 
 def test_dominance_compares_the_best_sparsefinder_method_per_level() -> None:
@@ -97,3 +119,13 @@ def test_accuracy_sweep_on_a_tiny_model(tiny: LoadedModel, tmp_path: Path) -> No
     payload = json.loads((tmp_path / "accuracy.json").read_text())
     assert payload["gold_sparsity"] == 0.6 and len(payload["points"]) == len(df)
     assert {"window", "bigbird"} <= set(tables["dominance"]["baseline"])
+    # the table's columns are the points' own measures (the library's, not recomputed)
+    table = pd.read_csv(tmp_path / "accuracy_table.csv")
+    assert len(table) == 4 * 3 and payload["table"]
+    at = tables["at_sparsity"].set_index("method")
+    for _, row in table.dropna(subset=["output_cosine"]).iterrows():
+        point = df[(df["method"] == row["method"]) & (df["params"] == row["params"])].iloc[0]
+        for column in ("sparsity", *MEASURES):
+            assert row[column] == pytest.approx(point[column]), column
+        assert row["output_cosine"] == pytest.approx(
+            at.loc[row["method"], f"output_cosine@{row['level']:g}"])

@@ -117,6 +117,8 @@ def test_projections_of_another_shape_are_refused_by_record_inputs():
 # name: (label, params, inputs, oracle, learned from graphs)
 REGISTRY = {
     "distance": ("Distance (t)", ("threshold",), "projected", False, False),
+    "distance-floor": ("Distance (t) ∪ nearest keys per row (floor m)", ("threshold", "floor"),
+                       "projected", False, False),
     "quantization": ("Quantization (β)", ("bins",), "projected", False, False),
     "kmeans": ("k-means (B, k)", ("n_clusters", "top_k"), "projected", False, False),
     "fixed": ("Window / global only", (), "shape", False, False),
@@ -183,6 +185,7 @@ CALIBRATED = {
     "window": ("none", "budget"),
     "kmeans-routed": ("none", "budget"),
     "rowfrac": ("none", "equal", "budget"),
+    "distance-floor": ("none", "equal", "budget"),
 }
 OLD_NAMES = {
     "distance-calibrated": ("distance", "equal"),

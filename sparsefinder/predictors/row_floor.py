@@ -1,0 +1,110 @@
+"""A per-row floor: any predicted graph united with each query's ``m`` nearest keys.
+
+Why: a threshold (raw or calibrated per head) keeps whatever lies within it, so a query
+whose keys are all far in the projected space keeps nothing, and the restricted model
+falls back to the diagonal for that row. The top-k oracle never leaves a row without
+support, which is why it moves the model's output less than a threshold keeping more gold
+edges. The floor gives every query its ``m`` nearest keys in the learned space (all of
+them when fewer are allowed) on top of the base graph.
+
+Only allowed keys are counted and chosen: a decoder row ``i`` has ``i + m_keys − n + 1``
+candidates; a local (sliding-window) layer's row only those in its window
+(:func:`~sparsefinder.attention.masks.layer_allowed`). The choice is one ``topk`` over the
+rows (no loop), on ``‖k‖² − 2 q·k``: the row term ``‖q‖²`` does not change a row's ranking.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from sparsefinder.attention.masks import layer_allowed
+from sparsefinder.predictors.base import Predictor, check_shapes, honours_window, owns_output
+from sparsefinder.predictors.distance import Distance, _partial_sq_dist
+from sparsefinder.predictors.threshold_distance import ThresholdDistance
+
+
+def add_row_floor(mask: Tensor, partial: Tensor, floor: int, allowed: Tensor | None, *,
+                  short_rows_only: bool = False) -> Tensor:
+    """``mask`` (heads, n, m) with each row's ``floor`` smallest ``partial`` entries among
+    its allowed keys set True (in place; ``partial`` may be overwritten where not allowed).
+
+    ``short_rows_only``: ``mask`` is a threshold on ``partial`` itself, so a row that already
+    keeps ``floor`` keys keeps its ``floor`` nearest; only the rows keeping fewer are ranked
+    (at a usual target, a few rows: the ``topk`` is then on those rows alone)."""
+    count = min(int(floor), partial.shape[-1])
+    if count == 0 or partial.shape[-2] == 0:
+        return mask
+    if short_rows_only:
+        heads, rows = (mask.sum(-1) < count).nonzero(as_tuple=True)
+        if heads.numel() == 0:
+            return mask
+        sub = partial[heads, rows]  # (short rows, m)
+        sub_allowed = None if allowed is None else allowed[rows]
+        if sub_allowed is not None:
+            sub.masked_fill_(~sub_allowed, torch.inf)
+        kept = mask[heads, rows].scatter_(-1, sub.topk(count, dim=-1, largest=False,
+                                                         sorted=False).indices, True)
+        mask[heads, rows] = kept if sub_allowed is None else kept & sub_allowed
+        return mask
+    if allowed is not None:
+        partial.masked_fill_(~allowed, torch.inf)
+    nearest = partial.topk(count, dim=-1, largest=False, sorted=False).indices
+    mask.scatter_(-1, nearest, True)
+    # rows with fewer than ``floor`` allowed keys took some +inf (disallowed) entries
+    return mask if allowed is None else mask.logical_and_(allowed)
+
+
+def _sq_thresholds(base: ThresholdDistance | Distance, heads: int) -> Tensor:
+    """(heads,) squared thresholds of a distance predictor."""
+    if isinstance(base, Distance):
+        return torch.full((heads,), float(base.threshold) ** 2)
+    if base.sq_thresholds.shape[0] != heads:
+        raise ValueError(f"calibrated for {base.sq_thresholds.shape[0]} heads, got q with {heads}")
+    return base.sq_thresholds
+
+
+@dataclass
+class RowFloor:
+    """Edge iff ``base`` predicts it or key j is among the ``floor`` nearest allowed keys of
+    query i in the projected space (``base`` None: the floor alone)."""
+
+    base: Predictor | None
+    floor: int
+
+    returns_fresh_mask: ClassVar[bool] = True  # see base.FreshOutput
+    honours_window: ClassVar[bool] = True  # see base.WindowAware
+
+    def __post_init__(self) -> None:
+        if isinstance(self.floor, bool) or not isinstance(self.floor, int) or self.floor < 1:
+            raise ValueError(f"floor (keys per row) must be an integer >= 1, got {self.floor!r}")
+        if self.base is not None and not isinstance(self.base, Predictor):
+            raise TypeError(f"base must have a predict(q, k, causal=...) method; got {self.base!r}")
+
+    def predict(self, q: Tensor, k: Tensor, *, causal: bool = False,
+                sliding_window: int | None = None) -> Tensor:
+        """q: (heads, n, r), k: (heads, m, r) projected → bool (heads, n, m)."""
+        check_shapes(q, k)
+        n, m = q.shape[1], k.shape[1]
+        allowed = layer_allowed(n, m, causal=causal, sliding_window=sliding_window,
+                                device=q.device)
+        partial, qq = _partial_sq_dist(q, k)
+        if isinstance(self.base, ThresholdDistance | Distance):  # one distance pass for both
+            t2 = _sq_thresholds(self.base, q.shape[0]).to(partial.device, partial.dtype)
+            mask = partial <= t2[:, None, None] - qq
+            mask = mask if allowed is None else mask.logical_and_(allowed)
+            return add_row_floor(mask, partial, self.floor, allowed, short_rows_only=True)
+        elif self.base is None:
+            mask = torch.zeros(q.shape[0], n, m, dtype=torch.bool, device=q.device)
+        else:
+            mask = (self.base.predict(q, k, causal=causal, sliding_window=sliding_window)
+                    if sliding_window and honours_window(self.base)
+                    else self.base.predict(q, k, causal=causal))
+            if allowed is not None:
+                mask = mask & allowed
+            elif not owns_output(self.base):
+                mask = mask.clone()  # never modify a member's output we do not own
+        return add_row_floor(mask, partial, self.floor, allowed)

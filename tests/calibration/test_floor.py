@@ -1,0 +1,131 @@
+"""Thresholds calibrated with a per-row floor: the target sparsity holds with the floor."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sparsefinder.attention.masks import layer_allowed
+from sparsefinder.calibration.estimators import CalibratedDistance
+from sparsefinder.calibration.floor import CalibratedFlooredDistance, floored_fitter
+from sparsefinder.calibration.samples import RANK_CAP, DistanceSamples, _capped_ranks
+from sparsefinder.data.records import AttentionRecord
+from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
+from sparsefinder.metrics.measures import recall
+from tests.calibration.test_estimators import _identity, _records
+
+
+@pytest.fixture(scope="module")
+def train() -> list[AttentionRecord]:
+    return _records(0, 40)
+
+
+@pytest.fixture(scope="module")
+def samples(train) -> DistanceSamples:
+    return DistanceSamples.from_records(train, _identity(), samples_per_text=512,
+                                        row_ranks=True)
+
+
+def _macro(predictor_of, records: list[AttentionRecord]) -> tuple[float, float, float]:
+    """Macro sparsity and recall (each text and head weighing the same), and the smallest
+    number of keys any row kept, of per-layer predictors over ``records``."""
+    projections = _identity()
+    sparsities, recalls, fewest = [], [], None
+    for record in records:
+        for layer, ((q, k), graph) in enumerate(zip(projections.project_record(record),
+                                                    record.layers, strict=True)):
+            n, m = graph.gold.shape[1:]
+            allowed = layer_allowed(n, m, causal=record.causal,
+                                    sliding_window=graph.sliding_window)
+            mask = predictor_of(layer).predict(q, k, causal=record.causal,
+                                               sliding_window=graph.sliding_window)
+            total = n * m if allowed is None else int(allowed.sum())
+            sparsities.append(1 - mask.sum((1, 2)).double() / total)
+            recalls.append(recall(mask, graph.gold).double())
+            kept = int(mask.sum(-1).min())
+            fewest = kept if fewest is None else min(fewest, kept)
+    return (float(torch.stack(sparsities).mean()), float(torch.stack(recalls).mean()),
+            fewest)
+
+
+def test_ranks_count_the_nearer_allowed_keys() -> None:
+    gen = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 30, 3, generator=gen), torch.randn(2, 30, 3, generator=gen)
+    for window in (None, 6):
+        mask = layer_allowed(30, 30, causal=True, sliding_window=window)
+        flat = mask.reshape(-1).nonzero()[:, 0][torch.randint(0, int(mask.sum()), (2, 50),
+                                                              generator=gen)]
+        got = _capped_ranks(q, k, mask, flat)
+        dist = torch.cdist(q.double(), k.double()).masked_fill(~mask, torch.inf)
+        own = dist.reshape(2, -1).gather(1, flat)
+        rows = dist.gather(1, (flat // 30)[..., None].expand(-1, -1, 30))
+        assert torch.equal(got.long(), (rows < own[..., None]).sum(-1).clamp(max=RANK_CAP))
+
+
+@pytest.mark.parametrize(("target", "allocation", "floor"),
+                         [(0.75, "budget", 1), (0.85, "budget", 3), (0.85, "equal", 3)])
+def test_sparsity_on_train_lands_at_the_target_with_the_floor(
+        samples, train, floor, allocation, target) -> None:
+    model = CalibratedFlooredDistance(target, floor, allocation).fit(samples)
+    assert abs(float(model.train_sparsity_.mean()) - target) < 0.005
+    measured, _, fewest = _macro(model.for_layer, train)
+    assert abs(measured - target) < 0.01
+    assert fewest >= 1  # every row of every head kept at least min(floor, allowed) >= 1
+    # the same thresholds without the floor's density would overshoot the budget
+    plain = CalibratedDistance(target_sparsity=target, allocation=allocation).fit(samples)
+    with_floor_plain, _, _ = _macro(
+        lambda layer: type(model.for_layer(layer))(plain.for_layer(layer), floor), train)
+    assert with_floor_plain < target - 0.002
+
+
+def test_causal_and_local_rows_keep_their_floor() -> None:
+    train = _records(2, 20, causal=True)
+    for record in train[:10]:
+        for graph in record.layers:
+            graph.sliding_window = 12  # a local layer
+    samples = DistanceSamples.from_records(train, _identity(), 512, row_ranks=True)
+    model = CalibratedFlooredDistance(0.75, 2).fit(samples)
+    assert abs(float(model.train_sparsity_.mean()) - 0.75) < 0.005
+    measured, _, _ = _macro(model.for_layer, train)
+    assert abs(measured - 0.75) < 0.015
+    for record in train:
+        projections = _identity()
+        for layer, ((q, k), graph) in enumerate(zip(projections.project_record(record),
+                                                    record.layers, strict=True)):
+            n = q.shape[1]
+            mask = model.for_layer(layer).predict(q, k, causal=True,
+                                                  sliding_window=graph.sliding_window)
+            allowed = layer_allowed(n, n, causal=True, sliding_window=graph.sliding_window)
+            assert (mask.sum(-1) >= allowed.sum(-1).clamp(max=2)).all()
+            assert not (mask & ~allowed).any()
+
+
+def test_a_floor_denser_than_the_target_keeps_only_the_floor(samples) -> None:
+    model = CalibratedFlooredDistance(0.99, 8).fit(samples)
+    assert torch.allclose(model.train_sparsity_, model.floor_sparsity_)
+    assert float(model.train_sparsity_.mean()) < 0.99
+
+
+def test_the_sweep_factory_builds_a_spec_from_train_records(train) -> None:
+    spec = PredictorSpec.of("distance-floor:budget", {"target_sparsity": 0.8, "floor": 2})
+    assert spec.needs_training
+    fitted = spec.fit(train)
+    predictors = spec.build_layers(_identity(), 2, fitted)
+    masks = predict_record(spec, predictors, RecordInputs(train[0], _identity()))
+    assert all((mask.sum(-1) >= 2).all() for mask in masks)
+    assert floored_fitter("budget")(train)({"target_sparsity": 0.8, "floor": 2}, _identity(),
+                                           1).floor == 2
+
+
+def test_errors(samples) -> None:
+    with pytest.raises(ValueError, match="target_sparsity"):
+        CalibratedFlooredDistance(1.0).fit(samples)
+    with pytest.raises(ValueError, match="floor must be an integer"):
+        CalibratedFlooredDistance(0.9, RANK_CAP + 1).fit(samples)
+    with pytest.raises(ValueError, match="allocation"):
+        CalibratedFlooredDistance(0.9, 2, "both").fit(samples)
+    plain = DistanceSamples(samples.pairs, samples.gold, samples.n_texts)
+    with pytest.raises(TypeError, match="row_ranks=True"):
+        CalibratedFlooredDistance(0.9, 2).fit(plain)
+    with pytest.raises(ValueError, match="not fitted"):
+        CalibratedFlooredDistance(0.9, 2).for_layer(0)
