@@ -43,7 +43,8 @@ def _wait_for_explorer(page) -> None:
 
 def test_deep_link_to_a_page_works_on_first_load(server, page):
     """First request of a fresh server (regression: a pages/ folder made it legacy MPA)."""
-    page.goto(f"{server}/tokens?method=fixed&window=3&query=5", timeout=240_000)
+    page.goto(f"{server}/tokens?method=fixed&window=3&global=first,last&query=5",
+              timeout=240_000)
     page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 1",
                            timeout=240_000)
     assert page.locator("[data-testid='stException']").count() == 0
