@@ -234,6 +234,7 @@ def build_context() -> AppContext:
     ctx = AppContext()
     st.session_state.pop(FIXES_CLEARED_KEY, None)  # this full run draws the page anew
     first = VIEW_KEY not in st.session_state  # the view comes from the link (URL)
+    linked_head = bool({"layer", "head"} & set(st.query_params))  # before the view writes it
     state = view_state()
     fixes = list(st.session_state.pop("_url_problems", []))
     st.sidebar.title("Sparsefinder")
@@ -284,7 +285,7 @@ def build_context() -> AppContext:
         fixes.extend(note for note in notes if note not in lasting)
         ctx.notes.extend(lasting)
         set_view_state(clamped)
-    if first and ctx.prepared is not None and not {"layer", "head"} & set(st.query_params):
+    if first and ctx.prepared is not None and not linked_head:
         _, scores = predictions(ctx, view_state())  # cached: the page draws the same setting
         layer, head = live.representative_head(scores)
         update_view(layer=layer, head=head)

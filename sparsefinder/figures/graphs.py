@@ -131,10 +131,10 @@ def head_figure(gold: np.ndarray, pred: np.ndarray, codes: np.ndarray, labels: S
     panels = [
         (f"Gold {tag} · {int(gold.sum())} edges", gold.view(np.uint8), [white, GOLD_COLOR],
          {1: "gold"}),
-        (f"Predicted {tag} · {int(pred.sum())} edges", pred.view(np.uint8),
+        (f"Predicted · {int(pred.sum())} edges", pred.view(np.uint8),
          [white, PRED_COLOR], {1: "predicted"}),
-        (f"Diff · {diff_swatch(1)} TP {counts['TP']} · {diff_swatch(2)} FN {counts['FN']} · "
-         f"{diff_swatch(3)} FP {counts['FP']}", codes,
+        (f"Diff {diff_swatch(1)}TP {counts['TP']} {diff_swatch(2)}FN {counts['FN']} "
+         f"{diff_swatch(3)}FP {counts['FP']}", codes,
          [white, *DIFF_COLORS.values()], {c: DIFF_LABELS[c].split(":")[0] for c in DIFF_COLORS}),
     ]
     tokens = _ascii_tokens(labels)

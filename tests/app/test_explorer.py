@@ -305,3 +305,18 @@ def test_every_menu_family_opens_with_sliders_from_its_declared_parameters(with_
     reopened = new_app(**{k: v[0] if isinstance(v, list) else v
                           for k, v in at.query_params.items()}).run()
     assert reopened.slider(key=f"w_x_{family}_{first.name}").value == pytest.approx(moved)
+
+
+def test_the_first_screen_opens_on_a_representative_head():
+    """No head in the link: the head nearest the model's recall and sparsity (not L0H0, the
+    weakest); a link that names a head keeps it."""
+    from sparsefinder.explore import live
+
+    at = new_app().run()
+    assert_clean(at)
+    _, _, scores = at.session_state["_predictions"]
+    layer, head = live.representative_head(scores)
+    assert (at.query_params["layer"], at.query_params["head"]) == (str(layer), str(head))
+    assert (layer, head) != (0, 0)
+    linked = new_app(layer="0", head="0").run()
+    assert (linked.query_params["layer"], linked.query_params["head"]) == ("0", "0")
