@@ -41,3 +41,14 @@ def test_negative_threshold_keeps_nothing_and_bad_inputs_are_named():
         ThresholdDistance(torch.tensor(1.0))
     with pytest.raises(ValueError, match="calibrated for 3 heads, got q with 2"):
         ThresholdDistance(torch.ones(3)).predict(q, k)
+
+
+def test_bad_thresholds_are_refused_with_what_was_given_and_the_fix():
+    with pytest.raises(ValueError, match=r"^sq_thresholds must be a 1-d tensor with one squared "
+                                         r"distance per head, got torch\.Size\(\[2, 3\]\)$"):
+        ThresholdDistance(torch.zeros(2, 3))
+    with pytest.raises(ValueError, match=r", got list$"):
+        ThresholdDistance([1.0, 2.0])
+    with pytest.raises(ValueError, match=r"^sq_thresholds contains NaN; calibrate on train "
+                                         r"records first$"):
+        ThresholdDistance(torch.tensor([1.0, float("nan")]))
