@@ -122,14 +122,6 @@ class Curve:
         return self.specs[0].method_id
 
     @property
-    def family(self) -> str:
-        return self.specs[0].method
-
-    @property
-    def calibration(self) -> str:
-        return self.specs[0].calibration
-
-    @property
     def needs_projections(self) -> bool:
         return self.specs[0].needs_projections
 

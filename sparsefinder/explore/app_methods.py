@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparsefinder.methods.registry import CALIBRATION_LABELS, METHODS, method_id, resolve_method
+from sparsefinder.methods.registry import CALIBRATION_LABELS, METHODS, resolve_method
 
 #: Families the app's sliders drive (keys of the one registry,
 #: :data:`sparsefinder.methods.registry.METHODS`), each with the calibrations the app offers
@@ -47,9 +47,6 @@ METHOD_GROUPS: dict[str, tuple[str, ...]] = {
 #: ``ViewState.extra`` and in the link under each parameter's ``url`` key.
 GENERIC_FAMILIES: tuple[str, ...] = ("block", "longformer", "bigbird", "reformer", "routing",
                                      "topk", "topp", "rowfrac")
-#: Every family/calibration the app runs, as written (``distance:budget``, ``quest``, …).
-APP_METHOD_IDS: tuple[str, ...] = tuple(method_id(f, c) for f, cs in APP_CALIBRATIONS.items()
-                                        for c in cs)
 
 
 def method_group(family: str) -> str:
