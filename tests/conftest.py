@@ -20,6 +20,21 @@ if os.environ.get("CI"):
 REPO = Path(__file__).resolve().parents[1]
 
 
+def pytest_configure(config) -> None:
+    """Under pytest-xdist (``make test`` runs ``-n auto``), each worker gets its share of the
+    cores for torch's intra-op threads: two workers × all cores each would oversubscribe the
+    machine and run slower than one process."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers is None:
+        return
+    threads = str(max(1, (os.cpu_count() or 1) // int(workers)))
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(name, threads)  # also for the servers and torchrun it starts
+    import torch
+
+    torch.set_num_threads(int(threads))
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     """Tests marked ``cuda`` skip (and say so) on machines without a CUDA GPU."""
     import torch

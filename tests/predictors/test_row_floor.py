@@ -105,3 +105,101 @@ def test_errors() -> None:
         PredictorSpec.of("distance-floor:budget", {"target_sparsity": 0.9, "floor": 0})
     with pytest.raises(ValueError, match="missing"):
         PredictorSpec.of("distance-floor:budget", {"target_sparsity": 0.9})
+
+
+class _Budget:
+    """A per-row budget base that honours local windows: each row's ``per_row`` lowest key
+    indices among those it may see (its choice changes with the window)."""
+
+    honours_window = True
+    returns_fresh_mask = True
+
+    def __init__(self, per_row: int) -> None:
+        self.per_row = per_row
+
+    def predict(self, q, k, *, causal=False, sliding_window=None):
+        n, m = q.shape[1], k.shape[1]
+        allowed = layer_allowed(n, m, causal=causal, sliding_window=sliding_window)
+        allowed = torch.ones(n, m, dtype=torch.bool) if allowed is None else allowed
+        rank = allowed.cumsum(-1)  # 1-based rank of each allowed key in its row
+        return (allowed & (rank <= self.per_row)).expand(q.shape[0], -1, -1).clone()
+
+
+class _Cached:
+    """A base that hands out the same tensor every call and does not promise a fresh one
+    (nor take ``sliding_window=``): the floor must copy it, never write into it."""
+
+    def __init__(self, mask: torch.Tensor) -> None:
+        self.mask = mask
+
+    def predict(self, q, k, *, causal=False):
+        return self.mask
+
+
+def test_the_default_layout_is_the_full_one() -> None:
+    q, k = _qk(5)
+    assert torch.equal(RowFloor(None, 3).predict(q, k),
+                       _nearest_reference(q, k, 3, False, None))
+
+
+@pytest.mark.parametrize(("causal", "window"), LAYOUTS)
+def test_a_window_aware_base_chooses_inside_the_window(causal, window) -> None:
+    """The base is asked with the layer's window, so its per-row budget is spent on keys
+    the row may see; the floor is added on top."""
+    q, k = _qk(6)
+    got = RowFloor(_Budget(2), 1).predict(q, k, causal=causal, sliding_window=window)
+    want = (_Budget(2).predict(q, k, causal=causal, sliding_window=window)
+            | _nearest_reference(q, k, 1, causal, window))
+    assert torch.equal(got, want)
+    if window is not None:  # asked without the window, the budget would land outside it
+        blind = _Budget(2).predict(q, k, causal=causal) & layer_allowed(
+            N, N, causal=causal, sliding_window=window)
+        assert not torch.equal(blind, _Budget(2).predict(q, k, causal=causal,
+                                                          sliding_window=window))
+
+
+@pytest.mark.parametrize(("causal", "window"), LAYOUTS)
+def test_a_base_without_window_support_is_cut_and_never_modified(causal, window) -> None:
+    q, k = _qk(7)
+    cached = torch.zeros(HEADS, N, N, dtype=torch.bool)
+    cached[:, :, 0] = True  # every row keeps key 0
+    before = cached.clone()
+    got = RowFloor(_Cached(cached), 2).predict(q, k, causal=causal, sliding_window=window)
+    allowed = layer_allowed(N, N, causal=causal, sliding_window=window)
+    want = before | _nearest_reference(q, k, 2, causal, window)
+    if allowed is not None:
+        want &= allowed
+    assert torch.equal(got, want)
+    assert torch.equal(cached, before)  # the base's tensor is untouched
+    assert got is not cached
+
+
+def test_a_distance_threshold_keeps_exact_ties_and_is_squared() -> None:
+    """Integer points: ‖q − k‖ equals the threshold exactly for some pairs (kept, ``≤``);
+    a threshold t ≠ 1 is compared as t² (1.5² = 2.25, not 1.5³)."""
+    q = torch.zeros(1, 2, 2)
+    k = torch.tensor([[[1.0, 0.0], [0.0, 1.5], [2.0, 0.0], [3.0, 0.0]]])
+    got = RowFloor(Distance(1.5), 1).predict(q, k)
+    assert torch.equal(got[0, 0], torch.tensor([True, True, False, False]))
+    got = RowFloor(Distance(1.0), 1).predict(q, k)
+    assert torch.equal(got[0, 0], torch.tensor([True, False, False, False]))  # the tie
+    assert torch.equal(RowFloor(Distance(1.5), 1).predict(q, k),
+                       RowFloor(ThresholdDistance(torch.tensor([2.25])), 1).predict(q, k))
+
+
+def test_one_query_row_and_one_short_row_still_get_the_floor() -> None:
+    q, k = _qk(8)
+    single = RowFloor(ThresholdDistance(torch.full((HEADS,), -1.0)), 2).predict(q[:, :1], k)
+    assert torch.equal(single.sum(-1), torch.full((HEADS, 1), 2))
+    # a threshold that keeps every key except in row 5 of head 0: exactly one short row
+    far = q.clone()
+    far[0, 5] = 1e4
+    got = RowFloor(Distance(1e3), 3).predict(far, k)
+    assert torch.equal(got.sum(-1)[0, 5], torch.tensor(3))
+    assert int((got.sum(-1) < N).sum()) == 1
+
+
+@pytest.mark.parametrize("floor", [True, 2.0, "2"])
+def test_a_floor_that_is_not_an_integer_is_refused(floor) -> None:
+    with pytest.raises(ValueError, match="integer"):
+        RowFloor(None, floor)
