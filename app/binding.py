@@ -123,9 +123,15 @@ def bind(key: str, field_name: str, to_widget: Any = None, from_widget: Any = No
 
 
 def _sync(key: str, field_name: str, from_widget: Any) -> None:
-    if st.session_state.pop(FIXES_KEY, None) is not None:  # the user changed something
-        st.session_state[FIXES_CLEARED_KEY] = True
     value = st.session_state[key]
-    update_view(**{field_name: from_widget(value) if from_widget else value})
+    user_change(**{field_name: from_widget(value) if from_widget else value})
+
+
+def user_change(**changes: Any) -> None:
+    """A change the user made (a widget callback): update the view and clear the link's
+    warning (the user changed something)."""
+    if st.session_state.pop(FIXES_KEY, None) is not None:
+        st.session_state[FIXES_CLEARED_KEY] = True
+    update_view(**changes)
 
 

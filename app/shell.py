@@ -33,6 +33,7 @@ from app.binding import (
     set_cluster,
     set_view_state,
     update_view,
+    user_change,
     view_state,
 )
 from app.caches import (
@@ -81,12 +82,12 @@ UPLOAD_DIR = Path(tempfile.gettempdir()) / "sparsefinder-uploads"  # <digest>/<u
 __all__ = [
     "CLUSTER_ANCHOR_KEY", "CLUSTER_KEY", "CLUSTER_PARAM", "CONTEXT_KEY", "DEFAULT_CALIBRATION",
     "DEFAULT_PROJECTIONS", "FIXES_CLEARED_KEY", "FIXES_KEY", "PAIR_KEY", "PRED_CACHE_KEY",
-    "TASK_PASSAGES", "VIEW_KEY", "AppContext", "CacheKey", "bind", "build_context",
+    "TASK_PASSAGES", "VIEW_KEY", "AppContext", "CacheKey", "add_fixes", "bind", "build_context",
     "cached_accuracy", "cached_model", "cached_predictions", "cached_prepared",
     "cached_projections", "cached_task_accuracy", "cached_text_sweep", "clear_caches",
     "context", "corpus_sweep", "method_sliders", "model_lock", "predictions", "seed",
     "selected_cluster", "serving_policy", "set_cluster", "set_view_state", "show_messages",
-    "text_accuracy_sweep", "text_store", "update_view", "view_state",
+    "text_accuracy_sweep", "text_store", "update_view", "user_change", "view_state",
 ]
 
 
@@ -343,6 +344,21 @@ def _track_fixes(ctx: AppContext, fixes: list[str], link: bool) -> None:
         pending = None
     if pending is not None:
         ctx.notes.insert(0, urlstate.fixes_message(pending[0], link=pending[2]))
+
+
+def add_fixes(ctx: AppContext, fixes: list[str]) -> None:
+    """Settings of the link that a page fixed itself (its own fields) join the link's ONE
+    warning; call it before :func:`show_messages` draws the notes."""
+    if not fixes:
+        return
+    pending = st.session_state.get(FIXES_KEY)
+    if pending is not None:
+        old = urlstate.fixes_message(pending[0], link=pending[2])
+        if old in ctx.notes:
+            ctx.notes.remove(old)
+        st.session_state[FIXES_KEY] = (pending[0], (view_state(), ctx.cache_key), pending[2])
+    ctx.state = view_state()
+    _track_fixes(ctx, fixes, link=True)
 
 
 def _load_projections(ctx: AppContext, path: Path) -> tuple[Any, str]:

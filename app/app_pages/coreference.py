@@ -8,6 +8,8 @@ probes on request (cached).
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -22,7 +24,6 @@ from sparsefinder.figures import common as common_figures
 from sparsefinder.figures import coref as coref_figures
 
 st.title("Coreference")
-
 
 
 @st.cache_resource(show_spinner=False)
@@ -45,66 +46,111 @@ def _all_probes(model_key: tuple, _loaded, _projections) -> tuple[pd.DataFrame, 
     return coref.rank_heads([p.record for p in prepared], probes), prepared
 
 
-#: The page's own k-means setting, chosen on the bundled probes (not on validation data):
-#: with the bundled projections, B=12 and k=2 keep every pronoun→antecedent gold edge of the
-#: best head on 30 of the 41 probes (entmax-adapted default), including the first; k=1 misses
-#: them on p01 (that head's queries and keys fall in different clusters). See the closing
-#: note / `sparsefinder coref`.
-DEMO_CLUSTERS, DEMO_TOP_K = 12, 2
+ANCHOR_KEY = "_coref_pairs_for"  # the text (hash) the chosen pairs are word indices of
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def _words(text: str) -> tuple[list[coref_pairs.Word], list[coref.CorefPair]]:
+    """spaCy's words of ``text`` and the automatic guesses (cached: drawn on every run)."""
+    tokens = coref_pairs.words(text)
+    return tokens, coref_pairs.propose_pairs(text, tokens=tokens)
+
+
+def _fit_link(ctx: shell.AppContext) -> None:
+    """Fit the page's own link fields (probe, pairs, B, k) to this text and model; what was
+    fixed joins the link's one warning. Pairs of another text (the sidebar's changed) are
+    forgotten: they are word indices of the text they were chosen on."""
+    state = shell.view_state()
+    anchor, now = st.session_state.get(ANCHOR_KEY), ctx.cache_key.text_hash
+    st.session_state[ANCHOR_KEY] = now
+    if state.coref_pairs is not None and anchor is not None and anchor != now:
+        state = shell.update_view(coref_pairs=None)
+    try:
+        ids = [p.id for p in _probes()]
+    except coref.ProbeFileError:
+        ids = []  # the page says so
+    n_words = None
+    if state.coref_pairs:
+        with contextlib.suppress(ImportError):  # the page says so when the text is chosen
+            n_words = len(_words(ctx.prepared.record.text)[0])
+    changes, fixes = excoref.fit_link(state if ids else state.with_(coref_probe=None), ids,
+                                      n_words, ctx.prepared.cluster_choices)
+    if changes:
+        shell.update_view(**changes)
+    shell.add_fixes(ctx, fixes)
 
 
 def _kmeans_controls(prepared: prep.PreparedText) -> tuple[int, int]:
-    """B and k for this page (its own, so the demo opens on a setting where it works)."""
+    """B and k for this page: its own (kept in the link as coref_B/coref_k), so the demo opens
+    on a setting where it works whatever the sidebar's method."""
     choices = prepared.cluster_choices
-    shell.seed("w_coref_B", min(choices, key=lambda b: (abs(b - DEMO_CLUSTERS), b)))
-    if st.session_state["w_coref_B"] not in choices:
-        st.session_state["w_coref_B"] = choices[0]
+    default_b, _ = excoref.demo_setting(choices)
+    clusters, top_k = excoref.kmeans_setting(shell.view_state(), choices)
     left, right = st.columns(2)
-    clusters = left.select_slider("B (clusters)", options=choices, key="w_coref_B")
+    clusters = left.select_slider("B (clusters)", options=choices, **shell.bind(
+        "w_coref_B", "coref_B", to_widget=lambda _: clusters,
+        from_widget=lambda b: None if b == default_b else int(b)))
     top = min(urlstate.MAX_TOP_K, int(clusters))
-    shell.seed("w_coref_k", min(DEMO_TOP_K, top))
-    st.session_state["w_coref_k"] = min(int(st.session_state["w_coref_k"]), top)
-    top_k = right.slider("k (nearest centroids)", 1, max(top, 2), key="w_coref_k",
-                         disabled=top < 2)
+    default_k = excoref.demo_setting([clusters])[1]
+    top_k = right.slider("k (nearest centroids)", 1, max(top, 2), disabled=top < 2,
+                         **shell.bind("w_coref_k", "coref_k", to_widget=lambda _: top_k,
+                                      from_widget=lambda k: None if k == default_k else int(k)))
     return int(clusters), int(top_k)
 
 
+def _add_pair(options: list[excoref.PairChoice], chosen: tuple[tuple[int, int], ...]) -> None:
+    pair = (st.session_state["w_coref_pronoun"], st.session_state["w_coref_antecedent"])
+    if pair[0] != pair[1] and pair not in chosen:
+        shell.user_change(coref_pairs=(*chosen, pair))
+
+
 def _own_text_probe(ctx: shell.AppContext) -> coref.Probe | None:
-    """Pairs on the text loaded in the sidebar: spaCy's candidates, or one named by hand."""
+    """Pairs on the text loaded in the sidebar: automatic guesses and pairs named by hand, as
+    removable chips; the chosen ones are kept in the link as word indices."""
     text = ctx.prepared.record.text
     try:
-        tokens = coref_pairs.words(text)
+        tokens, proposals = _words(text)
     except ImportError as error:
         st.error(str(error), icon=":material/error:")
         return None
-    proposals = coref_pairs.propose_pairs(text, tokens=tokens)
-    labels = {coref_pairs.pair_label(text, p): p for p in proposals}
-    chosen = st.multiselect(
+    linked = shell.view_state().coref_pairs
+    options = excoref.pair_choices(text, tokens, proposals, linked or ())
+    default = excoref.default_pairs(options)
+    chosen = linked if linked is not None else default
+    by_label = {o.label: o for o in options}
+    by_index = {o.index: o for o in options}
+
+    def to_indices(labels: list[str]) -> tuple[tuple[int, int], ...] | None:
+        picked = tuple(by_label[label].index for label in labels)
+        return None if picked == default else picked
+
+    st.multiselect(
         "Pronoun → antecedent pairs (automatic guesses: the nearest preceding nouns that agree "
-        "in number, gender and person/thing)", list(labels), default=list(labels)[:6],
-        key="w_coref_pairs",
+        "in number, gender and person/thing; pairs you name are marked \"added by you\")",
+        list(by_label), placeholder="no pair chosen: pick a guess or name a pair below",
         help="Guessed from spaCy's tags, morphology and names plus a small word list "
-             "(he/she → people, it → things, they → plurals); pick the right ones.")
-    pairs = [labels[c] for c in chosen]
+             "(he/she → people, it → things, they → plurals); remove the wrong ones (×), add "
+             "missing ones below. The chosen pairs are kept in the link.",
+        **shell.bind("w_coref_pairs", "coref_pairs",
+                     to_widget=lambda _: [by_index[i].label for i in chosen],
+                     from_widget=to_indices))
     with st.expander("Name a pair by hand"):
-        options = list(range(len(tokens)))
         left, right, add = st.columns([2, 2, 1], vertical_alignment="bottom")
 
         def word(i: int) -> str:
-            return f"{tokens[i].text} @{tokens[i].start}"
+            return f"{i} · {tokens[i].text} @{tokens[i].start}"
 
-        pronoun = left.selectbox("Pronoun (any word)", options, format_func=word,
-                                 key="w_coref_pronoun")
-        antecedent = right.selectbox("Antecedent", options, format_func=word,
-                                     key="w_coref_antecedent")
-        manual = st.session_state.setdefault("_coref_manual", [])
-        if add.button("Add pair", key="w_coref_add") and pronoun != antecedent:
-            manual.append(coref.CorefPair((tokens[pronoun].start, tokens[pronoun].end),
-                                          (tokens[antecedent].start, tokens[antecedent].end),
-                                          source="hand"))
-        pairs += [m for m in manual if m.pronoun[1] <= len(text) and m.antecedent[1] <= len(text)]
+        shell.seed("w_coref_pronoun", 0)
+        shell.seed("w_coref_antecedent", 0)
+        left.selectbox("Pronoun (any word)", range(len(tokens)), format_func=word,
+                       key="w_coref_pronoun")
+        right.selectbox("Antecedent", range(len(tokens)), format_func=word,
+                        key="w_coref_antecedent")
+        add.button("Add pair", key="w_coref_add", on_click=_add_pair, args=(options, chosen),
+                   help="Adds the pair to the chips above, marked \"added by you\".")
+    pairs = [by_index[i].pair for i in chosen]
     if not pairs:
-        st.info("No pair chosen: pick spaCy's candidates above or name a pair by hand.",
+        st.info("No pair chosen: pick automatic guesses above or name a pair by hand.",
                 icon=":material/info:")
         return None
     return coref_pairs.text_probe(text, pairs)
@@ -121,19 +167,22 @@ def coreference_view() -> None:
         st.error(str(error), icon=":material/error:")
         return
     by_id = {p.id: p for p in probes}
-    shell.seed("w_coref_source", "probes")
-    source = st.radio("Text", ["probes", "own"], key="w_coref_source", horizontal=True,
+    first = probes[0].id
+    source = st.radio("Text", urlstate.COREF_TEXTS, horizontal=True,
                       format_func={"probes": f"bundled probes ({len(probes)})",
-                                   "own": "the text loaded in the sidebar"}.get)
+                                   "own": "the text loaded in the sidebar"}.get,
+                      **shell.bind("w_coref_source", "coref_text",
+                                   to_widget=lambda v: v or "probes",
+                                   from_widget=lambda v: None if v == "probes" else v))
     if source == "own":
         probe = _own_text_probe(ctx)
         if probe is None:
             return
     else:
-        shell.seed("w_probe", probes[0].id)
         probe = by_id[st.selectbox(
-            "Probe", list(by_id), key="w_probe",
-            format_func=lambda i: f"{i} · {by_id[i].text[:90]}")]
+            "Probe", list(by_id), format_func=lambda i: f"{i} · {by_id[i].text[:90]}",
+            **shell.bind("w_probe", "coref_probe", to_widget=lambda v: v or first,
+                         from_widget=lambda v: None if v == first else v))]
     spans = [s for pair in probe.pairs for s in (pair.pronoun, pair.antecedent)]
     st.markdown(tables.highlight_html(probe.text, spans, range(len(spans))),
                 unsafe_allow_html=True)
@@ -225,6 +274,8 @@ def coreference_view() -> None:
 
 
 ctx = shell.context()
+if ctx.ready:
+    _fit_link(ctx)
 st.caption("Heads that attend from pronouns to their antecedents, and whether Sparsefinder "
            "k-means keeps those edges (paper §6, Fig. 5).")
 if shell.show_messages(ctx):

@@ -1,15 +1,21 @@
-"""View-model of the Coreference page: a head's pronoun rows as a tidy table."""
+"""View-model of the Coreference page: a head's pronoun rows as a tidy table, the pairs its
+selector offers (automatic guesses and pairs named by hand) and its link fields fitted to the
+text and model."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from torch import Tensor
 
+from sparsefinder.analysis.coref import CorefPair
+from sparsefinder.analysis.coref_pairs import Word, pair_label
 from sparsefinder.data.records import AttentionRecord
+from sparsefinder.explore.state import MAX_TOP_K, ViewState
 
 #: Columns of :func:`pronoun_rows_frame` (also those of its empty result).
 COLUMNS = ("pairs", "query", "query_token", "key", "key_token", "prob", "gold", "predicted",
@@ -64,3 +70,99 @@ def pronoun_rows_frame(record: AttentionRecord, layer: int, head: int,
             "antecedent_of": antecedent_of,
         }))
     return pd.concat(frames, ignore_index=True)[list(COLUMNS)]
+
+
+#: The page's own k-means setting, chosen on the bundled probes (not on validation data):
+#: with the bundled projections, B=12 and k=2 keep every pronoun→antecedent gold edge of the
+#: best head on 30 of the 41 probes (entmax-adapted default), including the first; k=1 misses
+#: them on p01 (that head's queries and keys fall in different clusters).
+DEMO_CLUSTERS, DEMO_TOP_K = 12, 2
+#: Automatic guesses chosen when the page opens on a text (the rest are offered).
+DEFAULT_CHOSEN = 6
+
+
+def demo_setting(choices: Sequence[int]) -> tuple[int, int]:
+    """The page's default (B, k): the B nearest :data:`DEMO_CLUSTERS` that the projections
+    hold, and k = :data:`DEMO_TOP_K` (at most B)."""
+    clusters = min(choices, key=lambda b: (abs(b - DEMO_CLUSTERS), b))
+    return clusters, min(DEMO_TOP_K, clusters, MAX_TOP_K)
+
+
+def kmeans_setting(state: ViewState, choices: Sequence[int]) -> tuple[int, int]:
+    """(B, k) the page shows: the state's own, else the demo setting (see :func:`fit_link`)."""
+    clusters, top_k = demo_setting(choices)
+    clusters = state.coref_B if state.coref_B is not None else clusters
+    return clusters, min(state.coref_k if state.coref_k is not None else top_k, clusters)
+
+
+@dataclass(frozen=True)
+class PairChoice:
+    """One pair the selector offers: its word indices (what the link keeps), the pair, its
+    chip label and whether the user named it (not one of the automatic guesses)."""
+
+    index: tuple[int, int]
+    pair: CorefPair
+    label: str
+    by_hand: bool
+
+
+def pair_choices(text: str, words: Sequence[Word], proposals: Sequence[CorefPair],
+                 chosen: Sequence[tuple[int, int]] = ()) -> list[PairChoice]:
+    """The selector's options: every automatic guess, then each chosen pair that is not one
+    (named by hand), marked "added by you". A pair is ``(pronoun, antecedent)`` word indices
+    into ``words``; a guess keeps its whole antecedent span (a two-word name), a hand pair is
+    two words."""
+    at = {w.start: i for i, w in enumerate(words)}
+    options: dict[tuple[int, int], PairChoice] = {}
+    for pair in proposals:
+        index = (at[pair.pronoun[0]], at[pair.antecedent[0]])
+        options.setdefault(index, PairChoice(index, pair, pair_label(text, pair), False))
+    for index in chosen:
+        if index not in options:
+            pronoun, antecedent = (words[i] for i in index)
+            pair = CorefPair((pronoun.start, pronoun.end), (antecedent.start, antecedent.end),
+                             source="hand")
+            options[index] = PairChoice(index, pair, f"{pair_label(text, pair)} (added by you)",
+                                        True)
+    return list(options.values())
+
+
+def default_pairs(options: Sequence[PairChoice]) -> tuple[tuple[int, int], ...]:
+    """The pairs chosen when the page opens: the first :data:`DEFAULT_CHOSEN` guesses."""
+    return tuple(o.index for o in options if not o.by_hand)[:DEFAULT_CHOSEN]
+
+
+def fit_link(state: ViewState, probe_ids: Sequence[str], n_words: int | None,
+             choices: Sequence[int]) -> tuple[dict[str, Any], list[str]]:
+    """Fit the page's link fields to this text and model: (changes to the state, one problem
+    per change, naming the value and what is shown instead). ``n_words``: spaCy's words in the
+    sidebar's text (None: not known, pairs left alone); ``choices``: the B the projections
+    hold (none: B and k left alone)."""
+    changes: dict[str, Any] = {}
+    problems: list[str] = []
+    if state.coref_probe is not None and state.coref_probe not in probe_ids:
+        changes["coref_probe"] = None
+        problems.append(f"probe={state.coref_probe!r} is not a bundled probe: showing "
+                        f"{probe_ids[0]} (choose from {probe_ids[0]}–{probe_ids[-1]}).")
+    if state.coref_pairs is not None and n_words is not None:
+        bad = [p for p in state.coref_pairs if max(p) >= n_words]
+        if bad:
+            kept = tuple(p for p in state.coref_pairs if p not in bad)
+            changes["coref_pairs"] = kept or None
+            problems.append(
+                f"pairs {','.join(f'{i}-{j}' for i, j in bad)} are beyond this text's "
+                f"{n_words} words (0–{n_words - 1}): "
+                + ("left out." if kept else "showing the automatic guesses instead."))
+    if choices:
+        clusters = state.coref_B
+        if clusters is not None and clusters not in choices:
+            changes["coref_B"] = clusters = None
+            problems.append(f"coref_B={state.coref_B} is not a number of clusters these "
+                            f"projections hold ({', '.join(map(str, choices))}): showing "
+                            f"B={demo_setting(choices)[0]}.")
+        clusters = clusters if clusters is not None else demo_setting(choices)[0]
+        if state.coref_k is not None and state.coref_k > min(clusters, MAX_TOP_K):
+            changes["coref_k"] = min(clusters, MAX_TOP_K)
+            problems.append(f"coref_k={state.coref_k} is more than B={clusters}: showing "
+                            f"k={changes['coref_k']}.")
+    return changes, problems

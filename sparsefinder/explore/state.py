@@ -8,6 +8,7 @@ message naming the parameter. :func:`to_spec` turns a state into the
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -78,6 +79,15 @@ class ViewState:
     #: values of the generated controls, ``("family.param", value)`` pairs (sorted); a family
     #: keeps its own (two families' ``n_clusters`` are different numbers)
     extra: tuple[tuple[str, Any], ...] = ()
+    #: The Coreference page's own state (its k-means demo setting is not the sidebar
+    #: method's): the text ("own" = the sidebar's; None = the bundled probes), the probe, the
+    #: chosen pairs as (pronoun, antecedent) spaCy word indices of the sidebar text, B and k.
+    #: None is the page's default, which the link leaves out.
+    coref_text: str | None = None
+    coref_probe: str | None = None
+    coref_pairs: tuple[tuple[int, int], ...] | None = None
+    coref_B: int | None = None
+    coref_k: int | None = None
 
     def __post_init__(self) -> None:
         # a family the app offers without this calibration gets its default one (switching
@@ -117,7 +127,14 @@ PARAM_NAMES: dict[str, str] = {
     "text_id": "textid",
     "part": "part",
     "overview": "overview",
+    "coref_text": "coref",
+    "coref_probe": "probe",
+    "coref_pairs": "pairs",
+    "coref_B": "coref_B",
+    "coref_k": "coref_k",
 }
+#: The Coreference page's text choices (``coref=``); "probes" is the default.
+COREF_TEXTS = ("probes", "own")
 #: The α range the app offers (1 = softmax, 1.5 = entmax15, 2 = sparsemax).
 ALPHA_RANGE = (1.0, 4.0)
 #: Metrics the layer × head overview can be coloured by (every metric the Scorer gives).
@@ -176,6 +193,13 @@ def parse_view_state(
         "part": lambda s: _parse_int(s, 0, None),
         "overview": lambda s: s if s in OVERVIEW_METRICS else _bad(
             f"one of {', '.join(OVERVIEW_METRICS)}"),
+        "coref_text": lambda s: (None if s == "probes" else s) if s in COREF_TEXTS else _bad(
+            f"one of {', '.join(COREF_TEXTS)}"),
+        "coref_probe": lambda s: s if re.fullmatch(r"[\w-]{1,40}", s) else _bad(
+            "a probe id such as p01"),
+        "coref_pairs": _parse_pairs,
+        "coref_B": lambda s: _parse_int(s, 1, None),
+        "coref_k": lambda s: _parse_int(s, 1, MAX_TOP_K),
     }
     old = raw("method")
     if old is not None and old not in APP_METHODS:  # an old name, e.g. distance-budget
@@ -287,6 +311,19 @@ def _parse_global(text: str) -> tuple[str, ...]:
     return tuple(c for c in GLOBAL_CHOICES if c in parts)
 
 
+def _parse_pairs(text: str) -> tuple[tuple[int, int], ...]:
+    """``"6-1,12-4"`` (pronoun-antecedent word indices) → pairs; ``none`` = no pair."""
+    pairs: list[tuple[int, int]] = []
+    for item in (p.strip() for p in text.split(",")):
+        match = re.fullmatch(r"(\d{1,5})-(\d{1,5})", item)
+        if text != "none" and (match is None or match[1] == match[2]):
+            raise ValueError("expected pronoun-antecedent word indices such as 6-1,12-4 (two "
+                             "different words each), or none")
+        if match is not None and (pair := (int(match[1]), int(match[2]))) not in pairs:
+            pairs.append(pair)
+    return tuple(pairs)
+
+
 def snap_window(size: int) -> int:
     """The window choice equivalent to ``size`` (even sizes act like the next odd one)."""
     size = max(0, min(int(size), MAX_WINDOW))
@@ -305,6 +342,8 @@ def view_state_to_params(state: ViewState) -> dict[str, str]:
             continue
         if name == "global_tokens":
             out[key] = ",".join(value) or "none"
+        elif name == "coref_pairs":
+            out[key] = ",".join(f"{i}-{j}" for i, j in value) or "none"
         elif isinstance(value, float):
             out[key] = repr(value)  # shortest text that reads back as the same float
         else:

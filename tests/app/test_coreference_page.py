@@ -97,3 +97,74 @@ def test_bundled_stories_with_two_candidates_per_pronoun(with_projections):
         assert len(rows["data"][0]["y"]) == len(set(pronouns))  # one-piece pronouns here
         outlined = len(rows["data"][2]["x"])
         assert outlined >= len(chosen)  # every chosen antecedent (all its pieces) outlined
+
+
+COREF = "app_pages/coreference.py"
+PAGE_KEYS = {"coref", "probe", "pairs", "coref_B", "coref_k"}
+HAND = "he@310 → Priya@36 (added by you)"  # short_dialogue's word 85 "he" → word 10 "Priya"
+
+
+def test_text_choice_and_pairs_survive_a_page_switch_and_are_in_the_link(with_projections):
+    at = new_app(method="fixed").run()  # the default example, short_dialogue
+    at.switch_page(COREF).run()
+    assert not PAGE_KEYS & set(at.query_params)  # the page's defaults stay out of the link
+    at.radio(key="w_coref_source").set_value("own").run()
+    chips = at.multiselect(key="w_coref_pairs")
+    assert not any("added by you" in o for o in chips.options)
+    kept = [chips.value[0], *chips.value[2:]]  # remove the second chip
+    chips.set_value(kept).run()
+    at.selectbox(key="w_coref_pronoun").set_value(85).run()
+    at.selectbox(key="w_coref_antecedent").set_value(10).run()
+    at.button(key="w_coref_add").click().run()
+    assert_clean(at)
+    chosen = at.multiselect(key="w_coref_pairs").value
+    assert chosen == [*kept, HAND]  # the hand pair is a chip like the guesses
+    assert at.query_params["coref"] == "own"
+    assert at.query_params["pairs"] == "14-10,76-69,85-62,85-51,105-74,85-10"
+    at.switch_page("app_pages/explorer.py").run()
+    at.switch_page(COREF).run()
+    assert_clean(at)
+    assert at.radio(key="w_coref_source").value == "own"
+    assert at.multiselect(key="w_coref_pairs").value == chosen
+    assert _ranking(at)["n_pairs"].iloc[0] == len(chosen)
+    at.multiselect(key="w_coref_pairs").set_value(kept).run()  # remove the hand pair's chip
+    assert HAND not in at.multiselect(key="w_coref_pairs").options
+
+
+def test_a_link_with_pairs_b_and_k_reproduces_the_view(with_projections):
+    at = new_app(method="fixed", coref="own", pairs="85-10,14-10", coref_B="4",
+                 coref_k="1").run()
+    at.switch_page(COREF).run()
+    assert_clean(at)
+    assert at.radio(key="w_coref_source").value == "own"
+    assert at.multiselect(key="w_coref_pairs").value == [HAND, "her@54 → Priya@36"]
+    assert at.select_slider(key="w_coref_B").value == 4
+    assert at.slider(key="w_coref_k").value == 1
+    assert _ranking(at)["n_pairs"].iloc[0] == 2
+    assert not any("This link had" in w.value for w in at.warning)
+    assert {k: at.query_params[k] for k in PAGE_KEYS - {"probe"}} == {
+        "coref": "own", "pairs": "85-10,14-10", "coref_B": "4", "coref_k": "1"}
+    at.select_slider(key="w_coref_B").set_value(8).run()  # back to the page's default B
+    assert "coref_B" not in at.query_params and at.query_params["coref_k"] == "1"
+    linked = new_app(probe="p03").run()
+    linked.switch_page(COREF).run()
+    assert linked.selectbox(key="w_probe").value == "p03"
+
+
+def test_a_bad_link_gives_one_warning_listing_every_fix(with_projections):
+    at = new_app(method="fixed", coref="mine", probe="p999", pairs="999-1,14-10",
+                 coref_B="5", coref_k="0").run()
+    at.switch_page(COREF).run()
+    assert_clean(at)
+    warnings = [w.value for w in at.warning if "This link had" in w.value]
+    assert len(warnings) == 1, [w.value for w in at.warning]
+    lines = [line for line in warnings[0].splitlines() if line.startswith("- ")]
+    assert len(lines) == 5, lines
+    for part in ("coref='mine'", "coref_k='0'", "probe='p999'", "pairs 999-1",
+                 "coref_B=5"):
+        assert any(part in line for line in lines), part
+    assert at.selectbox(key="w_probe").value == "p01"
+    assert at.select_slider(key="w_coref_B").value == 8  # the demo setting
+    assert at.query_params["pairs"] == "14-10"  # the pair in range is kept
+    at.selectbox(key="w_probe").set_value("p02").run()  # the user changes something
+    assert not any("This link had" in w.value for w in at.warning)

@@ -68,3 +68,70 @@ def test_a_pronoun_named_twice_for_the_same_antecedent_is_still_one_row(record):
 def test_no_pairs_is_an_empty_frame_with_the_columns(record):
     frame = excoref.pronoun_rows_frame(record, 0, 0, [])
     assert frame.empty and list(frame.columns) == list(excoref.COLUMNS)
+
+
+def _words(text: str):
+    """Whitespace words as spaCy's would be (the view-model only reads their spans)."""
+    from sparsefinder.analysis.coref_pairs import Word
+
+    out, start = [], 0
+    for token in text.split():
+        start = text.index(token, start)
+        out.append(Word(start, start + len(token), token, "X", "X"))
+        start += len(token)
+    return out
+
+
+def test_pair_choices_offer_the_guesses_then_the_pairs_named_by_hand():
+    from sparsefinder.analysis.coref import CorefPair
+
+    text = "Marta Jones met the engineer and she thanked him"
+    words = _words(text)
+    marta, she, him, engineer = 0, 6, 8, 4
+    guesses = [CorefPair((words[she].start, words[she].end), (words[marta].start,
+                                                              words[1].end), source="auto"),
+               CorefPair((words[him].start, words[him].end),
+                         (words[engineer].start, words[engineer].end), source="auto")]
+    options = excoref.pair_choices(text, words, guesses, [(him, engineer), (she, engineer)])
+    assert [o.index for o in options] == [(she, marta), (him, engineer), (she, engineer)]
+    assert [o.by_hand for o in options] == [False, False, True]
+    assert options[0].label == "she@33 → Marta Jones@0"  # a guess keeps its whole name
+    assert options[2].label == "she@33 → engineer@20 (added by you)"
+    assert options[2].pair.source == "hand"
+    assert excoref.default_pairs(options) == ((she, marta), (him, engineer))
+    spread = excoref.pair_choices(text, words, [
+        CorefPair((w.start, w.end), (words[0].start, words[0].end)) for w in words[1:]])
+    assert len(excoref.default_pairs(spread)) == excoref.DEFAULT_CHOSEN < len(spread)
+
+
+def test_fit_link_fixes_each_bad_coreference_field_and_says_how():
+    from sparsefinder.explore.state import ViewState
+
+    ids = ["p01", "p02"]
+    good = ViewState(coref_probe="p02", coref_pairs=((3, 1),), coref_B=4, coref_k=2)
+    assert excoref.fit_link(good, ids, 10, [2, 4, 8]) == ({}, [])
+    bad = ViewState(coref_probe="p99", coref_pairs=((3, 1), (12, 2)), coref_B=5, coref_k=8)
+    changes, problems = excoref.fit_link(bad, ids, 10, [2, 4, 8])
+    assert changes == {"coref_probe": None, "coref_pairs": ((3, 1),), "coref_B": None}
+    assert problems == [
+        "probe='p99' is not a bundled probe: showing p01 (choose from p01–p02).",
+        "pairs 12-2 are beyond this text's 10 words (0–9): left out.",
+        "coref_B=5 is not a number of clusters these projections hold (2, 4, 8): showing B=8.",
+    ]
+    changes, problems = excoref.fit_link(bad.with_(coref_B=4), ids, 3, [2, 4, 8])
+    assert changes["coref_pairs"] is None and changes["coref_k"] == 4  # k at most B
+    assert problems[1].endswith("showing the automatic guesses instead.")
+    assert problems[2] == "coref_k=8 is more than B=4: showing k=4."
+    # without projections (no B) or a known text, those fields are left alone
+    assert excoref.fit_link(bad.with_(coref_probe=None), ids, None, []) == ({}, [])
+
+
+def test_the_demo_setting_is_the_nearest_b_to_12_with_k_2():
+    from sparsefinder.explore.state import ViewState
+
+    assert excoref.demo_setting([2, 4, 8]) == (8, 2)
+    assert excoref.demo_setting([4, 12, 16]) == (12, 2)
+    assert excoref.demo_setting([1]) == (1, 1)
+    assert excoref.kmeans_setting(ViewState(), [2, 4, 8]) == (8, 2)
+    assert excoref.kmeans_setting(ViewState(coref_B=2, coref_k=None), [2, 4, 8]) == (2, 2)
+    assert excoref.kmeans_setting(ViewState(coref_B=4, coref_k=3), [2, 4, 8]) == (4, 3)

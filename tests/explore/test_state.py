@@ -179,7 +179,8 @@ def test_view_state_to_params_formats_floats_and_leaves_none_out():
     assert params["t"] == "1.23456" and "B" not in params  # repr: reads back exactly
     # window and global tokens are off by default: a calibrated target is the sparsity shown
     assert params["global"] == "none" and params["window"] == "0"
-    assert set(params) == set(urlstate.PARAM_NAMES.values()) - {"B", "textid", "pages"}
+    coref = {"coref", "probe", "pairs", "coref_B", "coref_k"}  # the Coreference page's defaults
+    assert set(params) == set(urlstate.PARAM_NAMES.values()) - {"B", "textid", "pages", *coref}
     assert "calibration" in params
 
 
@@ -259,3 +260,37 @@ def test_generated_controls_read_and_write_their_declared_url_keys():
         state, "routing", "n_clusters", 6))
     assert urlstate.to_spec(routing).param_dict == {"n_clusters": 6}
     assert urlstate.to_spec(routing.with_(method="longformer")).param_dict == {"n_global": 2}
+
+
+def test_coreference_fields_read_and_write_the_link_and_defaults_stay_out():
+    linked = {"coref": "own", "probe": "p07", "pairs": "14-10, 85-62,14-10", "coref_B": "8",
+              "coref_k": "3"}
+    state, problems = urlstate.parse_view_state(linked)
+    assert problems == []
+    assert (state.coref_text, state.coref_probe, state.coref_B, state.coref_k) == (
+        "own", "p07", 8, 3)
+    assert state.coref_pairs == ((14, 10), (85, 62))  # a repeated pair counts once
+    params = urlstate.view_state_to_params(state)
+    assert params["pairs"] == "14-10,85-62" and params["coref"] == "own"
+    assert urlstate.parse_view_state(params)[0] == state  # the link reproduces the state
+    none = urlstate.parse_view_state({"pairs": "none"})[0]  # every pair removed
+    assert none.coref_pairs == () and urlstate.view_state_to_params(none)["pairs"] == "none"
+    # "probes" is the default text: the link leaves it (and every other default) out
+    state = urlstate.parse_view_state({"coref": "probes"})[0]
+    assert state.coref_text is None
+    assert not {"coref", "probe", "pairs", "coref_B", "coref_k"} & set(
+        urlstate.view_state_to_params(state))
+
+
+def test_bad_coreference_fields_fall_back_with_a_message_each():
+    state, problems = urlstate.parse_view_state(
+        {"coref": "mine", "probe": "p 1", "pairs": "3-3,x", "coref_B": "0", "coref_k": "9"})
+    assert state == urlstate.ViewState()
+    assert problems == [
+        "ignored URL parameter coref='mine': expected one of probes, own",
+        "ignored URL parameter probe='p 1': expected a probe id such as p01",
+        "ignored URL parameter pairs='3-3,x': expected pronoun-antecedent word indices such "
+        "as 6-1,12-4 (two different words each), or none",
+        "ignored URL parameter coref_B='0': 0 is outside [1, ∞]",
+        "ignored URL parameter coref_k='9': 9 is outside [1, 8]",
+    ]
