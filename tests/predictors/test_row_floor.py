@@ -108,8 +108,9 @@ def test_errors() -> None:
 
 
 class _Budget:
-    """A per-row budget base that honours local windows: each row's ``per_row`` lowest key
-    indices among those it may see (its choice changes with the window)."""
+    """A per-row budget base that honours local windows: each row's ``per_row`` highest key
+    indices among those it may see (its choice changes with the window and with causality:
+    a full row picks the last keys, which a causal row may not see)."""
 
     honours_window = True
     returns_fresh_mask = True
@@ -121,8 +122,17 @@ class _Budget:
         n, m = q.shape[1], k.shape[1]
         allowed = layer_allowed(n, m, causal=causal, sliding_window=sliding_window)
         allowed = torch.ones(n, m, dtype=torch.bool) if allowed is None else allowed
-        rank = allowed.cumsum(-1)  # 1-based rank of each allowed key in its row
+        rank = allowed.flip(-1).cumsum(-1).flip(-1)  # 1-based rank from the row's last key
         return (allowed & (rank <= self.per_row)).expand(q.shape[0], -1, -1).clone()
+
+
+class _BlindBudget(_Budget):
+    """The same budget, for a base that knows causality but not local windows."""
+
+    honours_window = False
+
+    def predict(self, q, k, *, causal=False):
+        return super().predict(q, k, causal=causal)
 
 
 class _Cached:
@@ -151,7 +161,8 @@ def test_a_window_aware_base_chooses_inside_the_window(causal, window) -> None:
     want = (_Budget(2).predict(q, k, causal=causal, sliding_window=window)
             | _nearest_reference(q, k, 1, causal, window))
     assert torch.equal(got, want)
-    if window is not None:  # asked without the window, the budget would land outside it
+    if window is not None and not causal:  # asked without the window, the budget lands
+        # on the row's last keys, outside a bidirectional window
         blind = _Budget(2).predict(q, k, causal=causal) & layer_allowed(
             N, N, causal=causal, sliding_window=window)
         assert not torch.equal(blind, _Budget(2).predict(q, k, causal=causal,
@@ -203,3 +214,20 @@ def test_one_query_row_and_one_short_row_still_get_the_floor() -> None:
 def test_a_floor_that_is_not_an_integer_is_refused(floor) -> None:
     with pytest.raises(ValueError, match="integer"):
         RowFloor(None, floor)
+
+
+@pytest.mark.parametrize(("causal", "window"), LAYOUTS)
+def test_a_base_is_asked_with_the_layers_causality(causal, window) -> None:
+    """A base without window support is still asked causally (and then cut to the window):
+    a full-row budget asked of a causal layer would land on keys it may not see."""
+    q, k = _qk(9)
+    got = RowFloor(_BlindBudget(2), 1).predict(q, k, causal=causal, sliding_window=window)
+    want = (_BlindBudget(2).predict(q, k, causal=causal)
+            | _nearest_reference(q, k, 1, causal, window))
+    allowed = layer_allowed(N, N, causal=causal, sliding_window=window)
+    if allowed is not None:
+        want &= allowed
+    assert torch.equal(got, want)
+    if causal:
+        assert not torch.equal(got, RowFloor(_BlindBudget(2), 1).predict(
+            q, k, causal=False, sliding_window=window) & allowed)
