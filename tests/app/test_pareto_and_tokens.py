@@ -8,6 +8,8 @@ import json
 import numpy as np
 from apptest_helpers import assert_clean, figures, metric, new_app
 
+from sparsefinder.explore.pareto import curve_label
+
 
 def _values(data) -> list[float]:
     """A plotly JSON array: a list, or a typed array ``{"dtype", "bdata"}`` (base64)."""
@@ -98,7 +100,7 @@ def test_pareto_accuracy_axis_on_this_text(with_projections):
     (accuracy,) = [f for f in figures(at) if "Sparsity–accuracy" in
                    str(f["layout"].get("title", {}).get("text", ""))]
     names = {t.get("name") for t in accuracy["data"]}
-    assert {"window", "distance", "longformer", "bigbird"} <= names
+    assert {curve_label(c) for c in ("window", "distance", "longformer", "bigbird")} <= names
     full = [t for t in accuracy["data"] if t.get("marker", {}).get("symbol") == "diamond"]
     assert full and full[0]["name"] == "full α-entmax"  # the star is only ever your setting
     recall = next(f for f in figures(at) if f is not accuracy and "recall" in
