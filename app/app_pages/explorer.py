@@ -11,7 +11,7 @@ import time
 
 import streamlit as st
 
-from app import run_log, shell
+from app import page_width, run_log, shell
 from sparsefinder.explore import clusters as exclusters
 from sparsefinder.explore import inputs, live, long_view, tables
 from sparsefinder.explore import prepared as prep
@@ -122,15 +122,18 @@ def _explorer() -> None:
     _metrics(summary, layer, head)
 
     labels = inputs.token_labels(record)
+    width = page_width.main_width()  # the panels grow with the page
+    slot = st.container()  # the panels, above the token window that picks what they show
     shown = _token_range(record)
-    figure = _head_figure(record, preds, layer, head, labels, shown)
+    figure = _head_figure(record, preds, layer, head, labels, shown, width)
     tag = f"L{layer}H{head}"
     cluster = _cluster_outline(ctx, state, figure, labels) if shown == slice(None) else None
     pair = _picked_pair(state, figure, labels, shown)
-    st.plotly_chart(figure, config=common_figures.chart_config(f"head_{tag}"), key="w_fig_head")
+    slot.plotly_chart(figure, config=common_figures.chart_config(f"head_{tag}"),
+                      key="w_fig_head")
     other = _compare_picker(prepared, layer, head)
     if other is not None:
-        st.plotly_chart(_head_figure(record, preds, *other, labels, shown),
+        st.plotly_chart(_head_figure(record, preds, *other, labels, shown, width),
                         config=common_figures.chart_config(f"head_L{other[0]}H{other[1]}"),
                         key="w_fig_head_compare")
     if cluster is not None:
@@ -140,9 +143,10 @@ def _explorer() -> None:
                      args=(None,), help="Stop highlighting the cluster picked on Clusters.")
     if pair is not None:
         st.caption(pair)
-    st.caption(":blue[■ TP] predicted gold edge · :red[■ FN] missed gold edge · "
-               ":orange[■ FP] extra predicted edge. Hover an edge for its tokens; zooming one "
-               "panel zooms all three.")
+    st.caption("Gold: the α-entmax graph (pairs with probability > 0) · predicted: the pairs "
+               "the method keeps · diff: :blue[■ TP] predicted gold edge · :red[■ FN] missed "
+               "gold edge · :orange[■ FP] extra predicted edge. Hover an edge for its tokens; "
+               "zooming one panel zooms all three.")
     _more_metrics(summary, layer, head)
     _accuracy(ctx, state)
     if record.n_tokens > long_view.LONG_TEXT:
@@ -227,10 +231,10 @@ def _accuracy(ctx: shell.AppContext, state: urlstate.ViewState) -> None:
 
 
 def _token_range(record) -> slice:
-    """All tokens, or (long texts) a window chosen with a range slider: every token of a
-    window of ≤ 64 is labelled, so a 512-token head stays readable. Texts longer than
-    ``long_view.LONG_TEXT`` open on their first 256 tokens, with a search box that moves
-    the window to a word."""
+    """All tokens, or (long texts) a window chosen with a range slider: a narrower window has
+    bigger cells and labels more of its tokens, so a 512-token head stays readable. Texts
+    longer than ``long_view.LONG_TEXT`` open on their first 256 tokens, with a search box
+    that moves the window to a word."""
     n = record.n_tokens
     if n <= graph_figures.ALL_TICKS:
         return slice(None)
@@ -243,7 +247,7 @@ def _token_range(record) -> slice:
                       placeholder="a word of the text")
         if st.session_state.get("_w_token_search_note"):
             st.caption(st.session_state["_w_token_search_note"])
-    start, end = st.slider("Tokens shown (every token is labelled when ≤ 64 are shown)",
+    start, end = st.slider("Tokens shown (fewer: bigger cells, more labels)",
                            0, n, key="w_token_range")
     return slice(None) if (start, end) == (0, n) else slice(start, max(end, start + 1))
 
@@ -293,9 +297,10 @@ def _block_overview(record, preds, layer: int, head: int) -> None:
                     key="w_block_overview", on_select=_pick_block, selection_mode="points")
 
 
-def _head_figure(record, preds, layer: int, head: int, labels: list[str], shown: slice):
-    """Gold | predicted | diff of one head on the tokens ``shown``; hover: tokens and the
-    gold probability."""
+def _head_figure(record, preds, layer: int, head: int, labels: list[str], shown: slice,
+                 width: int | None = None):
+    """Gold | predicted | diff of one head on the tokens ``shown``, sized for ``width`` px;
+    hover: tokens and the gold probability."""
     gold = record.layers[layer].gold[head][shown, shown]
     pred = preds[layer][head][shown, shown]
     probs = long_view.head_probs(record.layers[layer], head, shown, shown).numpy()
@@ -303,7 +308,7 @@ def _head_figure(record, preds, layer: int, head: int, labels: list[str], shown:
     where = "" if shown == slice(None) else f" · tokens {shown.start}–{shown.stop - 1}"
     return graph_figures.head_figure(gold.numpy(), pred.numpy(), codes, labels[shown],
                                      f"L{layer}H{head}{where}", tables.diff_counts(codes),
-                                     probs)
+                                     probs, width)
 
 
 def _compare_picker(prepared: prep.PreparedText, layer: int, head: int):

@@ -38,7 +38,13 @@ from sparsefinder.commands._common import (
 )
 from sparsefinder.data.corpus import CorpusError, corpus_texts
 from sparsefinder.data.records import AttentionRecord, extract
-from sparsefinder.evaluation.curves import CURVES, available_curves, resolve_methods
+from sparsefinder.evaluation.curves import (
+    CURVES,
+    available_curves,
+    curve_display_name,
+    resolve_methods,
+    with_labels,
+)
 from sparsefinder.evaluation.frontier import (
     metrics_at_sparsity,
     pareto_frontier,
@@ -53,9 +59,18 @@ from sparsefinder.projections.heads import HeadProjections
 _JSON_COLUMNS = ("params", "recall_per_layer", "sparsity_per_layer")
 
 
+def methods_epilog() -> str:
+    """``--methods`` choices, one a line: ``id — display name`` (the names the legends, the
+    CSVs' ``label`` column and the app show)."""
+    width = max(len(name) for name in CURVES)
+    lines = [f"  {name:<{width}}  — {curve_display_name(name)}" for name in CURVES]
+    return "curves for --methods (id — display name):\n" + "\n".join(lines)
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "sweep", help="sparsity-recall sweep of predictors on held-out text, with Pareto plot"
+        "sweep", help="sparsity-recall sweep of predictors on held-out text, with Pareto plot",
+        epilog=methods_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_arguments(parser)
     add_corpus_arguments(parser, default_split="validation")
@@ -72,7 +87,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
              "train passages: distance:budget, rowfrac:budget, window:budget, …), 'baselines' "
              "(longformer, bigbird, reformer, routing, topk, sparsebert-*, ...), "
              "'long-context', 'all', or a comma list of curves (FAMILY or "
-             "FAMILY:CALIBRATION, e.g. distance:budget)",
+             "FAMILY:CALIBRATION, e.g. distance:budget); every curve with its name: below",
     )
     parser.add_argument("--batch", type=int, default=8, help="texts per forward pass")
     parser.add_argument(
@@ -146,10 +161,10 @@ def _write_results(points: pd.DataFrame, out: Path, summary: dict, title: str) -
     at = recall_at_sparsity(frontier)
     metrics_at = metrics_at_sparsity(frontier)
     out.mkdir(parents=True, exist_ok=True)
-    points.to_csv(out / "points.csv", index=False)
-    frontier.to_csv(out / "frontier.csv", index=False)
-    at.to_csv(out / "recall_at_sparsity.csv", index=False)
-    metrics_at.to_csv(out / "metrics_at_sparsity.csv", index=False)
+    with_labels(points).to_csv(out / "points.csv", index=False)
+    with_labels(frontier).to_csv(out / "frontier.csv", index=False)
+    with_labels(at).to_csv(out / "recall_at_sparsity.csv", index=False)
+    with_labels(metrics_at).to_csv(out / "metrics_at_sparsity.csv", index=False)
     gold = points.attrs["gold_sparsity"]
     gold_layers = points.attrs["gold_sparsity_per_layer"]
     summary = {

@@ -34,7 +34,7 @@ import pandas as pd
 
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.evaluation.accuracy import EncodedTexts, compare, encode
-from sparsefinder.evaluation.curves import CURVES, resolve_methods
+from sparsefinder.evaluation.curves import CURVES, resolve_methods, with_labels
 from sparsefinder.evaluation.frontier import SPARSITY_LEVELS
 from sparsefinder.evaluation.plan import plan_sweep
 from sparsefinder.evaluation.restricted import RestrictionStats, projections_required, spec_graph
@@ -235,11 +235,11 @@ def write_outputs(
     at = at_sparsity(df) if len(df) else df
     table = accuracy_table(df) if len(df) else df
     dom = dominance(df) if len(df) else df
-    df.to_csv(out / "accuracy_points.csv", index=False)
-    fronts.to_csv(out / "accuracy_frontier.csv", index=False)
-    at.to_csv(out / "accuracy_at_sparsity.csv", index=False)
-    table.to_csv(out / "accuracy_table.csv", index=False)
-    dom.to_csv(out / "accuracy_dominance.csv", index=False)
+    with_labels(df).to_csv(out / "accuracy_points.csv", index=False)
+    with_labels(fronts).to_csv(out / "accuracy_frontier.csv", index=False)
+    with_labels(at).to_csv(out / "accuracy_at_sparsity.csv", index=False)
+    with_labels(table).to_csv(out / "accuracy_table.csv", index=False)
+    with_labels(dom).to_csv(out / "accuracy_dominance.csv", index=False)
     payload = {
         **summary, "gold_sparsity": gold_sparsity, "measures": list(MEASURES),
         "points": json.loads(df.to_json(orient="records")),

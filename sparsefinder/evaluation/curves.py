@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparsefinder.calibration.curves import DISTANCE_FINE_GRID, calibrated_grids
-from sparsefinder.methods.registry import method_id, resolve_method
+from sparsefinder.methods.registry import display_name, method_id, resolve_method
 from sparsefinder.methods.spec import PredictorSpec
 from sparsefinder.projections.heads import HeadProjections
 
@@ -264,6 +264,35 @@ def curve_name(name: str) -> str:
         return name
     family, calibration = resolve_method(name)  # warns on an old name; raises on unknown
     return method_id(family, calibration)
+
+
+def curve_display_name(name: str) -> str:
+    """What a user reads for a curve: its method's :func:`display_name`, plus what sets the
+    curve apart when it is not the method alone (``+ window 3``, or its own name, e.g.
+    ``· kmeans-top2``). A name that is no curve is read as a method id, and one that is
+    neither (a plug-in's curve in an old table) stays as it is."""
+    curve = CURVES.get(name)
+    if curve is None:
+        try:
+            return display_name(name)
+        except ValueError:
+            return name
+    label = display_name(curve.method)
+    window = curve.specs[0].window
+    if name == curve.method:
+        return label
+    base = name.removesuffix("+window")
+    if base != name and window:  # the same curve united with a window
+        return f"{curve_display_name(base) if base in CURVES else label} + window {window}"
+    return f"{label} · {name}"
+
+
+def with_labels(frame: Any) -> Any:
+    """A sweep table with a last column ``label``: each row's :func:`curve_display_name`
+    (the columns before it stay as they were, so older readers keep working)."""
+    if "method" not in frame or "label" in frame:
+        return frame
+    return frame.assign(label=frame["method"].map(curve_display_name))
 
 
 def resolve_methods(spec: str | Sequence[str]) -> list[str]:

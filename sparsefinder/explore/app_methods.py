@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparsefinder.methods.registry import CALIBRATION_LABELS, METHODS, resolve_method
+from sparsefinder.methods.registry import (
+    CALIBRATION_LABELS,
+    METHODS,
+    display_name,
+    method_id,
+    resolve_method,
+)
 
 #: Families the app's sliders drive (keys of the one registry,
 #: :data:`sparsefinder.methods.registry.METHODS`), each with the calibrations the app offers
@@ -56,8 +62,9 @@ def method_group(family: str) -> str:
 
 
 def menu_label(family: str) -> str:
-    """A family as the method menu shows it: ``"Sparsefinder · Distance (t)"``."""
-    return f"{method_group(family)} · {METHODS[family].label}"
+    """A family as the method menu shows it: ``"Sparsefinder · Distance (t)"`` (its group,
+    then its display name; the calibration radio below adds how its parameters are set)."""
+    return f"{method_group(family)} · {display_name(family)}"
 
 
 def generic_params(family: str) -> tuple[Any, ...]:
@@ -79,11 +86,15 @@ def with_extra(state: Any, family: str, name: str, value: Any) -> tuple:
 
 
 def method_label(method: str) -> str:
-    """The registry's label of a family, or of a family with its calibration, e.g.
+    """The display name of a family, or of a family with its calibration, e.g.
     ``"Distance (t)"``, ``"Distance (t), per head, sparsity budget across heads"``."""
-    family, _, calibration = method.partition(":")
-    label = METHODS[family].label
-    return f"{label}, {CALIBRATION_LABELS[calibration]}" if calibration else label
+    return display_name(method)
+
+
+def shown(method: str) -> str:
+    """A method in a message about a link: ``Distance (t) (`distance`)``: the name a user
+    reads, and the id a link spells."""
+    return f"{display_name(method)} (`{method}`)"
 
 
 def calibration_label(calibration: str) -> str:
@@ -101,7 +112,7 @@ def old_method_name(text: str) -> tuple[tuple[str, str], str] | None:
     if family not in APP_CALIBRATIONS or calibration not in APP_CALIBRATIONS[family]:
         return None
     return (family, calibration), (
-        f"URL parameter method={text!r} is an old name: read as method={family}"
-        f"&calibration={calibration}")
+        f"URL parameter method={text!r} is an old name: read as "
+        f"{shown(method_id(family, calibration))}, method={family}&calibration={calibration}")
 
 

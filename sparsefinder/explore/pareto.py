@@ -20,6 +20,7 @@ from sparsefinder.evaluation.curves import (
     CURVES,
     GROUPS,
     LEARNED_BLOCK_CURVES,
+    curve_display_name,
     curve_name,
     curve_spec,
 )
@@ -34,7 +35,6 @@ DEFAULT_CURVES: tuple[str, ...] = (
 )
 #: Curves that see the exact scores (they save no work): drawn as bounds, not as methods.
 ORACLES = frozenset({"topk", "topp"})
-ORACLE_SUFFIX = " (oracle bound)"
 #: Query parameter of the groups added to the default curves.
 GROUPS_PARAM = "curves"
 MISSING = "–"
@@ -61,8 +61,9 @@ PAGE_GROUPS: dict[str, tuple[str, ...]] = _page_groups()
 
 
 def curve_label(curve: str) -> str:
-    """The legend name of a curve: an oracle says it is a bound."""
-    return curve + ORACLE_SUFFIX if curve in ORACLES else curve
+    """The legend name of a curve: its display name, the one the menu, the CSVs and the CLI
+    show (an oracle's says it is a bound: "Top-k (oracle bound)")."""
+    return curve_display_name(curve)
 
 
 def parse_groups(value: str | Sequence[str] | None) -> tuple[list[str], list[str]]:

@@ -21,6 +21,7 @@ from sparsefinder.explore.app_methods import (
     extra_value,
     generic_params,
     old_method_name,
+    shown,
 )
 from sparsefinder.explore.inputs import DEFAULT_EXAMPLE, list_examples
 from sparsefinder.explore.texts import is_text_id
@@ -225,7 +226,7 @@ def parse_view_state(
     offered = APP_CALIBRATIONS[method]
     if calibration not in offered and "calibration" in changes:
         problems.append(f"ignored URL parameter calibration={calibration!r}: the app offers "
-                        f"{method} with calibration {' / '.join(offered)}")
+                        f"{shown(method)} with calibration {' / '.join(offered)}")
     state = replace(state, **changes)  # a calibration not offered becomes the default one
     if state.calibration == "none":  # the raw parameters of a generated family
         extra = _parse_extra(params, method, problems)
@@ -253,7 +254,8 @@ def _parse_extra(params: Mapping[str, Any], family: str,
             if param.app_high is not None and value > param.app_high:
                 raise ValueError(f"{param.name} must be at most {param.app_high:g} here")
         except ValueError as error:
-            problems.append(f"ignored URL parameter {param.url}={text!r}: {error}")
+            problems.append(f"ignored URL parameter {param.url}={text!r} of {shown(family)}: "
+                            f"{error}")
             continue
         values[f"{family}.{param.name}"] = value
     return values

@@ -24,20 +24,25 @@ from PIL import Image
 DIFF_COLORS = {1: (0, 114, 178), 2: (213, 94, 0), 3: (230, 159, 0)}  # TP, FN, FP
 DIFF_LABELS = {1: "TP: predicted gold edge", 2: "FN: missed gold edge", 3: "FP: extra edge"}
 GOLD_COLOR = (33, 33, 33)
+PRED_COLOR = (25, 118, 210)
+
+
+def swatch(rgb: tuple[int, int, int]) -> str:
+    """A coloured square for plotly titles and legends (HTML span): a panel's colour key."""
+    return "<span style='color:rgb({},{},{})'>■</span>".format(*rgb)
 
 
 def diff_swatch(code: int) -> str:
-    """A coloured square of a diff class for plotly titles and legends (HTML span)."""
-    return "<span style='color:rgb({},{},{})'>■</span>".format(*DIFF_COLORS[code])
-PRED_COLOR = (25, 118, 210)
+    """The coloured square of a diff class."""
+    return swatch(DIFF_COLORS[code])
+
+
 #: A panel gets the token-label hover overlay when it has at most this many edges (else its
 #: image hover shows positions only): thousands of hover points cost the browser ~1 s per
 #: update, and at 500 tokens a panel has ~1 pixel per token, where labels are better read
 #: in the Token view.
 MAX_HOVER_EDGES = 3000
 MAX_TICKS = 20
-FIG_HEIGHT = 440
-TICK_CHARS = 10
 #: Longest matrix side drawn at one pixel per token; longer ones are pooled (see ``pool``).
 MAX_PIXELS = 300
 

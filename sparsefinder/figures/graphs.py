@@ -17,35 +17,50 @@ import plotly.graph_objects as go
 from sparsefinder.figures.common import (
     DIFF_COLORS,
     DIFF_LABELS,
-    FIG_HEIGHT,
     GOLD_COLOR,
     MAX_HOVER_EDGES,
     MAX_PIXELS,
     MAX_TICKS,
     PRED_COLOR,
-    TICK_CHARS,
     diff_swatch,
     fast_figure,
     png_data_uri,
+    swatch,
+)
+from sparsefinder.figures.layout import (
+    DEFAULT_WIDTH,
+    PANEL_GAP,
+    TICK_CHARS,
+    TITLE_PX,
+    TickPlan,
+    head_height,
+    panel_side,
+    tick_plan,
 )
 
 #: Up to this many tokens every one is labelled (e.g. a windowed range of a long text).
 ALL_TICKS = 64
 
 
-def _ticks(labels: Sequence[str]) -> tuple[list[int], list[str]]:
-    step = 1 if len(labels) <= ALL_TICKS else max(1, -(-len(labels) // MAX_TICKS))
-    positions = list(range(0, len(labels), step))
+def _ticks(labels: Sequence[str], plan: TickPlan | None = None
+           ) -> tuple[list[int], list[str]]:
+    """Tick positions and texts: every ``plan.step``-th token, or (no plan) all up to
+    ``ALL_TICKS`` tokens and about ``MAX_TICKS`` beyond."""
+    if plan is None:
+        plan = TickPlan(1 if len(labels) <= ALL_TICKS else -(-len(labels) // MAX_TICKS), 9)
+    positions = plan.positions(len(labels))
     text = [labels[i].split(" · ", 1)[-1] for i in positions]
     return positions, [t if len(t) <= TICK_CHARS else t[: TICK_CHARS - 1] + "…" for t in text]
 
 
-def _axes(labels: Sequence[str], index: int, domain: tuple[float, float]) -> dict:
-    """Layout of subplot ``index`` (1-based): integer positions with token tick text."""
+def _axes(labels: Sequence[str], index: int, domain: tuple[float, float],
+          plan: TickPlan) -> dict:
+    """Layout of subplot ``index`` (1-based): integer positions with token tick text, every
+    ``plan.step``-th token labelled at ``plan.font`` px (labels never overlap)."""
     n = len(labels)
-    tickvals, ticktext = _ticks(labels)
+    tickvals, ticktext = _ticks(labels, plan)
     common = dict(tickmode="array", tickvals=tickvals, ticktext=ticktext, showgrid=False,
-                  tickfont=dict(size=9), zeroline=False)
+                  tickfont=dict(size=plan.font), zeroline=False)
     suffix = "" if index == 1 else str(index)
     x = dict(common, domain=list(domain), range=[-0.5, n - 0.5], tickangle=-90,
              title=dict(text="key", standoff=2), constrain="domain", anchor=f"y{suffix}")
@@ -117,37 +132,46 @@ def _ascii_tokens(labels: Sequence[str]) -> list[str]:
 
 
 def head_figure(gold: np.ndarray, pred: np.ndarray, codes: np.ndarray, labels: Sequence[str],
-                tag: str, counts: dict[str, int], probs: np.ndarray | None = None
-                ) -> go.Figure:
+                tag: str, counts: dict[str, int], probs: np.ndarray | None = None,
+                width: float | None = None) -> go.Figure:
     """Gold graph, predicted graph and their diff for one head, side by side in ONE figure.
 
     One figure instead of three: the browser lays out and creates a WebGL context once per
     update, which is most of a slider move's cost on a CPU-only machine. The panels share
     zoom. Panels with more than ``MAX_HOVER_EDGES`` edges hover with positions only.
-    Diff colours (Okabe–Ito, in the diff panel's title): TP blue, missed gold edges (FN)
+    Each title carries its colour key: gold edges (α-entmax probability > 0) near-black,
+    predicted (kept) pairs blue, and the diff (Okabe–Ito): TP blue, missed gold edges (FN)
     vermillion, extra predicted edges (FP) orange.
+
+    ``width``: the px the figure is drawn in (the app's main column; None: a 1280-px
+    screen's). The height follows it so the square panels fill the width, and the tick
+    labels follow the cell size (:mod:`sparsefinder.figures.layout`).
     """
     white = (255, 255, 255)
     panels = [
-        (f"Gold {tag} · {int(gold.sum())} edges", gold.view(np.uint8), [white, GOLD_COLOR],
-         {1: "gold"}),
-        (f"Predicted · {int(pred.sum())} edges", pred.view(np.uint8),
+        (f"Gold {tag} · {swatch(GOLD_COLOR)}{int(gold.sum())} edges (p>0)",
+         gold.view(np.uint8), [white, GOLD_COLOR], {1: "gold"}),
+        (f"Predicted · {swatch(PRED_COLOR)}{int(pred.sum())} kept pairs", pred.view(np.uint8),
          [white, PRED_COLOR], {1: "predicted"}),
         (f"Diff {diff_swatch(1)}TP {counts['TP']} {diff_swatch(2)}FN {counts['FN']} "
          f"{diff_swatch(3)}FP {counts['FP']}", codes,
          [white, *DIFF_COLORS.values()], {c: DIFF_LABELS[c].split(":")[0] for c in DIFF_COLORS}),
     ]
     tokens = _ascii_tokens(labels)
-    gap = 0.04
-    width = (1 - 2 * gap) / 3
+    gap = PANEL_GAP
+    share = (1 - 2 * gap) / 3
+    n = len(labels)
+    plan = tick_plan(max(n, 1), panel_side(width or DEFAULT_WIDTH))
+    chars = max((len(t) for t in _ticks(labels, plan)[1]), default=1)
     data: list[dict] = []
     layout: dict = dict(
-        height=FIG_HEIGHT, margin=dict(l=0, r=0, t=28, b=0), plot_bgcolor="white",
-        showlegend=False, hovermode="closest", uirevision="head", annotations=[],
+        height=head_height(width, n, chars), margin=dict(l=0, r=0, t=TITLE_PX, b=0),
+        plot_bgcolor="white", showlegend=False, hovermode="closest", uirevision="head",
+        annotations=[],
     )
     for index, (title, image, palette, classes) in enumerate(panels, start=1):
-        left = (index - 1) * (width + gap)
-        layout.update(_axes(labels, index, (left, left + width)))
+        left = (index - 1) * (share + gap)
+        layout.update(_axes(labels, index, (left, left + share), plan))
         factor = -(-image.shape[0] // MAX_PIXELS)
         # when pooling: FN over TP over FP over nothing; an edge over no edge
         shown = pool(image, factor, [0, 2, 3, 1] if len(palette) == 4 else [0, 1])
@@ -158,7 +182,7 @@ def head_figure(gold: np.ndarray, pred: np.ndarray, codes: np.ndarray, labels: S
                 if len(rows):
                     data.append(_overlay(rows, cols, tokens, name, index, probs))
         layout["annotations"].append(dict(
-            text=f"<b>{title}</b>", x=left + width / 2, y=1.0, xref="paper", yref="paper",
+            text=f"<b>{title}</b>", x=left + share / 2, y=1.0, xref="paper", yref="paper",
             yanchor="bottom", showarrow=False, font=dict(size=13)))
     return fast_figure(data, layout)
 

@@ -318,6 +318,16 @@ def method_ids() -> list[str]:
             for c in method.calibration_names]
 
 
+def display_name(name: str) -> str:
+    """The one name a user reads for a method id, on every surface (the app's menu, chart
+    legends, CSVs, the CLI's ``--methods`` help, link warnings): the family's label, then how
+    its parameters are set, e.g. ``"Distance (t)"``, ``"Distance (t), per head, sparsity
+    budget across heads"``. An old name (``distance-budget``) reads as its new one."""
+    family, calibration = resolve_method(name, warn=False)
+    label = get_method(family).label
+    return label if calibration == "none" else f"{label}, {CALIBRATION_LABELS[calibration]}"
+
+
 def unregister_method(name: str) -> Method:
     """Remove a registered family (e.g. a plug-in a test added); returns it."""
     return METHODS.remove(name)

@@ -8,6 +8,8 @@ import json
 import numpy as np
 from apptest_helpers import assert_clean, figures, metric, new_app
 
+from sparsefinder.explore.pareto import curve_label
+
 
 def _values(data) -> list[float]:
     """A plotly JSON array: a list, or a typed array ``{"dtype", "bdata"}`` (base64)."""
@@ -98,7 +100,7 @@ def test_pareto_accuracy_axis_on_this_text(with_projections):
     (accuracy,) = [f for f in figures(at) if "Sparsity–accuracy" in
                    str(f["layout"].get("title", {}).get("text", ""))]
     names = {t.get("name") for t in accuracy["data"]}
-    assert {"window", "distance", "longformer", "bigbird"} <= names
+    assert {curve_label(c) for c in ("window", "distance", "longformer", "bigbird")} <= names
     full = [t for t in accuracy["data"] if t.get("marker", {}).get("symbol") == "diamond"]
     assert full and full[0]["name"] == "full α-entmax"  # the star is only ever your setting
     recall = next(f for f in figures(at) if f is not accuracy and "recall" in
@@ -149,7 +151,7 @@ def test_pareto_draws_the_curated_curves_and_adds_groups_from_the_link(with_proj
     drawn = _drawn(figure)
     assert len(drawn) <= 8 and {"distance", "window", "topk"} <= set(drawn)
     (oracle,) = [t for t in figure["data"] if t.get("meta") == "topk"]
-    assert oracle["name"] == "topk (oracle bound)" and oracle["line"]["dash"] == "dash"
+    assert oracle["name"] == "Top-k (oracle bound)" and oracle["line"]["dash"] == "dash"
     assert figure["layout"]["legend"]["x"] > 1  # outside the plot: never over the points
     assert "curves" not in at.query_params
     at.multiselect(key="w_groups").set_value(["baselines"]).run()
@@ -170,7 +172,7 @@ def test_pareto_tables_show_a_dash_for_missing_values(with_projections):
     cells = table.drop(columns="method").to_numpy().ravel().tolist()
     assert all(isinstance(c, str) for c in cells), cells  # no None / NaN cell
     assert "–" in cells  # some frontier never reaches 0.95 on this text
-    assert "topk (oracle bound)" in table["method"].tolist()
+    assert "Top-k (oracle bound)" in table["method"].tolist()
 
 
 def test_a_clicked_point_loads_into_the_view_or_says_why_not(with_projections):

@@ -12,6 +12,7 @@ import pytest
 
 from sparsefinder.cli import main
 from sparsefinder.data.corpus import split_of
+from sparsefinder.evaluation.curves import curve_display_name
 
 _spec = importlib.util.spec_from_file_location(
     "_tiny_train", Path(__file__).with_name("test_train.py")
@@ -53,7 +54,7 @@ def test_sweep_writes_all_outputs(trained, tmp_path: Path, capsys) -> None:
     frontier = pd.read_csv(out / "frontier.csv")
     assert 0 < len(frontier) <= len(points)
     at = pd.read_csv(out / "recall_at_sparsity.csv")
-    assert list(at.columns) == ["method", "recall@0.75", "recall@0.9", "recall@0.95"]
+    assert list(at.columns) == ["method", "recall@0.75", "recall@0.9", "recall@0.95", "label"]
     assert (out / "pareto.html").stat().st_size > 1_000_000  # plotly.js inlined
     # every point carries every metric (issue 10), and the configuration behind each R@level
     extras = ["precision", "exact_fraction", "mass_recall", "block_recall16", "block_recall64"]
@@ -64,7 +65,12 @@ def test_sweep_writes_all_outputs(trained, tmp_path: Path, capsys) -> None:
     assert "exact_fraction" in summary["points"][0]
     metrics_at = pd.read_csv(out / "metrics_at_sparsity.csv")
     assert list(metrics_at.columns) == ["method", "level", "params", "recall", "sparsity",
-                                        *extras]
+                                        *extras, "label"]
+    # every CSV names each method as the legends and the app do, in a last column
+    for table in (points, frontier, at, metrics_at):
+        assert table.columns[-1] == "label"
+        assert (table["label"] == table["method"].map(curve_display_name)).all()
+    assert set(points["label"]) >= {"Distance (t)", "Window (w)", "k-means (B, k) + window 3"}
     for row in metrics_at.itertuples():
         assert row.sparsity >= row.level
         reached = at.set_index("method").loc[row.method, f"recall@{row.level:g}"]

@@ -11,6 +11,7 @@ import pytest
 
 from sparsefinder.cli import main
 from sparsefinder.commands._accuracy import format_table
+from sparsefinder.evaluation.curves import curve_display_name
 
 _spec = importlib.util.spec_from_file_location(
     "_tiny_train", Path(__file__).with_name("test_train.py")
@@ -57,7 +58,9 @@ def test_sweep_accuracy_writes_frontiers(trained, tmp_path: Path, capsys) -> Non
     # the printed table: every method at 0.75/0.90/0.95, its graph measures those of the
     # recall sweep's same configuration
     table = pd.read_csv(out / "accuracy_table.csv")
-    assert format_table(table) in text.out
+    assert table.columns[-1] == "label"  # the display name, after the printed columns
+    assert (table["label"] == table["method"].map(curve_display_name)).all()
+    assert format_table(table.drop(columns="label")) in text.out
     assert set(table["method"]) == set(points["method"]) and len(table) == 6 * 3
     merged = points.merge(recall_points, on=["method", "params"], suffixes=("", "_sweep"))
     for column in ("mass_recall", "exact_fraction"):

@@ -16,8 +16,8 @@ def test_default_curves_are_few_registered_and_include_the_oracle() -> None:
     assert len(pareto.DEFAULT_CURVES) <= 8
     assert set(pareto.DEFAULT_CURVES) <= set(CURVES)
     assert "distance:budget" in pareto.DEFAULT_CURVES and "topk" in pareto.DEFAULT_CURVES
-    assert pareto.curve_label("topk") == "topk (oracle bound)"
-    assert pareto.curve_label("distance") == "distance"
+    assert pareto.curve_label("topk") == "Top-k (oracle bound)"
+    assert pareto.curve_label("distance") == "Distance (t)"
 
 
 def test_groups_cover_every_curve_and_add_to_the_default() -> None:

@@ -156,12 +156,13 @@ def test_calibration_is_a_parameter_of_the_method_in_links():
     state, problems = urlstate.parse_view_state({"method": "rowfrac-budget", "target": "0.8"})
     assert (state.method_id, state.target) == ("rowfrac:budget", 0.8)
     assert problems == ["URL parameter method='rowfrac-budget' is an old name: read as "
-                        "method=rowfrac&calibration=budget"]
+                        "Nearest keys (row fraction), per head, sparsity budget across heads "
+                        "(`rowfrac:budget`), method=rowfrac&calibration=budget"]
     # a calibration the app does not offer for that family
     state, problems = urlstate.parse_view_state({"method": "quest", "calibration": "budget"})
     assert state.method_id == "quest"
-    assert problems == ["ignored URL parameter calibration='budget': the app offers quest "
-                        "with calibration none"]
+    assert problems == ["ignored URL parameter calibration='budget': the app offers Quest "
+                        "pages (min/max key bounds) (`quest`) with calibration none"]
     state, problems = urlstate.parse_view_state({"calibration": "magic"})
     assert state == default and "expected one of none, equal, budget, recall" in problems[0]
     # a family switch gives the family's own default calibration
@@ -251,10 +252,11 @@ def test_generated_controls_read_and_write_their_declared_url_keys():
     assert urlstate.to_spec(state).param_dict == {"n_global": 4}
     assert urlstate.view_state_to_params(state)["n_global"] == "4"
     state, problems = urlstate.parse_view_state({"method": "longformer", "n_global": "999"})
-    assert problems == ["ignored URL parameter n_global='999': n_global must be at most 32 "
-                        "here"] and state.extra == ()
+    assert problems == ["ignored URL parameter n_global='999' of Longformer (`longformer`): "
+                        "n_global must be at most 32 here"] and state.extra == ()
     _, problems = urlstate.parse_view_state({"method": "topp", "p": "0"})
-    assert problems == ["ignored URL parameter p='0': p must be a number in (0, 1], got '0'"]
+    assert problems == ["ignored URL parameter p='0' of Top-p of entmax (oracle bound) (`topp`): p "
+                        "must be a number in (0, 1], got '0'"]
     # a family keeps its own values: routing's n_clusters is not another family's
     routing = state.with_(method="routing", extra=app_methods.with_extra(
         state, "routing", "n_clusters", 6))

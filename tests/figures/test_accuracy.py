@@ -24,5 +24,5 @@ def test_accuracy_figure_panels_full_entmax_and_gold_line() -> None:
     assert len(full) == len(MEASURES) and full[0].x == (0.93,) and full[0].y == (1.0,)
     assert full[0].name == "full α-entmax"
     assert len([s for s in fig.layout.shapes if s.x0 == 0.93]) == len(MEASURES)
-    frontier = [t for t in fig.data if t.name == "distance" and t.mode == "lines+markers"]
+    frontier = [t for t in fig.data if t.name == "Distance (t)" and t.mode == "lines+markers"]
     assert len(frontier) == len(MEASURES) and list(frontier[0].x) == [0.5, 0.9]
