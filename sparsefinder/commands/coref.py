@@ -148,6 +148,10 @@ def _print_table(table: pd.DataFrame, args: argparse.Namespace) -> None:
     print(shown.to_string(index=False, float_format="%.3f"))
     print("\nchosen settings, measured on the held-out probes:")
     for row in table[table["chosen"]].itertuples():
+        if pd.isna(row.heldout_pronoun_recall):
+            print(f"  {row.curve} on layer {row.layer} head {row.head}, {row.setting}: "
+                  "no held-out probe to measure it on")
+            continue
         met = row.heldout_pronoun_recall >= 0.8 and row.heldout_sparsity >= 0.75
         note = "" if row.reached else " (no setting meets the rule on the choose probes)"
         print(f"  {row.curve} on layer {row.layer} head {row.head}, {row.setting}: held-out "
