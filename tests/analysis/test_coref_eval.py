@@ -23,8 +23,9 @@ from sparsefinder.predictors.window import Window
 LAYER, HEAD = 1, 2
 
 
-def _probe(pid: str, words: list[str], pronoun: int, antecedent: int, split: str) -> Probe:
-    text = " ".join(words)
+def _probe(pid: str, text: str, pronoun: int, antecedent: int, split: str) -> Probe:
+    """One pair between words ``pronoun`` and ``antecedent`` of a space-separated text."""
+    words = text.split()
     starts = [sum(len(w) + 1 for w in words[:i]) for i in range(len(words))]
     span = lambda i: (starts[i], starts[i] + len(words[i]))  # noqa: E731
     return Probe(pid, text, (CorefPair(span(pronoun), span(antecedent)),), split)
@@ -51,9 +52,9 @@ def _split(*probes: Probe) -> tuple[list[AttentionRecord], list[Probe]]:
 
 
 # choose: the antecedent 1 token before its pronoun; held out: 3 tokens before
-CHOOSE = _split(_probe("c1", "Tom he ran home fast and far away".split(), 1, 0, "choose"),
-                _probe("c2", "the cat saw Maria she smiled at it".split(), 4, 3, "choose"))
-HELDOUT = _split(_probe("h1", "Anna was very sure she knew it well".split(), 4, 0, "heldout"))
+CHOOSE = _split(_probe("c1", "Tom he ran home fast and far away", 1, 0, "choose"),
+                _probe("c2", "the cat saw Maria she smiled at it", 4, 3, "choose"))
+HELDOUT = _split(_probe("h1", "Anna was very sure she knew it well", 4, 0, "heldout"))
 WINDOWS = [PredictorSpec.of("window", {"window": w}) for w in (1, 3, 7, 41)]
 
 
@@ -89,8 +90,8 @@ def test_choice_is_the_sparsest_reaching_recall_on_choose_then_measured_on_held_
 
 
 def test_held_out_probes_never_change_the_choice():
-    other = _split(_probe("h2", "Tom he said".split(), 1, 0, "heldout"),
-                   _probe("h3", "a b c d e f g h i j k Ben x y z w v u t s q his".split(),
+    other = _split(_probe("h2", "Tom he said", 1, 0, "heldout"),
+                   _probe("h3", "a b c d e f g h i j k Ben x y z w v u t s q his",
                           21, 11, "heldout"))
     first = mark_choice(evaluate_settings(WINDOWS, LearnedParts(), CHOOSE, HELDOUT, LAYER, HEAD))
     second = mark_choice(evaluate_settings(WINDOWS, LearnedParts(), CHOOSE, other, LAYER, HEAD))
