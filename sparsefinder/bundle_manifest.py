@@ -226,7 +226,9 @@ def build_shared_manifest(root: Path) -> dict[str, Any]:
         entries.append({"name": probes.name, "kind": "coreference probes",
                         "purpose": "Hand-annotated pronoun → antecedent probes: `sparsefinder "
                                    "coref` and the app's Coreference page",
-                        "details": {"version": data["version"], "probes": len(data["probes"])}})
+                        "details": {"version": data["version"], "probes": len(data["probes"]),
+                                    "heldout": sum(p.get("split") == "heldout"
+                                                   for p in data["probes"])}})
     examples = root / "examples"
     purposes = _example_purposes(examples / "README.md") if examples.is_dir() else {}
     for path in sorted(examples.iterdir()) if examples.is_dir() else []:

@@ -54,7 +54,8 @@ def test_probe_schema(probes: dict) -> None:
     ids = [p["id"] for p in items]
     assert len(set(ids)) == len(ids), "probe ids must be unique"
     for p in items:
-        assert set(p) == {"id", "text", "pairs"}, p.get("id")
+        assert set(p) in ({"id", "text", "pairs"}, {"id", "split", "text", "pairs"}), p.get("id")
+        assert p.get("split", "choose") in ("choose", "heldout"), p["id"]
         assert isinstance(p["id"], str) and re.fullmatch(r"p\d{2,}", p["id"])
         assert isinstance(p["text"], str) and p["text"] == p["text"].strip()
         assert isinstance(p["pairs"], list) and p["pairs"], p["id"]
@@ -62,6 +63,19 @@ def test_probe_schema(probes: dict) -> None:
             assert set(pair) <= {"pronoun", "antecedent", "cataphora"}, pair
             assert _is_span(pair["pronoun"]) and _is_span(pair["antecedent"]), pair
             assert pair.get("cataphora", True) is True, "cataphora is only ever set to true"
+
+
+def test_held_out_probes_are_40_percent_of_the_new_ones(probes: dict) -> None:
+    """The first 41 probes steered the earlier choices (B = 12, k = 2): all "choose". Of the
+    probes written after them, the 2nd and 4th of every 5 are held out, fixed before any
+    measurement."""
+    items = probes["probes"]
+    assert all("split" not in p for p in items[:41])
+    new = items[41:]
+    assert len(new) >= 30
+    held = [i for i, p in enumerate(new) if p.get("split") == "heldout"]
+    assert held == [i for i in range(len(new)) if i % 5 in (1, 3)]
+    assert 0.38 <= len(held) / len(new) <= 0.42
 
 
 def test_probe_texts_are_short(probes: dict) -> None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,10 @@ from sparsefinder.bundle import coref_probes
 from sparsefinder.metrics.measures import count_true, recall, sparsity
 
 DEFAULT_PROBES = coref_probes()
+
+#: A probe's ``split``: ``choose`` (the default) may steer every choice (the head, a method's
+#: setting); ``heldout`` is kept out of all of them and only measured.
+SPLITS: tuple[str, ...] = ("choose", "heldout")
 
 
 class ProbeFileError(ValueError):
@@ -63,11 +67,12 @@ class CorefPair:
 
 @dataclass(frozen=True)
 class Probe:
-    """One probe text with its annotated pairs."""
+    """One probe text with its annotated pairs and its split (:data:`SPLITS`)."""
 
     id: str
     text: str
     pairs: tuple[CorefPair, ...]
+    split: str = "choose"
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,9 @@ def _parse_probe(raw: Any, index: int) -> Probe:
         raise ValueError(f"probe #{index} needs a string 'id' and a non-empty 'text'")
     if not isinstance(pairs, list) or not pairs:
         raise ValueError(f"probe {pid} needs a non-empty list 'pairs'")
+    split = raw.get("split", "choose")
+    if split not in SPLITS:
+        raise ValueError(f"probe {pid}: 'split' must be one of {SPLITS}, got {split!r}")
     parsed = []
     for j, pair in enumerate(pairs):
         if not isinstance(pair, dict):
@@ -115,7 +123,7 @@ def _parse_probe(raw: Any, index: int) -> Probe:
                 cataphora=cataphora,
             )
         )
-    return Probe(id=pid, text=text, pairs=tuple(parsed))
+    return Probe(id=pid, text=text, pairs=tuple(parsed), split=split)
 
 
 def load_probes(
@@ -146,9 +154,15 @@ def load_probes(
     except ValueError as error:
         raise ProbeFileError(f"coreference probe file {path} is malformed: {error}") from error
     if not include_cataphora:
-        probes = [Probe(p.id, p.text, tuple(x for x in p.pairs if not x.cataphora)) for p in probes]
+        probes = [replace(p, pairs=tuple(x for x in p.pairs if not x.cataphora)) for p in probes]
         probes = [p for p in probes if p.pairs]
     return probes
+
+
+def split_probes(probes: Sequence[Probe]) -> tuple[list[Probe], list[Probe]]:
+    """``(choose, heldout)``: the probes every choice may use, and those only measured."""
+    return ([p for p in probes if p.split == "choose"],
+            [p for p in probes if p.split == "heldout"])
 
 
 def span_tokens(

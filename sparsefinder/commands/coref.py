@@ -1,10 +1,12 @@
-"""`sparsefinder coref`: find coreference heads and check that k-means keeps their edges.
+"""`sparsefinder coref`: find coreference heads and check that a predictor keeps their edges.
 
 Ranks every head by how much gold attention flows from pronouns to their antecedents on the
-bundled probes (see :mod:`sparsefinder.analysis.coref` for the exact definitions), prints the top
-heads, then scores Sparsefinder k-means on the best head(s) over a small (B, top-k) grid:
-recall on the pronoun→antecedent gold edges and sparsity of that head's predicted graph — the
-numbers the paper reports for its RoBERTa coreference head (recall ≈ 0.80, sparsity ≈ 0.75).
+``choose`` probes (see :mod:`sparsefinder.analysis.coref` for the exact definitions), prints the
+top heads, then scores each ``--method`` on the best head(s) over the method's sweep grid
+(:mod:`sparsefinder.evaluation.curves`): recall on the pronoun→antecedent gold edges against
+the sparsity of that head's predicted graph. The setting is chosen on the ``choose`` probes
+(the sparsest reaching ``--min-recall``, :mod:`sparsefinder.analysis.coref_eval`) and measured
+on the held-out probes: the paper's coreference head keeps recall ≈ 0.80 at sparsity ≈ 0.75.
 """
 
 from __future__ import annotations
@@ -15,16 +17,27 @@ from pathlib import Path
 
 import pandas as pd
 
-from sparsefinder.analysis.coref import DEFAULT_PROBES, evaluate_head, load_probes, rank_heads
+from sparsefinder.analysis.coref import DEFAULT_PROBES, load_probes, rank_heads, split_probes
+from sparsefinder.analysis.coref_eval import evaluate_settings, mark_choice
+from sparsefinder.bundle import bundle
 from sparsefinder.commands._common import add_model_arguments, load_from_args
-from sparsefinder.commands.clusters import add_projection_arguments, projections_path
+from sparsefinder.commands.clusters import add_projection_arguments
 from sparsefinder.data.records import extract
+from sparsefinder.evaluation.curves import CURVES, resolve_methods
+from sparsefinder.learned_parts import LearnedParts
+from sparsefinder.methods.registry import MethodUnavailable
 from sparsefinder.projections.heads import HeadProjections
+
+#: The project's best calibrated predictor (the app's default), evaluated unless told otherwise.
+DEFAULT_METHOD = "distance:budget"
+#: Families that need the shared query/key space with k-means centroids (the bundle's
+#: ``best("centroids")``); the rest use its best projections (``best("projections")``).
+CENTROID_FAMILIES = frozenset({"kmeans", "quantization"})
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "coref", help="rank heads by pronoun->antecedent attention; k-means recall on the best"
+        "coref", help="rank heads by pronoun->antecedent attention; a method's recall on the best"
     )
     add_model_arguments(parser)
     add_projection_arguments(parser)
@@ -36,83 +49,112 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument("--top", type=int, default=5, help="heads to print (default 5)")
     parser.add_argument(
-        "--evaluate", type=int, default=1, help="score k-means on the best N heads (default 1)"
+        "--evaluate", type=int, default=1, help="score the methods on the best N heads (default 1)"
     )
-    parser.add_argument("--clusters", type=int, nargs="+", default=[4, 8, 12], help="B grid")
-    parser.add_argument("--top-k", type=int, nargs="+", default=[1, 2], help="top-k grid")
+    parser.add_argument(
+        "--method",
+        default=DEFAULT_METHOD,
+        help="comma list of methods/curves to score over their sweep grids, e.g. "
+             f"'distance:budget,kmeans,kmeans-top2,quantization' (default {DEFAULT_METHOD})",
+    )
+    parser.add_argument(
+        "--min-recall", type=float, default=0.8,
+        help="choose the sparsest setting whose recall on the choose probes reaches this",
+    )
+    parser.add_argument(
+        "--min-sparsity", type=float, default=None,
+        help="instead: choose the highest-recall setting whose head sparsity on the choose "
+             "probes reaches this (e.g. 0.75, the paper's operating point)",
+    )
     parser.add_argument("--out", required=True, type=Path, help="output folder")
     return parser
 
 
-def kmeans_grid(
-    records: list,
-    probes: list,
-    projections: HeadProjections,
-    heads: list[tuple[int, int]],
-    clusters: list[int],
-    top_ks: list[int],
-) -> pd.DataFrame:
-    """Pronoun-edge recall and sparsity of k-means for every head × B × top-k."""
-    stored = sorted(projections.centroids)
-    missing = [b for b in clusters if b not in projections.centroids]
-    if missing:
-        print(
-            f"note: no centroids for B={missing} in the projections (stored: {stored}); skipped",
-            file=sys.stderr,
-        )
-    rows = []
-    for layer, head in heads:
-        # project each record's layer once; every grid point reuses it
-        projected = [
-            (
-                projections.project_queries(layer, r.layers[layer].queries),
-                projections.project_keys(layer, r.layers[layer].keys),
-            )
-            for r in records
-        ]
-        for b in (b for b in clusters if b in projections.centroids):
-            for top_k in top_ks:
-                km = projections.kmeans(layer, b, top_k)
-                preds = [
-                    km.predict(q, k, causal=r.causal)
-                    for (q, k), r in zip(projected, records, strict=True)
-                ]
-                scores = evaluate_head(records, probes, preds, layer, head)
-                rows.append({"layer": layer, "head": head, "clusters": b, "top_k": top_k, **scores})
-    return pd.DataFrame(rows)
+def method_parts(name: str, args: argparse.Namespace, loaded) -> LearnedParts:
+    """The learned parts curve ``name`` is built from: ``--projections`` if given, else the
+    bundle's best (with centroids where the family needs them), with the bundled calibration
+    table and its own projections for the calibrated forms."""
+    family = CURVES[name].specs[0].method
+    path = args.projections
+    if path is None:
+        path = bundle().best("centroids" if family in CENTROID_FAMILIES else "projections")
+    projections = HeadProjections.load(
+        path, expected_model_id=loaded.model_id, expected_alpha=loaded.alpha
+    )
+    return LearnedParts.bundled(loaded.model_id, projections=projections)
+
+
+def score_methods(names: list[str], args: argparse.Namespace, loaded, heads, choose, heldout
+                  ) -> pd.DataFrame:
+    """Every method × head × grid point scored on both splits, its choice marked."""
+    tables = []
+    for name in names:
+        parts = method_parts(name, args, loaded)
+        for layer, head in heads:
+            try:
+                table = evaluate_settings(CURVES[name].specs, parts, choose, heldout, layer, head)
+            except (MethodUnavailable, ValueError) as error:
+                print(f"note: skipping {name}: {str(error).splitlines()[0]}", file=sys.stderr)
+                break
+            table.insert(0, "curve", name)
+            tables.append(mark_choice(table, args.min_recall, args.min_sparsity))
+    if not tables:
+        raise ValueError(f"none of the methods {names} could be built here")
+    return pd.concat(tables, ignore_index=True)
 
 
 def run(args: argparse.Namespace) -> int:
     for name in ("top", "evaluate"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    names = resolve_methods(args.method)
     probes = load_probes(args.probes, include_cataphora=not args.no_cataphora)
+    chosen_probes, held_probes = split_probes(probes)
+    if not chosen_probes:
+        raise ValueError(f"{args.probes} has no probe of split 'choose' to choose on")
     loaded = load_from_args(args)
-    args.projections = projections_path(args)
-    projections = HeadProjections.load(
-        args.projections, expected_model_id=loaded.model_id, expected_alpha=loaded.alpha
-    )
     records = extract(loaded, [p.text for p in probes], long_text="error")
-    ranking = rank_heads(records, probes)
+    by_id = dict(zip((p.id for p in probes), records, strict=True))
+    choose = ([by_id[p.id] for p in chosen_probes], chosen_probes)
+    heldout = ([by_id[p.id] for p in held_probes], held_probes)
+    ranking = rank_heads(*choose)
     args.out.mkdir(parents=True, exist_ok=True)
     ranking.to_csv(args.out / "coref_heads.csv", index=False)
     n_pairs = int(ranking["n_pairs"].iloc[0])
-    print(f"{len(probes)} probes, {n_pairs} pronoun->antecedent pairs ({loaded.model_id})")
-    print("heads with the most gold pronoun->antecedent attention (mean mass over pairs):")
+    n_held = sum(len(p.pairs) for p in held_probes)
+    print(f"{len(chosen_probes)} probes to choose on ({n_pairs} pronoun->antecedent pairs), "
+          f"{len(held_probes)} held out ({n_held} pairs) ({loaded.model_id})")
+    print("heads with the most gold pronoun->antecedent attention on the choose probes "
+          "(mean mass over pairs):")
     print(ranking.head(args.top).to_string(index=False, float_format="%.3f"))
-    best = [(int(r.layer), int(r.head)) for r in ranking.head(args.evaluate).itertuples()]
-    grid = kmeans_grid(records, probes, projections, best, args.clusters, args.top_k)
-    if grid.empty:
-        raise ValueError(
-            f"none of B={args.clusters} is stored in {args.projections}; "
-            f"stored: {sorted(projections.centroids)}"
-        )
-    grid.to_csv(args.out / "coref_recall.csv", index=False)
-    print(
-        "\nSparsefinder k-means on the best head(s): recall on gold pronoun->antecedent edges "
-        "(pooled), sparsity of the head's graph (mean over probes)"
-    )
-    print(grid.to_string(index=False, float_format="%.3f"))
-    print("(paper, RoBERTa coreference head: recall ~0.80 at sparsity ~0.75)")
+    heads = [(int(r.layer), int(r.head)) for r in ranking.head(args.evaluate).itertuples()]
+    table = score_methods(names, args, loaded, heads, choose, heldout)
+    table.to_csv(args.out / "coref_recall.csv", index=False)
+    _print_table(table, args)
     print(f"wrote coref_heads.csv and coref_recall.csv to {args.out}")
     return 0
+
+
+def _print_table(table: pd.DataFrame, args: argparse.Namespace) -> None:
+    rule = (f"sparsest with R >= {args.min_recall}" if args.min_sparsity is None
+            else f"highest R with S >= {args.min_sparsity}")
+    shown = table.assign(pick=table["chosen"].map({True: "*", False: ""}))[
+        ["curve", "layer", "head", "setting", "choose_pronoun_recall", "choose_sparsity",
+         "heldout_pronoun_recall", "heldout_sparsity", "pick"]
+    ].rename(columns={"choose_pronoun_recall": "R choose", "choose_sparsity": "S choose",
+                      "heldout_pronoun_recall": "R held-out", "heldout_sparsity": "S held-out"})
+    print("\nrecall on gold pronoun->antecedent edges (pooled) and sparsity of the head's graph "
+          f"(mean over probes); * = chosen on the choose probes ({rule})")
+    print(shown.to_string(index=False, float_format="%.3f"))
+    print("\nchosen settings, measured on the held-out probes:")
+    for row in table[table["chosen"]].itertuples():
+        if pd.isna(row.heldout_pronoun_recall):
+            print(f"  {row.curve} on layer {row.layer} head {row.head}, {row.setting}: "
+                  "no held-out probe to measure it on")
+            continue
+        met = row.heldout_pronoun_recall >= 0.8 and row.heldout_sparsity >= 0.75
+        note = "" if row.reached else " (no setting meets the rule on the choose probes)"
+        print(f"  {row.curve} on layer {row.layer} head {row.head}, {row.setting}: held-out "
+              f"recall {row.heldout_pronoun_recall:.3f} at sparsity {row.heldout_sparsity:.3f}"
+              f" [bar R >= 0.80 at S >= 0.75: {'met' if met else 'missed'}]{note}")
+    print("(paper, RoBERTa coreference head: recall ~0.80 at sparsity ~0.75)")

@@ -20,6 +20,7 @@ from sparsefinder.analysis.coref import (
     pronoun_edge_recall,
     rank_heads,
     span_tokens,
+    split_probes,
 )
 from sparsefinder.data.records import AttentionRecord, LayerGraph
 
@@ -28,7 +29,11 @@ TEXT = "Priya thanked the movers because they carried her piano."
 
 def test_bundled_probes_load():
     probes = load_probes()
-    assert len(probes) == 41 and all(p.pairs for p in probes)
+    assert len(probes) == 76 and all(p.pairs for p in probes)
+    choose, heldout = split_probes(probes)
+    assert len(choose) == 62 and len(heldout) == 14 and choose[0].split == "choose"
+    assert all(p.split == "heldout" for p in heldout) and heldout[0].id == "p43"
+    assert [p.split for p in load_probes(include_cataphora=False)].count("heldout") == 14
     with_cataphora = sum(len(p.pairs) for p in probes)
     without = sum(len(p.pairs) for p in load_probes(include_cataphora=False))
     assert without < with_cataphora
