@@ -148,12 +148,14 @@ def head_figure(gold: np.ndarray, pred: np.ndarray, codes: np.ndarray, labels: S
     labels follow the cell size (:mod:`sparsefinder.figures.layout`).
     """
     white = (255, 255, 255)
+    # a title is two lines (name; colour key with counts), so thousands of edges never make
+    # one panel's title run into the next one's
     panels = [
-        (f"Gold {tag} · {swatch(GOLD_COLOR)}{int(gold.sum())} edges (p>0)",
+        (f"<b>Gold {tag}</b><br>{swatch(GOLD_COLOR)} {int(gold.sum())} edges (p>0)",
          gold.view(np.uint8), [white, GOLD_COLOR], {1: "gold"}),
-        (f"Predicted · {swatch(PRED_COLOR)}{int(pred.sum())} kept pairs", pred.view(np.uint8),
-         [white, PRED_COLOR], {1: "predicted"}),
-        (f"Diff {diff_swatch(1)}TP {counts['TP']} {diff_swatch(2)}FN {counts['FN']} "
+        (f"<b>Predicted</b><br>{swatch(PRED_COLOR)} {int(pred.sum())} kept pairs",
+         pred.view(np.uint8), [white, PRED_COLOR], {1: "predicted"}),
+        (f"<b>Diff</b><br>{diff_swatch(1)}TP {counts['TP']} {diff_swatch(2)}FN {counts['FN']} "
          f"{diff_swatch(3)}FP {counts['FP']}", codes,
          [white, *DIFF_COLORS.values()], {c: DIFF_LABELS[c].split(":")[0] for c in DIFF_COLORS}),
     ]
@@ -182,8 +184,8 @@ def head_figure(gold: np.ndarray, pred: np.ndarray, codes: np.ndarray, labels: S
                 if len(rows):
                     data.append(_overlay(rows, cols, tokens, name, index, probs))
         layout["annotations"].append(dict(
-            text=f"<b>{title}</b>", x=left + share / 2, y=1.0, xref="paper", yref="paper",
-            yanchor="bottom", showarrow=False, font=dict(size=13)))
+            text=title, x=left + share / 2, y=1.0, xref="paper", yref="paper",
+            yanchor="bottom", showarrow=False, font=dict(size=11)))
     return fast_figure(data, layout)
 
 

@@ -18,7 +18,7 @@ DEFAULT_WIDTH = 820
 PANEL_GAP = 0.04
 PANELS = 3
 #: Space above the panels for their titles (px).
-TITLE_PX = 28
+TITLE_PX = 40
 #: Space under the labels for the "key" axis title, and the y labels' share of the width.
 AXIS_TITLE_PX = 22
 Y_LABELS_PX = 70

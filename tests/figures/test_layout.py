@@ -71,3 +71,21 @@ def test_each_panel_title_says_what_its_colour_means():
     assert "(p>0)" in gold and "rgb(33,33,33)" in gold
     assert "kept pairs" in pred and "rgb(25,118,210)" in pred
     assert all(f"{c} " in diff for c in ("TP", "FN", "FP"))
+
+
+def test_panel_titles_fit_their_panel_at_any_edge_count():
+    """Each title line fits the width of its panel (a 0.6-em average glyph at 11 px), even with
+    six-digit counts at the narrowest panel: titles never run into the next panel's."""
+    import re
+
+    n = 512
+    gold = np.ones((n, n), dtype=bool)
+    codes = np.full((n, n), 3, dtype=np.uint8)
+    counts = {"TP": 262144, "FN": 262144, "FP": 262144}
+    figure = plots.head_figure(gold, gold, codes, [str(i) for i in range(n)], "L11H11", counts,
+                               width=layout.MIN_SIDE * 3)
+    side = layout.panel_side(layout.MIN_SIDE * 3)
+    for annotation in figure.layout.annotations:
+        lines = re.sub(r"<span[^>]*>|</span>|</?b>", "", annotation.text).split("<br>")
+        assert len(lines) == 2  # the name, then the colour key with its counts
+        assert all(0.6 * 11 * len(line) <= side for line in lines), (lines, side)
