@@ -14,7 +14,7 @@ For one shape, each step in a fresh process (so peak memory is its own):
   ``benchmarks/app_latency.py --model FOLDER --tokens N --method fixed``.
 
 Weights: the stock initialisation (std 0.02), then the query and key maps scaled by
-``--qk-scale`` so the random scores spread as a trained model's do (score std ≈ 5) and entmax
+``--qk-scale`` so the random scores spread as a trained model's do and entmax
 is sparse. Scaling every weight instead collapses the tokens of a deep random network onto
 one another (dense attention in the upper layers). The gold sparsity is printed.
 
@@ -43,8 +43,8 @@ sys.path.insert(0, str(ROOT))
 
 #: shape -> (tokens, query/key weight scale, description)
 SHAPES = {
-    "bert-base": (512, 4.0, "BERT-base: 12 layers x 12 heads, d=768, head dim 64, 110 M"),
-    "llama-1b": (2048, 2.5, "Llama-shaped: 16 layers x 32 query heads (8 key/value), d=2048, "
+    "bert-base": (512, 1.8, "BERT-base: 12 layers x 12 heads, d=768, head dim 64, 110 M"),
+    "llama-1b": (2048, 1.2, "Llama-shaped: 16 layers x 32 query heads (8 key/value), d=2048, "
                             "head dim 64, FFN 8192, ~1.0 B"),
 }
 
