@@ -227,6 +227,14 @@ def build_shared_manifest(root: Path) -> dict[str, Any]:
                         "purpose": "Hand-annotated pronoun → antecedent probes: `sparsefinder "
                                    "coref` and the app's Coreference page",
                         "details": {"version": data["version"], "probes": len(data["probes"])}})
+    holdout = root / "narrative_holdout.txt"
+    if holdout.is_file():
+        passages = [p for p in holdout.read_text(encoding="utf-8").split("\n\n") if p.strip()]
+        entries.append({"name": holdout.name, "kind": "narrative hold-out",
+                        "purpose": "Hand-written story and news passages, never trained on nor "
+                                   "used to choose settings: `sparsefinder adapt --evaluate "
+                                   "--eval-corpus narrative` measures the entmax adapter on them",
+                        "details": {"passages": len(passages)}})
     examples = root / "examples"
     purposes = _example_purposes(examples / "README.md") if examples.is_dir() else {}
     for path in sorted(examples.iterdir()) if examples.is_dir() else []:
