@@ -99,7 +99,7 @@ build/austen.txt:
 
 assets-adapter: install build/austen.txt
 	$(BIN)/sparsefinder adapt --model default --corpus build/austen.txt --out build/adapter \
-	  --resume --steps 1000 --lr 2e-3 --w-sparse 1 --rank 16 --measure-every 250 \
+	  --resume --steps 1000 --lr 2e-3 --w-sparse 0.5 --rank 16 --measure-every 250 \
 	  --eval-corpus narrative $(ADAPT_ARGS)
 	cp build/adapter/entmax_adapter.safetensors assets/default/
 	$(BIN)/python -m sparsefinder.bundle_manifest --write

@@ -104,7 +104,7 @@ RULES = (
                     f"(r = {d['rank']}, paper §6): the block-learned methods")),
     Rule(r"entmax_adapter\.safetensors", "adapter", "assets-adapter",
          "make build/austen.txt && sparsefinder adapt --model {model} --corpus build/austen.txt "
-         "--out build/adapter --resume --steps 1000 --lr 2e-3 --w-sparse 1 --rank 16 "
+         "--out build/adapter --resume --steps 1000 --lr 2e-3 --w-sparse 0.5 --rank 16 "
          "--measure-every 250 --eval-corpus narrative && cp build/adapter/{name} " + _OUT + "/",
          lambda d: (f"LoRA entmax adapter (rank {d['rank']}) merged into the base model at load:"
                     f" its {d['alpha']}-entmax outputs match its softmax ones (the `default` "
