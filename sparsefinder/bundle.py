@@ -232,6 +232,12 @@ def examples_dir() -> Path:
     return shared().path("examples/README.md").parent
 
 
+def narrative_holdout() -> Path:
+    """The bundled narrative hold-out (``narrative_holdout.txt``: story and news passages the
+    entmax adapter is measured on, never trained on)."""
+    return shared().path("narrative hold-out")
+
+
 def coref_probes() -> Path:
     """The bundled coreference probes (``coref_probes.json``)."""
     return shared().path("coreference probes")

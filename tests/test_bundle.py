@@ -18,6 +18,7 @@ from sparsefinder.bundle import (
     bundle,
     coref_probes,
     examples_dir,
+    narrative_holdout,
     shared,
 )
 from sparsefinder.bundle_manifest import main
@@ -39,6 +40,17 @@ def _on_disk(folder: Path) -> set[str]:
 def test_the_source_tree_reads_its_own_assets() -> None:
     assert assets_root() == ASSETS
     assert examples_dir() == ASSETS / "examples" and coref_probes() == ASSETS / "coref_probes.json"
+    assert narrative_holdout() == ASSETS / "narrative_holdout.txt"
+
+
+def test_the_narrative_holdout_is_story_and_news_prose_of_the_stated_size() -> None:
+    from sparsefinder.data.corpus import load_texts
+
+    passages = load_texts(narrative_holdout())
+    words = [len(p.split()) for p in passages]
+    assert len(passages) >= 30 and min(words) >= 60 and max(words) <= 200
+    assert len(set(passages)) == len(passages)
+    assert shared().file("narrative hold-out").details == {"passages": len(passages)}
 
 
 def test_every_file_is_listed_with_its_size_and_sha256() -> None:
@@ -82,7 +94,7 @@ def test_rebuild_commands_are_the_makefiles() -> None:
     looped = {"--rank", "--objective", "--block", "--filename"}  # values from `for` loops
     for f in bundle().files():
         recipe = " ".join(recipes[f.make].split())
-        command = f.rebuild.split(" && ")[0]
+        command = next(c for c in f.rebuild.split(" && ") if c.startswith("sparsefinder "))
         assert f"$(BIN)/{' '.join(command.split()[:2])} " in recipe, (f.name, f.make)
         assert "$(BIN)/python -m sparsefinder.bundle_manifest --write" in recipe, f.make
         for flag, value in re.findall(r"(--[\w-]+) (\S+)", command):

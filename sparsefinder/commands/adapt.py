@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 
 from sparsefinder.adaptation.distill import adapt_model
 from sparsefinder.adaptation.objective import AdaptConfig
+from sparsefinder.commands._adapt_eval import eval_sets, evaluate, report
 from sparsefinder.data.corpus import default_corpus, load_corpus
 from sparsefinder.models.loading import DEFAULT_MODEL, SOFTMAX_MODEL, load_model
 
@@ -43,7 +44,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         help="also measure the held-out passages every N steps (the curve)")
     parser.add_argument("--eval-passages", type=int, default=None,
                         help="measure on at most N validation passages")
-    parser.add_argument("--out", required=True, type=Path, help="folder for the adapter file")
+    parser.add_argument("--eval-corpus", action="append", default=[], metavar="PATH",
+                        help="also measure on this text after training (all its passages; "
+                             "'narrative': the bundled story/news hold-out), repeatable")
+    parser.add_argument("--evaluate", action="store_true",
+                        help="only measure: the adapter (--adapter, else the bundled one) on "
+                             "the validation split and every --eval-corpus; no training")
+    parser.add_argument("--no-validation", action="store_true",
+                        help="with --evaluate: skip the validation split (compare settings on "
+                             "held-out train passages only)")
+    parser.add_argument("--adapter", type=Path, default=None,
+                        help="with --evaluate: the adapter file to measure")
+    parser.add_argument("--out", type=Path, help="folder for the adapter file")
     parser.add_argument("--filename", default="entmax_adapter.safetensors")
     parser.add_argument("--resume", action="store_true",
                         help="continue from OUT/adapt-checkpoint.pt (same options)")
@@ -69,6 +81,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.evaluate:
+        return _evaluate_only(args)
+    if args.out is None:
+        print("sparsefinder adapt: give --out FOLDER for the adapter (or --evaluate to only "
+              "measure one)", file=sys.stderr)
+        return 2
     config = AdaptConfig(
         alpha=args.alpha, rank=args.rank, targets=tuple(t.strip() for t in args.targets.split(",")
                                                         if t.strip()),
@@ -117,7 +135,23 @@ def run(args: argparse.Namespace) -> int:
               + " ".join(f"{float(s):.3f}" for s in fid.layer_sparsity))
     if result.metadata.get("held_out_train"):
         print(f"held-out train passages: {result.metadata['held_out_train']}")
+    if args.eval_corpus:
+        results = evaluate(args.model, result.path, eval_sets(args.eval_corpus, validation=False),
+                           alpha=args.alpha, device=args.device)
+        report(results)
     size = result.path.stat().st_size
     print(f"wrote {result.path} ({size / 1e6:.2f} MB) after {result.state.seconds:.0f} s "
           "of training")
+    return 0
+
+
+def _evaluate_only(args: argparse.Namespace) -> int:
+    sets = eval_sets(args.eval_corpus, args.eval_passages, validation=not args.no_validation)
+    if not sets:
+        print("sparsefinder adapt --evaluate: nothing to measure (give --eval-corpus)",
+              file=sys.stderr)
+        return 2
+    which = args.adapter or ("the bundled adapter" if args.model == DEFAULT_MODEL else "none")
+    print(f"measuring {args.model} (adapter: {which}) against its softmax self", file=sys.stderr)
+    report(evaluate(args.model, args.adapter, sets, alpha=args.alpha, device=args.device))
     return 0

@@ -50,3 +50,27 @@ def test_adapt_runs_on_cuda_and_the_adapter_loads_on_cpu(tiny_model_dirs, tmp_pa
     loaded = load_model(str(folder), adapter=tmp_path / "entmax_adapter.safetensors",
                         device="cpu")
     assert loaded.adapter is not None
+
+
+def test_adapt_evaluate_measures_an_adapter_on_each_text_set(tiny_model_dirs, tmp_path, capsys):
+    folder = tiny_model_dirs["bert"]
+    assert main(["adapt", "--model", str(folder), "--out", str(tmp_path), "--max-passages", "6",
+                 "--eval-passages", "2", "--steps", "2", "--batch-size", "2",
+                 "--max-tokens", "24", "--rank", "2", "--eval-corpus", "narrative"]) == 0
+    out = capsys.readouterr().out
+    assert "narrative hold-out (bundled): 36 texts, pooled cosine mean" in out
+    extra = tmp_path / "extra.txt"
+    extra.write_text("One short story about a dog.\n\nA news item about rain.\n")
+    assert main(["adapt", "--evaluate", "--model", str(folder), "--adapter",
+                 str(tmp_path / "entmax_adapter.safetensors"), "--eval-passages", "2",
+                 "--eval-corpus", str(extra)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("default corpus, validation split: 2 texts, pooled cosine")
+    assert lines[1].startswith(f"{extra} (all passages): 2 texts, pooled cosine mean")
+    assert main(["adapt", "--evaluate", "--model", str(folder), "--no-validation"]) == 2
+    assert "nothing to measure" in capsys.readouterr().err
+
+
+def test_adapt_without_out_says_how(capsys):
+    assert main(["adapt", "--steps", "1"]) == 2
+    assert "give --out FOLDER" in capsys.readouterr().err
