@@ -294,6 +294,19 @@ def test_exact_fraction_with_more_leading_axes_and_word_sized_queries():
         assert torch.allclose(exact_fraction(pred, gold), expected)
     empty = torch.zeros(2, 0, 3, dtype=torch.bool)
     assert exact_fraction(empty, empty).tolist() == [1.0, 1.0]
+    no_keys = torch.zeros(2, 3, 0, dtype=torch.bool)  # rows without keys have no gold edge
+    assert exact_fraction(no_keys, no_keys).tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("offset", [3, 8])
+def test_exact_fraction_of_a_view_at_any_storage_offset(offset):
+    gen = torch.Generator().manual_seed(offset)
+    gold = (torch.rand(offset + 2 * 5 * 16, generator=gen) < 0.3)[offset:].view(2, 5, 16)
+    for pred in (gold.clone(), gold & (torch.rand(2, 5, 16, generator=gen) < 0.8)):
+        expected = 1.0 - (gold & ~pred).any(-1).double().mean(-1)
+        assert torch.allclose(exact_fraction(pred, gold), expected)
+        assert torch.allclose(exact_fraction(gold, pred), 1.0 - (pred & ~gold).any(-1)
+                              .double().mean(-1))
 
 
 def test_mass_recall_keeps_double_precision_and_partial_mass():
