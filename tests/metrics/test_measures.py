@@ -298,15 +298,21 @@ def test_exact_fraction_with_more_leading_axes_and_word_sized_queries():
     assert exact_fraction(no_keys, no_keys).tolist() == [1.0, 1.0]
 
 
-@pytest.mark.parametrize("offset", [3, 8])
-def test_exact_fraction_of_a_view_at_any_storage_offset(offset):
+@pytest.mark.parametrize("offset", [1, 3, 8, 9])
+def test_exact_fraction_of_views_at_any_storage_offset(offset):
     gen = torch.Generator().manual_seed(offset)
-    gold = (torch.rand(offset + 2 * 5 * 16, generator=gen) < 0.3)[offset:].view(2, 5, 16)
-    for pred in (gold.clone(), gold & (torch.rand(2, 5, 16, generator=gen) < 0.8)):
-        expected = 1.0 - (gold & ~pred).any(-1).double().mean(-1)
-        assert torch.allclose(exact_fraction(pred, gold), expected)
-        assert torch.allclose(exact_fraction(gold, pred), 1.0 - (pred & ~gold).any(-1)
-                              .double().mean(-1))
+
+    def view(density: float) -> torch.Tensor:  # contiguous, starting `offset` bytes in
+        return (torch.rand(offset + 2 * 5 * 16, generator=gen) < density)[offset:].view(2, 5, 16)
+
+    gold, pred = view(0.3), view(0.6)
+    for p in (pred, pred | gold):
+        expected = 1.0 - (gold & ~p).any(-1).double().mean(-1)
+        assert torch.allclose(exact_fraction(p, gold), expected)
+    # a 3-d mask whose query count (not its key count) is a whole number of words
+    gold, pred = torch.rand(3, 8, 5, generator=gen) < 0.3, torch.rand(3, 8, 5, generator=gen) < 0.6
+    assert torch.allclose(exact_fraction(pred, gold),
+                          1.0 - (gold & ~pred).any(-1).double().mean(-1))
 
 
 def test_mass_recall_keeps_double_precision_and_partial_mass():
