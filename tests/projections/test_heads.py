@@ -610,6 +610,11 @@ def test_discriminative_init_puts_positives_at_the_margin(records: list[Attentio
             sq = (w @ delta[..., None]).square().sum((1, 2))
             means = torch.stack([sq[pairs.head == h].mean() for h in range(HEADS)])
             assert bool(((means - 50.0).abs() < 5.0).all()) == near, (init, means)
+    # ... and the learning rate given is the one the steps use: more epochs barely move layer
+    # 0 (layer 1's random init is drawn after layer 0's epochs, so it differs)
+    longer = train_projections(records, rank=2, margin=50.0, lr=1e-9, batch_size=4096,
+                               init="random", epochs=4)
+    assert (longer.weight[0] - proj.weight[0]).abs().max() < 1e-6
 
 
 def test_random_init_is_drawn_from_the_seeded_generator(records: list[AttentionRecord]) -> None:
