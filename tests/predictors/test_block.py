@@ -183,7 +183,7 @@ def _reference(q, k, b, n_blocks, window_blocks, causal, window, tile_score=None
 
 @pytest.mark.parametrize(("n", "m", "causal", "window"),
                          [(40, 40, True, 10), (40, 40, False, 6), (30, 38, True, 9),
-                          (37, 37, False, 1), (37, 37, True, None)])
+                          (37, 37, False, 1), (37, 37, True, None), (30, 39, False, None)])
 @pytest.mark.parametrize("window_blocks", [0, 1])
 def test_blocks_are_chosen_inside_the_local_window(n, m, causal, window, window_blocks):
     g = torch.Generator().manual_seed(n + m + (window or 0))
@@ -227,7 +227,8 @@ def test_single_keys_are_chosen_inside_the_window_and_spec_passes_it():
         torch.ones(2, 2, 4), 8, 1))
 
 
-@pytest.mark.parametrize(("causal", "window"), [(True, 10), (False, 6), (True, None)])
+@pytest.mark.parametrize(("causal", "window"), [(True, 10), (False, 6), (True, None),
+                                                (False, None)])
 def test_learned_blocks_are_chosen_inside_the_local_window(causal, window):
     g = torch.Generator().manual_seed(7)
     q, k = torch.randn(3, 40, 6, generator=g), torch.randn(3, 40, 6, generator=g)
@@ -243,3 +244,15 @@ def test_learned_blocks_are_chosen_inside_the_local_window(causal, window):
     assert torch.equal(predictor.predict_blocks(q, k, causal=causal, sliding_window=window),
                        want_graph)
     assert torch.equal(predictor.predict(q, k, causal=causal, sliding_window=window), want_mask)
+
+
+def test_learned_block_parameters_are_checked_with_full_messages():
+    with pytest.raises(ValueError, match=r"^weight must be one layer's block projections "
+                                         r"\(heads, r, d\), got torch.Size\(\[2, 6\]\)$"):
+        LearnedBlockSparsefinder(torch.zeros(2, 6), 8, 1)
+    with pytest.raises(ValueError, match=r"got list$"):
+        LearnedBlockSparsefinder([1.0], 8, 1)
+    for bad in (0, True, 2.0):
+        with pytest.raises(ValueError, match=rf"^block must be an integer >= 1, got {bad!r}$"):
+            LearnedBlockSparsefinder(torch.zeros(2, 2, 6), bad, 1)
+    assert LearnedBlockSparsefinder(torch.zeros(2, 2, 6), 1, 0).block == 1
