@@ -46,6 +46,13 @@ def count_true(x: Tensor) -> Tensor:
     return torch.tensor(counts, dtype=torch.int64).reshape(lead)
 
 
+def _words(x: Tensor) -> bool:
+    """Whether bool ``x`` (..., m) can be read as int64 words of 8 keys: contiguous, a whole,
+    non-zero number of words per row and a word-aligned start."""
+    return (x.shape[-1] > 0 and x.shape[-1] % 8 == 0 and x.is_contiguous()
+            and x.storage_offset() % 8 == 0)
+
+
 def _check_mask(name: str, x: Tensor) -> None:
     if not isinstance(x, Tensor) or x.dtype != torch.bool:
         got = x.dtype if isinstance(x, Tensor) else type(x).__name__
@@ -103,8 +110,7 @@ def exact_fraction(pred: Tensor, gold: Tensor) -> Tensor:
     n = gold.shape[-2]
     if n == 0:
         return torch.ones(gold.shape[:-2], dtype=_DTYPE, device=gold.device)
-    m = gold.shape[-1]
-    if m % 8 == 0 and gold.is_contiguous() and pred.is_contiguous():
+    if _words(gold) and _words(pred):
         # 8 keys per int64 word: one AND-NOT per word instead of a bool kernel per key
         g, p = gold.view(torch.int64), pred.view(torch.int64)
         missed_row = (g & ~p).ne_(0).any(-1)

@@ -15,9 +15,11 @@ from sparsefinder.evaluation.curves import (
     CURVES,
     GROUPS,
     available_curves,
+    curve_display_name,
     curve_spec,
     register_curve,
     resolve_methods,
+    with_labels,
 )
 from sparsefinder.evaluation.frontier import pareto_frontier, recall_at_sparsity
 from sparsefinder.evaluation.sweep import score_spec, sweep
@@ -362,6 +364,10 @@ def default_curves():
     saved = dict(CURVES)
     CURVES.clear()
     curves._register_defaults()
+    first = dict(CURVES)
+    curves._register_defaults()  # again over itself: every default is replaced, none raises
+    assert CURVES.keys() == first.keys()
+    assert all(CURVES[name] is not first[name] for name in first)
     try:
         yield CURVES
     finally:
@@ -690,3 +696,65 @@ def test_skipped_points_are_summarised_once_per_curve_and_reason() -> None:
     assert skipped_summary(lines) == (
         "kmeans-routed (3 settings): codebooks are for another model; "
         "kmeans (1 setting): no k-means centroids for B=6")
+
+
+def test_curve_display_names_read_the_method_the_window_and_the_curve() -> None:
+    assert curve_display_name("distance") == "Distance (t)"
+    assert curve_display_name("distance+window") == "Distance (t) + window 3"
+    assert curve_display_name("kmeans-top2") == "k-means (B, k) · kmeans-top2"
+    assert curve_display_name("kmeans-top2+window") == "k-means (B, k) · kmeans-top2 + window 3"
+    assert curve_display_name("distance:budget") == ("Distance (t), per head, sparsity budget "
+                                                     "across heads")
+    # no curve: read as a method id (an old name too), or left as it is
+    assert curve_display_name("distance-budget") == curve_display_name("distance:budget")
+    assert curve_display_name("nope+x") == "nope+x"
+    try:  # a "+window" curve whose base is no curve, and a "+window" name without a window
+        register_curve("solo+window", "distance", [{"threshold": 1.0}], window=5)
+        register_curve("bare+window", "window", [{"window": 1}])
+        assert curve_display_name("solo+window") == "Distance (t) + window 5"
+        assert curve_display_name("bare+window") == "Window (w) · bare+window"
+    finally:
+        CURVES.pop("solo+window", None)
+        CURVES.pop("bare+window", None)
+
+
+def test_with_labels_appends_one_label_column_once() -> None:
+    frame = pd.DataFrame({"method": ["distance", "window"], "recall": [0.5, 0.25]})
+    labelled = with_labels(frame)
+    assert list(labelled.columns) == ["method", "recall", "label"]
+    assert labelled["label"].tolist() == ["Distance (t)", "Window (w)"]
+    assert "label" not in frame  # the input is left as it was
+    assert with_labels(labelled) is labelled  # already labelled: unchanged
+    no_method = pd.DataFrame({"recall": [0.5]})
+    assert with_labels(no_method) is no_method
+
+
+def test_group_names_and_all_are_never_read_as_old_method_names(recwarn) -> None:
+    from sparsefinder.methods.registry import METHODS, register_alias
+
+    try:
+        register_alias("baselines", "distance", "budget")
+        register_alias("all", "window")
+        assert resolve_methods("baselines") == GROUPS["baselines"]
+        assert resolve_methods("all") == list(CURVES)
+        assert not [w for w in recwarn if issubclass(w.category, FutureWarning)]
+    finally:
+        METHODS.aliases().pop("baselines", None)
+        METHODS.aliases().pop("all", None)
+
+
+def test_available_curves_build_layer_zero_and_curve_spec_of_a_single_point(records) -> None:
+    one_layer = HeadProjections(weight=torch.randn(1, HEADS, R, D), bias=torch.zeros(1, HEADS, R),
+                                model_id="synthetic", alpha=1.5,
+                                centroids={2: torch.randn(1, HEADS, 2, R)})
+    try:  # a one-layer file builds every point (the check builds layer 0, which always exists)
+        register_curve("kmeans2-test", "kmeans", [{"n_clusters": 2, "top_k": 1}])
+        available, skipped = available_curves(one_layer, ["kmeans2-test", "distance"])
+        assert available == ["kmeans2-test", "distance"] and skipped == {}
+        register_curve("single-test", "distance", [{"threshold": 2.0}], window=7)
+        spec = curve_spec("single-test", {"threshold": 0.5})
+        assert spec.method == "distance" and spec.window == 7
+        assert spec.param_dict == {"threshold": 0.5}
+    finally:
+        CURVES.pop("single-test", None)
+        CURVES.pop("kmeans2-test", None)

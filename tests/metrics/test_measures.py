@@ -236,3 +236,115 @@ def test_block_graph_fast_path_equals_the_definition(block):
                 expected[:, i, j] = mask[:, i * block:(i + 1) * block,
                                          j * block:(j + 1) * block].flatten(1).any(-1)
         assert torch.equal(tiles, expected)
+
+
+# ---------------------------------------------------------------- edges of the fast paths
+
+
+def _tiles_by_definition(mask: torch.Tensor, block: int) -> torch.Tensor:
+    *lead, n, m = mask.shape
+    nb, mb = -(-n // block), -(-m // block)
+    expected = torch.zeros(*lead, nb, mb, dtype=torch.bool)
+    for i in range(nb):
+        for j in range(mb):
+            expected[..., i, j] = mask[..., i * block:(i + 1) * block,
+                                       j * block:(j + 1) * block].flatten(-2).any(-1)
+    return expected
+
+
+@pytest.mark.parametrize("block", [8, 9, 18, 72])
+def test_block_graph_with_more_leading_axes_and_whole_query_tiles(block):
+    gen = torch.Generator().manual_seed(block + 1)
+    # (layers, heads, n, m): n a whole number of tiles and m not, and both whole
+    for n, m in ((block * 2, block + 3), (block * 2, block * 3)):
+        mask = torch.rand(2, 3, n, m, generator=gen) < 0.02
+        assert torch.equal(block_graph(mask, block), _tiles_by_definition(mask, block))
+
+
+@pytest.mark.parametrize("offset", [1, 8, 9])
+def test_block_graph_of_a_view_at_any_storage_offset(offset):
+    gen = torch.Generator().manual_seed(offset)
+    base = torch.rand(offset + 2 * 32 * 32, generator=gen) < 0.02
+    mask = base[offset:].view(2, 32, 32)  # contiguous, but not aligned to an int64 word
+    assert torch.equal(block_graph(mask, 16), _tiles_by_definition(mask, 16))
+
+
+def test_block_graph_refuses_a_bool_or_float_block():
+    with pytest.raises(ValueError, match=r"^block must be an integer >= 1, got True$"):
+        block_graph(GOLD, True)
+    with pytest.raises(ValueError, match=r"^block must be an integer >= 1, got 2.0$"):
+        block_graph(GOLD, 2.0)
+
+
+def test_block_recall_of_a_single_gold_tile():
+    gold = torch.zeros(1, 4, 4, dtype=torch.bool)
+    gold[0, 0, 0] = True  # one gold tile of 2
+    pred = torch.zeros_like(gold)
+    pred[0, 3, 3] = True
+    assert block_recall(pred, gold, 2).tolist() == [0.0]
+    assert block_recall(gold, gold, 2).tolist() == [1.0]
+
+
+def test_exact_fraction_with_more_leading_axes_and_word_sized_queries():
+    gen = torch.Generator().manual_seed(9)
+    for n, m in ((8, 5), (16, 8), (5, 16)):  # only m decides the word path
+        gold = torch.rand(2, 3, n, m, generator=gen) < 0.3
+        pred = gold & (torch.rand(2, 3, n, m, generator=gen) < 0.9)
+        expected = 1.0 - (gold & ~pred).any(-1).double().mean(-1)
+        assert torch.allclose(exact_fraction(pred, gold), expected)
+    empty = torch.zeros(2, 0, 3, dtype=torch.bool)
+    assert exact_fraction(empty, empty).tolist() == [1.0, 1.0]
+    no_keys = torch.zeros(2, 3, 0, dtype=torch.bool)  # rows without keys have no gold edge
+    assert exact_fraction(no_keys, no_keys).tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("offset", [1, 3, 8, 9])
+def test_exact_fraction_of_views_at_any_storage_offset(offset):
+    gen = torch.Generator().manual_seed(offset)
+
+    def view(density: float) -> torch.Tensor:  # contiguous, starting `offset` bytes in
+        return (torch.rand(offset + 2 * 5 * 16, generator=gen) < density)[offset:].view(2, 5, 16)
+
+    gold, pred = view(0.3), view(0.6)
+    for p in (pred, pred | gold):
+        expected = 1.0 - (gold & ~p).any(-1).double().mean(-1)
+        assert torch.allclose(exact_fraction(p, gold), expected)
+    # a 3-d mask whose query count (not its key count) is a whole number of words
+    gold, pred = torch.rand(3, 8, 5, generator=gen) < 0.3, torch.rand(3, 8, 5, generator=gen) < 0.6
+    assert torch.allclose(exact_fraction(pred, gold),
+                          1.0 - (gold & ~pred).any(-1).double().mean(-1))
+
+
+def test_mass_recall_keeps_double_precision_and_partial_mass():
+    probs = torch.tensor([[[1 / 3, 2 / 3]]], dtype=torch.float64)
+    pred = _mask([[1, 0]])
+    assert mass_recall(pred, probs).item() == 1 / 3  # exact in float64
+    partial = torch.tensor([[[0.2, 0.3]]])  # rows need not sum to 1: a share of the total
+    assert mass_recall(pred, partial).tolist() == [pytest.approx(0.4)]
+
+
+def test_messages_name_the_bad_argument():
+    with pytest.raises(ValueError, match=r"^pred must be a bool tensor \(heads, n, m\), got "
+                                         r"torch.float32; for probabilities pass `pred > 0`$"):
+        precision(GOLD.float(), GOLD)
+    with pytest.raises(ValueError, match=r"^gold must be a bool tensor \(heads, n, m\), got "
+                                         r"torch.float32; for probabilities pass `gold > 0`$"):
+        exact_fraction(GOLD, GOLD.float())
+    with pytest.raises(ValueError, match=r"^pred must be a bool tensor"):
+        mass_recall(GOLD.float(), GOLD.float())
+    with pytest.raises(ValueError, match=r"^probs must be a float tensor \(heads, n, m\) of "
+                                         r"attention probabilities; records give them via "
+                                         r"record\.layers\[l\]\.probs\(\)$"):
+        mass_recall(GOLD, GOLD)
+
+
+def test_metrics_stay_on_the_inputs_device():
+    """The 'meta' device stands in for a GPU: every result and every mask the metrics build
+    must live where the inputs are (a CPU mask there would fail or move the result)."""
+    meta = torch.zeros(2, 5, 5, dtype=torch.bool, device="meta")
+    none = torch.zeros(2, 0, 5, dtype=torch.bool, device="meta")
+    results = [precision(meta, meta, causal=True), block_recall(meta, meta, 2, causal=True),
+               exact_fraction(none, none), block_graph(none, 2),
+               mass_recall(meta, torch.zeros(2, 5, 5, device="meta"))]
+    assert [r.device.type for r in results] == ["meta"] * 5
+    assert [tuple(r.shape) for r in results] == [(2,), (2,), (2,), (2, 0, 3), (2,)]

@@ -567,3 +567,144 @@ def test_training_on_cuda_matches_the_cpu(records: list[AttentionRecord]) -> Non
     gpu = train_projections(records, rank=2, seed=3, device="cuda")
     assert gpu.weight.device.type == "cpu"  # results come back to the CPU
     torch.testing.assert_close(gpu.weight, cpu.weight, atol=1e-3, rtol=1e-3)
+
+
+# ---------------------------------------------------------------- the hinge's init and edges
+
+
+@pytest.mark.parametrize("scale", [0.01, 3.0])
+def test_discriminative_init_solves_the_generalised_eigenproblem(scale: float) -> None:
+    """Rows w: C_P-orthonormal up to margin/rank (with the documented ridge) and spanning the
+    top generalised eigenvalues of C_N v = λ C_P v, found here without a Cholesky factor."""
+    from sparsefinder.projections.hinge import _solve_init
+
+    gen = torch.Generator().manual_seed(3)
+    heads, d, rank, margin = 2, 5, 2, 3.0
+    a, b = (torch.randn(heads, d, 2 * d, generator=gen, dtype=torch.float64) for _ in range(2))
+    c_pos, c_neg = scale * a @ a.transpose(1, 2) / d, b @ b.transpose(1, 2) / d
+    w = _solve_init(c_pos, c_neg, rank, margin).double()
+    assert w.shape == (heads, rank, d) and _solve_init(c_pos, c_neg, rank, margin).dtype \
+        == torch.float32
+    ridge = 1e-4 * c_pos.diagonal(dim1=-2, dim2=-1).mean(-1)
+    b_mat = c_pos + ridge[:, None, None] * torch.eye(d, dtype=torch.float64)
+    lam = torch.linalg.eigvals(torch.linalg.solve(b_mat, c_neg)).real.sort(-1).values
+    for h in range(heads):
+        gram = w[h] @ b_mat[h] @ w[h].T
+        torch.testing.assert_close(gram, margin / rank * torch.eye(rank, dtype=torch.float64),
+                                   rtol=1e-4, atol=1e-4 * margin)
+        top = w[h] @ c_neg[h] @ w[h].T
+        torch.testing.assert_close(top, margin / rank * torch.diag(lam[h, -rank:]),
+                                   rtol=1e-4, atol=1e-4 * float(top.abs().max()))
+
+
+def test_discriminative_init_puts_positives_at_the_margin(records: list[AttentionRecord]) -> None:
+    """With a negligible learning rate the weights are the init: the mean projected squared
+    distance of the positives is the margin (up to the ridge and repeated sample rows)."""
+    for init, near in (("discriminative", True), ("random", False)):
+        proj = train_projections(records, rank=2, margin=50.0, lr=1e-9, batch_size=4096,
+                                 init=init)
+        for layer in range(LAYERS):
+            pairs = _layer_pairs(records, layer)
+            delta = pairs.q_table[pairs.q_row] - pairs.k_table[pairs.k_row]
+            w = proj.weight[layer][pairs.head]  # (P, r, d)
+            sq = (w @ delta[..., None]).square().sum((1, 2))
+            means = torch.stack([sq[pairs.head == h].mean() for h in range(HEADS)])
+            assert bool(((means - 50.0).abs() < 5.0).all()) == near, (init, means)
+    # ... and the learning rate given is the one the steps use: more epochs barely move layer
+    # 0 (layer 1's random init is drawn after layer 0's epochs, so it differs)
+    longer = train_projections(records, rank=2, margin=50.0, lr=1e-9, batch_size=4096,
+                               init="random", epochs=4)
+    assert (longer.weight[0] - proj.weight[0]).abs().max() < 1e-6
+
+
+def test_random_init_is_drawn_from_the_seeded_generator(records: list[AttentionRecord]) -> None:
+    a = train_projections(records, rank=2, batch_size=64, seed=5, init="random")
+    b = train_projections(records, rank=2, batch_size=64, seed=5, init="random")
+    assert torch.equal(a.weight, b.weight)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_manual_gradient_in_double_precision_and_at_an_exact_tie(dtype: torch.dtype) -> None:
+    from sparsefinder.projections.hinge import _hinge_grad
+    from sparsefinder.projections.pairs import _LayerPairs
+
+    gen = torch.Generator().manual_seed(4)
+    heads, tokens, d, r, size, num = 2, 30, 6, 3, 15, 3  # 2 / (size·num) is no binary fraction
+    q_table = torch.randn(heads * tokens, d, generator=gen, dtype=dtype)
+    k_table = torch.randn(heads * tokens, d, generator=gen, dtype=dtype)
+    pairs = _LayerPairs(q_table, k_table, *([None] * 8))
+    q_rows, k_rows = (torch.randint(0, heads * tokens, (heads, size), generator=gen)
+                      for _ in range(2))
+    n_rows = torch.randint(0, heads * tokens, (heads, size, num), generator=gen)
+    w0 = torch.randn(heads, r, d, generator=gen, dtype=dtype) * 0.5
+    grad, loss = _hinge_grad(pairs, q_rows, k_rows, n_rows, w0, 1.0)
+    reference = w0.clone().requires_grad_()
+    q = q_table[q_rows]
+    pos = (torch.einsum("hrd,hbd->hbr", reference, q - k_table[k_rows]) ** 2).sum(-1)
+    neg = (torch.einsum("hrd,hbkd->hbkr", reference, q[:, :, None] - k_table[n_rows]) ** 2)
+    hinge = torch.relu(1.0 + pos[..., None] - neg.sum(-1)).mean((1, 2))
+    hinge.sum().backward()
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    torch.testing.assert_close(grad, reference.grad, rtol=tol, atol=tol)
+    assert grad.dtype == dtype
+    # A hinge exactly at 0 (q = k_P, ‖W Δ_N‖² = ω) is inactive: no gradient, as relu'(0) = 0.
+    tie = _LayerPairs(torch.zeros(1, 2, dtype=dtype),
+                      torch.tensor([[0.0, 0.0], [1.0, 0.0]], dtype=dtype), *([None] * 8))
+    row0 = torch.zeros(1, 1, dtype=torch.long)
+    grad, loss = _hinge_grad(tie, row0, row0, torch.ones(1, 1, 1, dtype=torch.long),
+                             torch.eye(2, dtype=dtype)[None], 1.0)
+    assert torch.equal(grad, torch.zeros(1, 2, 2, dtype=dtype)) and float(loss) == 0.0
+
+
+def test_softmax_layers_are_left_untrained_and_listed(records: list[AttentionRecord]) -> None:
+    from dataclasses import replace
+
+    mixed = [replace(r, layers=[r.layers[0], replace(r.layers[1], alpha=1.0)]) for r in records]
+    proj = train_projections(mixed, rank=2, batch_size=64)
+    meta = proj.metadata
+    assert meta["softmax_layers"] == [1] and meta["objective"] == "paper"
+    assert torch.equal(proj.weight[1], torch.zeros(HEADS, 2, D))
+    assert torch.equal(proj.bias[1], torch.zeros(HEADS, 2))
+    assert meta["positives_per_layer"] == [int(_layer_pairs(mixed, 0).head.numel()), 0]
+    assert proj.weight[0].abs().sum() > 0
+    assert "softmax_layers" not in train_projections(records, rank=2, batch_size=64).metadata
+
+
+def test_bias_centres_every_record_also_the_held_out_ones(records: list[AttentionRecord]) -> None:
+    from sparsefinder.projections.trainer import EarlyStop
+
+    proj = train_projections(records, rank=2, batch_size=32, epochs=2,
+                             early_stop=EarlyStop(held_out=0.34, min_delta=1e9))
+    for layer in range(LAYERS):
+        tokens = torch.cat([r.layers[layer].queries for r in records]
+                           + [r.layers[layer].keys for r in records], dim=1)
+        assert proj.project(layer, tokens).mean(1).abs().max() < 1e-4
+
+
+def test_hinge_objective_defaults_refuse_dense_heads_and_centre_its_records(
+        records: list[AttentionRecord]) -> None:
+    from sparsefinder.projections.hinge import HingeObjective
+    from sparsefinder.projections.trainer import Trainer
+
+    def objective(recs: list[AttentionRecord]) -> HingeObjective:
+        return HingeObjective(recs, heads=HEADS, batch_size=64, negatives_per_positive=1,
+                              seed=0, rank=2, d=D, margin=1.0, init="random")
+
+    done = Trainer(epochs=1).fit(objective(records[:3]), LAYERS)
+    for layer, result in enumerate(done):
+        tokens = torch.cat([r.layers[layer].queries for r in records[:3]]
+                           + [r.layers[layer].keys for r in records[:3]], dim=1)
+        centred = result["weight"] @ tokens.mean(1)[..., None] + result["bias"][..., None]
+        assert centred.abs().max() < 1e-4
+    dense = [AttentionRecord(text=r.text, tokens=r.tokens, offsets=r.offsets, special=r.special,
+                             causal=r.causal, layers=[
+                                 LayerGraph(g.queries, g.keys, torch.ones_like(g.gold),
+                                            torch.ones(g.gold.numel()), g.scaling)
+                                 for g in r.layers]) for r in records[:3]]
+    with pytest.raises(ValueError, match=r"attend to every key"):
+        Trainer(epochs=1).fit(objective(dense), LAYERS)
+
+
+def test_training_prints_nothing_by_default(records: list[AttentionRecord], capsys) -> None:
+    train_projections(records[:2], rank=2, batch_size=64)
+    assert capsys.readouterr().err == ""
