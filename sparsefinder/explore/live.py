@@ -92,10 +92,13 @@ def spec_for(state: ViewState, prepared: PreparedText) -> PredictorSpec:
 
 
 def predict(prepared: PreparedText, spec: PredictorSpec) -> list[Tensor]:
-    """Predicted bool masks (heads, n, n) of every layer of the prepared text."""
+    """Predicted bool masks (heads, n, n) of every layer of the prepared text, read-only: a
+    window/global pattern is one (n, n) mask broadcast over the heads (``shared``), which
+    the scorer reads once per layer, so a slider move on a long text costs no per-head n²
+    work (the numbers are the same)."""
     predictors = spec.build_layers(prepared.projections_for(spec.method_id), prepared.num_layers,
                                    prepared.fitted(spec.method_id))
-    return predict_record(spec, predictors, prepared.inputs_for(spec.method_id))
+    return predict_record(spec, predictors, prepared.inputs_for(spec.method_id), shared=True)
 
 
 def score(prepared: PreparedText, preds: Sequence[Tensor]) -> GraphScores:
