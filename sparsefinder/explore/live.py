@@ -136,6 +136,14 @@ def representative_head(scores: GraphScores) -> tuple[int, int]:
     return divmod(flat, int(scores.recall.shape[1]))
 
 
+def softmax_layers(scores: GraphScores) -> list[int]:
+    """The layers that ran softmax (α = 1, dense gold graphs), as the sweep lists them: the
+    ones ``scores.counted`` leaves out of overall values."""
+    if scores.counted is None:
+        return []
+    return [index for index, counted in enumerate(scores.counted.tolist()) if not counted]
+
+
 def summarize(scores: GraphScores, layer: int, head: int) -> dict[str, Summary]:
     """Head, layer (mean over heads) and model (mean over layers of layer means) values.
 

@@ -128,3 +128,16 @@ def test_one_mask_given_to_layers_of_different_windows_is_cut_per_layer(records)
     for metric, values in expected.metrics().items():
         assert torch.equal(got.metrics()[metric], values), metric
     assert got.precision[0, 0] != got.precision[1, 0]
+
+
+def test_softmax_layers_score_alike_and_are_named(sparse_modernbert_records):
+    """SparseModernBERT's softmax local layers (dense gold graphs): same numbers on the fast
+    path, and the layers the Explorer greys are the ones the sweep leaves out."""
+    prepared = prep.prepare(sparse_modernbert_records[1])
+    spec = PredictorSpec.of("fixed", window=5, global_tokens=("first",))
+    got = live.score(prepared, live.predict(prepared, spec))
+    expected = prepared.scorer.score(_per_head(prepared, spec))
+    for metric, values in expected.metrics().items():
+        assert torch.equal(got.metrics()[metric], values), metric
+    assert live.softmax_layers(got) == [1, 2]
+    assert live.softmax_layers(type(got)(recall=got.recall, sparsity=got.sparsity)) == []
