@@ -140,7 +140,7 @@ def measure(port: int, moves: int, method: str, model: str | None = None,
                 "document.querySelectorAll('.js-plotly-plot').length >= 3", timeout=600_000)
         page.wait_for_function(
             "document.querySelectorAll('.js-plotly-plot').length >= 2 && "
-            "document.querySelectorAll('[data-testid=\"stMetricValue\"]').length >= 9",
+            "document.querySelectorAll('[data-testid=\"stMetricValue\"]').length >= 6",
             timeout=300_000)
         time.sleep(2)
         thumb = (page.locator("[data-testid='stSlider']").filter(has_text="Window size")

@@ -51,6 +51,9 @@ def _head_picker(ctx: shell.AppContext) -> None:
                    width="stretch", help="Next head")
 
 
+#: Under the grid when the model has softmax layers (grey, crossed cells).
+_SOFTMAX_NOTE = ("Grey, crossed: {layers} ran softmax (α = 1), so every allowed pair is a gold "
+                 "edge: nothing sparse to predict there.")
 #: The gold sparsity is shown under each sparsity metric, as its delta: "gold 0.944".
 GOLD_PREFIX = "gold "
 _EXTRA_LABELS = {"precision": "precision", "exact_fraction": "exact rows",
@@ -159,9 +162,12 @@ def _explorer() -> None:
         metric = shell.view_state().overview
         st.markdown(f"**All layers × heads** · coloured by {metric}; click a cell to open it")
         values = getattr(scores, metric).numpy()
-        st.plotly_chart(graph_figures.overview_figure(values, metric, (layer, head)),
+        softmax = live.softmax_layers(scores)
+        st.plotly_chart(graph_figures.overview_figure(values, metric, (layer, head), softmax),
                         config=common_figures.chart_config(f"overview_{metric}"), key="w_overview",
                         on_select=_pick_from_grid, selection_mode="points")
+        if softmax:
+            st.caption(_SOFTMAX_NOTE.format(layers=", ".join(f"L{i}" for i in softmax)))
     with dl_col:
         st.caption("Data behind the figures")
         st.download_button(
@@ -335,7 +341,7 @@ def _model_view(prepared: prep.PreparedText, preds, scores, state) -> None:
     codes = tables.heads_codes(prepared.record, preds, kind)
     values = getattr(scores, state.overview).numpy()
     st.plotly_chart(thumbnails.heads_figure(codes, kind, (state.layer, state.head), values,
-                                            state.overview),
+                                            state.overview, live.softmax_layers(scores)),
                     config=common_figures.chart_config(f"model_view_{kind}"),
                     key="w_model_view", on_select=_pick_from_mosaic, selection_mode="points")
     st.caption("Click a tile to open that head. Diff colours as above.")

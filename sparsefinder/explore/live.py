@@ -92,10 +92,13 @@ def spec_for(state: ViewState, prepared: PreparedText) -> PredictorSpec:
 
 
 def predict(prepared: PreparedText, spec: PredictorSpec) -> list[Tensor]:
-    """Predicted bool masks (heads, n, n) of every layer of the prepared text."""
+    """Predicted bool masks (heads, n, n) of every layer of the prepared text, read-only: a
+    window/global pattern is one (n, n) mask broadcast over the heads (``shared``), which
+    the scorer reads once per layer, so a slider move on a long text costs no per-head n²
+    work (the numbers are the same)."""
     predictors = spec.build_layers(prepared.projections_for(spec.method_id), prepared.num_layers,
                                    prepared.fitted(spec.method_id))
-    return predict_record(spec, predictors, prepared.inputs_for(spec.method_id))
+    return predict_record(spec, predictors, prepared.inputs_for(spec.method_id), shared=True)
 
 
 def score(prepared: PreparedText, preds: Sequence[Tensor]) -> GraphScores:
@@ -131,6 +134,14 @@ def representative_head(scores: GraphScores) -> tuple[int, int]:
     distance = ((points - centre) / spread).square().sum(-1)
     flat = int(distance.flatten().argmin())
     return divmod(flat, int(scores.recall.shape[1]))
+
+
+def softmax_layers(scores: GraphScores) -> list[int]:
+    """The layers that ran softmax (α = 1, dense gold graphs), as the sweep lists them: the
+    ones ``scores.counted`` leaves out of overall values."""
+    if scores.counted is None:
+        return []
+    return [index for index, counted in enumerate(scores.counted.tolist()) if not counted]
 
 
 def summarize(scores: GraphScores, layer: int, head: int) -> dict[str, Summary]:

@@ -28,6 +28,8 @@ LONG_TEXT = 512
 DEFAULT_WINDOW = 256
 #: Cells per side of a block overview, at most.
 OVERVIEW_CELLS = 64
+_BYTES = 0x00FF00FF00FF00FF  # the even bytes of an int64 word
+_SHORTS = 0x0000FFFF0000FFFF  # its even 16-bit lanes
 
 
 def default_window(n: int, size: int = DEFAULT_WINDOW) -> tuple[int, int]:
@@ -106,14 +108,50 @@ class BlockOverview:
         return torch.where(self.gold > 0, self.hits / self.gold.clamp(min=1), torch.nan)
 
 
+def _padded(mask: Tensor, block: int) -> Tensor:
+    """``mask`` (n, m) padded with False to whole blocks, contiguous."""
+    n, m = mask.shape
+    nb, mb = -(-n // block), -(-m // block)
+    if nb * block != n or mb * block != m:
+        mask = torch.nn.functional.pad(mask, (0, mb * block - m, 0, nb * block - n))
+    return mask.contiguous()
+
+
+def _words(mask: Tensor, block: int) -> Tensor | None:
+    """int64 (N, M / 8) of the padded mask, 8 keys (0/1 bytes) per word; None when a block
+    is not a whole number of words."""
+    if block % 8:
+        return None
+    padded = _padded(mask, block)
+    if padded.storage_offset() % 8:  # a head of a larger tensor, not word-aligned
+        padded = padded.clone()
+    return padded.view(torch.int64)
+
+
+def _word_counts(words: Tensor, block: int) -> Tensor:
+    """int64 (nb, mb) pair counts per block from :func:`_words`. The block's rows are summed
+    first, word by word (each byte is 0/1, so a byte holds a row count <= 255 without
+    carrying into the next), then each word's 8 byte counts are added in 16- and 32-bit
+    lanes: one pass over the mask with no (n, m) temporary, ~10x fewer elements after it."""
+    rows, cols = words.shape
+    chunk = max(c for c in range(1, min(block, 255) + 1) if block % c == 0)
+    partial = words.view(rows // chunk, chunk, cols).sum(1)
+    lanes = (partial & _BYTES) + ((partial >> 8) & _BYTES)  # 16-bit lanes, each <= 510
+    lanes = (lanes & _SHORTS) + ((lanes >> 16) & _SHORTS)  # 32-bit lanes
+    per_word = (lanes & 0xFFFFFFFF) + (lanes >> 32)
+    return per_word.view(rows // block, block // chunk, cols * 8 // block, block // 8).sum(
+        (1, 3))
+
+
 def _block_counts(mask: Tensor, block: int) -> Tensor:
     """int64 (nb, mb) pair counts per block: keys summed first along the contiguous axis
     (as uint8 bytes), then query rows; ~10x faster than one sum over a 4-d view."""
-    n, m = mask.shape
-    nb, mb = -(-n // block), -(-m // block)
-    padded = torch.nn.functional.pad(mask, (0, mb * block - m, 0, nb * block - n))
-    per_row = padded.contiguous().view(torch.uint8).view(nb * block, mb, block).sum(
-        -1, dtype=torch.int32)
+    words = _words(mask, block)
+    if words is not None:
+        return _word_counts(words, block)
+    padded = _padded(mask, block)
+    nb, mb = padded.shape[0] // block, padded.shape[1] // block
+    per_row = padded.view(torch.uint8).view(nb * block, mb, block).sum(-1, dtype=torch.int32)
     return per_row.view(nb, block, mb).sum(1, dtype=torch.int64)
 
 
@@ -123,5 +161,10 @@ def block_overview(gold: Tensor, pred: Tensor, block: int | None = None) -> Bloc
         raise ValueError(f"gold {tuple(gold.shape)} and pred {tuple(pred.shape)} must be the "
                          "same (n, m) masks of one head")
     size = block or block_size(max(gold.shape))
+    gold_words, pred_words = _words(gold, size), _words(pred, size)
+    if gold_words is not None and pred_words is not None:  # hits: one AND per word
+        return BlockOverview(size, _word_counts(gold_words, size),
+                             _word_counts(pred_words, size),
+                             _word_counts(gold_words & pred_words, size))
     return BlockOverview(size, _block_counts(gold, size), _block_counts(pred, size),
                          _block_counts(gold & pred, size))

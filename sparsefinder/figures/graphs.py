@@ -254,33 +254,57 @@ def mark_pair(fig: go.Figure, row: int, col: int, label: str) -> go.Figure:
     return fig
 
 
-def overview_figure(values: np.ndarray, metric: str, selected: tuple[int, int]) -> go.Figure:
+#: Fill of a softmax layer's cells: grey, crossed (its dense gold graph is not a finding).
+SOFTMAX_CELL = "#d4d4d4"
+
+
+def layer_labels(layers: int, softmax_layers: Sequence[int] = ()) -> list[str]:
+    """Axis labels ``L0``, ``L1 softmax``, …: a softmax layer (α = 1) is named as such."""
+    softmax = {int(i) for i in softmax_layers}
+    return [f"L{i} softmax" if i in softmax else f"L{i}" for i in range(layers)]
+
+
+def overview_figure(values: np.ndarray, metric: str, selected: tuple[int, int],
+                    softmax_layers: Sequence[int] = ()) -> go.Figure:
     """Clickable layer × head grid coloured by a metric; the chosen head is outlined.
 
     Drawn as square scatter markers rather than a heatmap: scatter points are selectable,
-    so a click reaches the app through ``on_select``.
+    so a click reaches the app through ``on_select``. The cells of ``softmax_layers`` (α = 1:
+    every allowed pair is a gold edge) are grey and crossed, and the axis says "softmax", so
+    a dense layer reads as the model's choice, not as a predictor's result.
     """
     layers, heads = values.shape
     grid_l, grid_h = np.meshgrid(np.arange(layers), np.arange(heads), indexing="ij")
+    dense = np.isin(grid_l, [int(i) for i in softmax_layers])
     size = 28
+    hover = f"layer %{{y}} · head %{{x}}<br>{metric} %{{marker.color:.3f}}<extra></extra>"
     data = [
-        dict(type="scatter", x=grid_h.ravel(), y=grid_l.ravel(), mode="markers",
-             marker=dict(symbol="square", size=size, color=values.ravel(),
+        dict(type="scatter", x=grid_h[~dense].tolist(), y=grid_l[~dense].tolist(),
+             mode="markers",
+             marker=dict(symbol="square", size=size, color=values[~dense].tolist(),
                          colorscale="Viridis", cmin=0.0, cmax=1.0,
                          colorbar=dict(title=dict(text=metric), thickness=10)),
-             hovertemplate=f"layer %{{y}} · head %{{x}}<br>{metric} %{{marker.color:.3f}}"
-                           "<extra></extra>"),
-        dict(type="scatter", x=[selected[1]], y=[selected[0]], mode="markers",
-             hoverinfo="skip",
-             marker=dict(symbol="square-open", size=size + 6, color="crimson",
-                         line=dict(width=3))),
+             hovertemplate=hover),
     ]
+    if dense.any():
+        data.append(dict(
+            type="scatter", x=grid_h[dense].tolist(), y=grid_l[dense].tolist(),
+            mode="markers", customdata=values[dense].tolist(),
+            marker=dict(symbol="square-x", size=size, color=SOFTMAX_CELL,
+                        line=dict(color="grey", width=1)),
+            hovertemplate=(f"layer %{{y}} · head %{{x}}<br>softmax layer (α = 1): every pair "
+                           f"is a gold edge<br>{metric} %{{customdata:.3f}}<extra></extra>")))
+    data.append(dict(type="scatter", x=[selected[1]], y=[selected[0]], mode="markers",
+                     hoverinfo="skip",
+                     marker=dict(symbol="square-open", size=size + 6, color="crimson",
+                                 line=dict(width=3))))
     layout = dict(
         height=50 + layers * (size + 14),
         margin=dict(l=10, r=10, t=10, b=10), showlegend=False,
         xaxis=dict(title=dict(text="head"), tickmode="linear", dtick=1,
                    range=[-0.6, heads - 0.4]),
-        yaxis=dict(title=dict(text="layer"), tickmode="linear", dtick=1,
+        yaxis=dict(title=dict(text="layer"), tickmode="array", tickvals=list(range(layers)),
+                   ticktext=layer_labels(layers, softmax_layers), automargin=True,
                    range=[layers - 0.4, -0.6]),
         plot_bgcolor="white",
     )

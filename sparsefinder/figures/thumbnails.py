@@ -8,6 +8,8 @@ the hover text and the click that opens the head.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import plotly.graph_objects as go
 
@@ -18,12 +20,13 @@ from sparsefinder.figures.common import (
     fast_figure,
     png_data_uri,
 )
-from sparsefinder.figures.graphs import pool
+from sparsefinder.figures.graphs import layer_labels, pool
 
 #: Longest tile side in pixels; longer matrices are pooled down to it.
 TILE_PIXELS = 48
 _GAP = 3
 _WHITE, _GAP_GREY = (255, 255, 255), (210, 210, 210)
+_SOFTMAX_VEIL = "rgba(128, 128, 128, 0.45)"  # over a softmax layer's row: greyed
 #: code → colour per view: graphs are 0/1, diffs 0–3 (TP, FN, FP); code 4 is the gap.
 PALETTES = {
     "gold": [_WHITE, GOLD_COLOR, _WHITE, _WHITE, _GAP_GREY],
@@ -46,9 +49,11 @@ def mosaic(codes: np.ndarray, kind: str) -> tuple[np.ndarray, int]:
 
 
 def heads_figure(codes: np.ndarray, kind: str, selected: tuple[int, int],
-                 values: np.ndarray | None = None, metric: str = "") -> go.Figure:
+                 values: np.ndarray | None = None, metric: str = "",
+                 softmax_layers: Sequence[int] = ()) -> go.Figure:
     """Mosaic of every head's graph (``kind``: gold, predicted or diff); the selected head is
-    outlined; hover names the head (and ``metric`` from ``values`` (layers, heads))."""
+    outlined; hover names the head (and ``metric`` from ``values`` (layers, heads)). The rows
+    of ``softmax_layers`` (α = 1, dense gold graphs) are greyed and labelled "softmax"."""
     if kind not in PALETTES:
         raise ValueError(f"kind must be one of {list(PALETTES)}, got {kind!r}")
     layers, heads = codes.shape[:2]
@@ -59,8 +64,9 @@ def heads_figure(codes: np.ndarray, kind: str, selected: tuple[int, int],
     grid_l, grid_h = np.repeat(np.arange(layers), heads), np.tile(np.arange(heads), layers)
     extra = ([f"<br>{metric} {v:.3f}" for v in values.ravel()] if values is not None
              else [""] * (layers * heads))
-    text = [f"layer {lay} · head {hd}{e}" for lay, hd, e in zip(grid_l, grid_h, extra,
-                                                                strict=True)]
+    softmax = {int(i) for i in softmax_layers}
+    text = [f"layer {lay} · head {hd}{' · softmax layer (α = 1)' if lay in softmax else ''}{e}"
+            for lay, hd, e in zip(grid_l, grid_h, extra, strict=True)]
     sel_l, sel_h = selected
     data = [
         dict(type="image", source=png_data_uri(image, PALETTES[kind]), x0=0, dx=1, y0=0, dy=1,
@@ -79,8 +85,12 @@ def heads_figure(codes: np.ndarray, kind: str, selected: tuple[int, int],
                    ticktext=[f"h{h}" for h in range(heads)], side="top"),
         yaxis=dict(range=[image.shape[0], -1], showgrid=False, zeroline=False,
                    tickmode="array", tickvals=(np.arange(layers) * step + tile / 2).tolist(),
-                   ticktext=[f"L{lay}" for lay in range(layers)], scaleanchor="x"),
-        shapes=[dict(type="rect", x0=sel_h * step - 1.5, x1=sel_h * step + tile + 0.5,
+                   ticktext=layer_labels(layers, softmax), automargin=True,
+                   scaleanchor="x"),
+        shapes=[*(dict(type="rect", x0=-1, x1=width, y0=lay * step - 1, y1=lay * step + tile,
+                       fillcolor=_SOFTMAX_VEIL, line=dict(width=0))
+                  for lay in sorted(softmax)),
+                dict(type="rect", x0=sel_h * step - 1.5, x1=sel_h * step + tile + 0.5,
                      y0=sel_l * step - 1.5, y1=sel_l * step + tile + 0.5,
                      line=dict(color="crimson", width=2))],
     )

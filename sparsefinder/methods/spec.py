@@ -31,9 +31,9 @@ from sparsefinder.methods.registry import (
     method_id,
     resolve_method,
 )
-from sparsefinder.predictors.base import Predictor, honours_window
+from sparsefinder.predictors.base import Predictor, check_shapes, honours_window
 from sparsefinder.predictors.global_tokens import GlobalTokens
-from sparsefinder.predictors.union import Union
+from sparsefinder.predictors.union import Union, reads_shapes_only, shared_union
 from sparsefinder.predictors.window import Window
 
 if TYPE_CHECKING:
@@ -219,32 +219,68 @@ class RecordInputs:
 
 @torch.inference_mode()
 def predict_record(spec: PredictorSpec, predictors: Sequence[Predictor | None],
-                   vectors: RecordInputs) -> list[Tensor]:
+                   vectors: RecordInputs, *, shared: bool = False) -> list[Tensor]:
     """Bool (heads, n, m) masks of every layer of one record, from per-layer predictors built
     from ``spec`` (see :meth:`PredictorSpec.build_layers`); an absent predictor predicts the
     empty graph. A sliding-window layer's prediction is cut to its window, as the model's
-    own mask cuts its attention."""
+    own mask cuts its attention. ``shared``: see :func:`predict_layer` (read-only masks)."""
     record = vectors.record
     if len(predictors) != record.num_layers:
         raise ValueError(f"got predictors for {len(predictors)} layers, the record has "
                          f"{record.num_layers}")
     masks = []
+    patterns: list[tuple[Predictor, Tensor]] = []  # shared patterns, reused across layers
+    cut: dict[tuple[int, int | None], Tensor] = {}  # (pattern, window) → the layer's mask
     for layer, predictor in enumerate(predictors):
+        gold, window = record.layers[layer].gold, record.layers[layer].sliding_window
         if predictor is None:
-            masks.append(torch.zeros_like(record.layers[layer].gold))
+            masks.append(torch.zeros(gold.shape[1:], dtype=torch.bool,
+                                     device=gold.device).expand(gold.shape) if shared
+                         else torch.zeros_like(gold))
+            continue
+        if shared and reads_shapes_only(predictor):  # one mask per kind of layer
+            n, m = gold.shape[1:]
+            index = next((i for i, (p, _) in enumerate(patterns) if p == predictor), None)
+            if index is None:
+                index = len(patterns)
+                patterns.append((predictor, shared_union(predictor, n, m, gold.device)))
+            if (index, window) not in cut:
+                cut[index, window] = _cut(patterns[index][1], causal=record.causal,
+                                          sliding_window=window)
+            masks.append(cut[index, window].expand(gold.shape))
             continue
         q, k = vectors.get(layer, spec.inputs)
         masks.append(predict_layer(predictor, q, k, causal=record.causal,
-                                   sliding_window=record.layers[layer].sliding_window))
+                                   sliding_window=window, shared=shared))
     return masks
 
 
+def _cut(pattern: Tensor, *, causal: bool, sliding_window: int | None) -> Tensor:
+    """A head-independent pattern cut to the pairs its layer allows: what ``predict`` then
+    :func:`predict_layer`'s window cut give (a window ⊆ the causal triangle when causal)."""
+    n, m = pattern.shape
+    allowed = layer_allowed(n, m, causal=causal, sliding_window=sliding_window,
+                            device=pattern.device)
+    return pattern if allowed is None else pattern & allowed
+
+
 def predict_layer(predictor: Predictor, q: Tensor, k: Tensor, *, causal: bool,
-                  sliding_window: int | None = None) -> Tensor:
+                  sliding_window: int | None = None, shared: bool = False) -> Tensor:
     """One layer's bool (heads, n, m) mask, as :func:`predict_record` predicts it: a
     sliding-window layer's prediction is cut to its window (a predictor that honours the
     window spends its per-row budget inside it). Exposed so that a view of one head
-    (``explore.learned_space``) predicts exactly as a record does."""
+    (``explore.learned_space``) predicts exactly as a record does.
+
+    ``shared``: a predictor that reads only shapes (window, global tokens) returns its one
+    (n, m) mask broadcast over the heads (stride 0, read-only; the same values), so a long
+    text costs one n² mask per layer, not one per head (the app's slider; the scorer reads
+    such a mask once)."""
+    if shared:
+        check_shapes(q, k)
+        pattern = shared_union(predictor, q.shape[1], k.shape[1], q.device)
+        if pattern is not None:
+            return _cut(pattern, causal=causal, sliding_window=sliding_window).expand(
+                q.shape[0], -1, -1)
     if sliding_window and honours_window(predictor):  # a per-row budget inside the window
         mask = predictor.predict(q, k, causal=causal, sliding_window=sliding_window)
     else:

@@ -77,6 +77,14 @@ def _coarser_tiles(tiles: Tensor, factor: int) -> Tensor:
     return grid.amax((-3, -1)).view(torch.bool)
 
 
+def shared_head(pred: Tensor) -> Tensor | None:
+    """The one (n, m) mask of a (heads, n, m) prediction broadcast over its heads (stride
+    0, as ``predict_layer(..., shared=True)`` returns a window/global pattern), else None."""
+    if pred.dim() == 3 and pred.shape[0] > 1 and pred.stride(0) == 0:
+        return pred[0]
+    return None
+
+
 def _tiles(mask: Tensor) -> dict[int, Tensor]:
     """:func:`block_graph` at every size of :data:`BLOCK_SIZES`; the 64-tiles come from the
     16-tiles (a 64 × 64 tile is 4 × 4 tiles of 16), so the mask is read once."""
@@ -132,6 +140,7 @@ class Scorer:
         self.gold_sparsity: Tensor = torch.stack(
             [self._sparsity(c, i) for i, c in enumerate(self.gold_counts)])
         self._index: dict[int, _GoldIndex] = {}
+        self._cells: dict[int, Tensor] = {}
         #: bool (layers,): the layers overall averages count (not softmax ones)
         self.counted: Tensor = torch.tensor(
             [not getattr(graph, "is_softmax", False) for graph in record.layers])
@@ -188,15 +197,33 @@ class Scorer:
                 tile_counts={b: t.sum((-2, -1), dtype=torch.int64) for b, t in tiles.items()})
         return self._index[layer]
 
-    def layer_scores(self, layer: int, pred: Tensor) -> dict[str, Tensor]:
+    def layer_scores(self, layer: int, pred: Tensor,
+                     memo: dict | None = None) -> dict[str, Tensor]:
         """Every metric (recall, sparsity and the :data:`EXTRA_METRICS`) per head of one
-        layer's prediction bool (heads, n, m): float64 (heads,) each."""
+        layer's prediction bool (heads, n, m): float64 (heads,) each. ``memo`` (one
+        :meth:`score` call's) lets layers given the same shared mask count it once."""
         self._check(layer, pred)
         heads, n = pred.shape[0], self.shape[0]
         index = self._gold_index(layer)
-        allowed = self._allowed(pred, layer).contiguous()
-        kept = count_true(allowed)
-        missed = ~allowed.reshape(-1).index_select(0, index.flat)  # (E,) gold edges not kept
+        base = shared_head(pred)
+        if base is not None:  # one mask for every head: read it once, not once per head
+            key = (base.data_ptr(), id(self._masks[layer]))
+            computed = memo.get(key) if memo is not None else None
+            if computed is None:  # layers given the same mask share these
+                allowed = self._allowed(base, layer).contiguous()
+                computed = (allowed, count_true(allowed[None]).repeat(heads),
+                            _tiles(allowed[None]))
+                if memo is not None:
+                    memo[key] = computed
+            allowed, kept, tiles = computed
+            if layer not in self._cells:  # each edge's (i, j), whatever its head
+                self._cells[layer] = index.flat % (n * self.shape[1])
+            missed = ~allowed.reshape(-1).index_select(0, self._cells[layer])
+        else:
+            allowed = self._allowed(pred, layer).contiguous()
+            kept = count_true(allowed)
+            missed = ~allowed.reshape(-1).index_select(0, index.flat)  # gold edges not kept
+            tiles = _tiles(allowed)
         missed_rows = _segments(missed.to(torch.int32), index.row_ptr)  # (heads·n,)
         missed_heads = missed_rows.view(heads, n).sum(-1, dtype=torch.int64) if n else (
             torch.zeros(heads, dtype=torch.int64))
@@ -204,7 +231,6 @@ class Scorer:
         hit = total - missed_heads
         lost = _segments(torch.where(missed, index.probs, 0.0), index.head_ptr)
         inexact = (missed_rows > 0).view(heads, n).sum(-1, dtype=torch.int64) if n else 0
-        tiles = _tiles(allowed)
         out = {
             "recall": _ratio(hit, total),
             "sparsity": self._sparsity(kept, layer),
@@ -230,7 +256,8 @@ class Scorer:
                 sparsity=torch.stack([s for _, s in pairs]),
                 gold_sparsity=self.gold_sparsity, counted=self.counted,
             )
-        per_layer = [self.layer_scores(index, pred) for index, pred in enumerate(preds)]
+        memo: dict = {}
+        per_layer = [self.layer_scores(index, pred, memo) for index, pred in enumerate(preds)]
         stacked = {name: torch.stack([scores[name] for scores in per_layer])
                    for name in per_layer[0]}
         return GraphScores(gold_sparsity=self.gold_sparsity, counted=self.counted, **stacked)

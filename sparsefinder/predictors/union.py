@@ -3,6 +3,7 @@ recover the local and positional connections it misses."""
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 from sparsefinder.attention.masks import apply_causal
@@ -86,3 +87,26 @@ class Union:
             else:
                 mask, owned = mask | other, True
         return mask
+
+
+def reads_shapes_only(predictor: Predictor) -> bool:
+    """Whether ``predictor`` is a :class:`SharedPattern` or a union of only such (its mask
+    is the same for every head and reads no q/k value)."""
+    members = predictor.predictors if isinstance(predictor, Union) else (predictor,)
+    return all(isinstance(p, SharedPattern) for p in members)
+
+
+def shared_union(predictor: Predictor, n: int, m: int,
+                 device: torch.device | None = None) -> Tensor | None:
+    """The bool (n, m) pattern, before any causal or window cut, that every head of a
+    predictor reading only shapes (see :func:`reads_shapes_only`) predicts, else None:
+    ``predict(q, k, causal=c)`` is this pattern cut by ``apply_causal(..., c)`` for every
+    head. A caller may broadcast it over the heads instead of building a (heads, n, m)
+    copy: the same values, without n² work per head. A fresh tensor."""
+    if not reads_shapes_only(predictor):
+        return None
+    members = predictor.predictors if isinstance(predictor, Union) else (predictor,)
+    pattern = members[0].shared_pattern(n, m, device)
+    for member in members[1:]:
+        pattern = pattern | member.shared_pattern(n, m, device)
+    return pattern

@@ -74,3 +74,33 @@ def test_block_overview_counts_and_recall():
     assert block_size(4096) == 64 and block_size(2048) == 32 and block_size(100) == 2
     with pytest.raises(ValueError, match="same"):
         block_overview(gold, pred[:10])
+
+
+def _naive_counts(mask: torch.Tensor, block: int) -> torch.Tensor:
+    n, m = mask.shape
+    nb, mb = -(-n // block), -(-m // block)
+    out = torch.zeros(nb, mb, dtype=torch.int64)
+    for i in range(nb):
+        for j in range(mb):
+            out[i, j] = int(mask[i * block:(i + 1) * block, j * block:(j + 1) * block].sum())
+    return out
+
+
+@pytest.mark.parametrize(("n", "m", "block"), [(64, 64, 8), (100, 72, 16), (600, 520, 512),
+                                               (40, 40, 12), (9, 300, 256), (1, 1, 8)])
+@pytest.mark.parametrize("density", [0.0, 0.3, 1.0])
+def test_block_overview_counts_every_pair_of_every_block(n, m, block, density):
+    """The word-wise counts (8 keys a word, a row count per byte, blocks of over 255 rows
+    in chunks) equal a plain count: full and empty blocks, ragged ends, blocks that are not
+    whole words, and heads sliced from a (heads, n, m) mask at an unaligned offset."""
+    gen = torch.Generator().manual_seed(n + m + block)
+    gold = torch.rand(3, n, m, generator=gen) < density
+    pred = torch.rand(3, n, m, generator=gen) < 0.5
+    for head in range(3):
+        overview = block_overview(gold[head], pred[head], block=block)
+        assert torch.equal(overview.gold, _naive_counts(gold[head], block))
+        assert torch.equal(overview.predicted, _naive_counts(pred[head], block))
+        assert torch.equal(overview.hits, _naive_counts(gold[head] & pred[head], block))
+    odd = torch.rand(7 * n * m + 1, generator=gen)[1:].view(7, n, m) < density  # offset 1
+    overview = block_overview(odd[3], odd[5], block=block)
+    assert torch.equal(overview.hits, _naive_counts(odd[3] & odd[5], block))

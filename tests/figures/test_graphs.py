@@ -64,3 +64,20 @@ def test_a_cluster_outline_is_thin_and_on_long_texts_only_ticks():
     keys = [t for t in long if t.marker.symbol == "triangle-down"]
     assert len(keys) == 3 and sorted(keys[0].x) == [3, 5]  # the keys its edges reach
     assert all(t.marker.size <= 6 for t in long)
+
+
+def test_overview_greys_and_names_softmax_layers_and_keeps_every_cell_clickable():
+    values = np.linspace(0, 1, 12).reshape(3, 4)
+    fig = plots.overview_figure(values, "recall", (2, 3), softmax_layers=[1]).to_dict()
+    entmax, softmax, outline = fig["data"]
+    assert sorted(set(entmax["y"])) == [0, 2] and len(entmax["x"]) == 8
+    assert list(entmax["marker"]["color"]) == [*values[0], *values[2]]
+    assert set(softmax["y"]) == {1} and list(softmax["x"]) == [0, 1, 2, 3]
+    assert softmax["marker"]["color"] == plots.SOFTMAX_CELL
+    assert softmax["marker"]["symbol"] == "square-x" and "softmax" in softmax["hovertemplate"]
+    assert list(softmax["customdata"]) == list(values[1])
+    assert (list(outline["x"]), list(outline["y"])) == ([3], [2])
+    assert list(fig["layout"]["yaxis"]["ticktext"]) == ["L0", "L1 softmax", "L2"]
+    plain = plots.overview_figure(values, "recall", (0, 0)).to_dict()
+    assert len(plain["data"]) == 2 and len(plain["data"][0]["x"]) == 12
+    assert "softmax" not in " ".join(plain["layout"]["yaxis"]["ticktext"])

@@ -37,3 +37,16 @@ def test_heads_figure_hover_click_and_selection():
     assert outline["x0"] < 23 < outline["x1"] and outline["y0"] < 3 * 23 + 10 < outline["y1"]
     with pytest.raises(ValueError, match="kind"):
         heads_figure(codes, "probabilities", (0, 0))
+
+
+def test_softmax_layers_are_greyed_and_named_in_the_model_view():
+    codes = np.ones((3, 2, 10, 10), dtype=np.uint8)
+    fig = heads_figure(codes, "gold", (0, 0), softmax_layers=[2]).to_dict()
+    assert list(fig["layout"]["yaxis"]["ticktext"]) == ["L0", "L1", "L2 softmax"]
+    veil, outline = fig["layout"]["shapes"]
+    step = fig["layout"]["yaxis"]["tickvals"][1] - fig["layout"]["yaxis"]["tickvals"][0]
+    assert veil["y0"] < 2 * step + 1 < veil["y1"] and "rgba" in veil["fillcolor"]
+    assert outline["line"]["color"] == "crimson"
+    text = fig["data"][1]["text"]
+    assert "softmax" in text[4] and "softmax" in text[5] and "softmax" not in text[3]
+    assert len(heads_figure(codes, "gold", (0, 0)).to_dict()["layout"]["shapes"]) == 1
