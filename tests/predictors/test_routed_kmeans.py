@@ -150,3 +150,81 @@ def test_packed_routes_equal_the_sorted_routes(mode, causal):
             sorted_routes = rk._routes_sorted(score.clone(), counts, limit, model.n_routes)
             packed_routes = rk._routes_packed(score.clone(), counts, limit, model.n_routes)
             assert torch.equal(packed_routes, sorted_routes), (trial, budget)
+
+
+def _reference_routes(model, centroids, q, k, causal):
+    """Routing by hand (float64): nearest centroid of each key; each query's centroids by
+    q·c (ties: lower index), taken while the visible keys of the better ones are below
+    budget · visible (or the n_routes best)."""
+    c, q, k = centroids.double(), q.double(), k.double()
+    heads, n, m, b = q.shape[0], q.shape[1], k.shape[1], c.shape[1]
+    ids = ((k[:, :, None, :] - c[:, None, :, :]) ** 2).sum(-1).argmin(-1)  # (heads, m)
+    routes = torch.zeros(heads, n, b, dtype=torch.bool)
+    for h in range(heads):
+        budget = model.budget
+        budget = float(budget[h]) if isinstance(budget, torch.Tensor) else budget
+        for i in range(n):
+            seen = [j for j in range(m) if not causal or j <= i + (m - n)]
+            scores = (c[h] @ q[h, i]).tolist()
+            order = sorted(range(b), key=lambda x: (-scores[x], x))
+            if model.mode == "top":
+                taken = order[:model.n_routes]
+            else:
+                counts = [sum(int(ids[h, j]) == x for j in seen) for x in range(b)]
+                taken, before = [], 0
+                for x in order:
+                    if before < budget * len(seen):
+                        taken.append(x)
+                    before += counts[x]
+            routes[h, i, taken] = True
+    mask = routes.gather(2, ids[:, None, :].expand(heads, n, m))
+    if causal:
+        mask &= causal_mask(n, m)
+    return ids, routes, mask
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(("dtype", "b"), [(torch.float64, 5), (torch.float32, 300)])
+def test_routes_and_masks_match_a_hand_reference(causal, dtype, b):
+    """float64 vectors, or more than 256 centroids, take the sorted path; a key prefix
+    (m > n) makes the causal counts start past 0."""
+    gen = torch.Generator().manual_seed(b)
+    centroids = torch.randn(2, b, 3, generator=gen)
+    q, k = torch.randn(2, 9, 3, generator=gen), torch.randn(2, 14, 3, generator=gen)
+    q, k = q.to(dtype), k.to(dtype)
+    for params in ({"budget": 0.2}, {"budget": torch.tensor([0.05, 0.5])},
+                   {"mode": "top", "n_routes": 2}):
+        model = RoutedKMeans.from_centroids(centroids, **params)
+        ids, routes, mask = _reference_routes(model, centroids, q, k, causal)
+        assert torch.equal(model.assign_keys(k), ids)
+        assert torch.equal(model.routes(q, ids, causal=causal), routes), params
+        assert torch.equal(model.predict(q, k, causal=causal), mask), params
+
+
+def test_a_query_before_every_key_is_routed_nowhere():
+    # causal with 2 keys for 4 queries: query i sees keys j <= i − 2, so queries 0 and 1 none
+    centroids = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]])
+    q, k = torch.ones(1, 4, 2), torch.tensor([[[1.0, 0.1], [0.1, 1.0]]])
+    model = RoutedKMeans.from_centroids(centroids, budget=0.5)
+    ids = model.assign_keys(k)
+    routes = model.routes(q, ids, causal=True)
+    assert routes[0, :2].sum().item() == 0 and routes[0, 2:].any(-1).all()
+    assert model.routes(q.double(), ids, causal=True).tolist() == routes.tolist()
+    counts, visible = model._counts(ids, 4, 2, True, torch.float64)
+    assert visible.flatten().tolist() == [0.0, 0.0, 1.0, 2.0]
+    assert counts[0].tolist() == [[0, 0], [0, 0], [1, 0], [1, 1]]
+    assert visible.dtype == torch.float64 and counts.dtype == torch.int32
+
+
+def test_descending_order_keeps_tiny_and_float64_differences():
+    tiny = torch.tensor([[1e-9, 3e-9, 2e-9, -1e-9]])
+    assert descending_order(tiny).tolist() == [[1, 2, 0, 3]]
+    wide = torch.tensor([[0.5, 0.25, 0.75, -1.0]], dtype=torch.float64)
+    assert descending_order(wide).tolist() == [[2, 0, 1, 3]]
+
+
+def test_per_head_budget_errors_name_the_heads():
+    model = RoutedKMeans.from_centroids(torch.randn(3, 4, 2), budget=torch.tensor([0.1, 0.2]))
+    q = torch.randn(3, 5, 2)
+    with pytest.raises(ValueError, match="^2 per-head budgets for 3 heads$"):
+        model.routes(q, torch.zeros(3, 5, dtype=torch.long))
