@@ -228,3 +228,72 @@ def test_per_head_budget_errors_name_the_heads():
     q = torch.randn(3, 5, 2)
     with pytest.raises(ValueError, match="^2 per-head budgets for 3 heads$"):
         model.routes(q, torch.zeros(3, 5, dtype=torch.long))
+
+
+def test_parameter_bounds_and_messages():
+    for name in ("n_clusters", "n_init", "max_iter", "n_routes"):
+        for bad in (0, True, 1.5):
+            with pytest.raises(ValueError, match=f"^{name} must be an integer >= 1, got "):
+                RoutedKMeans(**{name: bad})
+    with pytest.raises(ValueError, match=r"^max_points must be None or an integer >= "
+                                         r"n_clusters=8, got 7$"):
+        RoutedKMeans(n_clusters=8, max_points=7)
+    with pytest.raises(ValueError, match="max_points"):
+        RoutedKMeans(n_clusters=8, max_points=8.0)
+    assert RoutedKMeans(n_clusters=8, max_points=8).max_points == 8  # the bound is inclusive
+    assert RoutedKMeans(budget=1.0).budget == 1.0 and RoutedKMeans(budget=1).budget == 1
+    for bad in (1.5, 2.0, True, "0.1", -0.1):
+        with pytest.raises(ValueError, match=r"^budget must be a share of keys in \(0, 1\], "):
+            RoutedKMeans(budget=bad)
+    ok = torch.tensor([0.5, 1.0])
+    assert torch.equal(RoutedKMeans(budget=ok).budget, ok)
+    for bad in (torch.tensor([0.5, 1.5]), torch.tensor([0.0, 0.5]), torch.tensor([[0.5]]),
+                torch.tensor([2.0])):
+        with pytest.raises(ValueError, match=r"^a per-head budget must be a 1-d tensor of shares "
+                                             r"of keys in \(0, 1\], got "):
+            RoutedKMeans(budget=bad)
+    with pytest.raises(ValueError, match="^n_routes=5 exceeds n_clusters=4; choose n_routes <= "
+                                         "n_clusters$"):
+        RoutedKMeans(n_clusters=4, n_routes=5)
+
+
+def test_centroid_and_input_errors_are_named():
+    with pytest.raises(NotFittedError, match=r"^this RoutedKMeans predictor has no centroids; "
+                                             r"call fit\(\) or from_centroids\(\) first$"):
+        RoutedKMeans().assign_keys(torch.zeros(2, 3, 4))
+    for bad, shown in ((torch.zeros(2, 0, 4), r"\(2, 0, 4\)"), (torch.zeros(4, 3), r"\(4, 3\)"),
+                       ([[1.0]], "<class 'list'>")):
+        with pytest.raises(ValueError, match=rf"^centroids must be a tensor of shape \(heads, B, "
+                                             rf"d\), got {shown}$"):
+            RoutedKMeans.from_centroids(bad)
+    one = RoutedKMeans.from_centroids(torch.zeros(2, 1, 3))  # a single centroid is fine
+    assert one.n_clusters == 1 and one.max_points is None
+    model = RoutedKMeans.from_centroids(torch.randn(2, 5, 3))
+    assert model.n_clusters == 5 and model.max_points is None
+    for bad in (torch.zeros(3, 4, 3), torch.zeros(2, 4, 2), torch.zeros(4, 3)):
+        with pytest.raises(ValueError, match=r"^expected vectors of shape \(heads=2, N, d=3\) to "
+                                             r"match the centroids \(2, 5, 3\), got "):
+            model.assign_keys(bad)
+    with pytest.raises(ValueError, match=r"^k must be a tensor \(heads, N, d\), got list$"):
+        RoutedKMeans().fit(None, [1.0])
+    with pytest.raises(ValueError, match=r"^k must be a tensor \(heads, N, d\), got \(5, 4\)$"):
+        RoutedKMeans().fit(None, torch.randn(5, 4))
+    with pytest.raises(ValueError, match="heads"):  # q, when given, must match k
+        RoutedKMeans(n_clusters=2).fit(torch.randn(3, 5, 4), torch.randn(2, 5, 4))
+    with pytest.raises(ValueError, match="^fit got 4 keys per head but n_clusters=5; pass more "
+                                         "training tokens or lower n_clusters$"):
+        RoutedKMeans(n_clusters=5).fit(None, torch.randn(1, 4, 2))
+    exact = RoutedKMeans(n_clusters=4).fit(None, torch.randn(1, 4, 2))  # as many keys as B
+    assert exact.centroids_.shape == (1, 4, 2)
+
+
+def test_fit_is_seeded_subsampled_and_float64_keys_work():
+    gen = torch.Generator().manual_seed(5)
+    keys = torch.randn(2, 400, 3, generator=gen, dtype=torch.float64)
+    a = RoutedKMeans(n_clusters=4, max_points=50, random_state=3).fit(None, keys)
+    b = RoutedKMeans(n_clusters=4, max_points=50, random_state=3).fit(None, keys.float())
+    assert torch.equal(a.centroids_, b.centroids_) and a.centroids_.dtype == torch.float32
+    full = RoutedKMeans(n_clusters=4, max_points=None, random_state=3).fit(None, keys)
+    assert not torch.equal(a.centroids_, full.centroids_)  # 50 sampled keys, not all 400
+    other = RoutedKMeans(n_clusters=4, max_points=50, random_state=4).fit(None, keys)
+    assert not torch.equal(a.centroids_, other.centroids_)
