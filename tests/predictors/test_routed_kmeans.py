@@ -297,3 +297,36 @@ def test_fit_is_seeded_subsampled_and_float64_keys_work():
     assert not torch.equal(a.centroids_, full.centroids_)  # 50 sampled keys, not all 400
     other = RoutedKMeans(n_clusters=4, max_points=50, random_state=4).fit(None, keys)
     assert not torch.equal(a.centroids_, other.centroids_)
+
+
+def test_everything_stays_on_the_inputs_device():
+    """The meta device stands in for a GPU: centroids, budgets, counts and masks follow the
+    inputs, and the numpy fast paths (CPU only) are never taken there."""
+    centroids = torch.randn(2, 5, 3)
+    for params in ({"budget": 0.2}, {"budget": torch.tensor([0.1, 0.5])},
+                   {"mode": "top", "n_routes": 2}):
+        model = RoutedKMeans.from_centroids(centroids, **params)
+        for causal in (False, True):
+            for n, m in ((4, 6), (0, 6), (4, 0)):
+                q = torch.zeros(2, n, 3, device="meta")
+                k = torch.zeros(2, m, 3, device="meta")
+                out = model.predict(q, k, causal=causal)
+                assert (out.device.type, tuple(out.shape), out.dtype) == (
+                    "meta", (2, n, m), torch.bool), (params, causal, n, m)
+        ids = model.assign_keys(torch.zeros(2, 6, 3, device="meta"))
+        assert ids.device.type == "meta" and ids.dtype == torch.int64
+    counts, visible = model._counts(torch.zeros(2, 6, dtype=torch.long, device="meta"), 4, 5,
+                                    False, torch.float64)
+    assert counts.device.type == visible.device.type == "meta"
+    assert visible.dtype == torch.float64 and counts.dtype == torch.int32
+
+
+def test_descending_order_never_rounds_wider_scores():
+    """float64 (and integer) scores that differ below float32's precision keep their order
+    (rounded to float32 they tied and went by index)."""
+    close = torch.tensor([[1.0, 1.0 + 1e-12, 1.0 - 1e-12]], dtype=torch.float64)
+    assert descending_order(close).tolist() == [[1, 0, 2]]
+    big = torch.tensor([[2**40, 2**40 + 1, 3]], dtype=torch.int64)
+    assert descending_order(big).tolist() == [[1, 0, 2]]
+    half = torch.tensor([[0.5, -1.0, 2.0, 0.5]], dtype=torch.bfloat16)
+    assert descending_order(half).tolist() == [[2, 0, 3, 1]]
