@@ -307,9 +307,12 @@ def descending_order(score: Tensor) -> Tensor:
     centroids; numpy sorts plain integers with SIMD ~40× faster. So each float32 score is
     mapped to an int32 with the same order (its IEEE bits, negatives' magnitude flipped) and
     packed with ``B - 1 - index`` (low word) into one int64: one integer ``np.sort`` per row
-    then gives the order, exactly (no precision lost), index included.
+    then gives the order, exactly (no precision lost), index included. Scores that float32
+    cannot hold exactly (float64, integers) are sorted by torch: rounding them to float32 would
+    tie values that differ.
     """
-    if score.device.type != "cpu" or score.shape[-1] >= 2**31:
+    if (score.device.type != "cpu" or score.shape[-1] >= 2**31
+            or score.dtype not in (torch.float32, torch.float16, torch.bfloat16)):
         return torch.sort(score, stable=True, dim=-1, descending=True).indices
     width = score.shape[-1]
     # + 0.0 turns -0.0 into +0.0, which torch also ranks as equal

@@ -311,3 +311,156 @@ def test_the_first_head_shown_is_the_one_nearest_the_models_average():
     # mean (0.708, 0.780), spread (0.310, 0.181): L0H1 (0.80, 0.85) is 0.24 away in squared
     # spread units, L1H1 (0.75, 0.88) 0.33, L0H0 (0.10, 0.95) 4.7
     assert (layer, head) == (0, 1)
+
+
+@pytest.fixture(scope="module")
+def calibrated(record, projections):
+    """The test text with the bundled calibration table and its own projections."""
+    from sparsefinder.bundle import bundle
+    from sparsefinder.calibration.table import CalibrationTable
+
+    path = bundle().path("calibration")
+    table = CalibrationTable.load(path)
+    return prep.prepare(record, projections, calibration=table,
+                        calibration_projections=table.own_projections(path))
+
+
+def test_clamp_keeps_a_calibrated_state_and_snaps_its_target(calibrated):
+    p = calibrated
+    assert 0.9 in p.calibration.targets and 0.5 in p.calibration.targets
+    clamped, notes = live.clamp(urlstate.ViewState(), p)  # distance:budget at target 0.9
+    assert notes == [] and clamped.method_id == "distance:budget" and clamped.target == 0.9
+    for wanted, nearest in ((0.903, 0.9), (0.897, 0.9), (0.56, 0.6), (0.3, 0.5)):
+        clamped, notes = live.clamp(urlstate.ViewState(target=wanted), p)
+        assert clamped.target == nearest and clamped.method_id == "distance:budget"
+        assert notes == [f"target sparsity {wanted:g} is not calibrated: showing the nearest "
+                         f"calibrated target, {nearest:g}."]
+    routed = urlstate.ViewState(method="kmeans-routed", target=0.76)
+    assert live.clamp(routed, p) == (live.clamp(routed, p)[0], [])
+    assert live.clamp(routed, p)[0].method_id == "kmeans-routed:budget"
+
+
+def test_a_target_counts_as_calibrated_only_strictly_within_1e_9():
+    from types import SimpleNamespace
+
+    # what clamp reads of a prepared text, with a table whose targets sit 1e-9 apart;
+    # 2e-9 - 1e-9 is exactly 1e-9 in floating point: not within, so snapped
+    table = SimpleNamespace(targets=[1e-9, 0.5], has=lambda method: False)
+    fake = SimpleNamespace(calibration=table, available_methods=lambda: ["fixed"],
+                           has_projections=False, t_max=1.0, cluster_choices=[],
+                           num_layers=1, num_heads=1, n_tokens=4, t_default=0.25)
+    assert 2e-9 - 1e-9 == 1e-9
+    state = urlstate.ViewState(method="fixed", target=2e-9, t=0.5, pages=1)
+    clamped, notes = live.clamp(state, fake)
+    assert clamped.target == 1e-9 and notes == [
+        "target sparsity 2e-09 is not calibrated: showing the nearest calibrated target, 1e-09."]
+    assert live.clamp(state.with_(target=1e-9 + 5e-10), fake)[0].target == 1e-9 + 5e-10
+
+
+def test_clamp_says_why_a_method_is_off(prepared, record):
+    # projections but no calibration table: a calibrated method cannot run
+    clamped, notes = live.clamp(urlstate.ViewState(), prepared)
+    assert clamped.method_id == "distance:budget"
+    assert notes == [
+        "Distance (t), per head, sparsity budget across heads needs settings calibrated for these "
+        "projections (`sparsefinder calibrate --projections FILE --out calibration.pt`), which "
+        "are not loaded: it is off, and only the window/global patterns are predicted."]
+    # neither: the projections are what is missing
+    _, notes = live.clamp(urlstate.ViewState(), prep.prepare(record, None))
+    assert notes[0].startswith("Distance (t), per head, sparsity budget across heads needs learned "
+                               "projections for this model, which are not loaded")
+    # a raw method whose learned parts are missing (no hash codes here) is not "calibrated"
+    assert live.clamp(urlstate.ViewState(method="hashattention"), prepared)[1] == [
+        "HashAttention (learned bit codes) needs learned projections for this model, which are "
+        "not loaded: it is off, and only the window/global patterns are predicted."]
+    # a raw learned method with projections runs: nothing said
+    assert live.clamp(urlstate.ViewState(method="distance", calibration="none"), prepared)[1] == []
+
+
+def test_clamp_gives_a_family_outside_the_app_its_raw_calibration(prepared):
+    state = urlstate.ViewState(method="window", calibration="budget", t=0.1, pages=1,
+                               clusters=4)
+    assert state.calibration == "budget"  # not an app family: ViewState leaves it
+    clamped, _ = live.clamp(state, prepared)
+    assert clamped.calibration == "none" and clamped.method_id == "window"
+    assert clamped == state.with_(calibration="none")
+    # ... and is then clamped, notes included, as that raw family
+    assert live.clamp(state, prepared) == live.clamp(state.with_(calibration="none"), prepared)
+
+
+def test_clamp_notes_say_the_range_and_the_full_graph_exactly(prepared):
+    state = urlstate.ViewState(method="kmeans", layer=99, clusters=5, top_k=3, t=0.1, pages=1)
+    clamped, notes = live.clamp(state, prepared)
+    last = prepared.num_layers - 1
+    assert clamped.clusters == 4 and clamped.top_k == 3 and clamped.layer == last
+    assert notes == [
+        f"layer=99 is beyond this text and model (0–{last}): showing layer {last} instead.",
+        "k=3 of B=4 clusters: every query and key joins more than half of the clusters, so "
+        "every pair shares one and the graph is full."]
+    clamped, notes = live.clamp(state.with_(layer=0, clusters=2, top_k=5), prepared)
+    assert (clamped.clusters, clamped.top_k) == (2, 2)
+    assert notes == ["k=2 of B=2 clusters: every query and key joins more than half of the "
+                     "clusters, so every pair shares one and the graph is full."]
+
+
+def test_the_calibrated_live_path_is_the_sweeps(calibrated, record):
+    """predict() builds a calibrated method with the table's own projections and settings:
+    the same numbers as the sweep's scoring of that setting."""
+    from sparsefinder.methods.spec import PredictorSpec
+    from sparsefinder.metrics.measures import EXTRA_METRICS
+
+    p = calibrated
+    for method in ("distance", "kmeans-routed"):
+        spec = PredictorSpec.of(method, {"target_sparsity": 0.8}, calibration="budget")
+        model = live.summarize(live.score(p, live.predict(p, spec)), 0, 0)["model"]
+        star = live.score_setting([record], p.projections_for(spec.method_id), spec,
+                                  p.fitted(spec.method_id))
+        assert star.recall == pytest.approx(model.recall, abs=1e-12)
+        assert star.sparsity == pytest.approx(model.sparsity, abs=1e-12)
+        assert star.gold_sparsity == pytest.approx(model.gold_sparsity, abs=1e-12)
+        assert set(star.extra) == set(model.extra) == set(EXTRA_METRICS)
+        assert star.extra == pytest.approx(model.extra, abs=1e-12)
+
+
+def test_describe_calibrated_settings():
+    from sparsefinder.methods.spec import PredictorSpec
+
+    def spec(method):
+        return PredictorSpec.of(method, {"target_sparsity": 0.85}, window=3,
+                                calibration="budget")
+
+    assert live.describe(spec("rowfrac")) == "nearest keys, target sparsity 0.85 ∪ window 3"
+    assert live.describe(spec("distance")) == "distance, target sparsity 0.85 ∪ window 3"
+    assert live.describe(spec("kmeans-routed")) == (
+        "routed k-means, target sparsity 0.85 ∪ window 3")
+
+
+def test_summarize_carries_every_extra_metric():
+    from sparsefinder.metrics.measures import GraphScores
+
+    values = torch.tensor([[0.2, 0.4, 0.9], [0.6, 1.0, 0.3]], dtype=torch.float64)
+    scores = GraphScores(recall=values, sparsity=1 - values, precision=values / 2,
+                         exact_fraction=values / 4)
+    out = live.summarize(scores, 1, 2)
+    assert out["head"].extra == {"precision": 0.15, "exact_fraction": 0.075}
+    assert out["layer"].extra == pytest.approx({"precision": 19 / 60, "exact_fraction": 19 / 120})
+    assert out["model"].extra == pytest.approx({"precision": 3.4 / 12, "exact_fraction": 3.4 / 24})
+    assert out["model"].recall == pytest.approx(3.4 / 6)
+
+
+def test_representative_head_matches_a_brute_force_reference():
+    from sparsefinder.metrics.measures import GraphScores
+
+    gen = torch.Generator().manual_seed(3)
+    for layers, heads in ((3, 5), (4, 2), (2, 7)):
+        for _ in range(5):
+            recall = torch.rand(layers, heads, generator=gen, dtype=torch.float64)
+            sparsity = torch.rand(layers, heads, generator=gen, dtype=torch.float64)
+            pts = [(float(recall[i, j]), float(sparsity[i, j]))
+                   for i in range(layers) for j in range(heads)]
+            count = len(pts)
+            mean = [sum(p[c] for p in pts) / count for c in (0, 1)]
+            std = [(sum((p[c] - mean[c]) ** 2 for p in pts) / (count - 1)) ** 0.5 for c in (0, 1)]
+            dist = [sum(((p[c] - mean[c]) / std[c]) ** 2 for c in (0, 1)) for p in pts]
+            best = min(range(count), key=dist.__getitem__)
+            assert live.representative_head(GraphScores(recall, sparsity)) == divmod(best, heads)

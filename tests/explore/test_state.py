@@ -296,3 +296,101 @@ def test_bad_coreference_fields_fall_back_with_a_message_each():
         "ignored URL parameter coref_B='0': 0 is outside [1, ∞]",
         "ignored URL parameter coref_k='9': 9 is outside [1, 8]",
     ]
+
+
+def test_quest_pages_bounds_and_spec():
+    default = urlstate.ViewState()
+    for text, expected in (("1", 1), (str(urlstate.MAX_PAGES), urlstate.MAX_PAGES)):
+        state, problems = urlstate.parse_view_state({"pages": text})
+        assert problems == [] and state.pages == expected
+    for bad, shown in (("0", 0), (str(urlstate.MAX_PAGES + 1), urlstate.MAX_PAGES + 1)):
+        state, problems = urlstate.parse_view_state({"pages": bad})
+        assert state.pages == default.pages
+        assert problems == [f"ignored URL parameter pages={bad!r}: {shown} is outside "
+                            f"[1, {urlstate.MAX_PAGES}]"]
+    quest = urlstate.ViewState(method="quest", pages=3)
+    assert urlstate.to_spec(quest).param_dict == {"page_size": urlstate.QUEST_PAGE, "pages": 3}
+    assert urlstate.to_spec(quest.with_(method="distance"), "quest").params == (
+        ("page_size", urlstate.QUEST_PAGE), ("pages", 3))
+    with pytest.raises(ValueError, match="^Quest needs a number of pages; clamp the state first$"):
+        urlstate.to_spec(quest.with_(pages=None))
+
+
+@pytest.mark.parametrize(("text", "ok"), [
+    ("0.5", True), ("1e-9", True), ("0.999", True), ("0", False), ("1", False), ("1.5", False),
+    ("2", False), ("-0.1", False), ("inf", False), ("nan", False),
+])
+def test_target_is_strictly_between_zero_and_one(text, ok):
+    state, problems = urlstate.parse_view_state({"target": text})
+    if ok:
+        assert problems == [] and state.target == float(text)
+    else:
+        assert state.target == urlstate.DEFAULT_TARGET
+        assert problems == [f"ignored URL parameter target={text!r}: expected a target "
+                            "sparsity strictly between 0 and 1"]
+
+
+def test_model_name_length_and_characters():
+    longest = "m" * urlstate.MAX_MODEL_NAME
+    assert urlstate.parse_view_state({"model": longest}) == (urlstate.ViewState(model=longest), [])
+    spaced = "/models/my model"  # a space (ord 32) is a printable character
+    assert urlstate.parse_view_state({"model": spaced})[0].model == spaced
+    _, problems = urlstate.parse_view_state({"model": "bad\tname"})
+    assert problems == ["ignored URL parameter model='bad\\tname': expected a model name or path "
+                        f"of 1–{urlstate.MAX_MODEL_NAME} characters"]
+
+
+def test_more_problem_messages_name_what_is_expected():
+    _, problems = urlstate.parse_view_state({"alpha": "5", "textid": "xyz", "overview": "f1"})
+    assert problems == [
+        "ignored URL parameter alpha='5': expected a number in [1, 4]",
+        "ignored URL parameter textid='xyz': expected 16 hex digits (a text's name)",
+        "ignored URL parameter overview='f1': expected one of "
+        + ", ".join(urlstate.OVERVIEW_METRICS),
+    ]
+    state, problems = urlstate.parse_view_state({"method": "kmeans-routed", "calibration": "none"})
+    assert state.method_id == "kmeans-routed:budget"
+    assert problems[0].endswith("with calibration budget")
+    state, problems = urlstate.parse_view_state({"method": "distance", "calibration": "equal"})
+    assert state.method_id == "distance:budget"
+    assert problems == ["ignored URL parameter calibration='equal': the app offers Distance (t) "
+                        "(`distance`) with calibration budget / none"]
+
+
+def test_generated_controls_with_lists_several_params_and_upper_bounds():
+    # the last of a list wins; an empty list reads as ""
+    state, problems = urlstate.parse_view_state({"method": "longformer",
+                                                 "n_global": ["1", "5", "7"]})
+    assert not problems and state.extra == (("longformer.n_global", 7),)
+    state, problems = urlstate.parse_view_state({"method": "longformer", "n_global": []})
+    assert state.extra == () and len(problems) == 1
+    assert problems[0].startswith("ignored URL parameter n_global='' of Longformer")
+    # the app's upper bound is inclusive
+    state, problems = urlstate.parse_view_state({"method": "longformer", "n_global": "32"})
+    assert not problems and state.extra == (("longformer.n_global", 32),)
+    # an absent or a bad parameter does not stop the family's later ones
+    state, problems = urlstate.parse_view_state({"method": "block", "n_blocks": "3"})
+    assert not problems and state.extra == (("block.n_blocks", 3),)
+    state, problems = urlstate.parse_view_state(
+        {"method": "block", "block": "0", "n_blocks": "3", "n_keys": "5"})
+    assert len(problems) == 1 and problems[0].startswith("ignored URL parameter block='0'")
+    assert state.extra == (("block.n_blocks", 3), ("block.n_keys", 5))
+
+
+def test_float_controls_and_several_global_tokens_round_trip():
+    state = urlstate.ViewState(method="topp", extra=(("topp.p", 0.37),),
+                               global_tokens=("first", "last"))
+    params = urlstate.view_state_to_params(state)
+    assert params["p"] == "0.37" and params["global"] == "first,last"
+    assert urlstate.parse_view_state(params) == (state, [])
+    # a calibrated generated family's link carries the target, not the raw parameters
+    budget = urlstate.view_state_to_params(urlstate.ViewState(method="rowfrac",
+                                                              calibration="budget"))
+    assert "frac" not in budget and budget["target"] == repr(urlstate.DEFAULT_TARGET)
+    assert "frac" in urlstate.view_state_to_params(urlstate.ViewState(method="rowfrac",
+                                                                      calibration="none"))
+
+
+def test_parse_cluster_reads_the_last_of_a_list():
+    assert urlstate.parse_cluster(["1", "2", "3"]) == 3
+    assert urlstate.parse_cluster(["5"]) == 5

@@ -67,3 +67,48 @@ def test_bad_inputs_are_named():
         HammingCodes(w, w, 1).predict(torch.randn(3, 5, 4), torch.randn(3, 5, 4))
     with pytest.raises(ValueError, match="training gold graphs"):
         fit_hash_codes([])
+
+
+def test_a_zero_projection_is_a_plus_one_bit():
+    w = torch.eye(2)[None]  # the code of a vector is the signs of its two coordinates
+    q, k = torch.zeros(1, 1, 2), torch.tensor([[[0.5, 0.5], [0.0, 0.0], [-1.0, 0.5]]])
+    codes = HammingCodes(w, w.clone(), max_distance=0)
+    cq, ck = codes.signatures(q, k)
+    assert cq.tolist() == [[[1.0, 1.0]]]
+    assert ck.tolist() == [[[1.0, 1.0], [1.0, 1.0], [-1.0, 1.0]]]
+    assert codes.predict(q, k).tolist() == [[[True, True, False]]]
+
+
+def test_max_distance_bounds_and_the_non_causal_default():
+    w = torch.randn(2, 4, 6)
+    q, k = torch.randn(2, 5, 4), torch.randn(2, 5, 4)
+    nearest = HammingCodes(w, w.clone(), max_distance=0)  # only identical codes
+    cq, ck = nearest.signatures(q, k)
+    assert torch.equal(nearest.predict(q, k), (cq[:, :, None] == ck[:, None]).all(-1))
+    full = HammingCodes(w, w.clone(), max_distance=6)
+    assert full.predict(q, k).all() and torch.equal(full.predict(q, k),
+                                                    full.predict(q, k, causal=False))
+    for bad in (True, -1, 1.0):
+        with pytest.raises(ValueError, match=r"^max_distance must be an integer in \[0, 6\], "):
+            HammingCodes(w, w, max_distance=bad)
+    with pytest.raises(ValueError, match=r"^hash maps are for \(heads, d\) = \(2, 4\), got q of "
+                                         r"shape \(2, 5, 3\); fit them on this model$"):
+        full.predict(torch.randn(2, 5, 3), torch.randn(2, 5, 3))
+
+
+def test_maps_of_any_float_dtype_give_the_float32_codes():
+    w = torch.randn(2, 4, 6, dtype=torch.float64)
+    q, k = torch.randn(2, 5, 4), torch.randn(2, 7, 4)
+    wide = HammingCodes(w, w.flip(-1), max_distance=2)
+    single = HammingCodes(w.float(), w.flip(-1).float(), max_distance=2)
+    assert [c.dtype for c in wide.signatures(q, k)] == [torch.float32] * 2
+    assert torch.equal(wide.predict(q, k), single.predict(q, k))
+
+
+def test_codes_stay_on_the_inputs_device():
+    """The meta device stands in for a GPU: the maps and the ±1 constant follow the inputs."""
+    w = torch.randn(2, 4, 6)
+    q = torch.zeros(2, 5, 4, device="meta")
+    codes = HammingCodes(w, w.clone(), max_distance=2)
+    assert [c.device.type for c in codes.signatures(q, q)] == ["meta"] * 2
+    assert codes.predict(q, q, causal=True).device.type == "meta"

@@ -54,3 +54,17 @@ def test_routed_kmeans_per_head_budget_is_each_heads_own_budget(causal):
         RoutedKMeans.from_centroids(centroids, budget=torch.tensor([0.1, 0.0, 1.0]))
     with pytest.raises(ValueError, match="2 per-head budgets for 3 heads"):
         RoutedKMeans.from_centroids(centroids, budget=torch.tensor([0.1, 0.2])).predict(q, k)
+
+
+def test_per_head_select_defaults_to_non_causal_and_names_the_shapes():
+    q, k = _qk()
+    select = PerHeadSelect([Window(0), Window(5)], torch.tensor([1, 0, 1]))
+    assert torch.equal(select.predict(q, k), select.predict(q, k, causal=False))
+    assert not torch.equal(select.predict(q, k), select.predict(q, k, causal=True))
+    with pytest.raises(ValueError, match="^choice must be a 1-d tensor with one predictor "
+                                         "index per head$"):
+        PerHeadSelect([Window(0)], torch.tensor(0))
+    q2, k2 = _qk(heads=2, n=5)  # 2 heads of 5 tokens: the message names the heads
+    with pytest.raises(ValueError, match="^calibrated for 3 heads, got q with 2$"):
+        select.predict(q2, k2)
+

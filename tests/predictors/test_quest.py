@@ -81,3 +81,63 @@ def test_a_local_layer_picks_pages_that_reach_its_window():
     assert (pages == 2).all()
     cut_after = QuestPages(2, 4).predict(q, k, causal=True) & allowed
     assert cut_after.sum() < inside.sum()
+
+
+def _reference(quest, q, k, causal, window):
+    """Quest by hand: each query ranks the pages holding a key it may reach by their upper
+    bound, keeps the best ``pages`` of them, and then the keys of those it may reach."""
+    heads, n, m = q.shape[0], q.shape[1], k.shape[1]
+    size = quest.page_size
+    bounds = quest.upper_bounds(q.double(), k.double())
+    out = torch.zeros(heads, n, m, dtype=torch.bool)
+    for i in range(n):
+        pos = i + (m - n)
+        reach = [(j <= pos if causal else True) and (abs(pos - j) < window if window else True)
+                 for j in range(m)]
+        pages = sorted({j // size for j in range(m) if reach[j]})
+        for h in range(heads):
+            best = sorted(pages, key=lambda p: -float(bounds[h, i, p]))[:quest.pages]
+            for j in range(m):
+                out[h, i, j] = reach[j] and j // size in best
+    return out
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("window", [None, 5, 9])
+@pytest.mark.parametrize(("n", "m"), [(30, 30), (20, 37)])
+def test_pages_match_a_hand_reference(causal, window, n, m):
+    g = torch.Generator().manual_seed(n + m + (window or 0))
+    q, k = torch.randn(2, n, 6, generator=g), torch.randn(2, m, 6, generator=g)
+    quest = QuestPages(pages=3, page_size=4)
+    got = quest.predict(q, k, causal=causal, sliding_window=window)
+    assert torch.equal(got, _reference(quest, q, k, causal, window))
+
+
+def test_half_precision_inputs_are_ranked_in_float32():
+    q, k = _qk(n=40)
+    quest = QuestPages(pages=2, page_size=4)
+    for dtype in (torch.bfloat16, torch.float16):
+        assert torch.equal(quest.predict(q.to(dtype), k.to(dtype), causal=True),
+                           quest.predict(q.to(dtype).float(), k.to(dtype).float(), causal=True))
+
+
+def test_edge_shapes():
+    quest = QuestPages(pages=1, page_size=4)
+    for n, m in ((0, 5), (5, 0), (0, 0)):
+        out = quest.predict(torch.zeros(2, n, 3), torch.zeros(2, m, 3))
+        assert out.shape == (2, n, m) and out.dtype == torch.bool
+    q, k = _qk(n=6)
+    one_query = quest.predict(q[:, -1:], k, causal=True)  # decoding: the last query alone
+    assert torch.equal(one_query, quest.predict(q, k, causal=True)[:, -1:])
+    assert one_query.any()
+    assert quest.predict(q, k[:, :1]).all()  # one key: its page is every query's best
+
+
+def test_masks_stay_on_the_inputs_device():
+    """The meta device stands in for a GPU: every index and mask follows the inputs."""
+    quest = QuestPages(pages=2, page_size=4)
+    for n, m, window in ((6, 9, None), (6, 9, 3), (0, 9, None), (6, 0, None)):
+        q, k = torch.zeros(2, n, 3, device="meta"), torch.zeros(2, m, 3, device="meta")
+        for causal in (False, True):
+            out = quest.predict(q, k, causal=causal, sliding_window=window)
+            assert out.device.type == "meta" and out.shape == (2, n, m), (n, m, window)

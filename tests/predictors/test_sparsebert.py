@@ -302,3 +302,45 @@ def test_fit_messages_and_fitted_state():
     assert causal.causal_ is True and _fitted("structured").causal_ is False
     with pytest.raises(ValueError, match=r"^this StaticMask was fitted on 2 heads but q has 3"):
         causal.predict(torch.zeros(3, 4, 2), torch.zeros(3, 4, 2))
+
+
+def test_equally_frequent_offsets_are_kept_nearest_the_diagonal_first():
+    # an all-True gold: every offset is as frequent as every other; offset δ holds 5 − |δ| of
+    # the 25 cells. Target 0.6 keeps 10 cells: δ = 0 (5), δ = −1 (4, 9 so far), δ = +1 (13).
+    full = torch.ones(1, 5, 5, dtype=torch.bool)
+    q, k = _qk(1, 5)
+    band = StaticMask("structured", 0.6).fit(full).predict(q, k)[0]
+    assert torch.equal(band, torch.ones(5, 5, dtype=torch.bool).tril(1).triu(-1))
+    # unstructured: |j − i| first, then the position index i·5 + j: the diagonal (5 cells),
+    # then (0,1), (1,0), (1,2), (2,1), (2,3) (the shortest prefix holding 10 of 25 cells)
+    cells = StaticMask("unstructured", 0.6).fit(full).predict(q, k)[0]
+    expected = torch.eye(5, dtype=torch.bool)
+    for i, j in ((0, 1), (1, 0), (1, 2), (2, 1), (2, 3)):
+        expected[i, j] = True
+    assert torch.equal(cells, expected)
+
+
+def test_frequency_is_counted_over_every_text_that_has_the_offset():
+    # text 1 (n = 2) all True; text 2 (n = 3): its diagonal and the cell (2, 0) (δ = −2)
+    second = torch.eye(3, dtype=torch.bool)[None].clone()
+    second[0, 2, 0] = True
+    fitted = StaticMask("structured", 0.5).fit([torch.ones(1, 2, 2, dtype=torch.bool), second])
+    # δ = −2: 1 of 1; −1: 1 of 1 + 2; 0: 2 + 3 of 2 + 3; +1: 1 of 3; +2: 0 of 1
+    assert fitted.frequency_[0].tolist() == pytest.approx([1.0, 1 / 3, 1.0, 1 / 3, 0.0])
+    # causal: the future never occurs and has frequency 0
+    causal = StaticMask("structured", 0.5).fit(torch.ones(1, 3, 3, dtype=torch.bool),
+                                                causal=True)
+    assert causal.frequency_[0].tolist() == [1.0, 1.0, 1.0, 0.0, 0.0]
+
+
+def test_no_diagonal_fit_passes_keyword_arguments():
+    static = NoDiagonal(StaticMask("structured", 0.5))
+    static.fit(_golds(2, [8]), causal=True)
+    assert static.predictor.causal_ is True
+
+
+def test_gold_heads_mismatch_message():
+    with pytest.raises(ValueError, match=r"^gold_masks\[1\] has 3 heads but gold_masks\[0\] has "
+                                         r"2; fit one StaticMask per layer$"):
+        StaticMask("structured", 0.5).fit([torch.ones(2, 4, 4, dtype=torch.bool),
+                                           torch.ones(3, 4, 4, dtype=torch.bool)])

@@ -76,3 +76,56 @@ def test_errors_and_empty():
     with pytest.raises(ValueError, match="heads"):
         TopP(0.9).predict(torch.zeros(3, 4), torch.zeros(3, 4))
     assert TopP(0.9).predict(torch.zeros(2, 0, 4), torch.zeros(2, 3, 4)).shape == (2, 0, 3)
+
+
+def test_a_key_whose_better_ranked_keys_already_hold_p_is_dropped():
+    # sparsemax (α = 2) of [0.75, 0.5, 0.5] is exactly [0.5, 0.25, 0.25] (τ = 0.25)
+    q, k = torch.ones(1, 1, 1), torch.tensor([[[0.75], [0.5], [0.5]]])
+    assert TopP(0.5, alpha=2.0, scale=1.0).probabilities(q, k)[0, 0].tolist() == [0.5, 0.25,
+                                                                                  0.25]
+    assert TopP(0.5, alpha=2.0, scale=1.0).predict(q, k)[0, 0].tolist() == [True, False, False]
+    # the tie goes to the lower index; the third key's better-ranked mass is exactly 0.75
+    assert TopP(0.75, alpha=2.0, scale=1.0).predict(q, k)[0, 0].tolist() == [True, True, False]
+    assert TopP(0.76, alpha=2.0, scale=1.0).predict(q, k)[0, 0].tolist() == [True, True, True]
+
+
+def test_probabilities_use_the_given_scale_or_one_over_root_d():
+    q, k = _qk(heads=2, n=5, m=6, d=16)
+    scores = q @ k.transpose(-1, -2)
+    default = TopP(0.9).probabilities(q, k)
+    assert torch.allclose(default, entmax15(scores / 4.0, dim=-1), atol=1e-6)  # √16 = 4
+    given = TopP(0.9, scale=0.05).probabilities(q, k)
+    assert torch.allclose(given, entmax15(scores * 0.05, dim=-1), atol=1e-6)
+    assert not torch.allclose(default, given, atol=1e-3)
+    with pytest.raises(ValueError, match="scale"):
+        TopP(0.9, scale=0.0)
+
+
+def test_half_precision_inputs_are_scored_in_float32():
+    q, k = _qk(heads=2, n=5, m=6, d=8)
+    probs = TopP(0.9).probabilities(q.bfloat16(), k.bfloat16())
+    assert probs.dtype == torch.float32
+    exact = TopP(0.9).probabilities(q.bfloat16().float(), k.bfloat16().float())
+    assert torch.allclose(probs, exact, atol=1e-6)
+    assert torch.equal(TopP(0.9).predict(q.bfloat16(), k.bfloat16()),
+                       TopP(0.9).predict(q.bfloat16().float(), k.bfloat16().float()))
+
+
+def test_edge_shapes():
+    none = TopP(0.9).predict(torch.zeros(2, 3, 4), torch.zeros(2, 0, 4))  # no key
+    assert none.shape == (2, 3, 0) and none.dtype == torch.bool
+    empty = TopP(0.9).predict(torch.zeros(2, 0, 4), torch.zeros(2, 3, 4))
+    assert empty.dtype == torch.bool
+    q, k = _qk(heads=2, n=3, m=1)  # one key holds all the mass
+    assert TopP(0.5).predict(q, k).all()
+    # d = 0: every score is 0, the probabilities uniform: p = 1 keeps every key
+    flat = TopP(1.0, scale=1.0).predict(torch.zeros(2, 3, 0), torch.zeros(2, 4, 0))
+    assert flat.shape == (2, 3, 4) and flat.all()
+
+
+def test_the_empty_mask_stays_on_the_inputs_device():
+    """The meta device stands in for a GPU (entmax itself cannot run there: it reads values)."""
+    for n, m in ((0, 3), (3, 0)):
+        out = TopP(0.9).predict(torch.zeros(2, n, 4, device="meta"),
+                                torch.zeros(2, m, 4, device="meta"))
+        assert out.device.type == "meta" and out.shape == (2, n, m) and out.dtype == torch.bool
