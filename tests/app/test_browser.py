@@ -109,8 +109,10 @@ def test_pasted_text_survives_mode_switches_and_a_reload(server, page):
     area.fill(PASTED)
     area.press("Control+Enter")  # a text area commits on Ctrl+Enter (or blur)
     page.wait_for_function("() => location.search.includes('textid=')", timeout=120_000)
+    wait_until_idle(page)  # a click during a run (busy machine) may be lost to that rerun
     sidebar.get_by_text("Example", exact=True).click()
     page.wait_for_function("() => !location.search.includes('textid=')", timeout=60_000)
+    wait_until_idle(page)
     sidebar.get_by_text("Paste", exact=True).click()
     page.wait_for_function(f"() => {{ const t = document.querySelector("
                            f"'[data-testid=\"stSidebar\"] textarea'); "
