@@ -115,7 +115,7 @@ def main() -> None:
     calls: list[AttentionCall] = []
     with torch.inference_mode(), capture(calls.append):
         model(**batch)
-    max_diff = max_diff64 = 0.0
+    max_diff = max_diff64 = capture_diff = 0.0
     mismatches = 0
     stats = SolverStats()
     per_layer = []
@@ -124,7 +124,9 @@ def main() -> None:
             scores = torch.matmul(call.query, call.key.transpose(-1, -2)) * call.scaling
             layer_stats = SolverStats()
             recomputed = entmax15_fast(scores, stats=layer_stats)
-            assert torch.equal(recomputed, call.probs), "capture differs from a direct call"
+            # The model's call passes its (all-True) mask; on a CPU the two agree bit for bit,
+            # on a GPU the block solver's reductions may round differently: within 1e-6.
+            capture_diff = max(capture_diff, float((recomputed - call.probs).abs().max()))
             reference = entmax15(scores, dim=-1)
             reference64 = entmax15(scores.double(), dim=-1)
             diff = float((call.probs - reference).abs().max())
@@ -155,6 +157,10 @@ def main() -> None:
     print(f"fallback rows: {stats.fallback_rows}/{stats.rows} ({stats.fallback_rate:.4%}); "
           f"support mismatches vs entmax15: {mismatches}; "
           f"max|Δ| vs entmax15 in float64: {max_diff64:.2e}")
+    print(f"capture vs a direct call on the same scores: max|Δ| {capture_diff:.2e}")
+    if capture_diff > 1e-6:
+        raise SystemExit(f"the captured probabilities differ from a direct call by "
+                         f"{capture_diff:.2e} (> 1e-6)")
     print(f"ratio uses {softmax_name} (the faster stock implementation)")
     print(f"ratio={ratio:.3f} max_abs_diff={max_diff:.3e}")
 

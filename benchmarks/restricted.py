@@ -144,6 +144,8 @@ def _runner(method: str, args: argparse.Namespace, layer: int):
         def run(q, k, v):
             start = time.perf_counter()
             graph, extra = select(q, k)
+            if q.is_cuda:  # count the selection's kernels, not only their launch
+                torch.cuda.synchronize(q.device)
             predicted = time.perf_counter() - start
             out = block_sparse_entmax(q, k, v, graph, args.block, extra_keys=extra)
             return out, predicted
@@ -191,7 +193,8 @@ def _selector(args: argparse.Namespace, layer: int):
         if blocks is None:
             raise SystemExit(f"no bundled block projections for --block {args.block}; "
                              "use --block 16 or 32 (or --selector pooled)")
-        learned = LearnedBlockSparsefinder(blocks.weight[layer], args.block, args.n_blocks,
+        learned = LearnedBlockSparsefinder(blocks.weight[layer].to(args.device), args.block,
+                                           args.n_blocks,
                                            window_blocks=2)
 
     def select(q, k):
@@ -203,31 +206,50 @@ def _selector(args: argparse.Namespace, layer: int):
 
 
 def child(args: argparse.Namespace) -> None:
-    """Measure one (method, n) in this fresh process; print one JSON line."""
+    """Measure one (method, n) in this fresh process; print one JSON line.
+
+    On a CPU the memory is the process's peak RSS growth (every byte the kernel backed); on a
+    GPU (``--device cuda``) it is the CUDA allocator's peak over the call, and each timing is
+    bracketed by ``torch.cuda.synchronize`` so it counts the kernels, not their launch.
+    """
     from sparsefinder.runtime import tune_cpu_allocator
 
     tune_cpu_allocator()  # every method alike, as the CLI and benchmarks/extract.py do
     torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    on_gpu = device.type == "cuda"
+
+    def sync() -> None:
+        if on_gpu:
+            torch.cuda.synchronize(device)
+
     data = torch.load(args.data, weights_only=True)
     n = args.n
-    q, k, v = (data[name][:, :n].contiguous() for name in ("q", "k", "v"))
+    q, k, v = (data[name][:, :n].contiguous().to(device) for name in ("q", "k", "v"))
     run = _runner(args.child, args, data["layer"])
     with torch.inference_mode():
         run(q[:, :WINDOW], k[:, :WINDOW], v[:, :WINDOW])  # warm-up: lazy init, kernels
-        with open("/proc/self/clear_refs", "w") as handle:
-            handle.write("5")
-        base = _rss("VmRSS")
+        sync()
+        if on_gpu:
+            torch.cuda.reset_peak_memory_stats(device)
+            base = torch.cuda.memory_allocated(device) / 2**20
+        else:
+            with open("/proc/self/clear_refs", "w") as handle:
+                handle.write("5")
+            base = _rss("VmRSS")
         times, predicts = [], []
         for _ in range(args.repeats):
             start = time.perf_counter()
             out, predicted = run(q, k, v)
+            sync()
             times.append(time.perf_counter() - start)
             predicts.append(predicted)
             del out
             if times[-1] > 5:
                 break
+        peak = torch.cuda.max_memory_allocated(device) / 2**20 if on_gpu else _rss("VmHWM")
     print(json.dumps({"seconds": statistics.median(times), "predict": statistics.median(predicts),
-                      "extra_mib": _rss("VmHWM") - base, "runs": len(times)}))
+                      "extra_mib": peak - base, "runs": len(times)}))
 
 
 def measure(method: str, n: int, data: Path, args: argparse.Namespace) -> dict:
@@ -235,15 +257,19 @@ def measure(method: str, n: int, data: Path, args: argparse.Namespace) -> dict:
                "--repeats", str(args.repeats), "--threads", str(args.threads),
                "--block", str(args.block),
                "--n-blocks", str(args.n_blocks), "--n-keys", str(args.n_keys),
-               "--selector", args.selector]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+               "--selector", args.selector, "--device", args.device]
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     if done.returncode != 0:
         return {"error": (done.stderr.strip().splitlines() or ["killed"])[-1][:120]}
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _available_mib() -> float:
+def _available_mib(device: str = "cpu") -> float:
+    """Memory a method may still take: the GPU's free memory, or the host's MemAvailable."""
+    if torch.device(device).type == "cuda":
+        return torch.cuda.mem_get_info(torch.device(device))[0] / 2**20
     with open("/proc/meminfo") as handle:
         for line in handle:
             if line.startswith("MemAvailable:"):
@@ -296,6 +322,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-quality", action="store_true")
+    parser.add_argument("--device", default="cpu",
+                        help="where every method runs (cpu, or cuda on a GPU machine); the "
+                             "inputs are captured on the CPU either way")
     parser.add_argument("--child", choices=METHODS)
     parser.add_argument("--n", type=int)
     parser.add_argument("--data")
@@ -304,7 +333,8 @@ def main() -> None:
         child(args)
         return
 
-    print(f"load avg {os.getloadavg()[0]:.2f} (over {os.cpu_count()} cores), torch threads "
+    print(f"device {args.device}; load avg {os.getloadavg()[0]:.2f} (over {os.cpu_count()} "
+          "cores), torch threads "
           f"{args.threads} for every method, glibc malloc tuned for every method")
     n_max = max(args.sizes)
     q, k, source = real_qk(args.layer, n_max)
@@ -323,7 +353,7 @@ def main() -> None:
                 scores = 12 * n * n
                 if method in per_score:
                     need = per_score[method] * scores
-                    if need > 0.8 * _available_mib():
+                    if need > 0.8 * _available_mib(args.device):
                         results[n, method] = {"skipped": f"needs ~{need / 1024:.0f} GiB"}
                         continue
                 result = measure(method, n, data, args)
