@@ -46,9 +46,18 @@ _MASKED = -1e9
 _FAST_MIN_SCORES = 1 << 15
 
 
+# On a GPU the block solver's ~200 small kernels and the syncs that size its gathers cost
+# ~3 ms a call whatever the size, while the package's sort is a few large kernels: the sort
+# is faster for rows shorter than this many keys (measured on an H200, 12 heads of real
+# q/k: sort 1.27 vs blocks 3.18 ms at n = 1024, 4.40 vs 2.64 ms at 2048;
+# ``benchmarks/gpu_solver.py``), so ``auto`` on CUDA sorts below it.
+_GPU_SORT_BELOW_KEYS = 2048
+
+
 #: Solvers: ``rows`` — the compiled per-row solver (:mod:`sparsefinder.attention.entmax_rows`, CPU,
 #: needs numba); ``blocks`` — the tensor-op block solver below (any device); ``auto`` —
-#: rows where it applies, else blocks.
+#: rows where it applies, else blocks (through :func:`entmax_normalize`, CUDA
+#: rows shorter than ``_GPU_SORT_BELOW_KEYS`` go to the package's sort, which is faster there).
 ENGINES = ("auto", "rows", "blocks")
 
 
@@ -237,6 +246,13 @@ def sparsemax_fast(
     return _fast(scores, False, max_iter, stats, block, engine)
 
 
+def _gpu_prefers_sort(scores: Tensor) -> bool:
+    """CUDA scores with short rows under the ``auto`` engine: the sort is the faster exact
+    solver there (``_GPU_SORT_BELOW_KEYS``)."""
+    return (scores.is_cuda and scores.shape[-1] < _GPU_SORT_BELOW_KEYS
+            and _engine.get() == "auto")
+
+
 def entmax_normalize(scores: Tensor, alpha: float, allowed: Tensor | None = None) -> Tensor:
     """α-entmax over the last axis; entries where ``allowed`` is False get probability 0.
 
@@ -246,7 +262,8 @@ def entmax_normalize(scores: Tensor, alpha: float, allowed: Tensor | None = None
         allowed = None  # nothing masked: skip two full passes over the scores
     if allowed is not None:
         scores = scores.masked_fill(~allowed, _MASKED)
-    reference = _reference_mode.get() or scores.numel() < _FAST_MIN_SCORES
+    reference = (_reference_mode.get() or scores.numel() < _FAST_MIN_SCORES
+                 or _gpu_prefers_sort(scores))
     if alpha == 1.0:
         probs = torch.softmax(scores, dim=-1)
     elif alpha == 1.5:

@@ -528,3 +528,26 @@ def test_fast_path_from_exactly_the_size_threshold(alpha, monkeypatch):
     entmax_normalize(torch.randn(1, 8, 64, 64), alpha)
     entmax_normalize(torch.randn(7, 31, 151), alpha)  # 32767 scores: the package
     assert calls == [8 * 64 * 64]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+def test_on_cuda_auto_sorts_short_rows_and_solves_long_ones(monkeypatch):
+    """Under ``auto`` on a GPU, rows shorter than _GPU_SORT_BELOW_KEYS go to the package's sort
+    (faster there), longer ones to the block solver; both exact."""
+    calls = []
+    real = entmax_ops.entmax15_fast
+    monkeypatch.setattr(entmax_ops, "entmax15_fast", lambda s: calls.append(s.shape[-1]) or real(s))
+    short, long = entmax_ops._GPU_SORT_BELOW_KEYS - 1, entmax_ops._GPU_SORT_BELOW_KEYS
+    gen = torch.Generator().manual_seed(5)
+    with entmax_ops.solver_engine("auto"):
+        for n in (short, long):
+            x = torch.randn(1, 2, 64, n, generator=gen) * 4
+            _check_equal(entmax_normalize(x.cuda(), 1.5).cpu(), entmax15(x.double(), dim=-1))
+    assert calls == [long]
+
+
+def test_cpu_scores_never_take_the_gpu_sort_rule():
+    x = torch.randn(1, 2, 64, 512)
+    with entmax_ops.solver_engine("auto"):
+        assert not entmax_ops._gpu_prefers_sort(x)
