@@ -547,7 +547,21 @@ def test_on_cuda_auto_sorts_short_rows_and_solves_long_ones(monkeypatch):
     assert calls == [long]
 
 
-def test_cpu_scores_never_take_the_gpu_sort_rule():
-    x = torch.randn(1, 2, 64, 512)
+def test_the_gpu_sort_rule_reads_device_row_length_and_engine():
+    """The rule alone, on stand-ins for CUDA scores (this machine may have no GPU): CUDA rows
+    shorter than the bound under ``auto`` sort; at the bound, on a CPU, or under a named
+    engine they do not."""
+    from types import SimpleNamespace
+
+    bound = entmax_ops._GPU_SORT_BELOW_KEYS
+    assert bound == 2048  # the measured H200 crossover (benchmarks/gpu_solver.py)
+
+    def cuda_scores(n):
+        return SimpleNamespace(is_cuda=True, shape=(1, 2, 64, n))
+
     with entmax_ops.solver_engine("auto"):
-        assert not entmax_ops._gpu_prefers_sort(x)
+        assert entmax_ops._gpu_prefers_sort(cuda_scores(bound - 1))
+        assert not entmax_ops._gpu_prefers_sort(cuda_scores(bound))
+        assert not entmax_ops._gpu_prefers_sort(torch.randn(1, 2, 64, 512))
+    with entmax_ops.solver_engine("blocks"):
+        assert not entmax_ops._gpu_prefers_sort(cuda_scores(512))
