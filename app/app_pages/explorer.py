@@ -53,7 +53,8 @@ def _head_picker(ctx: shell.AppContext) -> None:
 
 #: Under the grid when the model has softmax layers (grey, crossed cells).
 _SOFTMAX_NOTE = ("Grey, crossed: {layers} ran softmax (α = 1), so every allowed pair is a gold "
-                 "edge: nothing sparse to predict there.")
+                 "edge: nothing sparse to predict there; the Model values leave them out, as "
+                 "the sweep does.")
 #: The gold sparsity is shown under each sparsity metric, as its delta: "gold 0.944".
 GOLD_PREFIX = "gold "
 _EXTRA_LABELS = {"precision": "precision", "exact_fraction": "exact rows",

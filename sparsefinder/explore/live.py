@@ -147,8 +147,13 @@ def softmax_layers(scores: GraphScores) -> list[int]:
 def summarize(scores: GraphScores, layer: int, head: int) -> dict[str, Summary]:
     """Head, layer (mean over heads) and model (mean over layers of layer means) values.
 
-    The model value is the macro average of ``metrics.macro_average`` for one text.
+    The model value is the macro average of ``metrics.macro_average`` for one text: softmax
+    layers (dense gold graphs, :func:`softmax_layers`) are left out of it, as the sweep does,
+    unless no layer is entmax.
     """
+    counted = scores.counted
+    if counted is None or not bool(counted.any()):
+        counted = torch.ones(scores.recall.shape[0], dtype=torch.bool)
 
     def at(select: Callable[[Tensor], Tensor]) -> Summary:
         gold = scores.gold_sparsity if scores.gold_sparsity is not None else scores.sparsity
@@ -161,7 +166,7 @@ def summarize(scores: GraphScores, layer: int, head: int) -> dict[str, Summary]:
     return {
         "head": at(lambda x: x[layer, head]),
         "layer": at(lambda x: x[layer].mean()),
-        "model": at(lambda x: x.mean(-1).mean()),
+        "model": at(lambda x: x.mean(-1)[counted].mean()),
     }
 
 

@@ -238,6 +238,20 @@ def test_clamp_at_the_boundaries(causal_prepared):
                      "loaded: it is off, and only the window/global patterns are predicted."]
 
 
+def test_the_model_value_leaves_softmax_layers_out_as_the_sweep_does():
+    from sparsefinder.metrics.measures import GraphScores
+    from sparsefinder.metrics.scorer import macro_average
+
+    recall = torch.tensor([[1.0, 1.0], [0.2, 0.4], [0.6, 0.8]], dtype=torch.float64)
+    scores = GraphScores(recall=recall, sparsity=1 - recall)
+    scores.counted = torch.tensor([False, True, True])  # layer 0 ran softmax
+    model = live.summarize(scores, 1, 0)["model"]
+    assert model.recall == pytest.approx(0.5)  # (0.3 + 0.7) / 2, not (1 + 0.3 + 0.7) / 3
+    assert model.recall == pytest.approx(macro_average([scores])["recall"])
+    scores.counted = torch.tensor([False, False, False])  # no entmax layer: all are kept
+    assert live.summarize(scores, 1, 0)["model"].recall == pytest.approx(2.0 / 3)
+
+
 def test_summarize_without_gold_sparsity_and_labels():
     from sparsefinder.metrics.measures import GraphScores
 
