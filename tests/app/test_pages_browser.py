@@ -97,8 +97,15 @@ def test_the_pages_cover_the_navigation():
     assert files == {path or "explorer" for path in PAGES.values()}
 
 
+#: Extra link parameters per page. The Atlas page is checked on 8 passages: its layout is
+#: what this test checks, and an atlas over every validation passage (computed on the first
+#: visit, ~1.5 min on a busy 2-core machine) adds nothing to that (tests/app/test_atlas_page.py
+#: checks the computation, the cache and the link).
+QUERY = {"atlas": "&apass=8"}
+
+
 def _url(server: str, name: str, example: str) -> str:
-    return f"{server}/{PAGES[name]}?example={example}"
+    return f"{server}/{PAGES[name]}?example={example}{QUERY.get(name, '')}"
 
 
 def _check_sizes(page, name: str, shot: str) -> list[str]:
