@@ -103,17 +103,20 @@ def chunk_passages(texts: list[str], tokenizer: Any, max_tokens: int, stride: in
     raise ValueError(f"could not split passages into chunks of at most {max_tokens} tokens")
 
 
-def chunk_spans(text: str, tokenizer: Any, max_tokens: int,
-                stride: int = 0) -> list[tuple[int, int]]:
+def chunk_spans(text: str, tokenizer: Any, max_tokens: int, stride: int = 0,
+                offsets: list[tuple[int, int]] | None = None) -> list[tuple[int, int]]:
     """Character spans ``(start, end)`` of ``text``'s model-sized chunks (one pass of the
     cuts :func:`chunk_passages` makes), in order, overlapping by about ``stride`` tokens; one
     span when the text fits. Where a chunk sits in the text is what a viewer of long texts
-    needs; the chunks' own texts are ``text[start:end]``."""
+    needs; the chunks' own texts are ``text[start:end]``. ``offsets``: the text's token
+    offsets (no special tokens) when the caller has them, so the text is not tokenized twice."""
     budget = max_tokens - tokenizer.num_special_tokens_to_add(pair=False)
     if budget < 1 or not 0 <= stride < budget:
         raise ValueError(f"max_tokens={max_tokens} with stride={stride} leaves no room for text")
-    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
-    offsets = [(s, e) for s, e in enc["offset_mapping"]]
+    if offsets is None:
+        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True,
+                        verbose=False)
+        offsets = [(s, e) for s, e in enc["offset_mapping"]]
     if len(offsets) <= budget:
         return [(0, len(text))]
     return _cut_points(text, offsets, budget, stride)

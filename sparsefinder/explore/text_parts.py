@@ -37,9 +37,11 @@ def text_parts(tokenizer: Any, text: str, max_length: int,
     fits); token positions count the text's own tokens, from 0."""
     encoding = tokenizer(text, add_special_tokens=False, truncation=False,
                          return_offsets_mapping=True, verbose=False)
-    starts = torch.tensor([start for start, _ in encoding["offset_mapping"]] or [0])
+    offsets = [(start, end) for start, end in encoding["offset_mapping"]]
+    starts = torch.tensor([start for start, _ in offsets] or [0])
     parts = []
-    for index, (begin, end) in enumerate(chunk_spans(text, tokenizer, max_length, overlap)):
+    spans = chunk_spans(text, tokenizer, max_length, overlap, offsets=offsets)
+    for index, (begin, end) in enumerate(spans):
         inside = ((starts >= begin) & (starts < end)).nonzero().flatten()
         first, last = (int(inside[0]), int(inside[-1])) if len(inside) else (0, 0)
         parts.append(TextPart(index, text[begin:end].strip(), first, last))

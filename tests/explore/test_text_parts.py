@@ -33,3 +33,21 @@ def test_a_text_that_fits_is_one_part_and_needs_no_sentence(default_model):
     assert parts_sentence(parts, 0, 7, default_model.max_length) is None
     assert chunk_spans(text, default_model.tokenizer, default_model.max_length) == [
         (0, len(text))]
+
+
+def test_the_parts_tokenize_the_text_once_and_cut_where_chunk_spans_cuts(default_model):
+    calls = []
+    real = default_model.tokenizer
+
+    class Counting:
+        def __call__(self, *args, **kwargs):
+            calls.append(args[0][:20])
+            return real(*args, **kwargs)
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+    parts = text_parts(Counting(), LONG, default_model.max_length)
+    assert len(calls) == 1
+    spans = chunk_spans(LONG, real, default_model.max_length, OVERLAP)
+    assert [p.text for p in parts] == [LONG[b:e].strip() for b, e in spans]
