@@ -82,9 +82,9 @@ class PreparedText:
         """The inputs ``method`` reads: the calibration table's projections for its methods,
         else the app's (one file need not serve every method: k-means needs the shared
         space of the paper's projections, the calibrated distance the best file)."""
-        if (self.calibrated_vectors is not None and self.calibration is not None
-                and self.calibration.has(method)):
-            return self.calibrated_vectors
+        own = self.calibrated_vectors
+        if own is not None and self.parts.resolve(method)[0] is own.projections:
+            return own  # the rule is LearnedParts.resolve's, the one resolver
         return self.vectors
 
     def projections_for(self, method: str) -> HeadProjections | None:
