@@ -374,3 +374,149 @@ def test_macro_average_of_all_softmax_layers_keeps_them_all() -> None:
                          counted=torch.tensor([False, False]))
     out = macro_average([scores])
     assert out["n_softmax_layers"] == 2 and out["sparsity"] == 0.5
+
+
+# ---------------------------------------------------------------- the shared-head fast path
+
+
+def _graph_record(golds: list[torch.Tensor], causal: bool, windows: list, alphas: list,
+                  seed: int = 0, share: float = 1.0):
+    """A record whose layers have sliding windows / α as given; gold cut to what each layer
+    allows (as extraction does), probabilities on the gold edges (rows scaled by ``share``)."""
+    from sparsefinder.attention.masks import layer_allowed
+    from sparsefinder.data.records import AttentionRecord, LayerGraph
+
+    gen = torch.Generator().manual_seed(seed)
+    heads, n, m = golds[0].shape
+    layers = []
+    for gold, window, alpha in zip(golds, windows, alphas, strict=True):
+        allowed = layer_allowed(n, m, causal=causal, sliding_window=window)
+        if allowed is not None:
+            gold = gold & allowed
+        weights = torch.rand(heads, n, m, generator=gen) * gold
+        probs = share * weights / weights.sum(-1, keepdim=True).clamp(min=1e-12)
+        layers.append(LayerGraph(torch.zeros(heads, n, 2), torch.zeros(heads, m, 2), gold,
+                                 probs[gold].float(), 1.5, sliding_window=window, alpha=alpha))
+    return AttentionRecord(text="x", tokens=["t"] * n, offsets=[(0, 0)] * n,
+                           special=[False] * n, causal=causal, layers=layers)
+
+
+def _by_definition(record, layer: int, pred: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Every metric from the plain functions, the layer's allowed pairs applied by hand."""
+    from sparsefinder.attention.masks import layer_allowed
+    from sparsefinder.metrics.measures import (
+        block_recall,
+        exact_fraction,
+        mass_recall,
+        precision,
+    )
+
+    graph = record.layers[layer]
+    gold = graph.gold
+    n, m = gold.shape[-2:]
+    allowed = layer_allowed(n, m, causal=record.causal, sliding_window=graph.sliding_window)
+    if allowed is None:
+        allowed = torch.ones(n, m, dtype=torch.bool)
+    kept = pred & allowed
+    pairs = int(allowed.sum())
+    return {
+        "recall": recall(kept, gold),
+        "sparsity": 1.0 - count_true(kept).double() / pairs,
+        "precision": precision(kept, gold),
+        "exact_fraction": exact_fraction(kept, gold),
+        "mass_recall": mass_recall(kept, graph.probs().double()),
+        "block_recall16": block_recall(kept, gold, 16),
+        "block_recall64": block_recall(kept, gold, 64),
+    }
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(("n", "m"), [(9, 9), (7, 12), (64, 20), (20, 64), (1, 5)])
+def test_a_shared_mask_scores_like_the_same_mask_given_per_head(causal, n, m) -> None:
+    """``mask.expand(heads, n, m)`` (the app's slider fast path) reads the mask once; its
+    scores are those of the same mask materialised per head, and those of the functions."""
+    from sparsefinder.metrics.measures import EXTRA_METRICS
+    from sparsefinder.metrics.scorer import Scorer, shared_head
+
+    gen = torch.Generator().manual_seed(n * 100 + m)
+    golds = [torch.rand(3, n, m, generator=gen) < 0.3 for _ in range(3)]
+    for gold in golds:
+        gold[0] = False  # a head without gold edges
+    # an entmax layer, a sliding-window one and a softmax one
+    record = _graph_record(golds, causal, [None, 3, None], [1.5, 1.5, 1.0], seed=n + m)
+    scorer = Scorer(record)
+    for density in (0.0, 0.3, 0.7, 1.0):
+        base = torch.rand(n, m, generator=gen) < density
+        shared = base.expand(3, n, m)
+        materialised = shared.clone()
+        assert shared_head(shared) is not None and shared_head(materialised) is None
+        fast = scorer.score([shared] * 3)
+        slow = scorer.score([materialised] * 3)
+        for name in ("recall", "sparsity", *EXTRA_METRICS):
+            assert torch.equal(getattr(fast, name), getattr(slow, name)), (name, density)
+        for layer in range(3):
+            alone = Scorer(record).layer_scores(layer, shared)  # without a memo
+            for name, value in _by_definition(record, layer, materialised).items():
+                assert torch.allclose(getattr(fast, name)[layer], value, rtol=0,
+                                      atol=1e-6), (name, layer, density)
+                assert torch.equal(alone[name], getattr(fast, name)[layer]), name
+        assert torch.equal(fast.gold_sparsity, slow.gold_sparsity)
+        assert fast.counted.tolist() == [True, True, False]
+
+
+def test_layers_given_one_shared_mask_count_it_once_and_keep_their_own_gold(monkeypatch):
+    """One score call counts a shared mask once per allowed-pair mask (the memo), yet each
+    layer is scored against its own gold, and layers whose allowed pairs differ (a sliding
+    window) never take another layer's cut mask."""
+    import sparsefinder.metrics.scorer as scorer_module
+    from sparsefinder.metrics.measures import EXTRA_METRICS
+
+    gen = torch.Generator().manual_seed(3)
+    n = 12
+    golds = [torch.rand(2, n, n, generator=gen) < p for p in (0.1, 0.5, 0.5, 0.3)]
+    record = _graph_record(golds, False, [None, 2, None, 4], [1.5] * 4, seed=3)
+    scorer = scorer_module.Scorer(record)
+    base = torch.rand(n, n, generator=gen) < 0.5
+    preds = [base.expand(2, n, n)] * 4
+    expected = [_by_definition(record, layer, preds[layer].clone()) for layer in range(4)]
+    counts = []
+    real = scorer_module.count_true
+
+    def counting(x: torch.Tensor) -> torch.Tensor:
+        counts.append(tuple(x.shape))
+        return real(x)
+
+    monkeypatch.setattr(scorer_module, "count_true", counting)
+    scores = scorer.score(preds)
+    # layers 0 and 2 allow every pair: one count serves both; each window counts its own
+    assert counts == [(1, n, n)] * 3
+    for layer in range(4):
+        for name in ("recall", "sparsity", *EXTRA_METRICS):
+            assert torch.allclose(getattr(scores, name)[layer], expected[layer][name],
+                                  rtol=0, atol=1e-6), (name, layer)
+    assert not torch.equal(scores.recall[0], scores.recall[1])  # not one gold for all
+    assert scores.sparsity[1].tolist() != scores.sparsity[0].tolist()  # the window's own cut
+    counts.clear()
+    scorer.score([p.clone() for p in preds])  # per-head masks: one count per layer
+    assert counts == [(2, n, n)] * 4
+
+
+def test_shared_head_needs_three_axes_several_heads_and_a_zero_head_stride() -> None:
+    from sparsefinder.metrics.scorer import shared_head
+
+    base = torch.rand(4, 5) < 0.5
+    for heads in (2, 3):
+        found = shared_head(base.expand(heads, 4, 5))
+        assert found is not None and torch.equal(found, base)
+    one_row = (torch.rand(1, 5) < 0.5).expand(4, 5)
+    found = shared_head(one_row.expand(3, 4, 5))
+    assert found is not None and torch.equal(found, one_row)
+    assert shared_head(base.expand(3, 4, 5).clone()) is None  # materialised per head
+    assert shared_head(base) is None  # one (n, m) mask: no head axis
+    assert shared_head(base.expand(2, 3, 4, 5)) is None  # not (heads, n, m)
+    assert shared_head(torch.as_strided(base, (1, 4, 5), (0, 5, 1))) is None  # one head
+    rows = (torch.rand(3, 1, 5) < 0.5).expand(3, 4, 5)  # a zero stride, but not the heads'
+    assert shared_head(rows) is None
+    single = torch.rand(3, 1, 5) < 0.5  # one query row: stride 5 on the head axis
+    assert shared_head(single) is None
+    assert shared_head(single[:1].expand(3, 1, 5)) is not None
