@@ -520,3 +520,156 @@ def test_shared_head_needs_three_axes_several_heads_and_a_zero_head_stride() -> 
     single = torch.rand(3, 1, 5) < 0.5  # one query row: stride 5 on the head axis
     assert shared_head(single) is None
     assert shared_head(single[:1].expand(3, 1, 5)) is not None
+
+
+def test_scorer_without_extras_still_gives_gold_sparsity_and_the_counted_layers() -> None:
+    from sparsefinder.metrics.scorer import Scorer
+
+    gold = torch.zeros(2, 4, 4, dtype=torch.bool)
+    gold[0, 0, :2] = gold[1, 3, 3] = True  # 2 and 1 of 16 pairs
+    record = _graph_record([gold, torch.ones_like(gold)], False, [None, None], [1.5, 1.0])
+    scores = Scorer(record, extra=False).score([gold, gold])
+    assert scores.precision is None
+    assert scores.gold_sparsity.tolist() == [[1 - 2 / 16, 1 - 1 / 16], [0.0, 0.0]]
+    assert scores.counted.tolist() == [True, False]  # the softmax layer is left out
+    assert macro_average([scores])["recall"] == 1.0
+
+
+def test_texts_that_disagree_on_softmax_layers_are_refused() -> None:
+    from sparsefinder.metrics.scorer import counted_layers
+
+    ones = torch.ones(2, 3, dtype=torch.float64)
+    entmax = GraphScores(recall=ones, sparsity=ones, counted=torch.tensor([True, True]))
+    mixed = GraphScores(recall=ones, sparsity=ones, counted=torch.tensor([True, False]))
+    message = (r"^texts disagree on which layers are softmax; extract every record with the "
+               r"same α per layer$")
+    for texts in ([entmax, mixed], [mixed, entmax, entmax]):
+        with pytest.raises(ValueError, match=message):
+            counted_layers(texts)
+        with pytest.raises(ValueError, match=message):
+            macro_average(texts)
+    assert counted_layers([mixed, mixed]).tolist() == [True, False]
+    unknown = GraphScores(recall=ones, sparsity=ones)
+    assert counted_layers([unknown, mixed]).tolist() == [True, False]
+    assert counted_layers([unknown]).tolist() == [True, True]
+
+
+def test_scorer_block_recalls_at_16_and_64_by_hand() -> None:
+    """Two gold 16-tiles inside one 64-tile: a prediction touching only one of them has half
+    the 16-tiles and the whole 64-tile (n ≠ m, so the 16-tile grid pads on one side only)."""
+    from sparsefinder.metrics.scorer import Scorer
+
+    gold = torch.zeros(1, 64, 40, dtype=torch.bool)
+    gold[0, 0, 0] = gold[0, 20, 20] = True  # 16-tiles (0, 0) and (1, 1)
+    pred = torch.zeros_like(gold)
+    pred[0, 1, 1] = pred[0, 21, 5] = True  # tiles (0, 0) and (1, 0)
+    record = _graph_record([gold], False, [None], [1.5])
+    scores = Scorer(record).score([pred])
+    assert scores.block_recall16.tolist() == [[0.5]]
+    assert scores.block_recall64.tolist() == [[1.0]]
+    assert scores.recall.tolist() == [[0.0]]
+    far = torch.zeros_like(gold)
+    far[0, 63, 39] = True  # the same 64-tile, a 16-tile without gold
+    assert Scorer(record).score([far]).block_recall64.tolist() == [[1.0]]
+    assert Scorer(record).score([far]).block_recall16.tolist() == [[0.0]]
+
+
+def test_scorer_mass_recall_is_float64_and_a_share_of_a_partial_mass() -> None:
+    """Rows need not sum to 1 (mass_recall's own convention): with a head's mass below 1
+    the lost share is still divided by that mass, and the sums stay in float64."""
+    from sparsefinder.metrics.scorer import Scorer
+
+    gen = torch.Generator().manual_seed(11)
+    n = 12
+    golds = [torch.rand(3, n, n, generator=gen) < 0.5 for _ in range(2)]
+    record = _graph_record(golds, False, [None, None], [1.5, 1.5], seed=11, share=0.05)
+    preds = [torch.rand(3, n, n, generator=gen) < 0.5 for _ in range(2)]
+    scores = Scorer(record).score(preds)
+    for layer, pred in enumerate(preds):
+        probs = record.layers[layer].probs().double()
+        mass = probs.sum((-2, -1))
+        assert (mass < 1).all() and (mass > 0).all()
+        expected = (probs * pred).sum((-2, -1)) / mass
+        assert torch.allclose(scores.mass_recall[layer], expected, rtol=0, atol=1e-14)
+
+
+def test_scorer_never_counts_a_gold_pair_its_layer_does_not_allow() -> None:
+    """A decoder record whose gold has future pairs: every metric sees the allowed pairs
+    only, the extra path like :meth:`Scorer.layer` (whose counts cut them too)."""
+    from sparsefinder.metrics.measures import exact_fraction, precision
+    from sparsefinder.metrics.scorer import Scorer
+
+    gen = torch.Generator().manual_seed(12)
+    gold = torch.rand(2, 6, 6, generator=gen) < 0.5
+    gold[:, 0, 5] = True  # a future pair in every head
+    record = _record_of([gold], causal=True)
+    pred = torch.rand(2, 6, 6, generator=gen) < 0.6
+    scores = Scorer(record).score([pred])
+    allowed = causal_mask(6, 6)
+    cut_gold, cut_pred = gold & allowed, pred & allowed
+    assert torch.equal(scores.recall, Scorer(record, extra=False).score([pred]).recall)
+    assert torch.equal(scores.recall[0], recall(cut_pred, cut_gold))
+    assert torch.allclose(scores.exact_fraction[0], exact_fraction(cut_pred, cut_gold))
+    assert torch.allclose(scores.precision[0], precision(cut_pred, cut_gold))
+
+
+def test_a_layer_graph_without_window_or_alpha_is_an_unwindowed_entmax_layer() -> None:
+    """Graph objects that predate sliding windows and α (only gold and its probabilities)
+    are scored with every pair allowed and counted in the averages."""
+    from types import SimpleNamespace
+
+    from sparsefinder.data.records import AttentionRecord
+    from sparsefinder.metrics.scorer import Scorer
+
+    gen = torch.Generator().manual_seed(13)
+    gold = torch.rand(2, 5, 5, generator=gen) < 0.4
+    bare = SimpleNamespace(gold=gold, prob_values=torch.ones(int(gold.sum())))
+    record = AttentionRecord(text="x", tokens=["t"] * 5, offsets=[(0, 0)] * 5,
+                             special=[False] * 5, causal=False, layers=[bare])
+    pred = torch.rand(2, 5, 5, generator=gen) < 0.5
+    scorer = Scorer(record)
+    scores = scorer.score([pred])
+    assert scorer.counted.tolist() == [True]
+    assert torch.equal(scores.recall[0], recall(pred, gold))
+    assert torch.equal(scores.sparsity[0], sparsity(pred))
+    assert torch.equal(scorer.gold_sparsity[0], gold_sparsity(gold))
+
+
+def test_segment_sums_keep_the_values_dtype_and_device() -> None:
+    import warnings
+
+    from sparsefinder.metrics.scorer import _segments
+
+    ptr = torch.tensor([0, 1, 1, 4])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # e.g. an `out=` of the wrong size being resized
+        ints = _segments(torch.tensor([1, 0, 2, 3], dtype=torch.int32), ptr)
+        third = _segments(torch.full((4,), 1 / 3, dtype=torch.float64), ptr)
+    assert ints.dtype == torch.int32 and ints.tolist() == [1, 0, 5]
+    assert third.dtype == torch.float64
+    assert third.tolist() == pytest.approx([1 / 3, 0.0, 1.0], abs=1e-15)
+    meta = _segments(torch.zeros(4, device="meta"), ptr.to("meta"))
+    assert meta.device.type == "meta" and meta.shape == (3,)
+
+
+def test_scorer_extras_stay_on_the_masks_device(monkeypatch) -> None:
+    """The meta device stands in for a GPU (its nonzero assumed all-true: the shapes are all
+    it checks); the gold index, probabilities and every metric follow the gold masks, even
+    when the probabilities were left on the CPU."""
+    import torch.fx.experimental._config as fx_config
+
+    from sparsefinder.data.records import AttentionRecord, LayerGraph
+    from sparsefinder.metrics.scorer import Scorer
+
+    monkeypatch.setattr(fx_config, "meta_nonzero_assume_all_nonzero", True)
+    gold = torch.ones(2, 3, 3, dtype=torch.bool, device="meta")
+    for causal, window in ((False, None), (True, None), (True, 2)):
+        layer = LayerGraph(torch.zeros(2, 3, 2), torch.zeros(2, 3, 2), gold, torch.ones(18),
+                           1.5, sliding_window=window)
+        record = AttentionRecord(text="x", tokens=["t"] * 3, offsets=[(0, 0)] * 3,
+                                 special=[False] * 3, causal=causal, layers=[layer])
+        scorer = Scorer(record)
+        for pred in (gold, torch.ones(3, 3, dtype=torch.bool, device="meta").expand(2, 3, 3)):
+            scores = scorer.score([pred])
+            devices = {name: value.device.type for name, value in scores.metrics().items()}
+            assert devices == dict.fromkeys(devices, "meta") and len(devices) == 7
