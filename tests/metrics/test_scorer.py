@@ -652,7 +652,7 @@ def test_segment_sums_keep_the_values_dtype_and_device() -> None:
     assert meta.device.type == "meta" and meta.shape == (3,)
 
 
-def test_scorer_extras_stay_on_the_masks_device(monkeypatch) -> None:
+def test_scorer_extras_stay_on_the_masks_device() -> None:
     """The meta device stands in for a GPU (its nonzero assumed all-true: the shapes are all
     it checks); the gold index, probabilities and every metric follow the gold masks, even
     when the probabilities were left on the CPU."""
@@ -661,15 +661,16 @@ def test_scorer_extras_stay_on_the_masks_device(monkeypatch) -> None:
     from sparsefinder.data.records import AttentionRecord, LayerGraph
     from sparsefinder.metrics.scorer import Scorer
 
-    monkeypatch.setattr(fx_config, "meta_nonzero_assume_all_nonzero", True)
     gold = torch.ones(2, 3, 3, dtype=torch.bool, device="meta")
-    for causal, window in ((False, None), (True, None), (True, 2)):
-        layer = LayerGraph(torch.zeros(2, 3, 2), torch.zeros(2, 3, 2), gold, torch.ones(18),
-                           1.5, sliding_window=window)
-        record = AttentionRecord(text="x", tokens=["t"] * 3, offsets=[(0, 0)] * 3,
-                                 special=[False] * 3, causal=causal, layers=[layer])
-        scorer = Scorer(record)
-        for pred in (gold, torch.ones(3, 3, dtype=torch.bool, device="meta").expand(2, 3, 3)):
-            scores = scorer.score([pred])
-            devices = {name: value.device.type for name, value in scores.metrics().items()}
-            assert devices == dict.fromkeys(devices, "meta") and len(devices) == 7
+    shared = torch.ones(3, 3, dtype=torch.bool, device="meta").expand(2, 3, 3)
+    with fx_config.patch(meta_nonzero_assume_all_nonzero=True):  # torch's own, restored
+        for causal, window in ((False, None), (True, None), (True, 2)):
+            layer = LayerGraph(torch.zeros(2, 3, 2), torch.zeros(2, 3, 2), gold,
+                               torch.ones(18), 1.5, sliding_window=window)
+            record = AttentionRecord(text="x", tokens=["t"] * 3, offsets=[(0, 0)] * 3,
+                                     special=[False] * 3, causal=causal, layers=[layer])
+            scorer = Scorer(record)
+            for pred in (gold, shared):
+                metrics = scorer.score([pred]).metrics()
+                assert len(metrics) == 7
+                assert {value.device.type for value in metrics.values()} == {"meta"}
