@@ -674,3 +674,18 @@ def test_scorer_extras_stay_on_the_masks_device() -> None:
                 metrics = scorer.score([pred]).metrics()
                 assert len(metrics) == 7
                 assert {value.device.type for value in metrics.values()} == {"meta"}
+
+
+def test_scorer_rows_stay_exact_past_two_to_the_24_pairs() -> None:
+    """A gold edge's row is its flat position // m: in float32 (exact only to 2**24) the
+    last key of a late row would round up into the next row, past 4097² ≈ 2**24 + 8193."""
+    from sparsefinder.metrics.scorer import Scorer
+
+    n = 4097
+    gold = torch.zeros(1, n, n, dtype=torch.bool)
+    gold[0, -8:, -1] = True  # the last key of the last 8 rows
+    pred = torch.zeros_like(gold)
+    pred[0, -8::2, -1] = True  # rows n-8, n-6, n-4, n-2 keep their edge; the others miss
+    scores = Scorer(_record_of([gold])).score([pred])
+    assert scores.recall.tolist() == [[0.5]]
+    assert scores.exact_fraction.tolist() == [[pytest.approx(1 - 4 / n, abs=1e-15)]]
