@@ -374,3 +374,318 @@ def test_macro_average_of_all_softmax_layers_keeps_them_all() -> None:
                          counted=torch.tensor([False, False]))
     out = macro_average([scores])
     assert out["n_softmax_layers"] == 2 and out["sparsity"] == 0.5
+
+
+# ---------------------------------------------------------------- the shared-head fast path
+
+
+def _graph_record(golds: list[torch.Tensor], causal: bool, windows: list, alphas: list,
+                  seed: int = 0, share: float = 1.0):
+    """A record whose layers have sliding windows / α as given; gold cut to what each layer
+    allows (as extraction does), probabilities on the gold edges (rows scaled by ``share``)."""
+    from sparsefinder.attention.masks import layer_allowed
+    from sparsefinder.data.records import AttentionRecord, LayerGraph
+
+    gen = torch.Generator().manual_seed(seed)
+    heads, n, m = golds[0].shape
+    layers = []
+    for gold, window, alpha in zip(golds, windows, alphas, strict=True):
+        allowed = layer_allowed(n, m, causal=causal, sliding_window=window)
+        if allowed is not None:
+            gold = gold & allowed
+        weights = torch.rand(heads, n, m, generator=gen) * gold
+        probs = share * weights / weights.sum(-1, keepdim=True).clamp(min=1e-12)
+        layers.append(LayerGraph(torch.zeros(heads, n, 2), torch.zeros(heads, m, 2), gold,
+                                 probs[gold].float(), 1.5, sliding_window=window, alpha=alpha))
+    return AttentionRecord(text="x", tokens=["t"] * n, offsets=[(0, 0)] * n,
+                           special=[False] * n, causal=causal, layers=layers)
+
+
+def _by_definition(record, layer: int, pred: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Every metric from the plain functions, the layer's allowed pairs applied by hand."""
+    from sparsefinder.attention.masks import layer_allowed
+    from sparsefinder.metrics.measures import (
+        block_recall,
+        exact_fraction,
+        mass_recall,
+        precision,
+    )
+
+    graph = record.layers[layer]
+    gold = graph.gold
+    n, m = gold.shape[-2:]
+    allowed = layer_allowed(n, m, causal=record.causal, sliding_window=graph.sliding_window)
+    if allowed is None:
+        allowed = torch.ones(n, m, dtype=torch.bool)
+    kept = pred & allowed
+    pairs = int(allowed.sum())
+    return {
+        "recall": recall(kept, gold),
+        "sparsity": 1.0 - count_true(kept).double() / pairs,
+        "precision": precision(kept, gold),
+        "exact_fraction": exact_fraction(kept, gold),
+        "mass_recall": mass_recall(kept, graph.probs().double()),
+        "block_recall16": block_recall(kept, gold, 16),
+        "block_recall64": block_recall(kept, gold, 64),
+    }
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(("n", "m"), [(9, 9), (7, 12), (64, 20), (20, 64), (1, 5)])
+def test_a_shared_mask_scores_like_the_same_mask_given_per_head(causal, n, m) -> None:
+    """``mask.expand(heads, n, m)`` (the app's slider fast path) reads the mask once; its
+    scores are those of the same mask materialised per head, and those of the functions."""
+    from sparsefinder.metrics.measures import EXTRA_METRICS
+    from sparsefinder.metrics.scorer import Scorer, shared_head
+
+    gen = torch.Generator().manual_seed(n * 100 + m)
+    golds = [torch.rand(3, n, m, generator=gen) < 0.3 for _ in range(3)]
+    for gold in golds:
+        gold[0] = False  # a head without gold edges
+    # an entmax layer, a sliding-window one and a softmax one
+    record = _graph_record(golds, causal, [None, 3, None], [1.5, 1.5, 1.0], seed=n + m)
+    scorer = Scorer(record)
+    for density in (0.0, 0.3, 0.7, 1.0):
+        base = torch.rand(n, m, generator=gen) < density
+        shared = base.expand(3, n, m)
+        materialised = shared.clone()
+        assert shared_head(shared) is not None and shared_head(materialised) is None
+        fast = scorer.score([shared] * 3)
+        slow = scorer.score([materialised] * 3)
+        for name in ("recall", "sparsity", *EXTRA_METRICS):
+            assert torch.equal(getattr(fast, name), getattr(slow, name)), (name, density)
+        for layer in range(3):
+            alone = Scorer(record).layer_scores(layer, shared)  # without a memo
+            for name, value in _by_definition(record, layer, materialised).items():
+                assert torch.allclose(getattr(fast, name)[layer], value, rtol=0,
+                                      atol=1e-6), (name, layer, density)
+                assert torch.equal(alone[name], getattr(fast, name)[layer]), name
+        assert torch.equal(fast.gold_sparsity, slow.gold_sparsity)
+        assert fast.counted.tolist() == [True, True, False]
+
+
+def test_layers_given_one_shared_mask_count_it_once_and_keep_their_own_gold(monkeypatch):
+    """One score call counts a shared mask once per allowed-pair mask (the memo), yet each
+    layer is scored against its own gold, and layers whose allowed pairs differ (a sliding
+    window) never take another layer's cut mask."""
+    import sparsefinder.metrics.scorer as scorer_module
+    from sparsefinder.metrics.measures import EXTRA_METRICS
+
+    gen = torch.Generator().manual_seed(3)
+    n = 12
+    golds = [torch.rand(2, n, n, generator=gen) < p for p in (0.1, 0.5, 0.5, 0.3)]
+    record = _graph_record(golds, False, [None, 2, None, 4], [1.5] * 4, seed=3)
+    scorer = scorer_module.Scorer(record)
+    base = torch.rand(n, n, generator=gen) < 0.5
+    preds = [base.expand(2, n, n)] * 4
+    expected = [_by_definition(record, layer, preds[layer].clone()) for layer in range(4)]
+    counts = []
+    real = scorer_module.count_true
+
+    def counting(x: torch.Tensor) -> torch.Tensor:
+        counts.append(tuple(x.shape))
+        return real(x)
+
+    monkeypatch.setattr(scorer_module, "count_true", counting)
+    scores = scorer.score(preds)
+    # layers 0 and 2 allow every pair: one count serves both; each window counts its own
+    assert counts == [(1, n, n)] * 3
+    for layer in range(4):
+        for name in ("recall", "sparsity", *EXTRA_METRICS):
+            assert torch.allclose(getattr(scores, name)[layer], expected[layer][name],
+                                  rtol=0, atol=1e-6), (name, layer)
+    assert not torch.equal(scores.recall[0], scores.recall[1])  # not one gold for all
+    assert scores.sparsity[1].tolist() != scores.sparsity[0].tolist()  # the window's own cut
+    counts.clear()
+    scorer.score([p.clone() for p in preds])  # per-head masks: one count per layer
+    assert counts == [(2, n, n)] * 4
+
+
+def test_shared_head_needs_three_axes_several_heads_and_a_zero_head_stride() -> None:
+    from sparsefinder.metrics.scorer import shared_head
+
+    base = torch.rand(4, 5) < 0.5
+    for heads in (2, 3):
+        found = shared_head(base.expand(heads, 4, 5))
+        assert found is not None and torch.equal(found, base)
+    one_row = (torch.rand(1, 5) < 0.5).expand(4, 5)
+    found = shared_head(one_row.expand(3, 4, 5))
+    assert found is not None and torch.equal(found, one_row)
+    assert shared_head(base.expand(3, 4, 5).clone()) is None  # materialised per head
+    assert shared_head(base) is None  # one (n, m) mask: no head axis
+    assert shared_head(base.expand(2, 3, 4, 5)) is None  # not (heads, n, m)
+    assert shared_head(torch.as_strided(base, (1, 4, 5), (0, 5, 1))) is None  # one head
+    rows = (torch.rand(3, 1, 5) < 0.5).expand(3, 4, 5)  # a zero stride, but not the heads'
+    assert shared_head(rows) is None
+    single = torch.rand(3, 1, 5) < 0.5  # one query row: stride 5 on the head axis
+    assert shared_head(single) is None
+    assert shared_head(single[:1].expand(3, 1, 5)) is not None
+
+
+def test_scorer_without_extras_still_gives_gold_sparsity_and_the_counted_layers() -> None:
+    from sparsefinder.metrics.scorer import Scorer
+
+    gold = torch.zeros(2, 4, 4, dtype=torch.bool)
+    gold[0, 0, :2] = gold[1, 3, 3] = True  # 2 and 1 of 16 pairs
+    record = _graph_record([gold, torch.ones_like(gold)], False, [None, None], [1.5, 1.0])
+    scores = Scorer(record, extra=False).score([gold, gold])
+    assert scores.precision is None
+    assert scores.gold_sparsity.tolist() == [[1 - 2 / 16, 1 - 1 / 16], [0.0, 0.0]]
+    assert scores.counted.tolist() == [True, False]  # the softmax layer is left out
+    assert macro_average([scores])["recall"] == 1.0
+
+
+def test_texts_that_disagree_on_softmax_layers_are_refused() -> None:
+    from sparsefinder.metrics.scorer import counted_layers
+
+    ones = torch.ones(2, 3, dtype=torch.float64)
+    entmax = GraphScores(recall=ones, sparsity=ones, counted=torch.tensor([True, True]))
+    mixed = GraphScores(recall=ones, sparsity=ones, counted=torch.tensor([True, False]))
+    message = (r"^texts disagree on which layers are softmax; extract every record with the "
+               r"same α per layer$")
+    for texts in ([entmax, mixed], [mixed, entmax, entmax]):
+        with pytest.raises(ValueError, match=message):
+            counted_layers(texts)
+        with pytest.raises(ValueError, match=message):
+            macro_average(texts)
+    assert counted_layers([mixed, mixed]).tolist() == [True, False]
+    unknown = GraphScores(recall=ones, sparsity=ones)
+    assert counted_layers([unknown, mixed]).tolist() == [True, False]
+    assert counted_layers([unknown]).tolist() == [True, True]
+
+
+def test_scorer_block_recalls_at_16_and_64_by_hand() -> None:
+    """Two gold 16-tiles inside one 64-tile: a prediction touching only one of them has half
+    the 16-tiles and the whole 64-tile (n ≠ m, so the 16-tile grid pads on one side only)."""
+    from sparsefinder.metrics.scorer import Scorer
+
+    gold = torch.zeros(1, 64, 40, dtype=torch.bool)
+    gold[0, 0, 0] = gold[0, 20, 20] = True  # 16-tiles (0, 0) and (1, 1)
+    pred = torch.zeros_like(gold)
+    pred[0, 1, 1] = pred[0, 21, 5] = True  # tiles (0, 0) and (1, 0)
+    record = _graph_record([gold], False, [None], [1.5])
+    scores = Scorer(record).score([pred])
+    assert scores.block_recall16.tolist() == [[0.5]]
+    assert scores.block_recall64.tolist() == [[1.0]]
+    assert scores.recall.tolist() == [[0.0]]
+    far = torch.zeros_like(gold)
+    far[0, 63, 39] = True  # the same 64-tile, a 16-tile without gold
+    assert Scorer(record).score([far]).block_recall64.tolist() == [[1.0]]
+    assert Scorer(record).score([far]).block_recall16.tolist() == [[0.0]]
+
+
+def test_scorer_mass_recall_is_float64_and_a_share_of_a_partial_mass() -> None:
+    """Rows need not sum to 1 (mass_recall's own convention): with a head's mass below 1
+    the lost share is still divided by that mass, and the sums stay in float64."""
+    from sparsefinder.metrics.scorer import Scorer
+
+    gen = torch.Generator().manual_seed(11)
+    n = 12
+    golds = [torch.rand(3, n, n, generator=gen) < 0.5 for _ in range(2)]
+    record = _graph_record(golds, False, [None, None], [1.5, 1.5], seed=11, share=0.05)
+    preds = [torch.rand(3, n, n, generator=gen) < 0.5 for _ in range(2)]
+    scores = Scorer(record).score(preds)
+    for layer, pred in enumerate(preds):
+        probs = record.layers[layer].probs().double()
+        mass = probs.sum((-2, -1))
+        assert (mass < 1).all() and (mass > 0).all()
+        expected = (probs * pred).sum((-2, -1)) / mass
+        assert torch.allclose(scores.mass_recall[layer], expected, rtol=0, atol=1e-14)
+
+
+def test_scorer_never_counts_a_gold_pair_its_layer_does_not_allow() -> None:
+    """A decoder record whose gold has future pairs: every metric sees the allowed pairs
+    only, the extra path like :meth:`Scorer.layer` (whose counts cut them too)."""
+    from sparsefinder.metrics.measures import exact_fraction, precision
+    from sparsefinder.metrics.scorer import Scorer
+
+    gen = torch.Generator().manual_seed(12)
+    gold = torch.rand(2, 6, 6, generator=gen) < 0.5
+    gold[:, 0, 5] = True  # a future pair in every head
+    record = _record_of([gold], causal=True)
+    pred = torch.rand(2, 6, 6, generator=gen) < 0.6
+    scores = Scorer(record).score([pred])
+    allowed = causal_mask(6, 6)
+    cut_gold, cut_pred = gold & allowed, pred & allowed
+    assert torch.equal(scores.recall, Scorer(record, extra=False).score([pred]).recall)
+    assert torch.equal(scores.recall[0], recall(cut_pred, cut_gold))
+    assert torch.allclose(scores.exact_fraction[0], exact_fraction(cut_pred, cut_gold))
+    assert torch.allclose(scores.precision[0], precision(cut_pred, cut_gold))
+
+
+def test_a_layer_graph_without_window_or_alpha_is_an_unwindowed_entmax_layer() -> None:
+    """Graph objects that predate sliding windows and α (only gold and its probabilities)
+    are scored with every pair allowed and counted in the averages."""
+    from types import SimpleNamespace
+
+    from sparsefinder.data.records import AttentionRecord
+    from sparsefinder.metrics.scorer import Scorer
+
+    gen = torch.Generator().manual_seed(13)
+    gold = torch.rand(2, 5, 5, generator=gen) < 0.4
+    bare = SimpleNamespace(gold=gold, prob_values=torch.ones(int(gold.sum())))
+    record = AttentionRecord(text="x", tokens=["t"] * 5, offsets=[(0, 0)] * 5,
+                             special=[False] * 5, causal=False, layers=[bare])
+    pred = torch.rand(2, 5, 5, generator=gen) < 0.5
+    scorer = Scorer(record)
+    scores = scorer.score([pred])
+    assert scorer.counted.tolist() == [True]
+    assert torch.equal(scores.recall[0], recall(pred, gold))
+    assert torch.equal(scores.sparsity[0], sparsity(pred))
+    assert torch.equal(scorer.gold_sparsity[0], gold_sparsity(gold))
+
+
+def test_segment_sums_keep_the_values_dtype_and_device() -> None:
+    import warnings
+
+    from sparsefinder.metrics.scorer import _segments
+
+    ptr = torch.tensor([0, 1, 1, 4])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # e.g. an `out=` of the wrong size being resized
+        ints = _segments(torch.tensor([1, 0, 2, 3], dtype=torch.int32), ptr)
+        third = _segments(torch.full((4,), 1 / 3, dtype=torch.float64), ptr)
+    assert ints.dtype == torch.int32 and ints.tolist() == [1, 0, 5]
+    assert third.dtype == torch.float64
+    assert third.tolist() == pytest.approx([1 / 3, 0.0, 1.0], abs=1e-15)
+    meta = _segments(torch.zeros(4, device="meta"), ptr.to("meta"))
+    assert meta.device.type == "meta" and meta.shape == (3,)
+
+
+def test_scorer_extras_stay_on_the_masks_device() -> None:
+    """The meta device stands in for a GPU (its nonzero assumed all-true: the shapes are all
+    it checks); the gold index, probabilities and every metric follow the gold masks, even
+    when the probabilities were left on the CPU."""
+    import torch.fx.experimental._config as fx_config
+
+    from sparsefinder.data.records import AttentionRecord, LayerGraph
+    from sparsefinder.metrics.scorer import Scorer
+
+    gold = torch.ones(2, 3, 3, dtype=torch.bool, device="meta")
+    shared = torch.ones(3, 3, dtype=torch.bool, device="meta").expand(2, 3, 3)
+    with fx_config.patch(meta_nonzero_assume_all_nonzero=True):  # torch's own, restored
+        for causal, window in ((False, None), (True, None), (True, 2)):
+            layer = LayerGraph(torch.zeros(2, 3, 2), torch.zeros(2, 3, 2), gold,
+                               torch.ones(18), 1.5, sliding_window=window)
+            record = AttentionRecord(text="x", tokens=["t"] * 3, offsets=[(0, 0)] * 3,
+                                     special=[False] * 3, causal=causal, layers=[layer])
+            scorer = Scorer(record)
+            for pred in (gold, shared):
+                metrics = scorer.score([pred]).metrics()
+                assert len(metrics) == 7
+                assert {value.device.type for value in metrics.values()} == {"meta"}
+
+
+def test_scorer_rows_stay_exact_past_two_to_the_24_pairs() -> None:
+    """A gold edge's row is its flat position // m: in float32 (exact only to 2**24) the
+    last key of a late row would round up into the next row, past 4097² ≈ 2**24 + 8193."""
+    from sparsefinder.metrics.scorer import Scorer
+
+    n = 4097
+    gold = torch.zeros(1, n, n, dtype=torch.bool)
+    gold[0, -8:, -1] = True  # the last key of the last 8 rows
+    pred = torch.zeros_like(gold)
+    pred[0, -8::2, -1] = True  # rows n-8, n-6, n-4, n-2 keep their edge; the others miss
+    scores = Scorer(_record_of([gold])).score([pred])
+    assert scores.recall.tolist() == [[0.5]]
+    assert scores.exact_fraction.tolist() == [[pytest.approx(1 - 4 / n, abs=1e-15)]]
