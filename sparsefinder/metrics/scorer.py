@@ -207,7 +207,8 @@ class Scorer:
         index = self._gold_index(layer)
         base = shared_head(pred)
         if base is not None:  # one mask for every head: read it once, not once per head
-            key = (base.data_ptr(), id(self._masks[layer]))
+            # the view, not only its memory: a mask and its transpose share a data pointer
+            key = (base.data_ptr(), tuple(base.shape), base.stride(), id(self._masks[layer]))
             computed = memo.get(key) if memo is not None else None
             if computed is None:  # layers given the same mask share these
                 allowed = self._allowed(base, layer).contiguous()

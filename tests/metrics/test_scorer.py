@@ -16,7 +16,7 @@ from sparsefinder.metrics.measures import (
     score_layers,
     sparsity,
 )
-from sparsefinder.metrics.scorer import macro_average
+from sparsefinder.metrics.scorer import Scorer, macro_average
 
 T, F = True, False
 
@@ -689,3 +689,21 @@ def test_scorer_rows_stay_exact_past_two_to_the_24_pairs() -> None:
     scores = Scorer(_record_of([gold])).score([pred])
     assert scores.recall.tolist() == [[0.5]]
     assert scores.exact_fraction.tolist() == [[pytest.approx(1 - 4 / n, abs=1e-15)]]
+
+
+def test_a_mask_and_its_transpose_in_one_call_are_not_taken_for_one_another() -> None:
+    """Two views of the same memory (a square mask and its transpose share a data pointer)
+    are different predictions: the memo keys on the view, so each layer is scored on its own."""
+    gen = torch.Generator().manual_seed(11)
+    n = 10
+    golds = [torch.rand(2, n, n, generator=gen) < 0.4 for _ in range(2)]
+    record = _graph_record(golds, False, [None, None], [1.5, 1.5], seed=11)
+    base = torch.rand(n, n, generator=gen) < 0.3
+    base[0, 1:] = True  # not symmetric: the transpose keeps other pairs
+    preds = [base.expand(2, n, n), base.t().expand(2, n, n)]
+    assert preds[0].data_ptr() == preds[1].data_ptr()
+    scores = Scorer(record).score(preds)
+    for layer in range(2):
+        expected = _by_definition(record, layer, preds[layer].clone())
+        assert torch.allclose(scores.recall[layer], expected["recall"], rtol=0, atol=1e-12)
+        assert torch.allclose(scores.precision[layer], expected["precision"], rtol=0, atol=1e-12)
