@@ -80,6 +80,8 @@ METHODS = ("block-sparsefinder", "entmax15 full sort", "entmax15 k=64", "entmax1
            "sdpa softmax")
 DENSE = {"entmax15 full sort", "entmax15 k=64", "entmax15 fast dense"}
 SIZES = (1024, 2048, 4096, 8192)
+#: ``--selector keys`` defaults, chosen on TRAIN-split q/k (tools/choose_block_keys.py).
+KEYS_DEFAULT = {"n_keys": 448, "sub_block": 8, "window_blocks": 1}
 WINDOW = 512
 
 
@@ -175,16 +177,32 @@ def _selector_name(args: argparse.Namespace) -> str:
     return "learned" if path is not None and path.is_file() else "pooled"
 
 
+def _n_keys(args: argparse.Namespace) -> int:
+    """``--n-keys``, or its default for the selector."""
+    if getattr(args, "n_keys", None) is not None:
+        return args.n_keys
+    return KEYS_DEFAULT["n_keys"] if args.selector == "keys" else 256
+
+
 def _selector(args: argparse.Namespace, layer: int):
-    """(q, k) → (block graph, extra keys) of the block Sparsefinder: key blocks from the
-    pooled token projections (``--selector pooled``) or from the learned block projections
-    (``learned``), single keys from the token projections either way."""
+    """(q, k) → (block graph, extra keys) of the block Sparsefinder. ``--selector keys``: the
+    diagonal band ∪ single keys by q·k on pooled query sub-blocks (``BlockKeySparsefinder``);
+    otherwise key blocks from the pooled token projections (``pooled``) or from the learned
+    block projections (``learned``) and single keys from the token projections."""
+    if args.selector == "keys":
+        from sparsefinder.predictors.block_keys import BlockKeySparsefinder
+
+        sub = getattr(args, "sub_block", None) or KEYS_DEFAULT["sub_block"]
+        window = getattr(args, "window_blocks", None) or KEYS_DEFAULT["window_blocks"]
+        return BlockKeySparsefinder(args.block, _n_keys(args), sub_block=sub,
+                                    window_blocks=window).select
+
     from sparsefinder.bundle import bundle
     from sparsefinder.predictors.block import BlockSparsefinder, LearnedBlockSparsefinder
     from sparsefinder.projections.heads import HeadProjections
 
     projections = HeadProjections.load(bundle().path("projections.pt"))
-    predictor = BlockSparsefinder(args.block, args.n_blocks, args.n_keys, window_blocks=2)
+    predictor = BlockSparsefinder(args.block, args.n_blocks, _n_keys(args), window_blocks=2)
     learned = None
     if _selector_name(args) == "learned":
         from sparsefinder.projections.blocks import bundled_block_projections
@@ -256,7 +274,8 @@ def measure(method: str, n: int, data: Path, args: argparse.Namespace) -> dict:
     command = [sys.executable, __file__, "--child", method, "--n", str(n), "--data", str(data),
                "--repeats", str(args.repeats), "--threads", str(args.threads),
                "--block", str(args.block),
-               "--n-blocks", str(args.n_blocks), "--n-keys", str(args.n_keys),
+               "--n-blocks", str(args.n_blocks), "--n-keys", str(_n_keys(args)),
+               "--sub-block", str(args.sub_block), "--window-blocks", str(args.window_blocks),
                "--selector", args.selector, "--device", args.device]
     path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1"}
@@ -288,21 +307,27 @@ def quality(q: torch.Tensor, k: torch.Tensor, layer: int, args: argparse.Namespa
     with torch.inference_mode():
         graph, extra = _selector(args, layer)(q, k)
         edges, _ = entmax_edges(q, k, q.shape[-1] ** -0.5)
-    heads, n = q.shape[:2]
+    recall, exact = score_selection(graph, extra, edges, args.block)
+    return recall, exact, edges.density
+
+
+def score_selection(graph: torch.Tensor, extra: torch.Tensor | None, edges, block: int
+                    ) -> tuple[float, float]:
+    """(edge recall, exact fraction) of a (block graph, extra keys) selection against gold
+    edges (:class:`~sparsefinder.attention.gold_edges.GoldEdges`, self-attention)."""
+    heads, n = edges.heads, edges.n
     counts = edges.row_counts().view(-1)
     rows = torch.repeat_interleave(torch.arange(heads * n), counts)
     head, query = rows // n, rows % n
-    b = args.block
     keys = edges.indices.long()
-    in_tile = graph[head, query // b, keys // b]
-    hit = in_tile
+    hit = graph[head, query // block, keys // block]
     if extra is not None:  # (heads, nb, G): is the key among its query block's extra keys?
         per_block = torch.zeros(heads, graph.shape[1], n, dtype=torch.bool)
         per_block.scatter_(-1, extra, True)
-        hit = in_tile | per_block[head, query // b, keys]
+        hit = hit | per_block[head, query // block, keys]
     missed_rows = torch.zeros(heads * n, dtype=torch.int64).index_add_(0, rows, (~hit).long())
     exact = float((missed_rows == 0).double().mean())
-    return float(hit.double().mean()), exact, edges.density
+    return float(hit.double().mean()), exact
 
 
 # ---------------------------------------------------------------------------- main
@@ -314,11 +339,20 @@ def main() -> None:
     parser.add_argument("--layer", type=int, default=2)
     parser.add_argument("--block", type=int, default=32)
     parser.add_argument("--n-blocks", type=int, default=4)
-    parser.add_argument("--n-keys", type=int, default=256)
-    parser.add_argument("--selector", choices=["auto", "pooled", "learned"], default="auto",
-                        help="key blocks from the bundled projections learned on pooled blocks "
-                             "(learned; auto: when bundled for --block) or from pooled token "
-                             "projections (pooled)")
+    parser.add_argument("--n-keys", type=int, default=None,
+                        help=f"single keys per query block (default {KEYS_DEFAULT['n_keys']} "
+                             "for --selector keys, 256 otherwise)")
+    parser.add_argument("--sub-block", type=int, default=KEYS_DEFAULT["sub_block"],
+                        help="--selector keys: queries pooled per sub-block when scoring keys")
+    parser.add_argument("--window-blocks", type=int, default=KEYS_DEFAULT["window_blocks"],
+                        help="--selector keys: diagonal band half-width in blocks")
+    parser.add_argument("--selector", choices=["keys", "auto", "pooled", "learned"],
+                        default="keys",
+                        help="keys (default): the diagonal band and single keys scored by q·k on "
+                             "pooled query sub-blocks; the others: key blocks from the bundled "
+                             "projections learned on pooled blocks (learned; auto: when bundled "
+                             "for --block) or from pooled token projections (pooled), plus "
+                             "--n-keys single keys from the rank-4 token projections")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-quality", action="store_true")
@@ -339,10 +373,14 @@ def main() -> None:
     n_max = max(args.sizes)
     q, k, source = real_qk(args.layer, n_max)
     v = torch.randn(q.shape, generator=torch.Generator().manual_seed(0))
+    if args.selector == "keys":
+        setting = (f"selector keys: band of {2 * args.window_blocks - 1} blocks + "
+                   f"{_n_keys(args)} single keys by q.k on sub-blocks of {args.sub_block} queries")
+    else:
+        setting = (f"n_blocks={args.n_blocks}, n_keys={_n_keys(args)}, diagonal band of 3 "
+                   f"blocks, key blocks by the {_selector_name(args)} projections")
     print(f"inputs: all-MiniLM-L6-v2 layer {args.layer} q/k (12 heads x 32), default corpus "
-          f"{source} concatenated to n={n_max}; block={args.block}, n_blocks={args.n_blocks}, "
-          f"n_keys={args.n_keys}, diagonal band of 3 blocks, key blocks by the "
-          f"{_selector_name(args)} projections")
+          f"{source} concatenated to n={n_max}; block={args.block}, {setting}")
     results: dict[tuple[int, str], dict] = {}
     per_score: dict[str, float] = {}  # MiB per score of each dense method, largest n so far
     with tempfile.TemporaryDirectory() as tmp:
@@ -387,7 +425,11 @@ def main() -> None:
     vs_k64 = at["entmax15 k=64"].get("seconds", float("nan")) / ours
     extra = at["block-sparsefinder"].get("extra_mib", float("nan"))
     n8192_ok = int("seconds" in results.get((8192, "block-sparsefinder"), {}))
-    print(f"vs_full={vs_full:.2f} vs_k64={vs_k64:.2f} extra_mib={extra:.0f} n8192_ok={n8192_ok}")
+    vs_sdpa = at["sdpa softmax"].get("seconds", float("nan")) / ours
+    qd = results.get((4096, "quality"), {})
+    recall, exact = qd.get("recall", float("nan")), qd.get("exact", float("nan"))
+    print(f"vs_full={vs_full:.2f} vs_k64={vs_k64:.2f} extra_mib={extra:.0f} n8192_ok={n8192_ok} "
+          f"recall={recall:.4f} exact_rows={exact:.4f} vs_sdpa={vs_sdpa:.2f}")
 
 
 if __name__ == "__main__":
