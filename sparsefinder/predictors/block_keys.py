@@ -28,9 +28,10 @@ from sparsefinder.attention.block_sparse import expand_blocks
 from sparsefinder.predictors.base import check_shapes
 from sparsefinder.predictors.block import _cut, _last_query, _tiles_of, block_reach, keep_blocks
 
-#: Scores per chunk of heads while scoring sub-blocks: 64 MiB of float32 keeps the transient
-#: (heads, n/sub_block, m) scores small at n = 8192 (12 heads would be 400 MiB at once).
-_CHUNK_SCORES = 1 << 24
+#: Scores per chunk of query blocks while scoring sub-blocks: 4 MiB of float32, so a chunk's
+#: scores stay in cache until reduced (measured at n = 4096, one thread: 0.047 s for the
+#: whole layer against 0.146 s with 64 MiB chunks).
+_CHUNK_SCORES = 1 << 20
 
 
 def sub_block_scores(q: Tensor, k: Tensor, block: int, sub_block: int) -> Tensor:
@@ -47,15 +48,16 @@ def sub_block_scores(q: Tensor, k: Tensor, block: int, sub_block: int) -> Tensor
     sizes = torch.full((ns, 1), float(sub_block), device=q.device)
     sizes[-1] = sub_block - pad
     pooled = x.view(heads, ns, sub_block, d).sum(2) / sizes  # (heads, ns, d)
+    if nb * per > ns:  # the last block's missing sub-blocks repeat its last real one (same max)
+        pooled = torch.cat([pooled, pooled[:, -1:].expand(heads, nb * per - ns, d)], 1)
     kt = k.float().transpose(1, 2)
     out = q.new_empty((heads, nb, m), dtype=torch.float32)
-    step = max(1, _CHUNK_SCORES // max(1, ns * m))
-    for h in range(0, heads, step):  # chunks of heads: bounded memory, not a per-row loop
-        scores = torch.bmm(pooled[h : h + step], kt[h : h + step])  # (c, ns, m)
-        missing = nb * per - ns
-        if missing:
-            scores = torch.nn.functional.pad(scores, (0, 0, 0, missing), value=-torch.inf)
-        out[h : h + step] = scores.view(-1, nb, per, m).amax(2)
+    rows = max(1, _CHUNK_SCORES // (per * m))  # query blocks per chunk
+    for h in range(heads):  # chunks of (head, query blocks): not a per-row loop
+        for start in range(0, nb, rows):
+            stop = min(nb, start + rows)
+            scores = torch.mm(pooled[h, start * per : stop * per], kt[h])
+            torch.amax(scores.view(stop - start, per, m), 1, out=out[h, start:stop])
     return out
 
 

@@ -92,3 +92,14 @@ def test_bad_parameters_are_errors_naming_the_fix():
         BlockKeySparsefinder(32, 4, window_blocks=0)
     graph, extra = BlockKeySparsefinder(8, 0).select(torch.zeros(1, 16, 2), torch.zeros(1, 16, 2))
     assert extra is None and graph[0].tolist() == [[True, False], [False, True]]
+
+
+def test_chunked_scoring_equals_one_chunk(monkeypatch):
+    import sparsefinder.predictors.block_keys as block_keys
+
+    g = torch.Generator().manual_seed(5)
+    q, k = torch.randn(2, 45, 3, generator=g), torch.randn(2, 45, 3, generator=g)
+    whole = sub_block_scores(q, k, 16, 4)
+    monkeypatch.setattr(block_keys, "_CHUNK_SCORES", 1)  # one query block per chunk
+    assert torch.equal(sub_block_scores(q, k, 16, 4), whole)
+    assert torch.allclose(whole, _brute_scores(q, k, 16, 4), atol=1e-5)
