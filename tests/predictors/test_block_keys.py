@@ -103,3 +103,13 @@ def test_chunked_scoring_equals_one_chunk(monkeypatch):
     monkeypatch.setattr(block_keys, "_CHUNK_SCORES", 1)  # one query block per chunk
     assert torch.equal(sub_block_scores(q, k, 16, 4), whole)
     assert torch.allclose(whole, _brute_scores(q, k, 16, 4), atol=1e-5)
+
+
+@pytest.mark.cuda
+def test_the_selection_on_cuda_matches_the_cpu():
+    g = torch.Generator().manual_seed(6)
+    q, k = torch.randn(3, 300, 8, generator=g), torch.randn(3, 300, 8, generator=g)
+    predictor = BlockKeySparsefinder(32, 20, sub_block=8)
+    cpu = predictor.predict(q, k, causal=True)
+    gpu = predictor.predict(q.cuda(), k.cuda(), causal=True)
+    assert gpu.is_cuda and torch.equal(gpu.cpu(), cpu)
