@@ -11,25 +11,29 @@ run through all-MiniLM-L6-v2 with entmax-1.5 attention; the q/k of one layer (``
 default 2; 12 heads × 32 dims) of consecutive windows are concatenated to n tokens. Within a
 window these are exactly the model's vectors; across windows the scores are those of real
 vectors from other positions of the same document (as a longer-context model would see more
-of it). Values v are Gaussian (timings do not depend on them). All methods get the same
-q/k/v, fp32, one 12-head layer, bidirectional, ``torch.inference_mode``.
+of it). The validation split covers n ≤ 4096; a longer n falls back to every passage (train
+included), and the header says which split each n used. Values v are Gaussian (timings do
+not depend on them). All methods get the same q/k/v, fp32, one 12-head layer,
+bidirectional, ``torch.inference_mode``.
 
 **Methods** (each a full attention layer: scores → normalisation → ``probs @ v``):
 
-* ``block-sparsefinder`` — :class:`~sparsefinder.predictors.block.BlockSparsefinder` on the
-  bundled projections (query blocks of ``--block`` = 32 tokens pooled; per query block the
-  ``--n-blocks`` = 4 nearest key blocks, the ``--n-keys`` = 256 nearest single keys outside
-  them and the diagonal band of 3 blocks: ~480 of 4096 keys a query), then
-  :func:`~sparsefinder.attention.block_sparse.block_sparse_entmax`. The setting was chosen on q/k of
-  TRAIN-split text at n = 4096 (best exact fraction at ~1/8 of the keys), not on these
-  inputs. Its time INCLUDES projecting q/k and predicting the selection (``predict``).
-  The key blocks come from the bundled projections learned on pooled blocks
+* ``block-sparsefinder`` — a selection of keys per query block of ``--block`` = 32 queries,
+  then :func:`~sparsefinder.attention.block_sparse.block_sparse_entmax` on it. Its time
+  INCLUDES predicting the selection (``predict``). ``--selector keys`` (the default):
+  :class:`~sparsefinder.predictors.block_keys.BlockKeySparsefinder` — the diagonal block
+  (``--window-blocks`` = 1) ∪ the ``--n-keys`` = 448 single keys with the highest
+  ``max_s q̄_s · k`` over the block's sub-blocks of ``--sub-block`` = 8 queries (q̄_s their
+  mean; the model's own q/k): 480 of 4096 keys a query. Chosen on TRAIN-split q/k at
+  n = 4096, layers 1-4 (``tools/choose_block_keys.py``: among settings at ≥ 6× SDPA in the
+  same process, the best mean exact rows; key blocks and global keys lost to single keys at
+  the same budget), not on these inputs. The earlier selectors stay available:
+  ``--selector learned``/``auto``/``pooled`` pick ``--n-blocks`` = 4 key blocks per query
+  block from the learned block projections
   (:class:`~sparsefinder.predictors.block.LearnedBlockSparsefinder`,
-  ``assets/default/block_projections-b{16,32}.pt``, paper §6) when there are some for
-  ``--block`` (``--selector auto``, the default; ``pooled`` forces the pooled token
-  projections); the single keys come from the token projections either way, and the time
-  includes both. Chosen on TRAIN-split q/k at n = 4096 (layers 1-4, this setting): learned
-  key blocks raised edge recall by 2-4 points and exact rows by 1-2 points on every layer;
+  ``assets/default/block_projections-b{16,32}.pt``; ``auto`` when bundled for ``--block``)
+  or from the pooled rank-4 token projections, plus ``--n-keys`` = 256 single keys by the
+  token projections and the diagonal band of 3 blocks;
 * ``entmax15 full sort`` — ``entmax.entmax15(scores)`` (sorts every row);
 * ``entmax15 k=64`` — ``entmax.entmax15(scores, k=64)`` (partial sort, the package's option);
 * ``entmax15 fast dense`` — sparsefinder's sort-free dense solver, for information;
@@ -53,10 +57,12 @@ skipped with that estimate instead of being killed for memory.
 **Quality** of the predicted selection at each n: edge recall (gold edges computed) and
 exact fraction (query rows whose whole gold support is computed, which by sparse-consistency
 get exactly full entmax's output), against gold edges from the bounded extraction
-(:func:`sparsefinder.attention.gold_edges.entmax_edges`). ``--no-quality`` skips it.
+(:func:`sparsefinder.attention.gold_edges.entmax_edges`). ``--no-quality`` skips it;
+``--quality-only`` measures it without timing anything.
 
-Last line (n = 4096): ``vs_full=<x> vs_k64=<y> extra_mib=<z> n8192_ok=<0|1>``, ratios =
-their seconds / ours.
+Last line (n = 4096): ``vs_full=<x> vs_k64=<y> extra_mib=<z> n8192_ok=<0|1> recall=<r>
+exact_rows=<e> vs_sdpa=<s>``, ratios = their seconds / ours; recall and exact rows of the
+selection at n = 4096.
 """
 
 from __future__ import annotations
@@ -80,6 +86,8 @@ METHODS = ("block-sparsefinder", "entmax15 full sort", "entmax15 k=64", "entmax1
            "sdpa softmax")
 DENSE = {"entmax15 full sort", "entmax15 k=64", "entmax15 fast dense"}
 SIZES = (1024, 2048, 4096, 8192)
+#: ``--selector keys`` defaults, chosen on TRAIN-split q/k (tools/choose_block_keys.py).
+KEYS_DEFAULT = {"n_keys": 448, "sub_block": 8, "window_blocks": 1}
 WINDOW = 512
 
 
@@ -120,6 +128,20 @@ def real_qk(layer: int, n_max: int, split: str = "validation"
 
 
 # ---------------------------------------------------------------------------- one method
+
+
+def _inputs(layer: int, sizes: list[int]) -> dict[int, tuple[torch.Tensor, torch.Tensor, str]]:
+    """n → (q, k, source) for every size: the VALIDATION split wherever it is long enough
+    (one capture serves every smaller n), every passage beyond that."""
+    out: dict[int, tuple[torch.Tensor, torch.Tensor, str]] = {}
+    for n in sorted(sizes, reverse=True):
+        if n in out:
+            continue
+        q, k, source = real_qk(layer, n)
+        if source.startswith("validation"):
+            out.update({m: (q, k, source) for m in sizes if m <= n})
+        out[n] = (q, k, source)
+    return out
 
 
 def _rss(field: str) -> float:
@@ -175,16 +197,32 @@ def _selector_name(args: argparse.Namespace) -> str:
     return "learned" if path is not None and path.is_file() else "pooled"
 
 
+def _n_keys(args: argparse.Namespace) -> int:
+    """``--n-keys``, or its default for the selector."""
+    if getattr(args, "n_keys", None) is not None:
+        return args.n_keys
+    return KEYS_DEFAULT["n_keys"] if args.selector == "keys" else 256
+
+
 def _selector(args: argparse.Namespace, layer: int):
-    """(q, k) → (block graph, extra keys) of the block Sparsefinder: key blocks from the
-    pooled token projections (``--selector pooled``) or from the learned block projections
-    (``learned``), single keys from the token projections either way."""
+    """(q, k) → (block graph, extra keys) of the block Sparsefinder. ``--selector keys``: the
+    diagonal band ∪ single keys by q·k on pooled query sub-blocks (``BlockKeySparsefinder``);
+    otherwise key blocks from the pooled token projections (``pooled``) or from the learned
+    block projections (``learned``) and single keys from the token projections."""
+    if args.selector == "keys":
+        from sparsefinder.predictors.block_keys import BlockKeySparsefinder
+
+        sub = getattr(args, "sub_block", None) or KEYS_DEFAULT["sub_block"]
+        window = getattr(args, "window_blocks", None) or KEYS_DEFAULT["window_blocks"]
+        return BlockKeySparsefinder(args.block, _n_keys(args), sub_block=sub,
+                                    window_blocks=window).select
+
     from sparsefinder.bundle import bundle
     from sparsefinder.predictors.block import BlockSparsefinder, LearnedBlockSparsefinder
     from sparsefinder.projections.heads import HeadProjections
 
     projections = HeadProjections.load(bundle().path("projections.pt"))
-    predictor = BlockSparsefinder(args.block, args.n_blocks, args.n_keys, window_blocks=2)
+    predictor = BlockSparsefinder(args.block, args.n_blocks, _n_keys(args), window_blocks=2)
     learned = None
     if _selector_name(args) == "learned":
         from sparsefinder.projections.blocks import bundled_block_projections
@@ -256,7 +294,8 @@ def measure(method: str, n: int, data: Path, args: argparse.Namespace) -> dict:
     command = [sys.executable, __file__, "--child", method, "--n", str(n), "--data", str(data),
                "--repeats", str(args.repeats), "--threads", str(args.threads),
                "--block", str(args.block),
-               "--n-blocks", str(args.n_blocks), "--n-keys", str(args.n_keys),
+               "--n-blocks", str(args.n_blocks), "--n-keys", str(_n_keys(args)),
+               "--sub-block", str(args.sub_block), "--window-blocks", str(args.window_blocks),
                "--selector", args.selector, "--device", args.device]
     path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1"}
@@ -288,21 +327,27 @@ def quality(q: torch.Tensor, k: torch.Tensor, layer: int, args: argparse.Namespa
     with torch.inference_mode():
         graph, extra = _selector(args, layer)(q, k)
         edges, _ = entmax_edges(q, k, q.shape[-1] ** -0.5)
-    heads, n = q.shape[:2]
+    recall, exact = score_selection(graph, extra, edges, args.block)
+    return recall, exact, edges.density
+
+
+def score_selection(graph: torch.Tensor, extra: torch.Tensor | None, edges, block: int
+                    ) -> tuple[float, float]:
+    """(edge recall, exact fraction) of a (block graph, extra keys) selection against gold
+    edges (:class:`~sparsefinder.attention.gold_edges.GoldEdges`, self-attention)."""
+    heads, n = edges.heads, edges.n
     counts = edges.row_counts().view(-1)
     rows = torch.repeat_interleave(torch.arange(heads * n), counts)
     head, query = rows // n, rows % n
-    b = args.block
     keys = edges.indices.long()
-    in_tile = graph[head, query // b, keys // b]
-    hit = in_tile
+    hit = graph[head, query // block, keys // block]
     if extra is not None:  # (heads, nb, G): is the key among its query block's extra keys?
         per_block = torch.zeros(heads, graph.shape[1], n, dtype=torch.bool)
         per_block.scatter_(-1, extra, True)
-        hit = in_tile | per_block[head, query // b, keys]
+        hit = hit | per_block[head, query // block, keys]
     missed_rows = torch.zeros(heads * n, dtype=torch.int64).index_add_(0, rows, (~hit).long())
     exact = float((missed_rows == 0).double().mean())
-    return float(hit.double().mean()), exact, edges.density
+    return float(hit.double().mean()), exact
 
 
 # ---------------------------------------------------------------------------- main
@@ -314,14 +359,25 @@ def main() -> None:
     parser.add_argument("--layer", type=int, default=2)
     parser.add_argument("--block", type=int, default=32)
     parser.add_argument("--n-blocks", type=int, default=4)
-    parser.add_argument("--n-keys", type=int, default=256)
-    parser.add_argument("--selector", choices=["auto", "pooled", "learned"], default="auto",
-                        help="key blocks from the bundled projections learned on pooled blocks "
-                             "(learned; auto: when bundled for --block) or from pooled token "
-                             "projections (pooled)")
+    parser.add_argument("--n-keys", type=int, default=None,
+                        help=f"single keys per query block (default {KEYS_DEFAULT['n_keys']} "
+                             "for --selector keys, 256 otherwise)")
+    parser.add_argument("--sub-block", type=int, default=KEYS_DEFAULT["sub_block"],
+                        help="--selector keys: queries pooled per sub-block when scoring keys")
+    parser.add_argument("--window-blocks", type=int, default=KEYS_DEFAULT["window_blocks"],
+                        help="--selector keys: diagonal band half-width in blocks")
+    parser.add_argument("--selector", choices=["keys", "auto", "pooled", "learned"],
+                        default="keys",
+                        help="keys (default): the diagonal band and single keys scored by q·k on "
+                             "pooled query sub-blocks; the others: key blocks from the bundled "
+                             "projections learned on pooled blocks (learned; auto: when bundled "
+                             "for --block) or from pooled token projections (pooled), plus "
+                             "--n-keys single keys from the rank-4 token projections")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-quality", action="store_true")
+    parser.add_argument("--quality-only", action="store_true",
+                        help="measure the selection's edge recall and exact rows only")
     parser.add_argument("--device", default="cpu",
                         help="where every method runs (cpu, or cuda on a GPU machine); the "
                              "inputs are captured on the CPU either way")
@@ -336,20 +392,26 @@ def main() -> None:
     print(f"device {args.device}; load avg {os.getloadavg()[0]:.2f} (over {os.cpu_count()} "
           "cores), torch threads "
           f"{args.threads} for every method, glibc malloc tuned for every method")
-    n_max = max(args.sizes)
-    q, k, source = real_qk(args.layer, n_max)
-    v = torch.randn(q.shape, generator=torch.Generator().manual_seed(0))
+    inputs = _inputs(args.layer, sorted(args.sizes))
+    if args.selector == "keys":
+        setting = (f"selector keys: band of {2 * args.window_blocks - 1} blocks + "
+                   f"{_n_keys(args)} single keys by q.k on sub-blocks of {args.sub_block} queries")
+    else:
+        setting = (f"n_blocks={args.n_blocks}, n_keys={_n_keys(args)}, diagonal band of 3 "
+                   f"blocks, key blocks by the {_selector_name(args)} projections")
+    sources = ", ".join(f"n={n}: {inputs[n][2]}" for n in sorted(args.sizes))
     print(f"inputs: all-MiniLM-L6-v2 layer {args.layer} q/k (12 heads x 32), default corpus "
-          f"{source} concatenated to n={n_max}; block={args.block}, n_blocks={args.n_blocks}, "
-          f"n_keys={args.n_keys}, diagonal band of 3 blocks, key blocks by the "
-          f"{_selector_name(args)} projections")
+          f"concatenated ({sources}); block={args.block}, {setting}")
     results: dict[tuple[int, str], dict] = {}
     per_score: dict[str, float] = {}  # MiB per score of each dense method, largest n so far
     with tempfile.TemporaryDirectory() as tmp:
-        data = Path(tmp) / "qkv.pt"
-        torch.save({"q": q, "k": k, "v": v, "layer": args.layer}, data)
         for n in sorted(args.sizes):
-            for method in METHODS:
+            q, k, _ = inputs[n]
+            q, k = q[:, :n].contiguous(), k[:, :n].contiguous()
+            v = torch.randn(q.shape, generator=torch.Generator().manual_seed(0))
+            data = Path(tmp) / f"qkv{n}.pt"
+            torch.save({"q": q, "k": k, "v": v, "layer": args.layer}, data)
+            for method in () if args.quality_only else METHODS:
                 scores = 12 * n * n
                 if method in per_score:
                     need = per_score[method] * scores
@@ -361,14 +423,14 @@ def main() -> None:
                 if method in DENSE and "extra_mib" in result:
                     per_score[method] = result["extra_mib"] / scores
             if not args.no_quality:
-                recall, exact, density = quality(q[:, :n], k[:, :n], args.layer, args)
+                recall, exact, density = quality(q, k, args.layer, args)
                 results[n, "quality"] = {"recall": recall, "exact": exact,
                                          "density": density}
     print(f"{'n':>5}  {'method':<20}{'seconds':>9}{'predict':>9}{'extra MiB':>11}"
           f"{'their s / ours':>16}")
     for n in sorted(args.sizes):
-        ours = results[n, "block-sparsefinder"].get("seconds")
-        for method in METHODS:
+        ours = results.get((n, "block-sparsefinder"), {}).get("seconds")
+        for method in () if args.quality_only else METHODS:
             r = results[n, method]
             if "seconds" not in r:
                 print(f"{n:>5}  {method:<20}{r.get('skipped') or r.get('error')}")
@@ -387,7 +449,11 @@ def main() -> None:
     vs_k64 = at["entmax15 k=64"].get("seconds", float("nan")) / ours
     extra = at["block-sparsefinder"].get("extra_mib", float("nan"))
     n8192_ok = int("seconds" in results.get((8192, "block-sparsefinder"), {}))
-    print(f"vs_full={vs_full:.2f} vs_k64={vs_k64:.2f} extra_mib={extra:.0f} n8192_ok={n8192_ok}")
+    vs_sdpa = at["sdpa softmax"].get("seconds", float("nan")) / ours
+    qd = results.get((4096, "quality"), {})
+    recall, exact = qd.get("recall", float("nan")), qd.get("exact", float("nan"))
+    print(f"vs_full={vs_full:.2f} vs_k64={vs_k64:.2f} extra_mib={extra:.0f} n8192_ok={n8192_ok} "
+          f"recall={recall:.4f} exact_rows={exact:.4f} vs_sdpa={vs_sdpa:.2f}")
 
 
 if __name__ == "__main__":

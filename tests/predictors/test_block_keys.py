@@ -1,0 +1,115 @@
+"""Single keys per query block by q·k on pooled query sub-blocks, ∪ the diagonal band."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sparsefinder.attention.block_sparse import block_sparse_entmax, expand_blocks
+from sparsefinder.attention.entmax_ops import entmax_normalize
+from sparsefinder.predictors.block_keys import BlockKeySparsefinder, sub_block_scores
+
+
+def _brute_scores(q, k, block, sub):
+    """Per query block: max over its sub-blocks (means of their real rows) of q̄ · k."""
+    heads, n, _ = q.shape
+    nb = -(-n // block)
+    out = torch.full((heads, nb, k.shape[1]), -torch.inf)
+    for i in range(nb):
+        for s in range(i * block, min((i + 1) * block, n), sub):
+            mean = q[:, s : min(s + sub, n)].mean(1)  # (heads, d)
+            out[:, i] = torch.maximum(out[:, i], torch.einsum("hd,hmd->hm", mean, k))
+    return out
+
+
+@pytest.mark.parametrize(("n", "block", "sub"), [(64, 16, 4), (50, 8, 4), (45, 16, 8)])
+def test_sub_block_scores_are_the_max_over_pooled_sub_blocks(n, block, sub):
+    g = torch.Generator().manual_seed(n)
+    q, k = torch.randn(3, n, 5, generator=g), torch.randn(3, n, 5, generator=g)
+    assert torch.allclose(sub_block_scores(q, k, block, sub), _brute_scores(q, k, block, sub),
+                          atol=1e-5)
+
+
+def test_selection_is_the_band_and_the_top_keys_outside_it():
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 64, 4, generator=g), torch.randn(2, 64, 4, generator=g)
+    predictor = BlockKeySparsefinder(16, 6, sub_block=4, window_blocks=1)
+    graph, extra = predictor.select(q, k)
+    assert torch.equal(graph, torch.eye(4, dtype=torch.bool).expand(2, 4, 4))
+    assert extra.shape == (2, 4, 6) and extra.dtype == torch.int64
+    scores = _brute_scores(q, k, 16, 4)
+    band = torch.eye(4, dtype=torch.bool).repeat_interleave(16, -1)
+    want = scores.masked_fill(band, -torch.inf).topk(6, -1).indices
+    assert torch.equal(extra.sort(-1).values, want.sort(-1).values)
+    assert not band.expand(2, 4, 64).gather(-1, extra).any()  # never a key of the band
+    mask = predictor.predict(q, k)  # every row of a block holds the band and its keys
+    assert mask.shape == (2, 64, 64)
+    assert torch.equal(mask, expand_blocks(graph, 16, 64, 64, extra))
+    assert mask.sum(-1).eq(16 + 6).all()
+
+
+def test_a_key_that_few_queries_of_a_block_attend_to_is_kept():
+    # Block of 8 queries: one points at key 20, the other seven away from it. Pooled over the
+    # whole block key 20 loses to key 30; its sub-block of 2 queries keeps it.
+    q = torch.tensor([[-2.0, 1.0]] * 7 + [[8.0, 0.0]] + [[0.0, 1.0]] * 24).view(1, 32, 2)
+    k = torch.zeros(1, 32, 2)
+    k[0, 20] = torch.tensor([1.0, 0.0])
+    k[0, 30] = torch.tensor([0.0, 0.2])
+    pooled = BlockKeySparsefinder(8, 1, sub_block=8).select(q, k)[1]
+    sub = BlockKeySparsefinder(8, 1, sub_block=2).select(q, k)[1]
+    assert pooled[0, 0].tolist() == [30] and sub[0, 0].tolist() == [20]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_attention_on_the_selection_is_exact_on_covered_rows(causal):
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 48, 8, generator=g) for _ in range(3))
+    predictor = BlockKeySparsefinder(16, 12, sub_block=4)
+    graph, extra = predictor.select(q, k, causal=causal)
+    mask = predictor.predict(q, k, causal=causal)
+    if causal:
+        assert not (mask & ~torch.ones(48, 48, dtype=torch.bool).tril()).any()
+        assert mask.diagonal(dim1=-2, dim2=-1).all()
+    out = block_sparse_entmax(q, k, v, graph, 16, causal=causal, extra_keys=extra)
+    scores = (q @ k.transpose(1, 2) * 8**-0.5).masked_fill(~mask, -torch.inf)
+    assert torch.allclose(out, entmax_normalize(scores, 1.5) @ v, atol=1e-5)
+
+
+def test_causal_keys_come_from_the_past_when_the_past_is_large_enough():
+    g = torch.Generator().manual_seed(4)
+    q, k = torch.randn(1, 64, 4, generator=g), torch.randn(1, 64, 4, generator=g)
+    graph, extra = BlockKeySparsefinder(16, 8, sub_block=8).select(q, k, causal=True)
+    assert (extra[0, 1:] < torch.tensor([16, 32, 48])[:, None]).all()  # before its band
+    assert not (graph & ~torch.ones(4, 4, dtype=torch.bool).tril()).any()
+
+
+def test_bad_parameters_are_errors_naming_the_fix():
+    with pytest.raises(ValueError, match=r"sub_block \(6\) must divide block \(32\)"):
+        BlockKeySparsefinder(32, 10, sub_block=6)
+    with pytest.raises(ValueError, match="n_keys must be an integer >= 0"):
+        BlockKeySparsefinder(32, -1)
+    with pytest.raises(ValueError, match="window_blocks must be an integer >= 1"):
+        BlockKeySparsefinder(32, 4, window_blocks=0)
+    graph, extra = BlockKeySparsefinder(8, 0).select(torch.zeros(1, 16, 2), torch.zeros(1, 16, 2))
+    assert extra is None and graph[0].tolist() == [[True, False], [False, True]]
+
+
+def test_chunked_scoring_equals_one_chunk(monkeypatch):
+    import sparsefinder.predictors.block_keys as block_keys
+
+    g = torch.Generator().manual_seed(5)
+    q, k = torch.randn(2, 45, 3, generator=g), torch.randn(2, 45, 3, generator=g)
+    whole = sub_block_scores(q, k, 16, 4)
+    monkeypatch.setattr(block_keys, "_CHUNK_SCORES", 1)  # one query block per chunk
+    assert torch.equal(sub_block_scores(q, k, 16, 4), whole)
+    assert torch.allclose(whole, _brute_scores(q, k, 16, 4), atol=1e-5)
+
+
+@pytest.mark.cuda
+def test_the_selection_on_cuda_matches_the_cpu():
+    g = torch.Generator().manual_seed(6)
+    q, k = torch.randn(3, 300, 8, generator=g), torch.randn(3, 300, 8, generator=g)
+    predictor = BlockKeySparsefinder(32, 20, sub_block=8)
+    cpu = predictor.predict(q, k, causal=True)
+    gpu = predictor.predict(q.cuda(), k.cuda(), causal=True)
+    assert gpu.is_cuda and torch.equal(gpu.cpu(), cpu)
