@@ -378,6 +378,8 @@ def main() -> None:
     parser.add_argument("--no-quality", action="store_true")
     parser.add_argument("--quality-only", action="store_true",
                         help="measure the selection's edge recall and exact rows only")
+    parser.add_argument("--qk", help="q/k saved by benchmarks/gpu_solver.py --save (layer 2, "
+                        "n up to 8192) instead of running the model")
     parser.add_argument("--device", default="cpu",
                         help="where every method runs (cpu, or cuda on a GPU machine); the "
                              "inputs are captured on the CPU either way")
@@ -392,7 +394,11 @@ def main() -> None:
     print(f"device {args.device}; load avg {os.getloadavg()[0]:.2f} (over {os.cpu_count()} "
           "cores), torch threads "
           f"{args.threads} for every method, glibc malloc tuned for every method")
-    inputs = _inputs(args.layer, sorted(args.sizes))
+    if args.qk:  # saved q/k (benchmarks/gpu_solver.py --save): no model needed here
+        saved = torch.load(args.qk, weights_only=True)
+        inputs = {n: (saved["q"], saved["k"], f"saved q/k from {args.qk}") for n in args.sizes}
+    else:
+        inputs = _inputs(args.layer, sorted(args.sizes))
     if args.selector == "keys":
         setting = (f"selector keys: band of {2 * args.window_blocks - 1} blocks + "
                    f"{_n_keys(args)} single keys by q.k on sub-blocks of {args.sub_block} queries")
