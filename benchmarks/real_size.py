@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -122,11 +123,11 @@ def child_extract(folder: str, tokens: int, rounds: int) -> dict:
         times.append(time.perf_counter() - start)
     peak, extra = _rss("VmHWM"), _rss("VmHWM") - base
     n = record.n_tokens
-    gold = [layer.gold for layer in record.layers if not layer.is_softmax]
-    allowed = sum(float(g[0].numel()) for g in gold) * gold[0].shape[0] if gold else 1.0
+    sparse = [layer for layer in record.layers if not layer.is_softmax]
+    allowed = sum(float(math.prod(layer.gold_shape)) for layer in sparse) or 1.0
     if record.causal:
         allowed = allowed * (n + 1) / (2 * n)
-    sparsity = 1 - sum(float(g.sum()) for g in gold) / allowed
+    sparsity = 1 - sum(float(layer.gold.sum()) for layer in sparse) / allowed
     del loaded, record
     stock = AutoModel.from_pretrained(folder, attn_implementation="sdpa").eval()
     from transformers import AutoTokenizer

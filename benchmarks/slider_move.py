@@ -90,9 +90,10 @@ def main() -> int:
         scores = live.score(prepared, preds)
         live.summarize(scores, layer, head)
         marks["score"] = time.perf_counter()
-        long_view.block_overview(record.layers[layer].gold[head], preds[layer][head])
+        long_view.block_overview(record.layers[layer].gold_of(head), preds[layer][head])
         marks["blocks"] = time.perf_counter()
-        gold, pred = record.layers[layer].gold[head][shown, shown], preds[layer][head][shown, shown]
+        gold = record.layers[layer].gold_of(head)[shown, shown]
+        pred = preds[layer][head][shown, shown]
         probs = long_view.head_probs(record.layers[layer], head, shown, shown).numpy()
         codes = tables.diff_codes(pred, gold)
         graphs.head_figure(gold.numpy(), pred.numpy(), codes, labels[shown], "move",

@@ -182,7 +182,7 @@ def clusters_view() -> None:
         "<div style='line-height:1.9;padding:0.5em;border:1px solid #ddd;border-radius:4px'>"
         + tables.highlight_html(record.text, record.offsets, positions) + "</div>",
         unsafe_allow_html=True)
-    gold = record.layers[layer].gold[head]
+    gold = record.layers[layer].gold_of(head)
     gold_c, pred_c = exclusters.cluster_masks(q_ids, k_ids, chosen, gold)
     codes = tables.diff_codes(pred_c, gold_c)
     st.plotly_chart(

@@ -294,7 +294,7 @@ def _pick_block() -> None:
 
 def _block_overview(record, preds, layer: int, head: int) -> None:
     """The whole head at block level, with the shown window outlined (long texts)."""
-    overview = long_view.block_overview(record.layers[layer].gold[head], preds[layer][head])
+    overview = long_view.block_overview(record.layers[layer].gold_of(head), preds[layer][head])
     n = record.n_tokens
     window = st.session_state.get("w_token_range", long_view.default_window(n))
     st.markdown(f"**Whole head L{layer}H{head}, by blocks of {overview.block} tokens** · "
@@ -308,7 +308,7 @@ def _head_figure(record, preds, layer: int, head: int, labels: list[str], shown:
                  width: int | None = None):
     """Gold | predicted | diff of one head on the tokens ``shown``, sized for ``width`` px;
     hover: tokens and the gold probability."""
-    gold = record.layers[layer].gold[head][shown, shown]
+    gold = record.layers[layer].gold_of(head)[shown, shown]
     pred = preds[layer][head][shown, shown]
     probs = long_view.head_probs(record.layers[layer], head, shown, shown).numpy()
     codes = tables.diff_codes(pred, gold)

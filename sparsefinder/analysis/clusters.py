@@ -282,7 +282,8 @@ class HeadClusterAnalysis:
         self._queries.append(tag_cluster_counts(tags, q_ids, self.n_clusters, top_k=None))
         self._keys.append(tag_cluster_counts(tags, k_ids, self.n_clusters, top_k=None))
         pred = head_prediction(q, k, self._centroids, self.head, self.top_k, record.causal)
-        self._edges.append(tag_edge_counts(tags, pred, graph.gold[self.head], causal=record.causal))
+        self._edges.append(tag_edge_counts(tags, pred, graph.gold_of(self.head),
+                                           causal=record.causal))
 
     @property
     def n_records(self) -> int:

@@ -305,7 +305,7 @@ def evaluate_head(
     hit = total = 0
     full_recall, pred_sparsity, gold_sparsity = [], [], []
     for record, probe, layer_pred in zip(records, probes, preds, strict=True):
-        gold = record.layers[layer].gold[head : head + 1]
+        gold = record.layers[layer].gold_of(slice(head, head + 1))
         pred = layer_pred[head : head + 1]
         counts = pronoun_edge_counts(pred, gold, pair_tokens(record, probe))
         hit += int(counts.hit[0])

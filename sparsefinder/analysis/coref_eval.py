@@ -63,7 +63,7 @@ def predict_layer_masks(spec: PredictorSpec, parts: LearnedParts, vectors: Seque
     for item in inputs.get(projections if spec.needs_projections else None):
         graph = item.record.layers[layer]
         if predictor is None:  # nothing switched on: the empty graph
-            masks.append(torch.zeros_like(graph.gold))
+            masks.append(torch.zeros(graph.gold_shape, dtype=torch.bool))
             continue
         q, k = item.get(layer, spec.inputs)
         with torch.inference_mode():

@@ -3,9 +3,10 @@
 An :class:`AttentionRecord` holds one text (or one chunk of a long text): its tokens with
 character offsets and, per layer, the exact query and key vectors that entered QKᵀ plus the
 gold graph. Probabilities are kept only on the gold edges (``prob_values``, in the row-major
-order of ``gold.nonzero()``): a 512-token text on a 6×12 model needs ~19 MB of bool masks
-instead of ~75 MB of dense float probabilities. Padding is stripped, so no metric ever
-counts it.
+order of ``gold.nonzero()``) and the gold mask is stored bit-packed (:mod:`.packed_mask`),
+read back dense per layer on access: a 2048-token text on a 16-layer, 32-head decoder keeps
+256 MiB of gold bits instead of 2 GiB of bool masks (or 8 GiB of float probabilities).
+Padding is stripped, so no metric ever counts it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from sparsefinder.attention.interface import (
     capture_edges,
 )
 from sparsefinder.attention.masks import layer_allowed
+from sparsefinder.data.packed_mask import PackedMaskField, unpack_mask
 from sparsefinder.models.loading import LoadedModel
 
 
@@ -38,13 +40,21 @@ class LongTextWarning(UserWarning):
     """A text was longer than the model's maximum length and was truncated or chunked."""
 
 
+_GOLD = PackedMaskField()  # LayerGraph.gold: stored 8 keys a byte, read dense
+
+
 @dataclass
 class LayerGraph:
-    """One layer of one text: vectors entering QKᵀ and the gold graph."""
+    """One layer of one text: vectors entering QKᵀ and the gold graph.
+
+    ``gold`` is given and read as a dense bool (heads, n, m) mask but stored 8 keys a byte:
+    each read unpacks a fresh copy (assign ``gold`` to change it). Read it once per layer,
+    or one head with :meth:`gold_of`; :attr:`gold_shape` needs no unpacking.
+    """
 
     queries: Tensor  # float32 (heads, n, d)
     keys: Tensor  # float32 (heads, m, d)
-    gold: Tensor  # bool (heads, n, m): True where the entmax probability is > 0
+    gold: Tensor = _GOLD  # bool (heads, n, m): True where entmax's probability > 0
     prob_values: Tensor  # float32 (edges,): probabilities on gold edges, row-major order
     scaling: float
     #: A local layer's window W: keys ``0 <= i - j < W`` (a decoder's) or ``|i - j| < W`` (a
@@ -60,9 +70,26 @@ class LayerGraph:
         """Whether the layer ran softmax (α = 1): nothing sparse to predict there."""
         return self.alpha is not None and float(self.alpha) == 1.0
 
+    @property
+    def gold_shape(self) -> tuple[int, int, int]:
+        """(heads, n, m) of the gold mask, without unpacking it."""
+        packed, m = _GOLD.packed(self)
+        return (*packed.shape[:-1], m)
+
+    def gold_of(self, head: int | slice | Tensor) -> Tensor:
+        """The dense gold mask of ``head`` (an index, a slice or a list of heads) only."""
+        packed, m = _GOLD.packed(self)
+        return unpack_mask(packed[head], m)
+
+    def stored_bytes(self) -> int:
+        """Bytes of tensor data the layer holds (q, k, packed gold, probabilities)."""
+        packed, _ = _GOLD.packed(self)
+        return sum(t.numel() * t.element_size()
+                   for t in (self.queries, self.keys, packed, self.prob_values))
+
     def probs(self) -> Tensor:
         """Dense (heads, n, m) probabilities, built on demand."""
-        dense = torch.zeros(self.gold.shape, dtype=self.prob_values.dtype)
+        dense = torch.zeros(self.gold_shape, dtype=self.prob_values.dtype)
         dense[self.gold] = self.prob_values
         return dense
 
@@ -98,7 +125,7 @@ class AttentionRecord:
 
     @property
     def num_heads(self) -> int:
-        return int(self.layers[0].gold.shape[0]) if self.layers else 0
+        return int(self.layers[0].gold_shape[0]) if self.layers else 0
 
     def gold_masks(self) -> list[Tensor]:
         return [layer.gold for layer in self.layers]

@@ -36,13 +36,13 @@ RECORDS_FILE = FileFormat(FORMAT, "sparsefinder records file", "records",
 
 
 def _pack_layer(layer: LayerGraph) -> dict:
-    n = max(layer.gold.shape)
+    n = max(layer.gold_shape)
     index_dtype = torch.int16 if n <= torch.iinfo(torch.int16).max else torch.int32
     return {
         "queries": layer.queries,
         "keys": layer.keys,
         "edges": layer.gold.nonzero().to(index_dtype),
-        "shape": torch.tensor(layer.gold.shape),
+        "shape": torch.tensor(layer.gold_shape),
         "prob_values": layer.prob_values,
         "scaling": torch.tensor(layer.scaling, dtype=torch.float64),
         "sliding_window": int(layer.sliding_window or 0),

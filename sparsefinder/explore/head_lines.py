@@ -78,12 +78,13 @@ def head_lines(record: AttentionRecord, preds: Sequence[Tensor], layer: int,
                          f"{MAX_WINDOW} tokens")
     graph = record.layers[layer]
     pred = preds[layer]
-    if pred.shape != graph.gold.shape:
+    if tuple(pred.shape) != graph.gold_shape:
         raise ValueError(f"prediction {tuple(pred.shape)} does not match the gold graph "
-                         f"{tuple(graph.gold.shape)} of layer {layer}")
+                         f"{graph.gold_shape} of layer {layer}")
     heads = list(range(record.num_heads)) if heads is None else [int(h) for h in heads]
     window = slice(start, stop)
-    gold = graph.gold[heads][:, window, window]
+    all_gold = graph.gold_of(heads)
+    gold = all_gold[:, window, window]
     kept = pred[heads][:, window, window].to(torch.bool)
     probs = graph.probs()[heads][:, window, window]
     status = torch.where(gold & kept, 1, torch.where(gold, 2, torch.where(kept, 3, 0)))
@@ -93,7 +94,6 @@ def head_lines(record: AttentionRecord, preds: Sequence[Tensor], layer: int,
         rows = np.stack([q.numpy(), k.numpy(), probs[h, q, k].numpy(),
                          status[h, q, k].numpy()], axis=1) if len(q) else np.zeros((0, 4))
         edges.append([[int(a), int(b), float(p), int(s)] for a, b, p, s in rows])
-    all_gold = graph.gold[heads]
     inside_rows = all_gold[:, window, window].sum(-1)
     inside_cols = all_gold[:, window, window].sum(-2)
     out_q = all_gold[:, window, :].sum(-1) - inside_rows

@@ -196,7 +196,7 @@ def head_space(prepared: PreparedText, spec: PredictorSpec, layer: int, head: in
         predicted = _row(full, inputs, head, query, causal, window)
     probs = head_probs(graph, head, slice(query, query + 1), slice(None))[0]
     return HeadSpace(layer, head, query, qh, kh, fit_plane(kh), distances,
-                     graph.gold[head, query].clone(), probs.float(), predicted.clone(),
+                     graph.gold_of(head)[query].clone(), probs.float(), predicted.clone(),
                      decision, allowed)
 
 

@@ -82,7 +82,7 @@ def edges_frame(
     (TP/FN/FP; "gold" when no prediction is given).
     """
     graph = record.layers[layer]
-    gold = graph.gold[head]
+    gold = graph.gold_of(head)
     probs = graph.probs()[head]
     union = gold if pred is None else gold | pred
     rows, cols = (x.numpy() for x in union.nonzero(as_tuple=True))

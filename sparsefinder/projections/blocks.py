@@ -30,6 +30,7 @@ keep their tile-level causality: query block ``I`` sees key blocks ``0 … I`` (
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -102,7 +103,7 @@ def train_block_projections(records: Sequence[AttentionRecord], *, block: int = 
     projections = train_projections(blocks, rank=rank, epochs=epochs, dense_heads="zero",
                                     **kwargs)
     tiles = [int(g.gold.sum()) for r in blocks for g in r.layers]
-    total = [g.gold.numel() for r in blocks for g in r.layers]
+    total = [math.prod(g.gold_shape) for r in blocks for g in r.layers]
     projections.metadata.update({
         "granularity": GRANULARITY, "block": block,
         "positive_tile_share": sum(tiles) / max(sum(total), 1),

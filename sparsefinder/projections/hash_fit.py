@@ -34,9 +34,10 @@ def _pairs(records: Sequence[AttentionRecord], layer: int, per_head: int,
     qs, ks, ys = [[] for _ in range(heads)], [[] for _ in range(heads)], [[] for _ in range(heads)]
     for record in records:
         graph = record.layers[layer]
-        n = graph.gold.shape[-2]
+        n = graph.gold_shape[-2]
         for h in range(heads):
-            edges = graph.gold[h].nonzero()
+            gold = graph.gold_of(h)  # one head unpacked, not the layer per head
+            edges = gold.nonzero()
             if len(edges) == 0:
                 continue
             pick = edges[torch.randint(len(edges), (share,), generator=generator)]
@@ -45,7 +46,7 @@ def _pairs(records: Sequence[AttentionRecord], layer: int, per_head: int,
             j = (torch.rand(share, generator=generator) * high).long().clamp(max=n - 1)
             qs[h] += [graph.queries[h, pick[:, 0]], graph.queries[h, i]]
             ks[h] += [graph.keys[h, pick[:, 1]], graph.keys[h, j]]
-            ys[h] += [torch.ones(share), graph.gold[h, i, j].float()]
+            ys[h] += [torch.ones(share), gold[i, j].float()]
     size = min(sum(len(y) for y in ys[h]) for h in range(heads))
     if size == 0:
         raise ValueError(f"layer {layer} has no gold edge to learn hash codes from")

@@ -76,7 +76,7 @@ def _layer_pairs(records: Sequence[AttentionRecord], layer: int) -> _LayerPairs:
     q_off = k_off = g_off = 0
     gold_edges = torch.zeros(heads, dtype=torch.long)
     for record, g in zip(records, graphs, strict=True):
-        n, m = int(g.gold.shape[1]), int(g.gold.shape[2])
+        n, m = int(g.gold_shape[1]), int(g.gold_shape[2])
         first, allowed = allowed_key_range(n, m, causal=record.causal,
                                            sliding_window=g.sliding_window)
         gold = apply_causal(g.gold, record.causal)

@@ -155,7 +155,9 @@ def test_samples_are_deterministic_and_sorted(train) -> None:
 
 def test_head_without_gold_edges_counts_as_recalled() -> None:
     record = _record(torch.Generator().manual_seed(6), 20)
-    record.layers[0].gold[1] = False
+    gold = record.layers[0].gold  # a copy (stored bit-packed): change it, then assign it
+    gold[1] = False
+    record.layers[0].gold = gold
     samples = DistanceSamples.from_records([record], _identity(), 32)
     assert torch.isinf(samples.gold[0, 1]).all()
     model = CalibratedDistance(target_recall=0.5).fit(samples)

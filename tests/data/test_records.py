@@ -34,6 +34,17 @@ def test_record_shapes_tokens_and_offsets(default_model):
         assert torch.equal(probs > 0, layer.gold)
 
 
+def test_extracted_layers_keep_gold_bit_packed(default_model):
+    """A record holds 1/8 byte per (head, query, key) of gold, not a dense bool mask."""
+    (record,) = extract(default_model, TEXT)
+    n = record.n_tokens
+    for layer in record.layers:
+        vectors = layer.queries.nbytes + layer.keys.nbytes + layer.prob_values.nbytes
+        assert layer.stored_bytes() == vectors + 12 * n * -(-n // 8)
+        assert not any(isinstance(v, torch.Tensor) and v.dtype == torch.bool
+                       for v in vars(layer).values())
+
+
 def test_stored_vectors_are_the_ones_entering_qk(default_model):
     """Recomputing entmax from the stored q, k reproduces the gold graph exactly."""
     (record,) = extract(default_model, TEXT)
