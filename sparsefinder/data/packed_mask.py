@@ -42,6 +42,17 @@ def pack_mask(mask: Tensor) -> Tensor:
     return packed
 
 
+#: Byte value -> how many of its bits are set.
+_POPCOUNT = [bin(value).count("1") for value in range(256)]
+
+
+def count_packed(packed: Tensor) -> Tensor:
+    """int64 ``(...)``: the True entries of each row of a packed mask, without unpacking it
+    (padding bits are never set, so whole bytes can be counted)."""
+    table = torch.tensor(_POPCOUNT, dtype=torch.int64, device=packed.device)
+    return table[packed.long()].sum(-1)
+
+
 def unpack_mask(packed: Tensor, m: int) -> Tensor:
     """The bool ``(..., m)`` mask that :func:`pack_mask` packed (any leading index of it)."""
     spread = torch.tensor(_SPREAD, dtype=torch.int64, device=packed.device)

@@ -28,7 +28,7 @@ from sparsefinder.attention.interface import (
     capture_edges,
 )
 from sparsefinder.attention.masks import layer_allowed
-from sparsefinder.data.packed_mask import PackedMaskField, unpack_mask
+from sparsefinder.data.packed_mask import PackedMaskField, count_packed, unpack_mask
 from sparsefinder.models.loading import LoadedModel
 
 
@@ -80,6 +80,11 @@ class LayerGraph:
         """The dense gold mask of ``head`` (an index, a slice or a list of heads) only."""
         packed, m = _GOLD.packed(self)
         return unpack_mask(packed[head], m)
+
+    def edges_per_head(self) -> Tensor:
+        """int64 (heads,): gold edges of each head, counted on the packed bits."""
+        packed, _ = _GOLD.packed(self)
+        return count_packed(packed).sum(-1)
 
     def stored_bytes(self) -> int:
         """Bytes of tensor data the layer holds (q, k, packed gold, probabilities)."""

@@ -75,12 +75,12 @@ def head_probs(graph: LayerGraph, head: int, rows: slice, cols: slice) -> Tensor
     ``prob_values`` are in row-major order of ``gold.nonzero()``, so the window's rows are
     one contiguous run of it: edges before the head, then before the first shown row.
     """
-    gold = graph.gold
+    gold = graph.gold_of(head)  # (n, m): this head only (the layer's mask is stored packed)
     n = gold.shape[-2]
     first_row, last_row, _ = rows.indices(n)
-    before_head = int(count_true(gold[:head]).sum()) if head else 0
-    before_rows = int(count_true(gold[head, :first_row][None])[0]) if first_row else 0
-    shown = gold[head, first_row:last_row]
+    before_head = int(graph.edges_per_head()[:head].sum()) if head else 0
+    before_rows = int(count_true(gold[:first_row][None])[0]) if first_row else 0
+    shown = gold[first_row:last_row]
     start = before_head + before_rows
     values = graph.prob_values[start:start + int(count_true(shown[None])[0])]
     dense = torch.zeros(shown.shape, dtype=values.dtype)

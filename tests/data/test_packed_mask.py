@@ -94,3 +94,21 @@ def test_layer_graph_does_not_keep_the_given_or_a_read_mask_alive():
     mutated = graph.gold
     mutated[:] = False  # a read is a copy: the stored mask is unchanged
     assert bool(graph.gold.any())
+
+
+@pytest.mark.parametrize("m", [1, 7, 8, 13, 64])
+def test_counting_packed_rows_equals_counting_the_mask(m):
+    from sparsefinder.data.packed_mask import count_packed
+
+    mask = torch.rand(3, 5, m, generator=torch.Generator().manual_seed(m)) < 0.4
+    mask[0, 0] = True  # a full row: padding bits must not count
+    assert torch.equal(count_packed(pack_mask(mask)), mask.sum(-1))
+
+
+def test_edges_per_head_counts_each_heads_gold_without_unpacking():
+    from sparsefinder.data.records import LayerGraph
+
+    gold = torch.rand(4, 9, 11, generator=torch.Generator().manual_seed(2)) < 0.3
+    graph = LayerGraph(torch.zeros(4, 9, 2), torch.zeros(4, 11, 2), gold,
+                       torch.ones(int(gold.sum())), 1.0)
+    assert graph.edges_per_head().tolist() == gold.sum((-2, -1)).tolist()
