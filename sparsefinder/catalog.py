@@ -52,6 +52,7 @@ from sparsefinder.predictors import (
 )
 from sparsefinder.predictors.base import Predictor
 from sparsefinder.predictors.block import LearnedBlockSparsefinder
+from sparsefinder.predictors.block_keys import BlockKeySparsefinder
 from sparsefinder.predictors.hash_codes import HammingCodes
 from sparsefinder.predictors.quest import QuestPages
 from sparsefinder.predictors.row_floor import RowFloor
@@ -283,6 +284,15 @@ def _builtin_methods() -> list[Method]:
         Method("block-learned", "Block Sparsefinder, learned block projections",
                (_int("block", 32, 1, "block size"), _int("n_blocks", 4, 0, "key blocks")),
                _learned_block, inputs="original", fit=_block_projections_fit),
+        # per query block: the diagonal block and the single keys nearest (q·k) to any of its
+        # sub-blocks of queries; the long-context selector of benchmarks/restricted.py
+        Method("block-keys", "Block Sparsefinder, single keys by query sub-blocks",
+               (_int("block", 32, 1, "block size", app_high=64),
+                _int("n_keys", 448, 0, "single keys", app_high=1024),
+                _int("sub_block", 8, 1, "query sub-block", app_high=64)),
+               lambda p, c: BlockKeySparsefinder(int(p["block"]), int(p["n_keys"]),
+                                                 int(p["sub_block"])),
+               inputs="original"),
         # each query keeps its nearest share of keys in the learned space (the raw form of
         # the calibrated row fractions)
         Method("rowfrac", "Nearest keys (row fraction)",

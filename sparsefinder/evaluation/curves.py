@@ -144,7 +144,7 @@ GROUPS: dict[str, list[str]] = {
         "longformer", "bigbird", "reformer", "reformer+window", "routing", "routing+window",
         "topk", "sparsebert-dams", "sparsebert-damu", "distance-nodiag",
     ],
-    "long-context": ["quest", "hashattention"],
+    "long-context": ["quest", "hashattention", "block-keys"],
     # each family with its parameters set per head from a target, fitted on TRAIN graphs
     "calibrated": list(calibrated_grids()),
 }
@@ -182,6 +182,8 @@ BLOCK_CURVES = (("block", 32, 0), ("block16", 16, 0), ("block+keys", 32, 16))
 
 
 BLOCK_GRID = [0, 1, 2, 3, 4, 5, 6, 8, 10, 12]
+#: Single keys per 32-token query block of the block-key selector (sub-blocks of 8 queries).
+BLOCK_KEYS_GRID = [0, 2, 4, 8, 16, 32, 64, 128]
 
 
 #: Block Sparsefinder with projections learned on pooled blocks (paper §6): (name, block);
@@ -249,6 +251,9 @@ def _register_defaults() -> None:
     for name, size, keys in BLOCK_CURVES:
         register_curve(name, "block", [{"block": size, "n_blocks": b, "n_keys": keys}
                                        for b in BLOCK_GRID], replace=True)
+    register_curve("block-keys", "block-keys",
+                   [{"block": 32, "n_keys": k, "sub_block": 8} for k in BLOCK_KEYS_GRID],
+                   replace=True)
     for name, size in LEARNED_BLOCK_CURVES:
         register_curve(name, "block-learned", [{"block": size, "n_blocks": b}
                                                for b in BLOCK_GRID], replace=True)

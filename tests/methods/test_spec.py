@@ -145,6 +145,8 @@ REGISTRY = {
               ("block", "n_blocks", "n_keys"), "projected", False, False),
     "block-learned": ("Block Sparsefinder, learned block projections", ("block", "n_blocks"),
                       "original", False, True),
+    "block-keys": ("Block Sparsefinder, single keys by query sub-blocks",
+                   ("block", "n_keys", "sub_block"), "original", False, False),
     "rowfrac": ("Nearest keys (row fraction)", ("fraction",), "projected", False, False),
 }
 

@@ -113,3 +113,28 @@ def test_the_selection_on_cuda_matches_the_cpu():
     cpu = predictor.predict(q, k, causal=True)
     gpu = predictor.predict(q.cuda(), k.cuda(), causal=True)
     assert gpu.is_cuda and torch.equal(gpu.cpu(), cpu)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_block_keys_method_predicts_like_the_selector_on_each_layer(causal):
+    """``block-keys`` (sweeps, the registry) builds this selector on the model's own q/k."""
+    from sparsefinder.data.records import AttentionRecord, LayerGraph
+    from sparsefinder.evaluation.curves import CURVES, GROUPS
+    from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
+
+    gen = torch.Generator().manual_seed(9)
+    n, heads = 70, 2
+    layers = []
+    for _ in range(2):
+        q, k = torch.randn(heads, n, 4, generator=gen), torch.randn(heads, n, 4, generator=gen)
+        gold = torch.rand(heads, n, n, generator=gen) < 0.2
+        layers.append(LayerGraph(q, k, gold, torch.ones(int(gold.sum())), 0.5))
+    record = AttentionRecord(text="x", tokens=["t"] * n, offsets=[(0, 0)] * n,
+                             special=[False] * n, causal=causal, layers=layers)
+    spec = PredictorSpec.of("block-keys", {"block": 16, "n_keys": 5, "sub_block": 4})
+    masks = predict_record(spec, spec.build_layers(None, 2), RecordInputs(record))
+    selector = BlockKeySparsefinder(16, 5, sub_block=4)
+    for layer, mask in zip(layers, masks, strict=True):
+        assert torch.equal(mask, selector.predict(layer.queries, layer.keys, causal=causal))
+    assert "block-keys" in CURVES and "block-keys" in GROUPS["long-context"]
+    assert [dict(s.params)["n_keys"] for s in CURVES["block-keys"].specs][:2] == [0, 2]
