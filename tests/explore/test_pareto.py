@@ -48,7 +48,8 @@ def test_not_swept_is_one_line_with_the_command() -> None:
     assert "(need learned projections)" in every
     assert "`sparsefinder sweep --methods all --out DIR`" in every
     grouped = pareto.not_swept_line({c: "needs learned projections"
-                                     for c in ("quest", "hashattention", "block")})
+                                     for c in ("quest", "hashattention", "block-keys",
+                                               "block")})
     assert "--methods long-context,block --out DIR" in grouped
 
 
