@@ -120,6 +120,9 @@ def measure(port: int, moves: int, method: str, model: str | None = None,
         ws.on("framereceived", lambda payload: received.__setitem__(
             0, received[0] + len(payload if isinstance(payload, bytes) else payload.encode())))
 
+    sys.path.insert(0, str(ROOT / "tests" / "app"))
+    from browser_helpers import wait_until_idle  # the browser tests' "the run has ended"
+
     times, sizes = [], []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -131,9 +134,13 @@ def measure(port: int, moves: int, method: str, model: str | None = None,
         else:  # paste the long text, as a user would
             page.goto(f"http://localhost:{port}/?model={model}&method={method}"
                       "&window=3&layer=0&head=0", timeout=300_000)
+            # a click or key press while the app is still running can be lost (the rerun
+            # redraws the widget): wait for each run to end first
+            wait_until_idle(page, timeout=300_000)
             page.get_by_text("Paste", exact=True).click()
             area = page.get_by_label("Paste a text")
             area.wait_for(timeout=300_000)
+            wait_until_idle(page, timeout=300_000)
             area.fill(text)
             area.press("Control+Enter")
             page.wait_for_function(
