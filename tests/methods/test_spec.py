@@ -395,3 +395,59 @@ def test_bidirectional_local_layers_get_predictions_cut_to_their_window(
     assert (masks[1].sum(-1) == 3).all() and not masks[1][:, ~band].any()
     assert (masks[0].sum(-1) == 3).all()
 
+
+
+def _by_hand_allowed(n: int, m: int, causal: bool, window: int | None) -> torch.Tensor:
+    """Allowed pairs written out: key j ≤ query i's position when causal (keys aligned to the
+    end, as a decoder's cache), within the window (0 ≤ i−j < W causal, |i−j| < W not)."""
+    i = torch.arange(n)[:, None] + (m - n)
+    j = torch.arange(m)[None, :]
+    allowed = torch.ones(n, m, dtype=torch.bool)
+    if causal:
+        allowed &= j <= i
+    if window:
+        allowed &= ((i - j) < window) & ((i - j) >= 0) if causal else (i - j).abs() < window
+    return allowed
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("window", [None, 3])
+@pytest.mark.parametrize(("n", "m"), [(9, 9), (6, 11)])
+def test_predict_layer_shares_one_cut_pattern_over_the_heads(causal, window, n, m):
+    """``shared=True``: a shape-only predictor's mask is one (n, m) pattern, cut to the
+    layer's allowed pairs and broadcast over the heads (stride 0), equal to the per-head path."""
+    from sparsefinder.methods.spec import predict_layer
+
+    gen = torch.Generator().manual_seed(n + m)
+    q, k = torch.randn(3, n, D, generator=gen), torch.randn(3, m, D, generator=gen)
+    predictor = Union(Window(5), GlobalTokens(first=True, last=False))
+    shared = predict_layer(predictor, q, k, causal=causal, sliding_window=window, shared=True)
+    alone = predict_layer(predictor, q, k, causal=causal, sliding_window=window)
+    assert shared.shape == (3, n, m) and shared.dtype == torch.bool
+    assert shared.stride(0) == 0
+    assert torch.equal(shared, alone)
+    assert not (shared & ~_by_hand_allowed(n, m, causal, window)).any()
+    if window is None and not causal:  # nothing to cut: every pattern edge is there
+        assert torch.equal(shared[0], Window(5).predict(q, k)[0] | GlobalTokens(
+            first=True, last=False).predict(q, k)[0])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_predict_layer_cuts_a_local_layer_to_its_window_whatever_the_predictor(causal):
+    """A sliding-window layer: a predictor that knows the window (top-k) spends its budget in
+    it, one that does not (distance) is cut afterwards; neither keeps a key outside it, and
+    a learned predictor is never shared (it reads q/k)."""
+    from sparsefinder.methods.spec import predict_layer
+
+    gen = torch.Generator().manual_seed(4)
+    q, k = torch.randn(2, 12, D, generator=gen), torch.randn(2, 12, D, generator=gen)
+    allowed = _by_hand_allowed(12, 12, causal, 4)
+    topk = predict_layer(TopK(3), q, k, causal=causal, sliding_window=4)
+    assert not (topk & ~allowed).any()
+    per_row = topk.sum(-1)
+    assert bool((per_row == torch.clamp(allowed.sum(-1), max=3)).all())  # budget inside it
+    far = predict_layer(Distance(1e9), q, k, causal=causal, sliding_window=4, shared=True)
+    assert torch.equal(far, allowed.expand(2, -1, -1))  # every allowed pair, nothing more
+    assert far.stride(0) != 0  # distance reads q/k: not a shared pattern
+    plain = predict_layer(Distance(1e9), q, k, causal=causal)
+    assert torch.equal(plain, _by_hand_allowed(12, 12, causal, None).expand(2, -1, -1))
