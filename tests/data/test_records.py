@@ -162,3 +162,51 @@ def test_long_text_warning_points_at_the_caller(tiny_model_dirs):
     with pytest.warns(LongTextWarning) as caught:
         extract(loaded, " ".join(["the"] * 70))
     assert caught[0].filename == __file__
+
+
+def _graph(seed: int = 0, heads: int = 3, n: int = 7, m: int = 7, window=None):
+    from sparsefinder.data.records import LayerGraph
+
+    gen = torch.Generator().manual_seed(seed)
+    gold = torch.rand(heads, n, m, generator=gen) < 0.4
+    return LayerGraph(torch.randn(heads, n, 4, generator=gen), torch.randn(heads, m, 4,
+                      generator=gen), gold, torch.rand(int(gold.sum()), generator=gen), 0.5,
+                      sliding_window=window), gold
+
+
+def test_one_head_and_the_edges_per_head_read_from_the_packed_gold():
+    graph, gold = _graph(1, heads=4, n=5, m=13)
+    assert torch.equal(graph.gold_of(2), gold[2])
+    assert torch.equal(graph.gold_of(slice(1, 3)), gold[1:3])
+    assert torch.equal(graph.gold_of(torch.tensor([3, 0])), gold[[3, 0]])
+    assert graph.edges_per_head().tolist() == gold.sum((-2, -1)).tolist()
+    assert graph.edges_per_head().shape == (4,)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_scores_mask_what_a_windowed_layer_cannot_attend_to(causal):
+    from sparsefinder.attention.masks import layer_allowed
+
+    graph, _ = _graph(2, window=2)
+    scores = graph.scores(causal=causal)
+    raw = graph.queries @ graph.keys.transpose(-1, -2) * 0.5
+    allowed = layer_allowed(7, 7, causal=causal, sliding_window=2)
+    assert allowed is not None and not bool(allowed.all())
+    assert torch.equal(scores[:, allowed], raw[:, allowed])
+    assert bool((scores[:, ~allowed] == float("-inf")).all())
+
+
+def test_a_captured_call_keeps_its_window_and_alpha_in_the_layer_graph():
+    from sparsefinder.attention.interface import AttentionCall
+    from sparsefinder.data.records import _layer_graph
+
+    gen = torch.Generator().manual_seed(3)
+    probs = torch.rand(2, 2, 6, 6, generator=gen) * (torch.rand(2, 2, 6, 6, generator=gen) < 0.5)
+    call = AttentionCall(1, torch.randn(2, 2, 6, 4, generator=gen),
+                         torch.randn(2, 2, 6, 4, generator=gen), probs,
+                         torch.ones(2, 1, 6, 6, dtype=torch.bool), 0.5, True,
+                         sliding_window=3, alpha=2.0)
+    graph = _layer_graph(call, 1, 5)
+    assert graph.sliding_window == 3 and graph.alpha == 2.0 and graph.scaling == 0.5
+    assert torch.equal(graph.gold, probs[1, :, :5, :5] > 0)
+    assert torch.equal(graph.queries, call.query[1, :, :5])
