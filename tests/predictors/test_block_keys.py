@@ -138,3 +138,41 @@ def test_the_block_keys_method_predicts_like_the_selector_on_each_layer(causal):
         assert torch.equal(mask, selector.predict(layer.queries, layer.keys, causal=causal))
     assert "block-keys" in CURVES and "block-keys" in GROUPS["long-context"]
     assert [dict(s.params)["n_keys"] for s in CURVES["block-keys"].specs][:2] == [0, 2]
+
+
+def test_the_error_for_a_sub_block_that_does_not_divide_suggests_one_that_does():
+    with pytest.raises(ValueError, match=r"e\.g\. sub_block=8$"):
+        BlockKeySparsefinder(32, 4, sub_block=5)
+    with pytest.raises(ValueError, match=r"e\.g\. sub_block=1$"):
+        BlockKeySparsefinder(3, 4, sub_block=2)
+    for bad in (True, 2.0, "4"):
+        with pytest.raises(ValueError, match="n_keys must be an integer >= 0"):
+            BlockKeySparsefinder(32, bad)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_local_layer_spends_the_single_keys_inside_each_blocks_reach(causal):
+    """With a sliding window, a query block's single keys are keys some query of the block may
+    attend to (the budget is not spent on impossible keys while possible ones remain), and
+    the token mask stays in the window."""
+    from sparsefinder.attention.masks import layer_allowed
+    from sparsefinder.predictors.block import block_reach
+
+    g = torch.Generator().manual_seed(12)
+    q, k = torch.randn(2, 96, 8, generator=g), torch.randn(2, 96, 8, generator=g)
+    predictor = BlockKeySparsefinder(16, 6, sub_block=4)
+    graph, extra = predictor.select(q, k, causal=causal, sliding_window=24)
+    reach = block_reach(96, 96, 16, causal=causal, sliding_window=24)
+    band = graph[0].repeat_interleave(16, -1)[:, :96]  # (blocks, keys) the band covers
+    open_keys = (reach & ~band).sum(-1)  # reachable keys outside the band, per query block
+    full = open_keys >= 6
+    assert bool(full.any()) and (not causal or not bool(full.all()))  # causal: both cases
+    for head in range(2):
+        in_reach = reach.gather(1, extra[head]).sum(-1)
+        # every pick in reach while enough remain; else every reachable key is picked
+        assert torch.equal(in_reach, torch.clamp(open_keys, max=6))
+    mask = predictor.predict(q, k, causal=causal, sliding_window=24)
+    allowed = layer_allowed(96, 96, causal=causal, sliding_window=24)
+    assert not (mask & ~allowed).any()
+    wide = predictor.select(q, k, causal=causal)[1]
+    assert not torch.equal(wide, extra)  # without the window the keys go elsewhere
