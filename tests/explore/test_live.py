@@ -478,3 +478,13 @@ def test_representative_head_matches_a_brute_force_reference():
             dist = [sum(((p[c] - mean[c]) / std[c]) ** 2 for c in (0, 1)) for p in pts]
             best = min(range(count), key=dist.__getitem__)
             assert live.representative_head(GraphScores(recall, sparsity)) == divmod(best, heads)
+
+
+def test_softmax_layers_are_the_ones_the_scores_leave_out():
+    from sparsefinder.metrics.measures import GraphScores
+
+    values = torch.tensor([[0.2, 0.4], [0.6, 1.0], [0.3, 0.3]], dtype=torch.float64)
+    scores = GraphScores(recall=values, sparsity=1 - values)
+    assert live.softmax_layers(scores) == []  # no flags: every layer is counted
+    scores.counted = torch.tensor([False, True, False])
+    assert live.softmax_layers(scores) == [0, 2]
