@@ -120,6 +120,10 @@ def test_pasted_text_survives_mode_switches_and_a_reload(server, page):
     page.wait_for_function("() => location.search.includes('textid=')", timeout=60_000)
     page.reload(timeout=240_000)
     _wait_for_explorer(page)
+    wait_until_idle(page)  # the sidebar's text area is drawn by the run after the reload
+    page.wait_for_function(f"() => {{ const t = document.querySelector("
+                           f"'[data-testid=\"stSidebar\"] textarea'); "
+                           f"return t && t.value === {PASTED!r}; }}", timeout=60_000)
     assert _textarea_value(page) == PASTED
     assert "textid=" in page.url
     assert page.locator("[data-testid='stException']").count() == 0
