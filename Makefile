@@ -11,8 +11,7 @@ BROWSER_STAMP := $(VENV)/.browser
 # an environment variable HOST (set by some shells to the host name) is ignored.
 HOST := 127.0.0.1
 PORT := 8501
-# pytest-xdist workers for `make test`: one per core (`make test TEST_WORKERS=0` runs serially);
-# each test module runs on one worker, so its module fixtures (a server, records) are built once.
+# pytest-xdist workers for `make test`: one per core (`make test TEST_WORKERS=0` runs serially).
 TEST_WORKERS ?= auto
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
@@ -51,7 +50,7 @@ docs: install
 
 test: install browser
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope
+	$(BIN)/python -m pytest -n $(TEST_WORKERS)
 
 bench: install
 	$(BIN)/python benchmarks/extract.py

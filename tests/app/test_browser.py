@@ -78,6 +78,7 @@ def test_slider_move_updates_metrics_in_the_browser(server, page):
 def test_clicking_the_overview_grid_opens_that_head(server, page):
     page.goto(f"{server}/?method=fixed&window=3&layer=0&head=0", timeout=240_000)
     _wait_for_explorer(page)
+    wait_until_idle(page)  # a click during a run (busy machine) may be lost to that rerun
     grid = page.locator(".js-plotly-plot").nth(1)
     cell = grid.locator("path.point").nth(1 * 12 + 3).bounding_box()  # layer 1, head 3
     x, y = cell["x"] + cell["width"] / 2, cell["y"] + cell["height"] / 2
