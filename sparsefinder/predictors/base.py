@@ -92,3 +92,12 @@ def check_shapes(q: Tensor, k: Tensor) -> None:
         raise ValueError(
             f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree on heads and dimension"
         )
+
+
+def check_ints(owner: object, lows: dict[str, int]) -> None:
+    """Raise a ValueError naming the first of ``owner``'s fields (in ``lows``' order) that is
+    not an integer (bools excluded) at least its bound: one message for every predictor."""
+    for name, low in lows.items():
+        value = getattr(owner, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")

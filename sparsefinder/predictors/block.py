@@ -29,7 +29,7 @@ from torch import Tensor
 
 from sparsefinder.attention.block_sparse import expand_blocks
 from sparsefinder.attention.masks import layer_allowed
-from sparsefinder.predictors.base import check_shapes
+from sparsefinder.predictors.base import check_ints, check_shapes
 from sparsefinder.predictors.distance import pairwise_sq_dist
 
 
@@ -133,11 +133,7 @@ class BlockSparsefinder:
     honours_window: ClassVar[bool] = True  # see base.WindowAware
 
     def __post_init__(self) -> None:
-        for name in ("block", "n_blocks", "n_keys", "window_blocks"):
-            value = getattr(self, name)
-            low = 1 if name == "block" else 0
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        check_ints(self, {"block": 1, "n_blocks": 0, "n_keys": 0, "window_blocks": 0})
 
     def select(self, q: Tensor, k: Tensor, *, causal: bool = False,
                graph: Tensor | None = None,

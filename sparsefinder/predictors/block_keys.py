@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from sparsefinder.attention.block_sparse import expand_blocks
-from sparsefinder.predictors.base import check_shapes
+from sparsefinder.predictors.base import check_ints, check_shapes
 from sparsefinder.predictors.block import _cut, _last_query, _tiles_of, block_reach, keep_blocks
 
 #: Scores per chunk of query blocks while scoring sub-blocks: 4 MiB of float32, so a chunk's
@@ -76,11 +76,7 @@ class BlockKeySparsefinder:
     honours_window: ClassVar[bool] = True  # see base.WindowAware
 
     def __post_init__(self) -> None:
-        for name in ("block", "n_keys", "sub_block", "window_blocks"):
-            value = getattr(self, name)
-            low = 0 if name == "n_keys" else 1
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        check_ints(self, {"block": 1, "n_keys": 0, "sub_block": 1, "window_blocks": 1})
         if self.block % self.sub_block:
             raise ValueError(f"sub_block ({self.sub_block}) must divide block ({self.block}), "
                              f"e.g. sub_block={self.block // 4 or 1}")
