@@ -7,11 +7,14 @@
 # sha256 on the machine; common/ — the scripts below. Then, on a warm machine, two calls:
 #   run(command="bash .gpu/common/run1.sh", carry=[".gpu/common", ".gpu/a"])
 #   run(command="bash .gpu/common/run2.sh", carry=[".gpu/common", ".gpu/b"])   # at once
-# The second must come within the machine's idle window, or it starts bare without part A.
+#   run(command="bash .gpu/common/run3.sh", carry=[".gpu/common", ".gpu/st"])  # at once
+# Each must come within the machine's idle window, or it starts bare without part A.
+# .gpu/st/st.tar.xz: Streamlit 1.67 and its dependencies for the serve step (numpy and pydeck
+# left out: the image has numpy, the app does not draw maps; pyarrow without its Flight/S3 parts).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 grep -qx "/.gpu/" .git/info/exclude || echo "/.gpu/" >> .git/info/exclude
-rm -rf .gpu && mkdir -p .gpu/common .gpu/a .gpu/b
+rm -rf .gpu && mkdir -p .gpu/common .gpu/a .gpu/b .gpu/st
 WHL=$(mktemp -d); SITE=$(mktemp -d)
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
   --implementation cp --platform manylinux_2_28_x86_64 -d "$WHL" \
@@ -25,6 +28,16 @@ tar cJf .gpu/common/site.tar.xz -C "$SITE" .
 head -c 47000000 "$PKG/model/model.safetensors" > .gpu/a/partA
 tail -c +47000001 "$PKG/model/model.safetensors" > .gpu/b/partB
 sha256sum "$PKG/model/model.safetensors" | cut -c1-64 > .gpu/common/model.sha256
-cp tools/device/setup.sh tools/device/run1.sh tools/device/run2.sh tools/device/docker_check.py .gpu/common/
+cp tools/device/setup.sh tools/device/run1.sh tools/device/run2.sh tools/device/run3.sh \
+  tools/device/docker_check.py tools/device/serve_check.py .gpu/common/
+ST=$(mktemp -d); STW=$(mktemp -d)
+python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+  -d "$STW" streamlit==1.67.0
+for w in "$STW"/*.whl; do case $w in *numpy*|*pydeck*) continue;; esac; (cd "$ST" && unzip -q -o "$w"); done
+find "$ST" -name __pycache__ -prune -exec rm -rf {} +
+rm -rf "$ST"/pyarrow/include "$ST"/pyarrow/tests "$ST"/pandas/tests "$ST"/pyarrow/libarrow_flight.so* \
+  "$ST"/pyarrow/libarrow_s3.so* "$ST"/pyarrow/_flight*.so "$ST"/pyarrow/_s3fs*.so
+tar cJf .gpu/st/st.tar.xz -C "$ST" . && rm -rf "$ST" "$STW"
 rm -rf "$WHL" "$SITE"
 du -sh .gpu/*

@@ -8,7 +8,7 @@ cat /root/partA.bin .gpu/b/partB > $MODEL
 echo "== cuda tests $(date +%T)"
 timeout ${T_TESTS:-200} python3 -m pytest -m cuda -p no:cacheprovider -q -rs \
   tests/attention/test_block_sparse.py tests/attention/test_entmax_ops.py tests/attention/test_gold_edges.py \
-  tests/predictors/test_row_fraction.py tests/projections/test_heads.py tests/test_distributed_backend.py \
+  tests/predictors/test_block_keys.py tests/predictors/test_row_fraction.py tests/projections/test_heads.py tests/test_distributed_backend.py \
   tests/commands/test_adapt.py 2>&1 | tee $OUT/cuda_tests.log | tail -30
 echo "== extract.py $(date +%T)"
 timeout ${T_EXTRACT:-110} python3 benchmarks/extract.py 2>&1 | grep -v "Loading weights" | tee $OUT/extract.log
