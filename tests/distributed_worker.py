@@ -1,10 +1,16 @@
 """Torchrun helpers for the distributed tests, and a worker: train and sweep over shards.
 
-Usage: torchrun --nproc_per_node=2 tests/distributed_worker.py STORE OUT_DIR
+Usage: torchrun --nproc_per_node=2 tests/distributed_worker.py STORE OUT_DIR [--commands]
+       torchrun --nproc_per_node=2 tests/distributed_worker.py --cli RUNS.json
 Each rank reads its chunks (chunk c belongs to rank c mod world), trains data-parallel and
-sweeps; it writes OUT_DIR/rank<r>.pt with what it computed.
+sweeps; it writes OUT_DIR/rank<r>.pt with what it computed. With ``--commands`` the same ranks
+then run ``sparsefinder train --records`` and ``sparsefinder sweep --records`` (the CLI joins
+the group already open), writing OUT_DIR/model and OUT_DIR/sweep: one torchrun start instead
+of three, each start being seconds of imports on every rank. ``--cli RUNS.json`` runs a list
+of CLI argument lists one after the other on the same ranks.
 """
 
+import json
 import os
 import socket
 import subprocess
@@ -14,6 +20,7 @@ from pathlib import Path
 import torch
 
 from sparsefinder import distributed
+from sparsefinder.cli import main as cli
 from sparsefinder.data.shards import ShardedRecords
 from sparsefinder.evaluation.sharded_sweep import sweep_streaming
 from sparsefinder.projections.data_parallel import train_projections_sharded
@@ -56,7 +63,23 @@ def extract_args(model: Path, corpus: Path, out: Path, *extra: str) -> list[str]
             *extra]
 
 
-def main(store: str, out: str) -> None:
+#: The CLI runs of ``--commands`` (the tests compare them with one process).
+TRAIN_ARGS = ["--batch-size", "64", "--seed", "3", "--clusters", "2,3", "--kmeans-n-init", "1",
+              "--kmeans-max-points", "40"]
+COMMAND_METHODS = "distance,kmeans,window"
+
+
+def commands(store: str, out: str) -> None:
+    """``train --records`` then ``sweep --records`` on the ranks' shared group."""
+    code = cli(["train", "--records", store, "--out", f"{out}/model", *TRAIN_ARGS])
+    if code == 0:
+        code = cli(["sweep", "--records", store, "--projections", f"{out}/model/projections.pt",
+                    "--out", f"{out}/sweep", "--methods", COMMAND_METHODS])
+    if code:
+        raise SystemExit(code)
+
+
+def main(store: str, out: str, with_commands: bool = False) -> None:
     with distributed.torchrun_group("cpu") as world:
         records = ShardedRecords(store)
         shard = list(records.iter_records(world.rank, world.size))
@@ -69,7 +92,28 @@ def main(store: str, out: str) -> None:
                     "gold": frame.attrs["gold_sparsity"], "n_texts": frame["n_texts"].tolist(),
                     "world": world.size},
                    f"{out}/rank{world.rank}.pt")
+        if with_commands:
+            commands(store, out)
+
+
+def cli_runs(path: str) -> None:
+    """Each CLI run of the JSON list in turn, on one group; stop at the first failure."""
+    with distributed.torchrun_group("cpu"):
+        for args in json.loads(Path(path).read_text()):
+            code = cli(args)
+            if code:
+                raise SystemExit(code)
+
+
+def torchrun_cli(runs: list[list[str]], folder: Path) -> subprocess.CompletedProcess:
+    """One torchrun start (2 ranks) for several CLI runs (see ``--cli``)."""
+    path = folder / "cli_runs.json"
+    path.write_text(json.dumps(runs))
+    return torchrun([__file__, "--cli", str(path)])
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    if sys.argv[1] == "--cli":
+        cli_runs(sys.argv[2])
+    else:
+        main(sys.argv[1], sys.argv[2], "--commands" in sys.argv[3:])

@@ -38,6 +38,16 @@ def store(tiny_model_dirs, tmp_path_factory):
     return root / "records-all"
 
 
+@pytest.fixture(scope="module")
+def ranks(store, tmp_path_factory):
+    """ONE torchrun start for this module: the worker's data-parallel training and streamed
+    sweep, then the ``train``/``sweep --records`` commands on the same 2 ranks."""
+    out = tmp_path_factory.mktemp("ranks")
+    run = torchrun([str(WORKER), str(store), str(out), "--commands"])
+    assert run.returncode == 0, run.stdout + run.stderr
+    return out
+
+
 def test_one_shard_is_train_projections_step_for_step(store):
     records = ShardedRecords(store).load_all()
     plain = train_projections(records, batch_size=64, seed=3)
@@ -46,10 +56,8 @@ def test_one_shard_is_train_projections_step_for_step(store):
     torch.testing.assert_close(plain.bias, sharded.bias, rtol=0, atol=1e-5)  # float64 mean
 
 
-def test_two_ranks_train_and_sweep_like_one_process(store, tmp_path):
-    run = torchrun([str(WORKER), str(store), str(tmp_path)])
-    assert run.returncode == 0, run.stdout + run.stderr
-    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
+def test_two_ranks_train_and_sweep_like_one_process(store, ranks):
+    ranks = [torch.load(ranks / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
     reader = ShardedRecords(store)
     shards = [list(reader.iter_records(r, 2)) for r in (0, 1)]
     single = train_projections_sharded(shards, batch_size=64, seed=3)  # one process, 2 shards
@@ -104,26 +112,19 @@ def test_centroids_sample_every_record_like_fit_centroids(store):
         fit_centroids_sharded(copy.deepcopy(projections), records[:2], [0, 0], [2])
 
 
-def test_two_ranks_train_and_sweep_commands_match_one_process(store, tmp_path):
-    """`torchrun -m sparsefinder train/sweep --records`: centroids from BOTH ranks' chunks
-    (subsampled across ranks), and the sweep's points = one process over all records."""
-    train = torchrun(["-m", "sparsefinder", "train", "--records", str(store), "--out",
-                      str(tmp_path / "model"), "--batch-size", "64", "--seed", "3",
-                      "--clusters", "2,3", "--kmeans-n-init", "1", "--kmeans-max-points", "40"])
-    assert train.returncode == 0, train.stdout + train.stderr
-    saved = HeadProjections.load(tmp_path / "model" / "projections.pt")
+def test_two_ranks_train_and_sweep_commands_match_one_process(store, ranks):
+    """`sparsefinder train/sweep --records` on 2 torchrun ranks: centroids from BOTH ranks'
+    chunks (subsampled across ranks), and the sweep's points = one process over all records.
+    (`torchrun -m sparsefinder`, the entry point itself, is run by the atlas and shard tests.)"""
+    saved = HeadProjections.load(ranks / "model" / "projections.pt")
     assert saved.metadata["kmeans_ranks"] == 2
     records = ShardedRecords(store).load_all()
     reference = fit_centroids(copy.deepcopy(saved), records, [2, 3], max_points=40, n_init=1,
                               seed=3)
     for b in (2, 3):
         torch.testing.assert_close(saved.centroids[b], reference.centroids[b])
-    methods = "distance,kmeans,window"
-    sweep_run = torchrun(["-m", "sparsefinder", "sweep", "--records", str(store),
-                          "--projections", str(tmp_path / "model" / "projections.pt"),
-                          "--out", str(tmp_path / "sweep"), "--methods", methods])
-    assert sweep_run.returncode == 0, sweep_run.stdout + sweep_run.stderr
-    points = pd.read_csv(tmp_path / "sweep" / "points.csv")
+    methods = helpers.COMMAND_METHODS
+    points = pd.read_csv(ranks / "sweep" / "points.csv")
     with pytest.warns(UserWarning, match="no k-means centroids for B=4"):
         expected = sweep(records, saved, methods)  # B = 2, 3 only, like the 2-rank sweep
     assert list(points["params"]) == list(expected["params"])
@@ -131,10 +132,10 @@ def test_two_ranks_train_and_sweep_commands_match_one_process(store, tmp_path):
     assert points["recall"].tolist() == pytest.approx(expected["recall"].tolist(), abs=1e-12)
     assert points["sparsity"].tolist() == pytest.approx(expected["sparsity"].tolist(),
                                                         abs=1e-12)
-    summary = json.loads((tmp_path / "sweep" / "points.json").read_text())
+    summary = json.loads((ranks / "sweep" / "points.json").read_text())
     assert summary["ranks"] == 2 and summary["n_texts"] == len(records)
     assert summary["gold_sparsity"] == pytest.approx(expected.attrs["gold_sparsity"], abs=1e-12)
-    assert (tmp_path / "sweep" / "pareto.html").is_file()
+    assert (ranks / "sweep" / "pareto.html").is_file()
 
 
 def test_sweep_command_on_records_refuses_what_it_cannot_do(store, tmp_path, capsys):

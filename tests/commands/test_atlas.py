@@ -79,26 +79,35 @@ def _same_atlas(one: Path, two: Path, rtol: float) -> None:
     assert ja["meta"]["n_texts"] == jb["meta"]["n_texts"] and jb["meta"]["ranks"] == 2
 
 
-def test_two_torchrun_ranks_reduce_a_shard_store_exactly(tiny_model_dirs, corpus, tmp_path):
-    """The same gold graphs (a shard store) on 1 process and on 2 ranks: equal sums."""
-    assert main(helpers.extract_args(tiny_model_dirs["bert"], corpus, tmp_path, "--sharded")) == 0
-    store = tmp_path / "records-all"
-    one, two = tmp_path / "one", tmp_path / "two"
-    assert main(["atlas", "--records", str(store), "--out", str(one), "--device", "cpu"]) == 0
-    run = helpers.torchrun(["-m", "sparsefinder", "atlas", "--records", str(store),
-                            "--out", str(two), "--device", "cpu"])
+@pytest.fixture(scope="module")
+def two_ranks(tiny_model_dirs, corpus, tmp_path_factory) -> Path:
+    """ONE torchrun start (2 ranks) for both atlas runs: over a shard store of the corpus
+    (``store/two``), and extracting every other text per rank (``texts/two``)."""
+    root = tmp_path_factory.mktemp("atlas-ranks")
+    assert main(helpers.extract_args(tiny_model_dirs["bert"], corpus, root / "store",
+                                     "--sharded")) == 0
+    run = helpers.torchrun_cli([
+        ["atlas", "--records", str(root / "store" / "records-all"),
+         "--out", str(root / "store" / "two"), "--device", "cpu"],
+        _args(tiny_model_dirs["bert"], corpus, root / "texts" / "two")], root)
     assert run.returncode == 0, run.stdout + run.stderr
+    return root
+
+
+def test_two_torchrun_ranks_reduce_a_shard_store_exactly(two_ranks, tmp_path):
+    """The same gold graphs (a shard store) on 1 process and on 2 ranks: equal sums."""
+    one, two = tmp_path / "one", two_ranks / "store" / "two"
+    store = two_ranks / "store" / "records-all"
+    assert main(["atlas", "--records", str(store), "--out", str(one), "--device", "cpu"]) == 0
     _same_atlas(one, two, rtol=1e-12)
     ja, jb = (json.loads((d / "atlas.json").read_text()) for d in (one, two))
     assert ja["examples"] == jb["examples"] and ja["texts"] == jb["texts"]
 
 
 def test_two_torchrun_ranks_extracting_their_texts_match_one_process(tiny_model_dirs, corpus,
-                                                                      tmp_path):
+                                                                      two_ranks, tmp_path):
     """Each rank extracts every other text (other batches: float noise of the forward pass
     only, ~1e-7)."""
-    one, two = tmp_path / "one", tmp_path / "two"
+    one = tmp_path / "one"
     assert main(_args(tiny_model_dirs["bert"], corpus, one)) == 0
-    run = helpers.torchrun(["-m", "sparsefinder", *_args(tiny_model_dirs["bert"], corpus, two)])
-    assert run.returncode == 0, run.stdout + run.stderr
-    _same_atlas(one, two, rtol=1e-5)
+    _same_atlas(one, two_ranks / "texts" / "two", rtol=1e-5)
