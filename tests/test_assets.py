@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from sparsefinder.analysis.coref_pairs import PLURAL, SINGULAR
 from sparsefinder.bundle import assets_root
 
 ASSETS = assets_root()
@@ -22,6 +23,7 @@ PRONOUNS = frozenset(
     }
 )  # fmt: skip
 WORD = re.compile(r"\w+")
+THIRD_PERSON = SINGULAR | PLURAL  # the pronouns the candidate guesser (coref_pairs) knows
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +56,10 @@ def test_probe_schema(probes: dict) -> None:
     ids = [p["id"] for p in items]
     assert len(set(ids)) == len(ids), "probe ids must be unique"
     for p in items:
-        assert set(p) in ({"id", "text", "pairs"}, {"id", "split", "text", "pairs"}), p.get("id")
+        assert set(p) in ({"id", "text", "pairs"}, {"id", "split", "text", "pairs"},
+                          {"id", "split", "set", "text", "pairs"}), p.get("id")
         assert p.get("split", "choose") in ("choose", "heldout"), p["id"]
+        assert p.get("set", "fresh") == "fresh" and ("set" not in p or p["split"] == "heldout")
         assert isinstance(p["id"], str) and re.fullmatch(r"p\d{2,}", p["id"])
         assert isinstance(p["text"], str) and p["text"] == p["text"].strip()
         assert isinstance(p["pairs"], list) and p["pairs"], p["id"]
@@ -67,15 +71,46 @@ def test_probe_schema(probes: dict) -> None:
 
 def test_held_out_probes_are_40_percent_of_the_new_ones(probes: dict) -> None:
     """The first 41 probes steered the earlier choices (B = 12, k = 2): all "choose". Of the
-    probes written after them, the 2nd and 4th of every 5 are held out, fixed before any
-    measurement."""
+    probes written after them (up to the fresh set), the 2nd and 4th of every 5 are held out,
+    fixed before any measurement."""
     items = probes["probes"]
     assert all("split" not in p for p in items[:41])
-    new = items[41:]
+    new = [p for p in items[41:] if "set" not in p]
     assert len(new) >= 30
     held = [i for i, p in enumerate(new) if p.get("split") == "heldout"]
     assert held == [i for i in range(len(new)) if i % 5 in (1, 3)]
     assert 0.38 <= len(held) / len(new) <= 0.42
+
+
+def test_fresh_probes_come_last_and_are_all_held_out(probes: dict) -> None:
+    """The fresh set: written after everything else was chosen and measured, so all of it is
+    held out, it follows every other probe, and it alone covers the pronoun inventory."""
+    items = probes["probes"]
+    first = next(i for i, p in enumerate(items) if p.get("set") == "fresh")
+    fresh = items[first:]
+    assert len(fresh) >= 24 and first == 76
+    assert all(p.get("set") == "fresh" and p["split"] == "heldout" for p in fresh)
+    assert [p["id"] for p in fresh] == [f"p{77 + i}" for i in range(len(fresh))]
+    texts = {p["text"] for p in items}
+    assert len(texts) == len(items), "every probe text is new"
+    kinds = {p["text"][slice(*pair["pronoun"])].lower() for p in fresh for pair in p["pairs"]}
+    assert {"he", "she", "him", "her", "his", "it", "they", "them", "their"} <= kinds
+    assert any(pair.get("cataphora") for p in fresh for pair in p["pairs"])
+
+
+def test_every_span_is_in_range_and_names_a_word(probes: dict) -> None:
+    """For every probe: both spans lie in the text; the pronoun span is a whole pronoun of the
+    candidate lexicon's third-person set, the antecedent span one non-empty word."""
+    for p in probes["probes"]:
+        text = p["text"]
+        for pair in p["pairs"]:
+            for key in ("pronoun", "antecedent"):
+                start, end = pair[key]
+                assert 0 <= start < end <= len(text), (p["id"], key, pair[key])
+                assert _on_word_boundary(text, start, end), (p["id"], text[start:end])
+            pronoun = text[slice(*pair["pronoun"])]
+            assert pronoun.lower() in THIRD_PERSON, (p["id"], pronoun)
+            assert WORD.fullmatch(text[slice(*pair["antecedent"])]), (p["id"], pair)
 
 
 def test_probe_texts_are_short(probes: dict) -> None:

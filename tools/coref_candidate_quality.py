@@ -15,8 +15,11 @@ from sparsefinder.analysis.coref_pairs import candidate_quality
 def main() -> None:
     probes = load_probes()
     # the first 41 probes are those the rules and word lists were checked against; the rest
-    # were written after the rules were fixed (unseen by them)
-    for part, chosen in (("probes 1-41", probes[:41]), ("later probes", probes[41:])):
+    # were written after the rules were fixed (unseen by them), the fresh set last of all
+    later = [p for p in probes[41:] if p.set is None]
+    fresh = [p for p in probes[41:] if p.set == "fresh"]
+    for part, chosen in (("probes 1-41", probes[:41]), (f"{len(later)} later probes", later),
+                         (f"{len(fresh)} fresh probes", fresh)):
         for per_pronoun in (1, 2):
             _report(part, chosen, per_pronoun)
 

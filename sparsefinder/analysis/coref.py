@@ -27,6 +27,7 @@ Definitions (exact; the CLI and tests rely on them):
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -45,6 +46,9 @@ DEFAULT_PROBES = coref_probes()
 #: A probe's ``split``: ``choose`` (the default) may steer every choice (the head, a method's
 #: setting); ``heldout`` is kept out of all of them and only measured.
 SPLITS: tuple[str, ...] = ("choose", "heldout")
+#: A held-out probe's optional ``set``: a name (lower-case letters, digits, ``_``) for a group
+#: of held-out probes measured on their own beside the whole split, e.g. ``fresh``.
+SET_NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 
 class ProbeFileError(ValueError):
@@ -67,12 +71,14 @@ class CorefPair:
 
 @dataclass(frozen=True)
 class Probe:
-    """One probe text with its annotated pairs and its split (:data:`SPLITS`)."""
+    """One probe text with its annotated pairs, its split (:data:`SPLITS`) and, for a held-out
+    probe, the set it belongs to (:data:`SET_NAME`; ``None``: none)."""
 
     id: str
     text: str
     pairs: tuple[CorefPair, ...]
     split: str = "choose"
+    set: str | None = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +113,13 @@ def _parse_probe(raw: Any, index: int) -> Probe:
     split = raw.get("split", "choose")
     if split not in SPLITS:
         raise ValueError(f"probe {pid}: 'split' must be one of {SPLITS}, got {split!r}")
+    group = raw.get("set")
+    if group is not None:
+        if not isinstance(group, str) or not SET_NAME.fullmatch(group) or group in SPLITS:
+            raise ValueError(f"probe {pid}: 'set' must be a lower-case name such as 'fresh' "
+                             f"(not a split), got {group!r}")
+        if split != "heldout":
+            raise ValueError(f"probe {pid}: 'set' is only for held-out probes")
     parsed = []
     for j, pair in enumerate(pairs):
         if not isinstance(pair, dict):
@@ -123,7 +136,7 @@ def _parse_probe(raw: Any, index: int) -> Probe:
                 cataphora=cataphora,
             )
         )
-    return Probe(id=pid, text=text, pairs=tuple(parsed), split=split)
+    return Probe(id=pid, text=text, pairs=tuple(parsed), split=split, set=group)
 
 
 def load_probes(

@@ -18,11 +18,13 @@ Definitions (the CLI and tests rely on them):
   the one with the highest recall on the ``choose`` probes among those whose sparsity there is
   at least ``min_sparsity``; if none reaches it, the sparsest. Ties: the sparser, then the
   first. Only ``choose_*`` columns are read, so the held-out probes cannot move the choice.
+* **A held-out set** (a probe's optional ``set``, e.g. ``fresh``): some of the held-out probes,
+  also scored on their own (``<set>_…`` columns) beside the whole held-out split.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -33,7 +35,8 @@ from sparsefinder.analysis.coref import Probe, evaluate_head
 from sparsefinder.learned_parts import LearnedParts
 from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_layer
 
-#: Columns of :func:`evaluate_settings` per split (``choose_…``, ``heldout_…``).
+#: Columns of :func:`evaluate_settings` per split (``choose_…``, ``heldout_…``, and per named
+#: held-out set, e.g. ``fresh_…``).
 SCORES: tuple[str, ...] = ("pronoun_recall", "pronoun_gold_edges", "head_recall", "sparsity",
                            "gold_sparsity")
 
@@ -75,11 +78,19 @@ def predict_layer_masks(spec: PredictorSpec, parts: LearnedParts, vectors: Seque
 def evaluate_settings(specs: Sequence[PredictorSpec], parts: LearnedParts,
                       choose: tuple[Sequence[Any], Sequence[Probe]],
                       heldout: tuple[Sequence[Any], Sequence[Probe]],
-                      layer: int, head: int) -> pd.DataFrame:
+                      layer: int, head: int,
+                      heldout_sets: Mapping[str, Sequence[int]] | None = None) -> pd.DataFrame:
     """One row per setting: ``method``, ``setting`` (its label), ``params`` and the scores of
     :func:`evaluate_head` on each split (``choose_<score>``, ``heldout_<score>``; NaN where a
-    split has no probe). ``choose``/``heldout`` are ``(records, probes)`` given 1:1."""
+    split has no probe). ``choose``/``heldout`` are ``(records, probes)`` given 1:1.
+
+    ``heldout_sets`` maps a name (e.g. ``fresh``) to positions in ``heldout``: those probes are
+    also scored on their own, from the same held-out predictions (``<name>_<score>``)."""
     splits = {"choose": choose, "heldout": heldout}
+    sets = dict(heldout_sets or {})
+    for name, picked in sets.items():
+        if name in splits or not picked:
+            raise ValueError(f"held-out set {name!r} must be a new name with at least one probe")
     inputs = {name: _Inputs(records) for name, (records, _) in splits.items()}
     rows = []
     for spec in specs:
@@ -92,6 +103,12 @@ def evaluate_settings(specs: Sequence[PredictorSpec], parts: LearnedParts,
             masks = predict_layer_masks(spec, parts, inputs[name], layer)
             scores = evaluate_head(records, probes, masks, layer, head)
             row.update({f"{name}_{s}": scores[s] for s in SCORES})
+            if name != "heldout":
+                continue
+            for group, picked in sets.items():
+                scores = evaluate_head([records[i] for i in picked], [probes[i] for i in picked],
+                                       [masks[i] for i in picked], layer, head)
+                row.update({f"{group}_{s}": scores[s] for s in SCORES})
         rows.append(row)
     return pd.DataFrame(rows)
 

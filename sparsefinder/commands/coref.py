@@ -7,6 +7,8 @@ top heads, then scores each ``--method`` on the best head(s) over the method's s
 the sparsity of that head's predicted graph. The setting is chosen on the ``choose`` probes
 (the sparsest reaching ``--min-recall``, :mod:`sparsefinder.analysis.coref_eval`) and measured
 on the held-out probes: the paper's coreference head keeps recall ≈ 0.80 at sparsity ≈ 0.75.
+``--heldout-set NAME`` also measures the held-out probes of that set (e.g. ``fresh``) on their
+own, beside the whole held-out split; the choice is the same with or without it.
 """
 
 from __future__ import annotations
@@ -66,6 +68,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="instead: choose the highest-recall setting whose head sparsity on the choose "
              "probes reaches this (e.g. 0.75, the paper's operating point)",
     )
+    parser.add_argument(
+        "--heldout-set", default=None, metavar="NAME",
+        help="also measure the held-out probes of this set (their 'set' field, e.g. 'fresh') "
+             "on their own: NAME_... columns beside the whole held-out split",
+    )
     parser.add_argument("--out", required=True, type=Path, help="output folder")
     return parser
 
@@ -84,15 +91,17 @@ def method_parts(name: str, args: argparse.Namespace, loaded) -> LearnedParts:
     return LearnedParts.bundled(loaded.model_id, projections=projections)
 
 
-def score_methods(names: list[str], args: argparse.Namespace, loaded, heads, choose, heldout
-                  ) -> pd.DataFrame:
-    """Every method × head × grid point scored on both splits, its choice marked."""
+def score_methods(names: list[str], args: argparse.Namespace, loaded, heads, choose, heldout,
+                  heldout_sets: dict[str, list[int]] | None = None) -> pd.DataFrame:
+    """Every method × head × grid point scored on both splits (and on the named held-out
+    sets, positions in ``heldout``), its choice marked."""
     tables = []
     for name in names:
         parts = method_parts(name, args, loaded)
         for layer, head in heads:
             try:
-                table = evaluate_settings(CURVES[name].specs, parts, choose, heldout, layer, head)
+                table = evaluate_settings(CURVES[name].specs, parts, choose, heldout, layer, head,
+                                          heldout_sets)
             except (MethodUnavailable, ValueError) as error:
                 print(f"note: skipping {name}: {str(error).splitlines()[0]}", file=sys.stderr)
                 break
@@ -112,6 +121,12 @@ def run(args: argparse.Namespace) -> int:
     chosen_probes, held_probes = split_probes(probes)
     if not chosen_probes:
         raise ValueError(f"{args.probes} has no probe of split 'choose' to choose on")
+    heldout_sets = {}
+    if args.heldout_set is not None:
+        picked = [i for i, p in enumerate(held_probes) if p.set == args.heldout_set]
+        if not picked:
+            raise ValueError(f"{args.probes} has no held-out probe of set {args.heldout_set!r}")
+        heldout_sets[args.heldout_set] = picked
     loaded = load_from_args(args)
     records = extract(loaded, [p.text for p in probes], long_text="error")
     by_id = dict(zip((p.id for p in probes), records, strict=True))
@@ -124,25 +139,32 @@ def run(args: argparse.Namespace) -> int:
     n_held = sum(len(p.pairs) for p in held_probes)
     print(f"{len(chosen_probes)} probes to choose on ({n_pairs} pronoun->antecedent pairs), "
           f"{len(held_probes)} held out ({n_held} pairs) ({loaded.model_id})")
+    for group, picked in heldout_sets.items():
+        print(f"  of the held out, set {group!r}: {len(picked)} probes "
+              f"({sum(len(held_probes[i].pairs) for i in picked)} pairs), also measured alone")
     print("heads with the most gold pronoun->antecedent attention on the choose probes "
           "(mean mass over pairs):")
     print(ranking.head(args.top).to_string(index=False, float_format="%.3f"))
     heads = [(int(r.layer), int(r.head)) for r in ranking.head(args.evaluate).itertuples()]
-    table = score_methods(names, args, loaded, heads, choose, heldout)
+    table = score_methods(names, args, loaded, heads, choose, heldout, heldout_sets)
     table.to_csv(args.out / "coref_recall.csv", index=False)
-    _print_table(table, args)
+    _print_table(table, args, list(heldout_sets))
     print(f"wrote coref_heads.csv and coref_recall.csv to {args.out}")
     return 0
 
 
-def _print_table(table: pd.DataFrame, args: argparse.Namespace) -> None:
+def _bar(recall: float, sparsity: float) -> str:
+    return "met" if recall >= 0.8 and sparsity >= 0.75 else "missed"
+
+
+def _print_table(table: pd.DataFrame, args: argparse.Namespace, sets: list[str]) -> None:
     rule = (f"sparsest with R >= {args.min_recall}" if args.min_sparsity is None
             else f"highest R with S >= {args.min_sparsity}")
+    names = {"choose": "choose", "heldout": "held-out", **{g: g for g in sets}}
+    columns = {f"{split}_{score}": f"{short} {label}" for split, label in names.items()
+               for score, short in (("pronoun_recall", "R"), ("sparsity", "S"))}
     shown = table.assign(pick=table["chosen"].map({True: "*", False: ""}))[
-        ["curve", "layer", "head", "setting", "choose_pronoun_recall", "choose_sparsity",
-         "heldout_pronoun_recall", "heldout_sparsity", "pick"]
-    ].rename(columns={"choose_pronoun_recall": "R choose", "choose_sparsity": "S choose",
-                      "heldout_pronoun_recall": "R held-out", "heldout_sparsity": "S held-out"})
+        ["curve", "layer", "head", "setting", *columns, "pick"]].rename(columns=columns)
     print("\nrecall on gold pronoun->antecedent edges (pooled) and sparsity of the head's graph "
           f"(mean over probes); * = chosen on the choose probes ({rule})")
     print(shown.to_string(index=False, float_format="%.3f"))
@@ -152,9 +174,13 @@ def _print_table(table: pd.DataFrame, args: argparse.Namespace) -> None:
             print(f"  {row.curve} on layer {row.layer} head {row.head}, {row.setting}: "
                   "no held-out probe to measure it on")
             continue
-        met = row.heldout_pronoun_recall >= 0.8 and row.heldout_sparsity >= 0.75
         note = "" if row.reached else " (no setting meets the rule on the choose probes)"
         print(f"  {row.curve} on layer {row.layer} head {row.head}, {row.setting}: held-out "
               f"recall {row.heldout_pronoun_recall:.3f} at sparsity {row.heldout_sparsity:.3f}"
-              f" [bar R >= 0.80 at S >= 0.75: {'met' if met else 'missed'}]{note}")
+              f" [bar R >= 0.80 at S >= 0.75: "
+              f"{_bar(row.heldout_pronoun_recall, row.heldout_sparsity)}]{note}")
+        for group in sets:
+            r, sp = getattr(row, f"{group}_pronoun_recall"), getattr(row, f"{group}_sparsity")
+            print(f"    set {group} alone: recall {r:.3f} at sparsity {sp:.3f} "
+                  f"[bar: {_bar(r, sp)}]")
     print("(paper, RoBERTa coreference head: recall ~0.80 at sparsity ~0.75)")

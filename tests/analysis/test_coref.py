@@ -29,11 +29,15 @@ TEXT = "Priya thanked the movers because they carried her piano."
 
 def test_bundled_probes_load():
     probes = load_probes()
-    assert len(probes) == 76 and all(p.pairs for p in probes)
+    assert len(probes) == 108 and all(p.pairs for p in probes)
     choose, heldout = split_probes(probes)
-    assert len(choose) == 62 and len(heldout) == 14 and choose[0].split == "choose"
+    assert len(choose) == 62 and len(heldout) == 46 and choose[0].split == "choose"
     assert all(p.split == "heldout" for p in heldout) and heldout[0].id == "p43"
-    assert [p.split for p in load_probes(include_cataphora=False)].count("heldout") == 14
+    assert all(p.set is None for p in choose)
+    fresh = [p for p in heldout if p.set == "fresh"]
+    assert len(fresh) == 32 and fresh[0].id == "p77" and {p.set for p in heldout} == {None, "fresh"}
+    assert sum(len(p.pairs) for p in choose) == 186 and sum(len(p.pairs) for p in fresh) == 138
+    assert [p.split for p in load_probes(include_cataphora=False)].count("heldout") == 46
     with_cataphora = sum(len(p.pairs) for p in probes)
     without = sum(len(p.pairs) for p in load_probes(include_cataphora=False))
     assert without < with_cataphora
@@ -60,6 +64,17 @@ def test_bundled_probes_load():
             ),
             "antecedent",
         ),
+        (json.dumps({"probes": [{"id": "p1", "split": "heldout", "set": "Fresh!",
+                                 "text": "Ann ran; she won.",
+                                 "pairs": [{"pronoun": [9, 12], "antecedent": [0, 3]}]}]}),
+         "'set' must be a lower-case name"),
+        (json.dumps({"probes": [{"id": "p1", "split": "heldout", "set": "heldout",
+                                 "text": "Ann ran; she won.",
+                                 "pairs": [{"pronoun": [9, 12], "antecedent": [0, 3]}]}]}),
+         "not a split"),
+        (json.dumps({"probes": [{"id": "p1", "set": "fresh", "text": "Ann ran; she won.",
+                                 "pairs": [{"pronoun": [9, 12], "antecedent": [0, 3]}]}]}),
+         "only for held-out probes"),
     ],
 )
 def test_corrupt_probe_file_names_the_file(tmp_path, content, message):

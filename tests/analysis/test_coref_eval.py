@@ -103,6 +103,24 @@ def test_held_out_probes_never_change_the_choice():
     assert none["heldout_pronoun_recall"].isna().all()
 
 
+def test_a_held_out_set_is_scored_alone_from_the_same_predictions():
+    """``heldout_sets``: some held-out probes also scored on their own; nothing else moves."""
+    far = _probe("h4", "a b c d e f g h i j k Ben x y z w v u t s q his", 21, 11, "heldout")
+    held = _split(HELDOUT[1][0], far)
+    plain = evaluate_settings(WINDOWS, LearnedParts(), CHOOSE, held, LAYER, HEAD)
+    table = evaluate_settings(WINDOWS, LearnedParts(), CHOOSE, held, LAYER, HEAD,
+                              heldout_sets={"fresh": [1]})
+    pd.testing.assert_frame_equal(table[plain.columns], plain)
+    alone = evaluate_settings(WINDOWS, LearnedParts(), CHOOSE, _split(far), LAYER, HEAD)
+    for score in ("pronoun_recall", "pronoun_gold_edges", "sparsity"):
+        assert table[f"fresh_{score}"].tolist() == alone[f"heldout_{score}"].tolist()
+    assert table["fresh_pronoun_recall"].tolist() == [0, 0, 0, 1]  # 10 tokens apart: window 41
+    assert not table["fresh_sparsity"].equals(table["heldout_sparsity"])
+    for bad in ({"choose": [0]}, {"fresh": []}):
+        with pytest.raises(ValueError, match="held-out set"):
+            evaluate_settings(WINDOWS, LearnedParts(), CHOOSE, held, LAYER, HEAD, heldout_sets=bad)
+
+
 def _table(recall, sparsity, heldout=None) -> pd.DataFrame:
     n = len(recall)
     return pd.DataFrame({"method": ["m"] * n, "choose_pronoun_recall": recall,

@@ -105,7 +105,8 @@ def test_candidate_quality_on_the_probes():
     quality = candidate_quality(probes[:41], per_pronoun=1)  # the probes the rules were fit to
     assert quality["annotated"] == 98
     assert quality["precision"] >= 0.75 and quality["recall"] >= 0.7
-    later = candidate_quality(probes[41:], per_pronoun=1)  # written after the rules: unseen
+    later = candidate_quality([p for p in probes[41:] if p.set is None],  # written after the
+                              per_pronoun=1)  # rules: unseen (the fresh set aside)
     assert later["annotated"] == 149
     assert later["precision"] >= 0.7 and later["recall"] >= 0.7
     wider = candidate_quality(probes[:41], per_pronoun=2)

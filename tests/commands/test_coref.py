@@ -70,6 +70,23 @@ def test_coref_kmeans_and_held_out_probes_that_never_move_the_choice(
     assert chosen["choose_sparsity"] >= 0.5 and chosen["reached"]
 
 
+def test_coref_heldout_set_is_measured_alone_and_moves_nothing_else(
+    projections_file, tmp_path, capsys
+):
+    probes = _probe_file(tmp_path, ["p01", "p02", "p03", "p04", "p05", "p06", "p43", "p77", "p78"])
+    for out, extra in (("plain", ()), ("fresh", ("--heldout-set", "fresh"))):
+        assert _run(projections_file, probes, tmp_path / out, "--method", "kmeans-top2",
+                    *extra) == 0
+    printed = capsys.readouterr().out
+    assert "set 'fresh': 2 probes (7 pairs)" in printed and "set fresh alone: recall" in printed
+    plain, fresh = (pd.read_csv(tmp_path / x / "coref_recall.csv") for x in ("plain", "fresh"))
+    pd.testing.assert_frame_equal(fresh[plain.columns], plain)  # choice and held-out unchanged
+    assert fresh["fresh_pronoun_recall"].between(0, 1).all()
+    assert (fresh["fresh_pronoun_gold_edges"] < fresh["heldout_pronoun_gold_edges"]).all()
+    assert _run(projections_file, probes, tmp_path / "x", "--heldout-set", "stale") == 2
+    assert "no held-out probe of set 'stale'" in capsys.readouterr().err
+
+
 def test_coref_bad_probe_file_is_one_line(projections_file, tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text("[", encoding="utf-8")
