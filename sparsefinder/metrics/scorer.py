@@ -93,6 +93,30 @@ def _tiles(mask: Tensor) -> dict[int, Tensor]:
             **{b: _coarser_tiles(small, b // BLOCK_SIZES[0]) for b in BLOCK_SIZES[1:]}}
 
 
+def _gold_shape(graph) -> tuple[int, ...]:
+    """(heads, n, m) of a layer's gold mask, unpacked only for graph objects that keep a
+    dense ``gold`` and nothing else."""
+    shape = getattr(graph, "gold_shape", None)
+    return tuple(int(x) for x in (shape if shape is not None else graph.gold.shape))
+
+
+class _Golds(Sequence[Tensor]):
+    """A record's dense gold masks, one layer unpacked per access (records store them
+    bit-packed): a scorer never holds every layer's (heads, n, m) bools at once (2 GiB on a
+    1 B decoder at 2048 tokens), only the per-layer edge lists it builds from them."""
+
+    def __init__(self, record: AttentionRecord) -> None:
+        self._layers = record.layers
+
+    def __len__(self) -> int:
+        return len(self._layers)
+
+    def __getitem__(self, layer):  # type: ignore[override]
+        if isinstance(layer, slice):
+            return [graph.gold for graph in self._layers[layer]]
+        return self._layers[layer].gold
+
+
 class Scorer:
     """Every metric of predictions for ONE record: the one scoring path.
 
@@ -119,8 +143,10 @@ class Scorer:
         self.record = record
         self.extra = bool(extra)
         self.causal: bool = bool(record.causal)
-        self.golds: list[Tensor] = record.gold_masks()
-        n, m = self.golds[0].shape[-2:]
+        #: each layer's dense gold mask, unpacked when read (see :class:`_Golds`)
+        self.golds: Sequence[Tensor] = _Golds(record)
+        self._gold_shapes = [_gold_shape(graph) for graph in record.layers]
+        n, m = self._gold_shapes[0][-2:]
         self.shape: tuple[int, int] = (int(n), int(m))
         self.denominator: int = n_allowed_pairs(int(n), int(m), causal=self.causal)
         # Sliding-window (local) layers of decoders allow fewer pairs: their masks and
@@ -159,10 +185,10 @@ class Scorer:
 
     def _check(self, layer: int, pred: Tensor) -> None:
         _check_mask("pred", pred)
-        gold = self.golds[layer]
-        if pred.shape != gold.shape:
+        shape = self._gold_shapes[layer]
+        if tuple(pred.shape) != shape:
             raise ValueError(
-                f"layer {layer}: pred {tuple(pred.shape)} and gold {tuple(gold.shape)} must match"
+                f"layer {layer}: pred {tuple(pred.shape)} and gold {shape} must match"
             )
 
     def layer(self, layer: int, pred: Tensor) -> tuple[Tensor, Tensor]:
@@ -248,8 +274,9 @@ class Scorer:
 
     def score(self, preds: Sequence[Tensor]) -> GraphScores:
         """Scores of every (layer, head) from per-layer predictions bool (heads, n, m)."""
-        if len(preds) != len(self.golds):
-            raise ValueError(f"got {len(preds)} predicted layers but {len(self.golds)} gold layers")
+        if len(preds) != len(self._gold_shapes):
+            raise ValueError(f"got {len(preds)} predicted layers but {len(self._gold_shapes)} "
+                             "gold layers")
         if not self.extra:
             pairs = [self.layer(index, pred) for index, pred in enumerate(preds)]
             return GraphScores(

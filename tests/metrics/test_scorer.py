@@ -223,6 +223,26 @@ def test_scorer_equals_the_plain_metrics_and_takes_causal_from_the_record(causal
         assert torch.allclose(scores.sparsity[0], 1 - kept.double() / 45)
 
 
+def test_scorer_keeps_no_dense_gold_mask_and_reads_each_layer_when_asked() -> None:
+    """Records store gold bit-packed; a scorer unpacks one layer at a time (never a list of
+    every layer's (heads, n, m) bools: 2 GiB on a 1 B decoder at 2048 tokens)."""
+    record = _scored_record(8, False)
+    scorer = Scorer(record)
+    gen = torch.Generator().manual_seed(2)
+    scorer.score([torch.rand(3, 8, 8, generator=gen) < 0.5 for _ in range(2)])
+    held = [v for v in vars(scorer).values()
+            if isinstance(v, torch.Tensor) and v.dtype == torch.bool and v.shape == (3, 8, 8)]
+    held += [v for v in vars(scorer).values() if isinstance(v, list)
+             and any(isinstance(x, torch.Tensor) and x.shape == (3, 8, 8) for x in v)]
+    assert not held
+    assert len(scorer.golds) == 2
+    for layer, graph in enumerate(record.layers):
+        assert torch.equal(scorer.golds[layer], graph.gold)
+    assert [g.shape for g in scorer.golds[0:2]] == [(3, 8, 8)] * 2
+    with pytest.raises(IndexError):
+        scorer.golds[2]
+
+
 def test_scorer_names_the_layer_of_a_bad_prediction() -> None:
     from sparsefinder.metrics.scorer import Scorer
 
