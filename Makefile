@@ -12,7 +12,10 @@ BROWSER_STAMP := $(VENV)/.browser
 HOST := 127.0.0.1
 PORT := 8501
 # pytest-xdist workers for `make test`: one per core (`make test TEST_WORKERS=0` runs serially).
+# --dist loadscope: each test module on one worker, so a module's fixtures (a served app and a
+# browser, a torchrun start, an extracted corpus) are built once, not once per worker.
 TEST_WORKERS ?= auto
+TEST_DIST ?= loadscope
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
@@ -50,7 +53,7 @@ docs: install
 
 test: install browser
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -n $(TEST_WORKERS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(if $(filter 0,$(TEST_WORKERS)),,--dist $(TEST_DIST))
 
 bench: install
 	$(BIN)/python benchmarks/extract.py

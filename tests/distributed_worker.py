@@ -72,6 +72,7 @@ COMMAND_METHODS = "distance,kmeans,window"
 def commands(store: str, out: str) -> None:
     """``train --records`` then ``sweep --records`` on the ranks' shared group."""
     code = cli(["train", "--records", store, "--out", f"{out}/model", *TRAIN_ARGS])
+    distributed.barrier()  # rank 0 writes the file the sweep reads (a new launch would wait)
     if code == 0:
         code = cli(["sweep", "--records", store, "--projections", f"{out}/model/projections.pt",
                     "--out", f"{out}/sweep", "--methods", COMMAND_METHODS])
@@ -101,6 +102,7 @@ def cli_runs(path: str) -> None:
     with distributed.torchrun_group("cpu"):
         for args in json.loads(Path(path).read_text()):
             code = cli(args)
+            distributed.barrier()  # what rank 0 wrote is there for the next run
             if code:
                 raise SystemExit(code)
 
