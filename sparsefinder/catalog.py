@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from sparsefinder.calibration.curves import calibrated_methods, fitted_build
+from sparsefinder.calibration.curves import DEFAULT_FLOOR, calibrated_methods, fitted_build
 from sparsefinder.calibration.samples import RANK_CAP
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.methods.registry import (
@@ -215,7 +215,7 @@ TARGET_SPARSITY = Param("target_sparsity", float, 0.9, low=0.0, high=1.0,
 TARGET_RECALL = Param("target_recall", float, 0.9, low=0.0, high=1.0,
                       label="target recall", url="target")
 SHARE = {"low": 0.0, "high": 1.0, "low_open": True}
-FLOOR = _int("floor", 4, 1, "keys per row (floor)", "floor", high=RANK_CAP)
+FLOOR = _int("floor", DEFAULT_FLOOR, 1, "keys per row (floor)", "floor", high=RANK_CAP)
 
 
 def _builtin_methods() -> list[Method]:

@@ -28,11 +28,11 @@ def narrow(targets: list[float], floors: list[int]) -> list[str]:
     """Re-register every calibrated sparsity curve with only ``targets``; add floor curves."""
     added = []
     for name, curve in list(CURVES.items()):
-        params = curve.specs[0].param_dict
-        if curve.calibration == "none" or "target_sparsity" not in params:
+        first = curve.specs[0]
+        if first.calibration == "none" or "target_sparsity" not in first.param_dict:
             continue
         grid = [s.param_dict for s in curve.specs if s.param_dict["target_sparsity"] in targets]
-        register_curve(name, curve.specs[0].method_id, grid, replace=True)
+        register_curve(name, first.method_id, grid, window=first.window, replace=True)
     for m in floors:
         name = f"distance-floor:budget@m{m}"
         register_curve(name, "distance-floor:budget",

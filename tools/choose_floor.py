@@ -2,8 +2,10 @@
 
 The thresholds are calibrated on the first ``--fit-passages`` train passages; the restricted
 model's output is then compared with the full model on the next train texts (held out from
-the calibration, still train), for each m and target. The chosen m is the one with the highest
-mean output cosine over the targets; validation is never read.
+the calibration, still train), for each m and target; validation is never read. Two rules
+read the table: one m for every target (the highest mean output cosine among the floors whose
+sparsity meets every target, :func:`choose`) and one m per target (the highest output cosine
+at that target among the floors whose sparsity reaches it, :func:`choose_per_target`).
 
     PYTHONPATH=$PWD .venv/bin/python tools/choose_floor.py --fit-passages 100 --select-passages 40
 """
@@ -37,7 +39,9 @@ def main() -> None:
     args = parser.parse_args()
     targets = [float(t) for t in args.targets.split(",")]
     if args.from_csv:
-        print(choose(pd.read_csv(args.from_csv), targets))
+        df = pd.read_csv(args.from_csv)
+        print(choose(df, targets))
+        print(choose_per_target(df))
         return
     loaded = load_model("default")
     projections = HeadProjections.load(args.projections, expected_model_id=loaded.model_id)
@@ -62,14 +66,38 @@ def main() -> None:
     print(df[["method", "params", "sparsity", "output_cosine", "embedding_cosine",
               "retrieval_top1", "repaired_rows"]].to_string(index=False))
     print(choose(df, targets))
+    print(choose_per_target(df))
+
+
+def _floors(df: pd.DataFrame) -> pd.DataFrame:
+    floors = df[df["method"].str.startswith("distance-floor")].copy()
+    floors["target"] = floors["params"].map(lambda p: json.loads(p)["target_sparsity"])
+    floors["floor"] = floors["params"].map(lambda p: json.loads(p)["floor"])
+    return floors
+
+
+def per_target(df: pd.DataFrame, slack: float = 0.005) -> dict[float, int]:
+    """Target → the floor m with the highest output cosine at that target, among the floors
+    whose in-run sparsity is at most ``slack`` below it; a target no floor reaches is left
+    out."""
+    floors = _floors(df)
+    kept = floors[floors["sparsity"] >= floors["target"] - slack]
+    return {float(t): int(g.loc[g["output_cosine"].idxmax(), "floor"])
+            for t, g in kept.groupby("target")}
+
+
+def choose_per_target(df: pd.DataFrame, slack: float = 0.005) -> str:
+    """:func:`per_target`, printed."""
+    chosen = per_target(df, slack)
+    return (f"per target (sparsity at most {slack} below it): "
+            + ", ".join(f"{t:g} -> m = {m}" for t, m in sorted(chosen.items())))
 
 
 def choose(df: pd.DataFrame, targets: list[float], slack: float = 0.01) -> str:
     """The floor with the highest mean output cosine over the targets, among the floors
     whose in-run sparsity is within ``slack`` of every target (a floor denser than the
     target allows buys its cosine with sparsity, so it is not comparable)."""
-    floors = df[df["method"].str.startswith("distance-floor")].copy()
-    floors["target"] = floors["params"].map(lambda p: json.loads(p)["target_sparsity"])
+    floors = _floors(df)
     meets = floors.groupby("method").apply(
         lambda g: bool((g["sparsity"] >= g["target"] - slack).all()), include_groups=False)
     kept = floors[floors["method"].map(meets)]

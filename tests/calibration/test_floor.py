@@ -129,3 +129,16 @@ def test_errors(samples) -> None:
         CalibratedFlooredDistance(0.9, 2).fit(plain)
     with pytest.raises(ValueError, match="not fitted"):
         CalibratedFlooredDistance(0.9, 2).for_layer(0)
+
+
+def test_the_curves_and_the_floor_parameter_default_to_the_floor_chosen_on_train() -> None:
+    from sparsefinder.calibration.curves import DEFAULT_FLOOR, calibrated_grids
+    from sparsefinder.methods.registry import get_method
+
+    assert DEFAULT_FLOOR == 5
+    for name in ("distance-floor:budget", "distance-floor:equal"):
+        assert {p["floor"] for p in calibrated_grids()[name]} == {DEFAULT_FLOOR}
+    method = get_method("distance-floor")
+    for calibration in ("none", "budget", "equal"):
+        floor = {p.name: p for p in method.variant(calibration).params}["floor"]
+        assert floor.default == DEFAULT_FLOOR
