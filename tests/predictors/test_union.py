@@ -138,3 +138,44 @@ def test_a_union_passes_a_local_window_to_members_that_honour_it():
     assert (inside.sum(-1)[:, 3:] >= 3).all()  # k keys inside the window on every full row
     assert torch.equal(union.predict(q, k, causal=True),
                        TopK(3).predict(q, k, causal=True) | Window(1).predict(q, k, causal=True))
+
+
+def test_reads_shapes_only_names_the_patterns_that_ignore_q_and_k() -> None:
+    from sparsefinder.predictors.union import reads_shapes_only
+
+    assert reads_shapes_only(Window(2)) and reads_shapes_only(GlobalTokens())
+    assert reads_shapes_only(Union(Window(0), GlobalTokens(first=True, last=False)))
+    assert not reads_shapes_only(Union(Window(2), Distance(1.0)))
+    assert not reads_shapes_only(Distance(1.0))
+    assert not reads_shapes_only(Union(Distance(1.0)))
+
+
+@pytest.mark.parametrize(("n", "m"), [(6, 6), (5, 7)])
+def test_shared_union_is_every_heads_mask_before_the_causal_cut(n, m) -> None:
+    """Three members that each add edges no other has (the diagonal, the first and the last
+    token): the pattern is their OR, every head's mask, and cut like predict(causal=True)."""
+    from sparsefinder.attention.masks import apply_causal
+    from sparsefinder.predictors.union import shared_union
+
+    union = Union(Window(1), GlobalTokens(first=True, last=False),
+                  GlobalTokens(first=False, last=True))
+    pattern = shared_union(union, n, m, torch.device("cpu"))
+    assert pattern.shape == (n, m) and pattern.dtype == torch.bool
+    gen = torch.Generator().manual_seed(0)
+    q, k = torch.randn(3, n, 2, generator=gen), torch.randn(3, m, 2, generator=gen)
+    for causal in (False, True):
+        predicted = union.predict(q, k, causal=causal)
+        for head in range(3):
+            assert torch.equal(predicted[head], apply_causal(pattern, causal))
+    members = [p.shared_pattern(n, m) for p in union.predictors]
+    for index, own in enumerate(members):  # each member adds an edge of its own
+        others = torch.zeros_like(own)
+        for j, other in enumerate(members):
+            if j != index:
+                others |= other
+        assert (own & ~others).any()
+    single = shared_union(Window(2), n, m)
+    assert torch.equal(single, Window(2).shared_pattern(n, m))
+    single[:] = False  # a fresh tensor: the next call is not affected
+    assert torch.equal(shared_union(Window(2), n, m), Window(2).shared_pattern(n, m))
+    assert shared_union(Union(Window(2), Distance(1.0)), n, m) is None
