@@ -141,10 +141,13 @@ def measure(port: int, moves: int, method: str, model: str | None = None,
             area = page.get_by_label("Paste a text")
             area.wait_for(timeout=300_000)
             wait_until_idle(page, timeout=300_000)
+            shown = page.evaluate(SNAPSHOT_JS)  # the text the page opened on
             area.fill(text)
             area.press("Control+Enter")
-            page.wait_for_function(
-                "document.querySelectorAll('.js-plotly-plot').length >= 3", timeout=600_000)
+            # the pasted text's graphs are drawn (a long text also adds the block overview:
+            # a plot count would wait forever on a text of the model's length or less)
+            page.wait_for_function(CHANGED_JS, arg=[shown], timeout=600_000)
+            wait_until_idle(page, timeout=600_000)
         page.wait_for_function(
             "document.querySelectorAll('.js-plotly-plot').length >= 2 && "
             "document.querySelectorAll('[data-testid=\"stMetricValue\"]').length >= 6",
