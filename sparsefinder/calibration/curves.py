@@ -31,6 +31,9 @@ DISTANCE_FINE_GRID = [round(0.05 * i, 2) for i in range(1, 101)]
 #: at targets 0.75 / 0.90 / 0.95 among the floors that reach every target, and also the best
 #: m at each target alone, so one m serves every target (docs/results.md).
 DEFAULT_FLOOR = 5
+#: The ``distance-floor`` curves' cap on the floor (``floor_share`` c: a row keeps at most
+#: ``max(1, ⌊c · (1 − target) · allowed⌋)`` floor keys). None: no cap.
+DEFAULT_FLOOR_SHARE: float | None = None
 
 Params = dict[str, Any]
 
@@ -83,6 +86,13 @@ def _sparsity_grid(**fixed: Any) -> list[Params]:
     return [{"target_sparsity": s, **fixed} for s in SPARSITY_TARGETS]
 
 
+def _floor_grid() -> list[Params]:
+    """The ``distance-floor`` curves' grid: every target with the default floor (and its
+    cap, when there is one)."""
+    share = {} if DEFAULT_FLOOR_SHARE is None else {"floor_share": DEFAULT_FLOOR_SHARE}
+    return _sparsity_grid(floor=DEFAULT_FLOOR, **share)
+
+
 def calibrated_methods() -> list[CalibratedCurve]:
     """Every calibrated family: the catalog registers each calibration of a family, and the
     sweep curves sweep each grid."""
@@ -101,10 +111,8 @@ def calibrated_methods() -> list[CalibratedCurve]:
                         calibrated_fitter("budget", "target_sparsity", CalibratedRowFraction),
                         "rowfrac-budget"),
         # thresholds fitted with the floor's density included: the target still holds
-        CalibratedCurve("distance-floor", "equal", _sparsity_grid(floor=DEFAULT_FLOOR),
-                        floored_fitter("equal")),
-        CalibratedCurve("distance-floor", "budget", _sparsity_grid(floor=DEFAULT_FLOOR),
-                        floored_fitter("budget")),
+        CalibratedCurve("distance-floor", "equal", _floor_grid(), floored_fitter("equal")),
+        CalibratedCurve("distance-floor", "budget", _floor_grid(), floored_fitter("budget")),
     ] + [  # one raw setting per head (B/k, β, window, key budget): calibration.grid
         CalibratedCurve(family, "budget", _sparsity_grid(), head_grid_fitter(family),
                         f"{family}-budget")
