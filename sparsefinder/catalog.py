@@ -223,7 +223,7 @@ SHARE = {"low": 0.0, "high": 1.0, "low_open": True}
 FLOOR = _int("floor", DEFAULT_FLOOR, 1, "keys per row (floor)", "floor", high=RANK_CAP)
 #: the floor's cap by row length (calibrated floors only: it reads the target); left out,
 #: every row keeps ``floor`` keys
-FLOOR_SHARE = Param("floor_share", float, DEFAULT_FLOOR_SHARE or 1.0, label="floor's share",
+FLOOR_SHARE = Param("floor_share", float, DEFAULT_FLOOR_SHARE, label="floor's share",
                     url="floor_share", optional=True, **SHARE,
                     help="a row's floor takes at most this share of the keys the target "
                          "sparsity leaves the row (at least one key; left out: no cap)")

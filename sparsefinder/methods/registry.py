@@ -65,13 +65,13 @@ class Param:
     exclusive (a share in (0, 1]). ``url`` is the short query-parameter name of the app's
     links; ``label`` what a slider or a table header shows; ``app_high`` the largest value the
     app's slider offers where ``high`` is unbounded (its useful region on 512-token texts).
-    ``optional``: the parameter may be left out (or given as None), which means the family
-    works without it; ``default`` is then the value its curves use.
+    ``optional``: the parameter may be left out (or given as None, the same setting), which
+    means the family works without it; its ``default`` may then be None.
     """
 
     name: str
     kind: type  # int or float; object: undeclared (any value, e.g. a plug-in's own)
-    default: float
+    default: float | None
     low: float | None = None
     high: float | None = None
     label: str = ""
