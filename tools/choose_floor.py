@@ -5,8 +5,8 @@ model's output is then compared with the full model on the next train texts (hel
 the calibration, still train), for each setting and target; validation is never read.
 
 The settings: every m of ``--floors`` with every cap c of ``--shares`` (``floor_share``: a row
-keeps at most ``min(m, max(1, ⌊c · (1 − target) · allowed⌋))`` floor keys), plus the uncapped
-``--reference-floor`` (every row keeps m keys) as the reference.
+keeps at most ``min(m, max(1, ⌊c · (1 − target) · allowed⌋))`` floor keys; ``none``: uncapped,
+every row keeps m keys), plus the uncapped ``--reference-floor`` as the reference.
 
 The rule (:func:`choose`), fixed before the run:
 
@@ -74,8 +74,9 @@ def main() -> None:
     settings: list[tuple[int, float | None]] = []
     if args.reference_floor:
         settings.append((args.reference_floor, None))
-    settings += [(int(m), float(c)) for m in args.floors.split(",")
+    settings += [(int(m), None if c == "none" else float(c)) for m in args.floors.split(",")
                  for c in args.shares.split(",")]
+    settings = list(dict.fromkeys(settings))  # the reference once
     for m, c in settings:
         names.append(curve_name(m, c))
         share = {} if c is None else {"floor_share": c}
