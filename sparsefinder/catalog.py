@@ -20,7 +20,12 @@ from typing import Any
 
 import torch
 
-from sparsefinder.calibration.curves import DEFAULT_FLOOR, calibrated_methods, fitted_build
+from sparsefinder.calibration.curves import (
+    DEFAULT_FLOOR,
+    DEFAULT_FLOOR_SHARE,
+    calibrated_methods,
+    fitted_build,
+)
 from sparsefinder.calibration.samples import RANK_CAP
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.methods.registry import (
@@ -216,6 +221,12 @@ TARGET_RECALL = Param("target_recall", float, 0.9, low=0.0, high=1.0,
                       label="target recall", url="target")
 SHARE = {"low": 0.0, "high": 1.0, "low_open": True}
 FLOOR = _int("floor", DEFAULT_FLOOR, 1, "keys per row (floor)", "floor", high=RANK_CAP)
+#: the floor's cap by row length (calibrated floors only: it reads the target); left out,
+#: every row keeps ``floor`` keys
+FLOOR_SHARE = Param("floor_share", float, DEFAULT_FLOOR_SHARE, label="floor's share",
+                    url="floor_share", optional=True, **SHARE,
+                    help="a row's floor takes at most this share of the keys the target "
+                         "sparsity leaves the row (at least one key; left out: no cap)")
 
 
 def _builtin_methods() -> list[Method]:
@@ -307,7 +318,7 @@ def _with_calibrations(raw: list[Method]) -> list[Method]:
     by_family: dict[str, list[Calibration]] = {}
     for curve in calibrated_methods():
         target = TARGET_RECALL if "target_recall" in curve.grid[0] else TARGET_SPARSITY
-        extra = (FLOOR,) if "floor" in curve.grid[0] else ()
+        extra = (FLOOR, FLOOR_SHARE) if "floor" in curve.grid[0] else ()
         by_family.setdefault(curve.family, []).append(Calibration(
             curve.calibration, target, curve.fit, fitted_build,
             CALIBRATION_LABELS[curve.calibration], extra))

@@ -1,11 +1,22 @@
-"""Choose the floor m (keys per row) of ``distance-floor:budget`` on TRAIN texts only.
+"""Choose the floor of ``distance-floor:budget`` (keys per row m, and the cap c) on TRAIN only.
 
 The thresholds are calibrated on the first ``--fit-passages`` train passages; the restricted
 model's output is then compared with the full model on the next train texts (held out from
-the calibration, still train), for each m and target; validation is never read. Two rules
-read the table: one m for every target (the highest mean output cosine among the floors whose
-sparsity meets every target, :func:`choose`) and one m per target (the highest output cosine
-at that target among the floors whose sparsity reaches it, :func:`choose_per_target`).
+the calibration, still train), for each setting and target; validation is never read.
+
+The settings: every m of ``--floors`` with every cap c of ``--shares`` (``floor_share``: a row
+keeps at most ``min(m, max(1, ⌊c · (1 − target) · allowed⌋))`` floor keys; ``none``: uncapped,
+every row keeps m keys), plus the uncapped ``--reference-floor`` as the reference.
+
+The rule (:func:`choose`), fixed before the run:
+
+1. at each target t (a level), a setting qualifies when its in-run sparsity is at least
+   t − 0.005; the level's winner is the qualifying setting with the highest output cosine;
+2. if one setting wins every level, it is chosen ("one winner at every level");
+3. else, among the settings that qualify at every level, the one with the highest mean
+   output cosine over the levels is chosen ("best mean");
+4. exact ties (same cosine) go to the uncapped reference, then to the smaller m, then to the
+   smaller c; no setting qualifying at every level: none is chosen.
 
     PYTHONPATH=$PWD .venv/bin/python tools/choose_floor.py --fit-passages 100 --select-passages 40
 """
@@ -17,13 +28,15 @@ import json
 
 import pandas as pd
 
-from sparsefinder.calibration.curves import DEFAULT_FLOOR
+from sparsefinder.calibration.curves import DEFAULT_FLOOR, DEFAULT_FLOOR_SHARE
 from sparsefinder.data.corpus import corpus_texts
 from sparsefinder.data.records import extract
 from sparsefinder.evaluation.accuracy_sweep import accuracy_sweep
 from sparsefinder.evaluation.curves import register_curve
 from sparsefinder.models.loading import load_model
 from sparsefinder.projections.heads import HeadProjections
+
+SLACK = 0.005
 
 
 def main() -> None:
@@ -32,7 +45,10 @@ def main() -> None:
                         default="assets/default/projections-r8-lowrank-logistic.pt")
     parser.add_argument("--fit-passages", type=int, default=100)
     parser.add_argument("--select-passages", type=int, default=40)
-    parser.add_argument("--floors", default="1,2,4,8,16")
+    parser.add_argument("--floors", default="4,5,6,8")
+    parser.add_argument("--shares", default="0.25,0.5,1.0")
+    parser.add_argument("--reference-floor", type=int, default=5,
+                        help="the uncapped floor run as the reference (0: none)")
     parser.add_argument("--targets", default="0.75,0.9,0.95")
     parser.add_argument("--out", default="runs/choose-floor.csv")
     parser.add_argument("--from-csv", help="only choose, from a CSV this tool wrote")
@@ -40,8 +56,8 @@ def main() -> None:
     targets = [float(t) for t in args.targets.split(",")]
     if args.from_csv:
         df = pd.read_csv(args.from_csv)
-        print(choose(df, targets))
-        print(choose_per_target(df))
+        print(table(df, targets))
+        print(describe(choose(df, targets)))
         return
     loaded = load_model("default")
     projections = HeadProjections.load(args.projections, expected_model_id=loaded.model_id)
@@ -55,57 +71,123 @@ def main() -> None:
     names = ["distance:budget@train"]
     register_curve(names[0], "distance:budget", [{"target_sparsity": t} for t in targets],
                    replace=True)
-    for m in (int(x) for x in args.floors.split(",")):
-        names.append(f"distance-floor:budget@m{m}")
+    settings: list[tuple[int, float | None]] = []
+    if args.reference_floor:
+        settings.append((args.reference_floor, None))
+    settings += [(int(m), None if c == "none" else float(c)) for m in args.floors.split(",")
+                 for c in args.shares.split(",")]
+    settings = list(dict.fromkeys(settings))  # the reference once
+    for m, c in settings:
+        names.append(curve_name(m, c))
+        share = {} if c is None else {"floor_share": c}
         register_curve(names[-1], "distance-floor:budget",
-                       [{"target_sparsity": t, "floor": m} for t in targets], replace=True)
+                       [{"target_sparsity": t, "floor": m, **share} for t in targets],
+                       replace=True)
     df = accuracy_sweep(loaded, select_texts, projections, names, train_records=train_records,
                         model_name="default")
     df.to_csv(args.out, index=False)
     pd.set_option("display.width", 200)
     print(df[["method", "params", "sparsity", "output_cosine", "embedding_cosine",
               "retrieval_top1", "repaired_rows"]].to_string(index=False))
-    print(choose(df, targets))
-    print(choose_per_target(df))
+    print(table(df, targets))
+    print(describe(choose(df, targets)))
 
 
-def _floors(df: pd.DataFrame) -> pd.DataFrame:
+def curve_name(floor: int, share: float | None) -> str:
+    """``distance-floor:budget@m5`` (uncapped) or ``distance-floor:budget@m5c0.5``."""
+    return f"distance-floor:budget@m{floor}" + ("" if share is None else f"c{share:g}")
+
+
+def _settings(df: pd.DataFrame) -> pd.DataFrame:
+    """The floor rows with their target, m and c (0: uncapped) as columns."""
     floors = df[df["method"].str.startswith("distance-floor")].copy()
-    floors["target"] = floors["params"].map(lambda p: json.loads(p)["target_sparsity"])
-    floors["floor"] = floors["params"].map(lambda p: json.loads(p)["floor"])
+    params = floors["params"].map(json.loads)
+    floors["target"] = params.map(lambda p: float(p["target_sparsity"]))
+    floors["floor"] = params.map(lambda p: int(p["floor"]))
+    floors["share"] = params.map(lambda p: float(p.get("floor_share") or 0.0))
     return floors
 
 
-def per_target(df: pd.DataFrame, slack: float = 0.005) -> dict[float, int]:
-    """Target → the floor m with the highest output cosine at that target, among the floors
-    whose in-run sparsity is at most ``slack`` below it; a target no floor reaches is left
-    out."""
-    floors = _floors(df)
-    kept = floors[floors["sparsity"] >= floors["target"] - slack]
-    return {float(t): int(g.loc[g["output_cosine"].idxmax(), "floor"])
-            for t, g in kept.groupby("target")}
+def _order(setting: tuple[int, float]) -> tuple:
+    """Tie order: the uncapped reference first, then the smaller m, then the smaller c."""
+    m, c = setting
+    return (c != 0.0, m, c)
 
 
-def choose_per_target(df: pd.DataFrame, slack: float = 0.005) -> str:
-    """:func:`per_target`, printed."""
-    chosen = per_target(df, slack)
-    return (f"per target (sparsity at most {slack} below it): "
-            + ", ".join(f"{t:g} -> m = {m}" for t, m in sorted(chosen.items())))
+def _best(scores: dict[tuple[int, float], float]) -> tuple[int, float]:
+    top = max(scores.values())
+    return min((s for s, v in scores.items() if v == top), key=_order)
 
 
-def choose(df: pd.DataFrame, targets: list[float], slack: float = 0.01) -> str:
-    """The floor with the highest mean output cosine over the targets, among the floors
-    whose in-run sparsity is within ``slack`` of every target (a floor denser than the
-    target allows buys its cosine with sparsity, so it is not comparable)."""
-    floors = _floors(df)
-    meets = floors.groupby("method").apply(
-        lambda g: bool((g["sparsity"] >= g["target"] - slack).all()), include_groups=False)
-    kept = floors[floors["method"].map(meets)]
-    if kept.empty:
-        return "no floor meets every target"
-    best = kept.groupby("method")["output_cosine"].mean().idxmax()
-    return (f"floors meeting every target {targets}: {sorted(set(kept['method']))}; highest "
-            f"mean output cosine: {best} (DEFAULT_FLOOR = {DEFAULT_FLOOR})")
+def choose(df: pd.DataFrame, targets: list[float], slack: float = SLACK) -> dict:
+    """The rule of this tool's docstring. Returns ``{"winners": {target: setting or None},
+    "qualify_all": [settings], "chosen": setting or None, "how": str}``; a setting is
+    ``(m, c)``, c 0 for the uncapped floor."""
+    floors = _settings(df)
+    floors["setting"] = list(zip(floors["floor"], floors["share"], strict=True))
+    winners: dict[float, tuple[int, float] | None] = {}
+    qualifying: list[set] = []
+    for t in targets:
+        at = floors[(floors["target"] - t).abs() < 1e-9]
+        ok = at[at["sparsity"] >= t - slack]
+        qualifying.append(set(ok["setting"]))
+        winners[t] = (_best(dict(zip(ok["setting"], ok["output_cosine"], strict=True)))
+                      if len(ok) else None)
+    every = set.intersection(*qualifying) if qualifying else set()
+    won = set(winners.values())
+    out = {"winners": winners, "qualify_all": sorted(every, key=_order)}
+    if len(won) == 1 and None not in won:
+        return {**out, "chosen": won.pop(), "how": "one winner at every level"}
+    if not every:
+        return {**out, "chosen": None, "how": "no setting qualifies at every level"}
+    at_levels = floors[floors["target"].map(lambda v: any(abs(v - t) < 1e-9 for t in targets))]
+    means = at_levels.groupby("setting")["output_cosine"].mean()
+    return {**out, "chosen": _best({s: float(means[s]) for s in every}), "how": "best mean"}
+
+
+def _name(setting: tuple[int, float] | None) -> str:
+    if setting is None:
+        return "none"
+    m, c = setting
+    return f"m = {m}, " + ("uncapped" if c == 0.0 else f"c = {c:g}")
+
+
+def describe(result: dict) -> str:
+    """The rule's outcome in words."""
+    levels = "; ".join(f"{t:g}: {_name(s)}" for t, s in result["winners"].items())
+    every = ", ".join(f"({_name(s)})" for s in result["qualify_all"]) or "none"
+    default = f"m = {DEFAULT_FLOOR}, " + ("uncapped" if DEFAULT_FLOOR_SHARE is None
+                                           else f"c = {DEFAULT_FLOOR_SHARE:g}")
+    return (f"winners per level: {levels}\nqualify at every level: {every}\n"
+            f"chosen: {_name(result['chosen'])} ({result['how']}); current default: {default}")
+
+
+def table(df: pd.DataFrame, targets: list[float]) -> str:
+    """Markdown: one row per setting, output cosine (in-run sparsity) per target."""
+    floors = _settings(df)
+    rows = ["| m | c | " + " | ".join(f"out cos @{t:g}" for t in targets) + " |",
+            "|---|---|" + "---|" * len(targets)]
+    plain = df[df["method"] == "distance:budget@train"]
+    if len(plain):
+        plain_target = plain["params"].map(lambda p: float(json.loads(p)["target_sparsity"]))
+        cells = []
+        for t in targets:
+            row = plain[(plain_target - t).abs() < 1e-9]
+            cells.append("—" if row.empty else
+                         f"{row['output_cosine'].iloc[0]:.4f} ({row['sparsity'].iloc[0]:.4f})")
+        rows.append("| `distance:budget` | — | " + " | ".join(cells) + " |")
+    for setting in sorted(set(zip(floors["floor"], floors["share"], strict=True)), key=_order):
+        m, c = setting
+        cells = []
+        for t in targets:
+            row = floors[(floors["floor"] == m) & (floors["share"] == c)
+                         & ((floors["target"] - t).abs() < 1e-9)]
+            cells.append("—" if row.empty else
+                         f"{row['output_cosine'].iloc[0]:.4f} ({row['sparsity'].iloc[0]:.4f})")
+        rows.append(f"| {m} | {'—' if c == 0.0 else f'{c:g}'} | " + " | ".join(cells)
+                    + " |")
+    return "\n".join(rows)
+
 
 if __name__ == "__main__":
     main()

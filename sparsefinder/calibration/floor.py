@@ -15,6 +15,12 @@ gold edges. The thresholds are then chosen as there: ``"budget"`` shares the spa
 across heads (highest mean recall), ``"equal"`` gives each head the target. When the floor
 alone is denser than the target allows, the threshold part keeps nothing and the sparsity is
 the floor's (``train_sparsity_`` says so).
+
+``floor_share`` c caps the floor by the row's length: row ``i`` takes at most
+``min(m, max(1, ⌊c · (1 − target) · allowed_i⌋))`` floor keys, a share c of the keys the target
+leaves the row (:func:`~sparsefinder.predictors.row_floor.floor_counts`), so the floor stays
+within the target on any text length; a sampled pair is then floored when its rank is below
+its own row's count.
 """
 
 from __future__ import annotations
@@ -28,12 +34,14 @@ from torch import Tensor
 from sparsefinder.calibration.allocation import _BUDGET_GRID, ALLOCATIONS, allocate
 from sparsefinder.calibration.samples import RANK_CAP, DistanceSamples, _cdf
 from sparsefinder.data.records import AttentionRecord
-from sparsefinder.predictors.row_floor import RowFloor
+from sparsefinder.predictors.row_floor import RowFloor, floor_counts
 from sparsefinder.predictors.threshold_distance import ThresholdDistance
 
 
-def _floored_cdf(values: Tensor, ranks: Tensor, floor: int) -> Callable[[Tensor], Tensor]:
-    """``at → P(value ≤ at or rank < floor)`` over sorted ``values`` (L, H, N)."""
+def _floored_cdf(values: Tensor, ranks: Tensor, floor: int | Tensor
+                 ) -> Callable[[Tensor], Tensor]:
+    """``at → P(value ≤ at or rank < floor)`` over sorted ``values`` (L, H, N); ``floor`` a
+    number or each sample's own count (aligned with ``values``)."""
     floored = ranks < floor
     share = floored.double().mean(-1, keepdim=True)
     inside = torch.where(floored, values, torch.inf).sort(-1).values
@@ -54,13 +62,24 @@ class CalibratedFlooredDistance:
     ``fit(samples)`` (TRAIN :class:`DistanceSamples` with ``row_ranks=True``) learns
     ``sq_thresholds_`` (layers, heads) and the train estimates ``train_sparsity_`` /
     ``train_recall_`` / ``floor_sparsity_`` (the floor alone) (layers, heads).
+    ``floor_share`` in (0, 1] caps each row's floor at that share of the keys the target
+    leaves it (None: ``floor`` keys in every row).
     """
 
     def __init__(self, target_sparsity: float, floor: int = 1,
-                 allocation: str = "budget") -> None:
+                 allocation: str = "budget", floor_share: float | None = None) -> None:
         self.target_sparsity = target_sparsity
         self.floor = floor
         self.allocation = allocation
+        self.floor_share = floor_share
+
+    @property
+    def row_share(self) -> float | None:
+        """The share of a row's allowed keys its floor may take, ``c · (1 − target)`` (None:
+        no cap)."""
+        if self.floor_share is None:
+            return None
+        return float(self.floor_share) * (1.0 - float(self.target_sparsity))
 
     def _check(self) -> None:
         s = self.target_sparsity
@@ -72,6 +91,10 @@ class CalibratedFlooredDistance:
                              f"got {f!r}")
         if self.allocation not in ALLOCATIONS:
             raise ValueError(f"allocation must be one of {ALLOCATIONS}, got {self.allocation!r}")
+        c = self.floor_share
+        if c is not None and (isinstance(c, bool) or not isinstance(c, int | float)
+                              or not 0 < c <= 1):
+            raise ValueError(f"floor_share must be None or a number in (0, 1], got {c!r}")
 
     def fit(self, samples: DistanceSamples) -> CalibratedFlooredDistance:
         """Choose the per-head thresholds on train samples; returns ``self``."""
@@ -79,8 +102,16 @@ class CalibratedFlooredDistance:
         if not isinstance(samples, DistanceSamples) or samples.pair_rank is None:
             raise TypeError("fit() takes DistanceSamples drawn with row_ranks=True "
                             "(DistanceSamples.from_records(..., row_ranks=True))")
-        density = _floored_cdf(samples.pairs, samples.pair_rank, self.floor)
-        recall = _floored_cdf(samples.gold, samples.gold_rank, self.floor)
+        pair_floor: int | Tensor = self.floor
+        gold_floor: int | Tensor = self.floor
+        if self.floor_share is not None:
+            if samples.pair_allowed is None or samples.gold_allowed is None:
+                raise TypeError("a floor_share needs each sample's row length; draw the "
+                                "samples with DistanceSamples.from_records(..., row_ranks=True)")
+            pair_floor = floor_counts(self.floor, self.row_share, samples.pair_allowed)
+            gold_floor = floor_counts(self.floor, self.row_share, samples.gold_allowed)
+        density = _floored_cdf(samples.pairs, samples.pair_rank, pair_floor)
+        recall = _floored_cdf(samples.gold, samples.gold_rank, gold_floor)
         grid = torch.linspace(0.0, 1.0, _BUDGET_GRID + 1, dtype=torch.float64)[1:]
         index = (grid * samples.pairs.shape[-1]).long().clamp(1) - 1
         # candidate squared thresholds per head, plus one below everything (the floor only)
@@ -107,7 +138,8 @@ class CalibratedFlooredDistance:
         if not 0 <= layer < self.sq_thresholds_.shape[0]:
             raise ValueError(f"layer must be in [0, {self.sq_thresholds_.shape[0]}), "
                              f"got {layer}")
-        return RowFloor(ThresholdDistance(self.sq_thresholds_[layer]), int(self.floor))
+        return RowFloor(ThresholdDistance(self.sq_thresholds_[layer]), int(self.floor),
+                        self.row_share)
 
 
 #: The row-ranked samples of the last few (train records, projections): every floor and
@@ -130,8 +162,9 @@ def _ranked_samples(records: Sequence[AttentionRecord], projections: Any) -> Dis
 
 def floored_fitter(allocation: str) -> Callable[[Sequence[AttentionRecord]], Callable]:
     """``fit(train_records) -> factory(params, projections, layer)`` for the sweep registry
-    (params ``target_sparsity`` and ``floor``): the train pairs are sampled and projected
-    once per (records, projections), each (target, floor) fitted once."""
+    (params ``target_sparsity``, ``floor`` and optionally ``floor_share``): the train pairs
+    are sampled and projected once per (records, projections), each (target, floor, share)
+    fitted once."""
 
     def fit(train_records: Sequence[AttentionRecord]) -> Callable:
         fitted_by: dict[tuple, tuple[Any, CalibratedFlooredDistance]] = {}
@@ -139,12 +172,14 @@ def floored_fitter(allocation: str) -> Callable[[Sequence[AttentionRecord]], Cal
         def build(p: dict[str, Any], projections: Any, layer: int) -> RowFloor:
             if projections is None:
                 raise ValueError("distance-floor needs learned projections; pass projections=")
-            key = (id(projections), float(p["target_sparsity"]), int(p["floor"]))
+            share = p.get("floor_share")
+            share = None if share is None else float(share)
+            key = (id(projections), float(p["target_sparsity"]), int(p["floor"]), share)
             entry = fitted_by.get(key)
             if entry is None or entry[0] is not projections:  # (an id may be reused)
                 samples = _ranked_samples(train_records, projections)
-                entry = (projections, CalibratedFlooredDistance(key[1], key[2],
-                                                                allocation).fit(samples))
+                entry = (projections, CalibratedFlooredDistance(
+                    key[1], key[2], allocation, share).fit(samples))
                 fitted_by[key] = entry
             return entry[1].for_layer(layer)
 

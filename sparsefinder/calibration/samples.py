@@ -41,6 +41,11 @@ class DistanceSamples:
     #: ``pairs`` / ``gold`` (uint8). What a per-row floor's calibration reads.
     pair_rank: Tensor | None = None
     gold_rank: Tensor | None = None
+    #: with ``row_ranks``: how many keys the row of each sampled pair / gold edge may attend
+    #: to (int32, aligned with ``pairs`` / ``gold``): what a floor capped by the row's
+    #: length (:func:`~sparsefinder.predictors.row_floor.floor_counts`) reads.
+    pair_allowed: Tensor | None = None
+    gold_allowed: Tensor | None = None
 
     @classmethod
     def from_records(
@@ -54,7 +59,8 @@ class DistanceSamples:
     ) -> DistanceSamples:
         """Project every train record and sample ``samples_per_text`` pairs/edges per head
         (with ``rank_fractions``, also the in-row rank of each sampled gold edge; with
-        ``row_ranks``, the capped in-row rank of every sampled pair and gold edge)."""
+        ``row_ranks``, the capped in-row rank of every sampled pair and gold edge, and how
+        many keys its row may attend to)."""
         if not records:
             raise ValueError("calibration needs at least one TRAIN record (a text's gold graphs)")
         if isinstance(samples_per_text, bool) or not isinstance(samples_per_text, int) or (
@@ -68,6 +74,8 @@ class DistanceSamples:
         fraction: list[list[Tensor]] = [[] for _ in range(layers)]
         pair_rank: list[list[Tensor]] = [[] for _ in range(layers)]
         gold_rank: list[list[Tensor]] = [[] for _ in range(layers)]
+        pair_allowed: list[list[Tensor]] = [[] for _ in range(layers)]
+        gold_allowed: list[list[Tensor]] = [[] for _ in range(layers)]
         for record in records:
             projected = projections.project_record(record)
             for layer, ((q, k), graph) in enumerate(zip(projected, record.layers, strict=True)):
@@ -80,6 +88,8 @@ class DistanceSamples:
                 if ranks is not None:
                     pair_rank[layer].append(ranks[0])
                     gold_rank[layer].append(ranks[1])
+                    pair_allowed[layer].append(ranks[2])
+                    gold_allowed[layer].append(ranks[3])
 
         def pooled(parts: list[list[Tensor]]) -> Tensor:
             # float32 halves the memory (354 texts × 1024 samples × 72 heads ≈ 100 MB each)
@@ -89,18 +99,18 @@ class DistanceSamples:
             return cls(pairs=pooled(pairs), gold=pooled(gold), n_texts=len(records),
                        gold_fraction=pooled(fraction) if rank_fractions else None)
 
-        def with_ranks(parts: list[list[Tensor]], rank_parts: list[list[Tensor]]
-                       ) -> tuple[Tensor, Tensor]:  # sorted values, ranks in the same order
+        def with_ranks(parts: list[list[Tensor]], *aligned: list[list[Tensor]]
+                       ) -> tuple[Tensor, ...]:  # sorted values, the rest in the same order
             values = torch.stack([torch.cat(p, 1) for p in parts]).float()
-            rank = torch.stack([torch.cat(r, 1) for r in rank_parts])
             values, order = values.sort(-1)
-            return values, rank.gather(-1, order)
+            return values, *(torch.stack([torch.cat(a, 1) for a in each]).gather(-1, order)
+                             for each in aligned)
 
-        pair_d, pair_r = with_ranks(pairs, pair_rank)
-        gold_d, gold_r = with_ranks(gold, gold_rank)
+        pair_d, pair_r, pair_a = with_ranks(pairs, pair_rank, pair_allowed)
+        gold_d, gold_r, gold_a = with_ranks(gold, gold_rank, gold_allowed)
         return cls(pairs=pair_d, gold=gold_d, n_texts=len(records),
                    gold_fraction=pooled(fraction) if rank_fractions else None,
-                   pair_rank=pair_r, gold_rank=gold_r)
+                   pair_rank=pair_r, gold_rank=gold_r, pair_allowed=pair_a, gold_allowed=gold_a)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -128,12 +138,13 @@ def _cdf(sorted_values: Tensor, at: Tensor) -> Tensor:
 def _sample_text(
     q: Tensor, k: Tensor, gold: Tensor, causal: bool, num: int, generator: torch.Generator,
     rank_fractions: bool = False, sliding_window: int | None = None, row_ranks: bool = False,
-) -> tuple[Tensor, Tensor, Tensor, tuple[Tensor, Tensor] | None]:
+) -> tuple[Tensor, Tensor, Tensor, tuple[Tensor, ...] | None]:
     """Squared distances of ``num`` uniform allowed pairs and ``num`` uniform gold edges per
     head of one text → (heads, num) each, and the gold edges' in-row rank fractions (empty
     unless ``rank_fractions``); gold is ``-inf`` for a head without gold edges. Pairs are
     drawn among the layer's allowed pairs (a local layer: its window), the denominator of
-    the sparsity a target is set against."""
+    the sparsity a target is set against. With ``row_ranks`` also (pair ranks, gold ranks,
+    pair rows' allowed counts, gold rows' allowed counts)."""
     heads, n, m = gold.shape
     mask = layer_allowed(n, m, causal=causal, sliding_window=sliding_window)
     if mask is not None:
@@ -169,7 +180,9 @@ def _sample_text(
     gold_d[empty] = -torch.inf
     ranks = None
     if row_ranks:
-        ranks = (_capped_ranks(q, k, mask, pick), _capped_ranks(q, k, mask, edges))
+        per_row = (mask.sum(-1) if mask is not None else torch.full((n,), m)).int()
+        ranks = (_capped_ranks(q, k, mask, pick), _capped_ranks(q, k, mask, edges),
+                 per_row[pick // m], per_row[edges // m])
         ranks[1][empty] = 0  # a head without gold edges has recall 1 at any setting
     return sq_dist(pick), gold_d, fraction, ranks
 

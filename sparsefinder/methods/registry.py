@@ -65,11 +65,13 @@ class Param:
     exclusive (a share in (0, 1]). ``url`` is the short query-parameter name of the app's
     links; ``label`` what a slider or a table header shows; ``app_high`` the largest value the
     app's slider offers where ``high`` is unbounded (its useful region on 512-token texts).
+    ``optional``: the parameter may be left out (or given as None, the same setting), which
+    means the family works without it; its ``default`` may then be None.
     """
 
     name: str
     kind: type  # int or float; object: undeclared (any value, e.g. a plug-in's own)
-    default: float
+    default: float | None
     low: float | None = None
     high: float | None = None
     label: str = ""
@@ -77,6 +79,7 @@ class Param:
     help: str = ""
     low_open: bool = False
     app_high: float | None = None
+    optional: bool = False
 
     def describe(self) -> str:
         """The allowed values in words, e.g. ``"an integer >= 1"``."""
@@ -92,7 +95,7 @@ class Param:
 
     def check(self, value: Any) -> None:
         """Raise a ValueError naming the parameter, the allowed values and the bad value."""
-        if self.kind is object:
+        if self.kind is object or (value is None and self.optional):
             return
         number = value
         if isinstance(value, str):  # builders coerce; a link or a CSV gives text
@@ -214,16 +217,19 @@ class Method:
         return self.inputs == "projected"
 
     def check_params(self, params: Params, calibration: str = "none") -> None:
-        """Every declared parameter present, none unknown, each within its declared range."""
+        """Every declared parameter present (an optional one may be left out), none unknown,
+        each within its declared range."""
         declared = self.variant(calibration).params
         names = [p.name for p in declared]
-        missing = [name for name in names if name not in params]
+        missing = [p.name for p in declared if p.name not in params and not p.optional]
         unknown = [name for name in params if name not in names]
         shown = method_id(self.name, calibration)
         if missing or unknown:
             raise ValueError(f"method {shown!r} takes parameters {names}; "
                              f"missing {missing}, unknown {unknown}")
         for param in declared:
+            if param.name not in params:
+                continue
             try:
                 param.check(params[param.name])
             except ValueError as error:

@@ -75,6 +75,12 @@ class PredictorSpec:
                                else self.calibration)
         method = get_method(self.method)
         variant = method.variant(self.calibration)
+        optional = {p.name for p in variant.params if p.optional}
+        if any(value is None and name in optional for name, value in self.params):
+            # an optional parameter given as None is the same setting as one left out
+            object.__setattr__(self, "params", tuple(
+                (name, value) for name, value in self.params
+                if not (value is None and name in optional)))
         method.check_params(dict(self.params), self.calibration)
         if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 0:
             raise ValueError(f"window must be an integer >= 0, got {self.window!r}")

@@ -11,6 +11,12 @@ Only allowed keys are counted and chosen: a decoder row ``i`` has ``i + m_keys �
 candidates; a local (sliding-window) layer's row only those in its window
 (:func:`~sparsefinder.attention.masks.layer_allowed`). The choice is one ``topk`` over the
 rows (no loop), on ``‖k‖² − 2 q·k``: the row term ``‖q‖²`` does not change a row's ranking.
+
+A floor of ``m`` keys costs ``m / n`` of a row of ``n`` allowed keys, so on short texts the
+floor alone can be denser than a target sparsity allows. ``row_share`` caps it: row ``i``
+keeps at most ``min(m, max(1, ⌊row_share · allowed_i⌋))`` floor keys (:func:`floor_counts`).
+A calibrated floor passes ``row_share = floor_share · (1 − target_sparsity)``: the floor
+never takes more than the share ``floor_share`` of the keys the target leaves each row.
 """
 
 from __future__ import annotations
@@ -27,17 +33,39 @@ from sparsefinder.predictors.distance import Distance, _partial_sq_dist
 from sparsefinder.predictors.threshold_distance import ThresholdDistance
 
 
+def floor_counts(floor: int, row_share: float | None, per_row: Tensor) -> Tensor:
+    """Floor keys of each row: ``min(floor, max(1, ⌊row_share · allowed⌋), allowed)`` for the
+    rows' allowed key counts ``per_row`` (any shape, integers); ``row_share`` None: no cap,
+    ``min(floor, allowed)``. The predictor and its calibration both count with this."""
+    per_row = per_row.long()
+    if row_share is None:
+        return per_row.clamp(max=int(floor))
+    capped = torch.floor(per_row.double() * float(row_share)).long().clamp(min=1)
+    return capped.clamp(max=int(floor)).minimum(per_row)
+
+
+def _check_row_share(row_share: float | None) -> None:
+    if row_share is None:
+        return
+    if isinstance(row_share, bool) or not isinstance(row_share, int | float) or not (
+            0 < row_share <= 1):
+        raise ValueError(f"row_share must be None or a number in (0, 1], got {row_share!r}")
+
+
 def add_row_floor(mask: Tensor, partial: Tensor, floor: int, allowed: Tensor | None, *,
-                  short_rows_only: bool = False) -> Tensor:
+                  short_rows_only: bool = False, row_share: float | None = None) -> Tensor:
     """``mask`` (heads, n, m) with each row's ``floor`` smallest ``partial`` entries among
     its allowed keys set True (in place; ``partial`` may be overwritten where not allowed).
 
     ``short_rows_only``: ``mask`` is a threshold on ``partial`` itself, so a row that already
     keeps ``floor`` keys keeps its ``floor`` nearest; only the rows keeping fewer are ranked
-    (at a usual target, a few rows: the ``topk`` is then on those rows alone)."""
+    (at a usual target, a few rows: the ``topk`` is then on those rows alone).
+    ``row_share``: each row takes :func:`floor_counts` keys instead of ``floor``."""
     count = min(int(floor), partial.shape[-1])
     if count == 0 or partial.shape[-2] == 0:
         return mask
+    if row_share is not None:
+        return _add_capped_floor(mask, partial, floor, allowed, short_rows_only, row_share)
     if short_rows_only:
         heads, rows = (mask.sum(-1) < count).nonzero(as_tuple=True)
         if heads.numel() == 0:
@@ -58,6 +86,38 @@ def add_row_floor(mask: Tensor, partial: Tensor, floor: int, allowed: Tensor | N
     return mask if allowed is None else mask.logical_and_(allowed)
 
 
+def _add_capped_floor(mask: Tensor, partial: Tensor, floor: int, allowed: Tensor | None,
+                      short_rows_only: bool, row_share: float) -> Tensor:
+    """:func:`add_row_floor` with a count per row: one sorted ``topk`` of the widest count,
+    and in each row the positions past its own count point at its nearest key (always
+    kept, every count being >= 1), so one ``scatter_`` sets them all."""
+    n, m = partial.shape[-2:]
+    per_row = (torch.full((n,), m, device=partial.device) if allowed is None
+               else allowed.sum(-1))
+    counts = floor_counts(floor, row_share, per_row)  # (n,)
+    width = int(counts.max())
+    position = torch.arange(width, device=partial.device)
+    if short_rows_only:
+        heads, rows = (mask.sum(-1) < counts).nonzero(as_tuple=True)
+        if heads.numel() == 0:
+            return mask
+        sub = partial[heads, rows]  # (short rows, m)
+        sub_allowed = None if allowed is None else allowed[rows]
+        if sub_allowed is not None:
+            sub.masked_fill_(~sub_allowed, torch.inf)
+        nearest = sub.topk(width, dim=-1, largest=False, sorted=True).indices
+        nearest = torch.where(position < counts[rows, None], nearest, nearest[:, :1])
+        kept = mask[heads, rows].scatter_(-1, nearest, True)
+        mask[heads, rows] = kept if sub_allowed is None else kept & sub_allowed
+        return mask
+    if allowed is not None:
+        partial.masked_fill_(~allowed, torch.inf)
+    nearest = partial.topk(width, dim=-1, largest=False, sorted=True).indices
+    nearest = torch.where(position < counts[:, None], nearest, nearest[..., :1])
+    mask.scatter_(-1, nearest, True)
+    return mask if allowed is None else mask.logical_and_(allowed)
+
+
 def _sq_thresholds(base: ThresholdDistance | Distance, heads: int) -> Tensor:
     """(heads,) squared thresholds of a distance predictor."""
     if isinstance(base, Distance):
@@ -70,10 +130,12 @@ def _sq_thresholds(base: ThresholdDistance | Distance, heads: int) -> Tensor:
 @dataclass
 class RowFloor:
     """Edge iff ``base`` predicts it or key j is among the ``floor`` nearest allowed keys of
-    query i in the projected space (``base`` None: the floor alone)."""
+    query i in the projected space (``base`` None: the floor alone). ``row_share``: row i
+    takes at most ``max(1, ⌊row_share · allowed_i⌋)`` floor keys (None: no cap)."""
 
     base: Predictor | None
     floor: int
+    row_share: float | None = None
 
     returns_fresh_mask: ClassVar[bool] = True  # see base.FreshOutput
     honours_window: ClassVar[bool] = True  # see base.WindowAware
@@ -83,6 +145,7 @@ class RowFloor:
             raise ValueError(f"floor (keys per row) must be an integer >= 1, got {self.floor!r}")
         if self.base is not None and not isinstance(self.base, Predictor):
             raise TypeError(f"base must have a predict(q, k, causal=...) method; got {self.base!r}")
+        _check_row_share(self.row_share)
 
     def predict(self, q: Tensor, k: Tensor, *, causal: bool = False,
                 sliding_window: int | None = None) -> Tensor:
@@ -96,7 +159,8 @@ class RowFloor:
             t2 = _sq_thresholds(self.base, q.shape[0]).to(partial.device, partial.dtype)
             mask = partial <= t2[:, None, None] - qq
             mask = mask if allowed is None else mask.logical_and_(allowed)
-            return add_row_floor(mask, partial, self.floor, allowed, short_rows_only=True)
+            return add_row_floor(mask, partial, self.floor, allowed, short_rows_only=True,
+                                 row_share=self.row_share)
         elif self.base is None:
             mask = torch.zeros(q.shape[0], n, m, dtype=torch.bool, device=q.device)
         else:
@@ -107,4 +171,4 @@ class RowFloor:
                 mask = mask & allowed
             elif not owns_output(self.base):
                 mask = mask.clone()  # never modify a member's output we do not own
-        return add_row_floor(mask, partial, self.floor, allowed)
+        return add_row_floor(mask, partial, self.floor, allowed, row_share=self.row_share)

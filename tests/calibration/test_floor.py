@@ -12,7 +12,9 @@ from sparsefinder.calibration.samples import RANK_CAP, DistanceSamples, _capped_
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
 from sparsefinder.metrics.measures import recall
-from tests.calibration.test_estimators import _identity, _records
+from sparsefinder.predictors.row_floor import RowFloor
+from sparsefinder.predictors.threshold_distance import ThresholdDistance
+from tests.calibration.test_estimators import _identity, _record, _records
 
 
 @pytest.fixture(scope="module")
@@ -132,13 +134,134 @@ def test_errors(samples) -> None:
 
 
 def test_the_curves_and_the_floor_parameter_default_to_the_floor_chosen_on_train() -> None:
-    from sparsefinder.calibration.curves import DEFAULT_FLOOR, calibrated_grids
+    from sparsefinder.calibration.curves import (
+        DEFAULT_FLOOR,
+        DEFAULT_FLOOR_SHARE,
+        calibrated_grids,
+    )
     from sparsefinder.methods.registry import get_method
 
     assert DEFAULT_FLOOR == 5
+    assert DEFAULT_FLOOR_SHARE is None  # the rule kept the uncapped floor
     for name in ("distance-floor:budget", "distance-floor:equal"):
         assert {p["floor"] for p in calibrated_grids()[name]} == {DEFAULT_FLOOR}
+        assert {p.get("floor_share") for p in calibrated_grids()[name]} == {DEFAULT_FLOOR_SHARE}
     method = get_method("distance-floor")
     for calibration in ("none", "budget", "equal"):
-        floor = {p.name: p for p in method.variant(calibration).params}["floor"]
-        assert floor.default == DEFAULT_FLOOR
+        params = {p.name: p for p in method.variant(calibration).params}
+        assert params["floor"].default == DEFAULT_FLOOR
+        if calibration == "none":  # a raw threshold has no target to take a share of
+            assert "floor_share" not in params
+        else:
+            share = params["floor_share"]
+            assert share.optional and share.default == DEFAULT_FLOOR_SHARE
+            assert (share.kind, share.low, share.high, share.low_open) == (float, 0, 1, True)
+            assert share.url == "floor_share" and share.label
+
+
+def _short(seed: int, count: int, low: int = 16, high: int = 28,
+           causal: bool = False) -> list[AttentionRecord]:
+    """Texts of ``low``–``high`` tokens: five keys per row are a fifth of a row or more."""
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(low, high + 1, (count,), generator=gen).tolist()
+    return [_record(gen, n, causal) for n in lengths]
+
+
+def _fitted(spec: PredictorSpec, train: list[AttentionRecord]):
+    """``layer → predictor`` of a calibrated spec fitted on ``train``."""
+    fitted = spec.fit(train)
+    predictors = spec.build_layers(_identity(), train[0].num_layers, fitted)
+    return predictors.__getitem__
+
+
+def test_a_capped_floor_reaches_its_target_on_short_texts() -> None:
+    """Five keys per row alone are denser than target 0.9 allows on texts of 16–28 tokens;
+    capped at half the keys the target leaves each row, the calibrated curve lands on its
+    target, on the calibration texts and on other short texts."""
+    train, held_out = _short(3, 30), _short(4, 30)
+    target = 0.9
+    plain = _fitted(PredictorSpec.of("distance-floor:budget",
+                                     {"target_sparsity": target, "floor": 5}), train)
+    capped = _fitted(PredictorSpec.of("distance-floor:budget", {
+        "target_sparsity": target, "floor": 5, "floor_share": 0.5}), train)
+    for texts in (train, held_out):
+        measured, _, _ = _macro(plain, texts)
+        assert measured < target - 0.05  # the floor alone costs more than the target allows
+        measured, _, fewest = _macro(capped, texts)
+        assert abs(measured - target) < 0.01
+        assert fewest >= 1
+    samples = DistanceSamples.from_records(train, _identity(), 512, row_ranks=True)
+    model = CalibratedFlooredDistance(target, 5, "budget", 0.5).fit(samples)
+    assert abs(float(model.train_sparsity_.mean()) - target) < 0.005
+    assert (model.floor_sparsity_ > target).all()  # the capped floor leaves the threshold room
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_calibrated_floor_keeps_the_formulas_count_per_row(causal) -> None:
+    """Through the sweep's spec: each row keeps at least ``min(m, max(1, ⌊c (1 − t) a⌋))``
+    keys (a: the keys the row may see; causal rows i + 1, local rows their window), and the
+    thresholds keeping nothing, exactly that many."""
+    train = _short(5, 12, 20, 40, causal=causal)
+    for record in train[:6]:
+        for graph in record.layers:
+            graph.sliding_window = 9  # local layers
+    target, floor, share = 0.8, 6, 0.5
+    spec = PredictorSpec.of("distance-floor:budget", {"target_sparsity": target,
+                                                      "floor": floor, "floor_share": share})
+    predictors = _fitted(spec, train)
+    for record in train:
+        for layer, ((q, k), graph) in enumerate(zip(_identity().project_record(record),
+                                                    record.layers, strict=True)):
+            n = q.shape[1]
+            allowed = layer_allowed(n, n, causal=causal, sliding_window=graph.sliding_window)
+            per_row = (torch.full((n,), n) if allowed is None else allowed.sum(-1)).tolist()
+            want = torch.tensor([min(floor, max(1, int(share * (1 - target) * a)))
+                                 for a in per_row])
+            predictor = predictors(layer)
+            assert predictor.row_share == pytest.approx(share * (1 - target))
+            mask = predictor.predict(q, k, causal=causal, sliding_window=graph.sliding_window)
+            assert (mask.sum(-1) >= want).all()
+            floor_only = RowFloor(ThresholdDistance(torch.full((q.shape[0],), -1.0)), floor,
+                                  predictor.row_share)
+            alone = floor_only.predict(q, k, causal=causal, sliding_window=graph.sliding_window)
+            assert torch.equal(alone.sum(-1), want.expand(q.shape[0], -1))
+            if allowed is not None:
+                assert not (mask & ~allowed).any()
+
+
+def test_without_a_floor_share_the_masks_are_the_uncapped_ones(train) -> None:
+    """``floor_share`` left out or None: the same spec, the same thresholds and the same
+    masks as the uncapped floor."""
+    absent = PredictorSpec.of("distance-floor:budget", {"target_sparsity": 0.8, "floor": 3})
+    none = PredictorSpec.of("distance-floor:budget", {"target_sparsity": 0.8, "floor": 3,
+                                                      "floor_share": None})
+    assert absent == none and absent.key == none.key
+    assert absent.params_json() == '{"floor": 3, "target_sparsity": 0.8}'
+    samples = DistanceSamples.from_records(train, _identity(), row_ranks=True)
+    reference = CalibratedFlooredDistance(0.8, 3, "budget").fit(samples)
+    fitted = absent.fit(train)
+    for layer in range(2):
+        predictor = absent.build(_identity(), layer, fitted)
+        assert predictor.row_share is None
+        assert torch.equal(predictor.base.sq_thresholds, reference.sq_thresholds_[layer])
+        for record in train[:5]:
+            q, k = _identity().project_record(record)[layer]
+            assert torch.equal(predictor.predict(q, k),
+                               RowFloor(ThresholdDistance(reference.sq_thresholds_[layer]),
+                                        3).predict(q, k))
+
+
+def test_floor_share_errors(samples) -> None:
+    with pytest.raises(ValueError, match="floor_share"):
+        CalibratedFlooredDistance(0.9, 2, floor_share=0.0).fit(samples)
+    with pytest.raises(ValueError, match="floor_share"):
+        CalibratedFlooredDistance(0.9, 2, floor_share=1.5).fit(samples)
+    with pytest.raises(ValueError, match="floor_share"):
+        PredictorSpec.of("distance-floor:budget", {"target_sparsity": 0.9, "floor": 2,
+                                                   "floor_share": 2.0})
+    with pytest.raises(ValueError, match="unknown"):  # the raw family has no target to share
+        PredictorSpec.of("distance-floor", {"threshold": 1.0, "floor": 2, "floor_share": 0.5})
+    ranked = DistanceSamples(samples.pairs, samples.gold, samples.n_texts,
+                             pair_rank=samples.pair_rank, gold_rank=samples.gold_rank)
+    with pytest.raises(TypeError, match="row length"):
+        CalibratedFlooredDistance(0.9, 2, floor_share=0.5).fit(ranked)

@@ -39,3 +39,9 @@ def test_narrow_cuts_calibrated_grids_and_adds_floors(restored) -> None:
     assert [s.param_dict for s in CURVES["distance-floor:budget@m2"].specs] == [
         {"floor": 2, "target_sparsity": 0.75}, {"floor": 2, "target_sparsity": 0.9}]
     assert GROUPS["floors"] == ["distance-floor:budget@m2"]
+
+
+def test_a_capped_floor_curve(restored) -> None:
+    assert accuracy_levels.narrow([0.9], [(8, 1.0)]) == ["distance-floor:budget@m8c1"]
+    assert [s.param_dict for s in CURVES["distance-floor:budget@m8c1"].specs] == [
+        {"floor": 8, "floor_share": 1.0, "target_sparsity": 0.9}]

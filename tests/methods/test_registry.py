@@ -36,7 +36,8 @@ def test_param_check_names_the_parameter_the_range_and_the_value():
 
 def test_every_builtin_parameter_is_declared_with_a_default_inside_its_range():
     for method in METHODS.values():
-        for param in method.params:
+        calibrated = [p for c in method.calibrations for p in (c.target, *c.extra)]
+        for param in (*method.params, *calibrated):
             assert param.kind in (int, float), (method.name, param.name)
             param.check(param.default)
             assert param.label and param.url, (method.name, param.name)

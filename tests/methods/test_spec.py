@@ -6,7 +6,14 @@ import pytest
 import torch
 
 from sparsefinder.data.records import AttentionRecord, LayerGraph
-from sparsefinder.methods.registry import INPUTS, METHODS, Method, get_method, register_method
+from sparsefinder.methods.registry import (
+    INPUTS,
+    METHODS,
+    Method,
+    Param,
+    get_method,
+    register_method,
+)
 from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
 from sparsefinder.predictors import Distance, GlobalTokens, TopK, Union, Window
 from sparsefinder.projections.heads import HeadProjections
@@ -62,6 +69,24 @@ def test_spec_is_a_hashable_value_and_validates_its_parameters():
     with pytest.raises(ValueError, match="global_tokens"):
         PredictorSpec("fixed", (), 0, ("middle",))
     assert PredictorSpec.of("fixed").label() == "empty graph"
+
+
+def test_an_optional_parameter_may_be_left_out_or_none():
+    share = Param("share", float, None, low=0.0, high=1.0, low_open=True, optional=True)
+    method = Method("opt", "Optional", (Param("t", float, 1.0), share), lambda p, c: None)
+    method.check_params({"t": 1.0})
+    method.check_params({"t": 1.0, "share": None})
+    method.check_params({"t": 1.0, "share": 0.5})
+    with pytest.raises(ValueError, match="share must be a number in"):
+        method.check_params({"t": 1.0, "share": 0.0})
+    with pytest.raises(ValueError, match=r"missing \['t'\]"):
+        method.check_params({"share": 0.5})
+    # a spec with the optional parameter None is the spec without it
+    a = PredictorSpec.of("distance-floor:budget", {"target_sparsity": 0.9, "floor": 5,
+                                                   "floor_share": None})
+    b = PredictorSpec.of("distance-floor:budget", {"target_sparsity": 0.9, "floor": 5})
+    assert a == b and hash(a) == hash(b) and a.params == b.params
+    assert "floor_share" not in a.label()
 
 
 def test_build_unites_the_method_with_window_and_global_tokens():

@@ -8,7 +8,7 @@ import torch
 from sparsefinder.attention.masks import layer_allowed
 from sparsefinder.methods.spec import PredictorSpec, predict_layer
 from sparsefinder.predictors import Distance, Window
-from sparsefinder.predictors.row_floor import RowFloor
+from sparsefinder.predictors.row_floor import RowFloor, floor_counts
 from sparsefinder.predictors.threshold_distance import ThresholdDistance
 
 HEADS, N, R = 3, 24, 4
@@ -231,3 +231,67 @@ def test_a_base_is_asked_with_the_layers_causality(causal, window) -> None:
     if causal:
         assert not torch.equal(got, RowFloor(_BlindBudget(2), 1).predict(
             q, k, causal=False, sliding_window=window) & allowed)
+
+
+def _capped_reference(q, k, floor, row_share, causal, window) -> torch.Tensor:
+    """Row i's ``min(floor, max(1, ⌊row_share · allowed_i⌋))`` nearest allowed keys, row by
+    row (the formula written out, not the library's counts)."""
+    n, m = q.shape[1], k.shape[1]
+    allowed = layer_allowed(n, m, causal=causal, sliding_window=window)
+    dist = torch.cdist(q.double(), k.double())
+    out = torch.zeros(HEADS, n, m, dtype=torch.bool)
+    for i in range(n):
+        keys = torch.arange(m) if allowed is None else allowed[i].nonzero()[:, 0]
+        count = min(floor, max(1, int(row_share * len(keys))))
+        for h in range(HEADS):
+            out[h, i, keys[dist[h, i, keys].argsort()[:count]]] = True
+    return out
+
+
+@pytest.mark.parametrize(("causal", "window"), LAYOUTS)
+@pytest.mark.parametrize(("floor", "row_share"), [(5, 0.1), (3, 0.25), (8, 1.0), (4, 0.01)])
+def test_a_capped_floor_keeps_the_formulas_keys_in_every_row(causal, window, floor,
+                                                             row_share) -> None:
+    q, k = _qk(10)
+    got = RowFloor(None, floor, row_share).predict(q, k, causal=causal, sliding_window=window)
+    assert torch.equal(got, _capped_reference(q, k, floor, row_share, causal, window))
+    allowed = layer_allowed(N, N, causal=causal, sliding_window=window)
+    per_row = torch.full((N,), N) if allowed is None else allowed.sum(-1)
+    want = torch.tensor([min(floor, max(1, int(row_share * a))) for a in per_row.tolist()])
+    assert torch.equal(got.sum(-1), want.expand(HEADS, -1))
+    assert torch.equal(floor_counts(floor, row_share, per_row), want)
+    if allowed is not None:
+        assert not (got & ~allowed).any()
+
+
+@pytest.mark.parametrize(("causal", "window"), LAYOUTS)
+def test_a_capped_floor_over_a_threshold_adds_the_capped_keys(causal, window) -> None:
+    """The one-pass distance path (only the rows short of their own count are ranked) and
+    the general path give the base ∪ the capped floor."""
+    q, k = _qk(11)
+    t2 = torch.tensor([0.5, 2.0, -1.0])
+    base = ThresholdDistance(t2)
+    got = RowFloor(base, 4, 0.15).predict(q, k, causal=causal, sliding_window=window)
+    want = base.predict(q, k, causal=causal) | _capped_reference(q, k, 4, 0.15, causal, window)
+    allowed = layer_allowed(N, N, causal=causal, sliding_window=window)
+    if allowed is not None:
+        want &= allowed
+    assert torch.equal(got, want)
+    general = RowFloor(_Cached(base.predict(q, k, causal=causal)), 4, 0.15).predict(
+        q, k, causal=causal, sliding_window=window)
+    assert torch.equal(general, want)
+
+
+def test_a_cap_that_never_binds_gives_the_uncapped_masks() -> None:
+    q, k = _qk(12)
+    for causal, window in LAYOUTS:
+        for base in (None, ThresholdDistance(torch.tensor([0.5, 2.0, -1.0]))):
+            uncapped = RowFloor(base, 1).predict(q, k, causal=causal, sliding_window=window)
+            capped = RowFloor(base, 1, 1.0).predict(q, k, causal=causal, sliding_window=window)
+            assert torch.equal(capped, uncapped)
+
+
+@pytest.mark.parametrize("row_share", [0.0, 1.5, -0.1, True, "0.5"])
+def test_a_row_share_outside_zero_one_is_refused(row_share) -> None:
+    with pytest.raises(ValueError, match="row_share"):
+        RowFloor(None, 2, row_share)
