@@ -140,6 +140,20 @@ def test_a_union_passes_a_local_window_to_members_that_honour_it():
                        TopK(3).predict(q, k, causal=True) | Window(1).predict(q, k, causal=True))
 
 
+def test_a_member_that_knows_no_window_is_not_given_one():
+    """A plug-in predictor whose predict takes no ``sliding_window`` still works in a union
+    on a local layer: only the members that honour a window get it."""
+
+    class Plain:  # the Predictor protocol without windows
+        def predict(self, q, k, *, causal=False):
+            return torch.ones(q.shape[0], q.shape[1], k.shape[1], dtype=torch.bool).tril()
+
+    q = torch.randn(2, 8, 3, generator=torch.Generator().manual_seed(1))
+    union = Union(Plain(), Window(1))
+    got = union.predict(q, q, causal=True, sliding_window=3)
+    assert torch.equal(got, Plain().predict(q, q, causal=True))
+
+
 def test_reads_shapes_only_names_the_patterns_that_ignore_q_and_k() -> None:
     from sparsefinder.predictors.union import reads_shapes_only
 
