@@ -3,8 +3,10 @@
 6 layers × 12 heads at n=512, r=4 (seeded random data): Union(KMeans(B=8, top_k=2), Window(3))
 plus recall and sparsity. Prints per-component medians and, last, ``ms=<median total>``.
 
-``--predictor kmeans-routed`` (RoutedKMeans, B=128, budget 0.08 on d=32 original vectors) or
-``--predictor topp`` (TopP(0.9), an oracle, d=32) time that predictor instead, and the total
+``--predictor kmeans-routed`` (RoutedKMeans, B=128, budget 0.08 on d=32 original vectors),
+``--predictor topp`` (TopP(0.9), an oracle, d=32) or ``--predictor distance-budget`` (the
+app's first screen: per-head squared thresholds on r=8 projected vectors, each head's set at
+its 10 % quantile, sparsity ~0.90) time that predictor instead, and the total
 then includes EVERY metric, scored as the sweep and the app score them (one ``Scorer`` per text):
 recall, sparsity, precision, exact fraction, attention-mass recall and block recall at 16 and
 64. The process tunes glibc malloc as the app and the CLI do.
@@ -29,6 +31,7 @@ from sparsefinder.metrics.measures import recall, sparsity  # noqa: E402
 from sparsefinder.metrics.scorer import Scorer
 from sparsefinder.predictors import Distance, KMeans, Quantization, Union, Window  # noqa: E402
 from sparsefinder.predictors.routed_kmeans import RoutedKMeans  # noqa: E402
+from sparsefinder.predictors.threshold_distance import ThresholdDistance  # noqa: E402
 from sparsefinder.predictors.topp import TopP  # noqa: E402
 from sparsefinder.runtime import tune_cpu_allocator  # noqa: E402
 
@@ -68,7 +71,8 @@ def main() -> None:
         "machine shared with other work, OpenMP barriers stall for whole scheduler ticks)",
     )
     parser.add_argument(
-        "--predictor", default="kmeans+window", choices=["kmeans+window", "kmeans-routed", "topp"],
+        "--predictor", default="kmeans+window",
+        choices=["kmeans+window", "kmeans-routed", "topp", "distance-budget"],
         help="what to time (default: the app's kmeans+window); the issue-10 predictors are "
         "timed with all metrics",
     )
@@ -148,6 +152,13 @@ def all_metrics(name: str) -> None:
             )
             for _ in range(LAYERS)
         ]
+    elif name == "distance-budget":  # projected r=8 vectors, as the app's first screen
+        qs = [torch.randn(HEADS, N, 8, generator=gen) for _ in range(LAYERS)]
+        ks = [torch.randn(HEADS, N, 8, generator=gen) for _ in range(LAYERS)]
+        predictors = []
+        for q, k in zip(qs, ks, strict=True):
+            squared = torch.cdist(q, k).square().flatten(1)
+            predictors.append(ThresholdDistance(squared.quantile(0.1, dim=-1)))
     else:
         predictors = [TopP(TOPP_P) for _ in range(LAYERS)]
     scorer, basic = Scorer(record), Scorer(record, extra=False)
