@@ -1,7 +1,8 @@
 """The predictor the head atlas scores per head: chosen in ONE place.
 
-By default it is the app's default setting (``explore.state.ViewState``: ``distance:budget``
-at target sparsity 0.90, without window or global tokens, so the target is the sparsity),
+By default it is the app's default setting (``explore.state.ViewState``:
+``distance-floor:budget``, the calibrated distance with each row's 5 nearest keys, at target
+sparsity 0.90, without window or global tokens, so the target is the sparsity),
 built from the bundled calibration table with the projections file
 that table names (the bundle's best, r = 8 lowrank-logistic), through
 :class:`~sparsefinder.methods.spec.PredictorSpec` like every other number of the project.
@@ -17,6 +18,7 @@ from typing import Any
 from torch import Tensor
 
 from sparsefinder.bundle import bundle
+from sparsefinder.calibration.curves import DEFAULT_FLOOR
 from sparsefinder.calibration.table import CalibrationError, CalibrationTable
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
@@ -24,7 +26,7 @@ from sparsefinder.metrics.scorer import Scorer
 from sparsefinder.projections.heads import HeadProjections, ProjectionsError
 
 #: The app's default setting (a test keeps it equal to ``to_spec(ViewState())``).
-ATLAS_METHOD = "distance:budget"
+ATLAS_METHOD = "distance-floor:budget"
 ATLAS_TARGET = 0.9
 ATLAS_WINDOW = 0
 ATLAS_GLOBAL: tuple[str, ...] = ()
@@ -32,7 +34,8 @@ ATLAS_GLOBAL: tuple[str, ...] = ()
 
 def default_spec(target: float = ATLAS_TARGET) -> PredictorSpec:
     """The setting the atlas scores: the app's default setting at ``target`` sparsity."""
-    return PredictorSpec.of(ATLAS_METHOD, {"target_sparsity": float(target)},
+    return PredictorSpec.of(ATLAS_METHOD, {"target_sparsity": float(target),
+                                           "floor": DEFAULT_FLOOR},
                             window=ATLAS_WINDOW, global_tokens=ATLAS_GLOBAL)
 
 

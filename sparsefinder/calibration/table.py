@@ -1,13 +1,15 @@
 """Calibrated settings fitted once on TRAIN graphs and shipped as a small file.
 
 The calibrated predictors (:mod:`sparsefinder.calibration.estimators`) turn a *target
-sparsity* into per-head parameters — a squared-distance threshold (``distance:budget``) or a
-per-row keep fraction (``rowfrac:budget``), the heads sharing the sparsity budget so that the
-mean recall is highest. Fitting needs the train split's gold graphs, which an interactive app
-does not want to extract. So ``sparsefinder calibrate`` fits them for a grid of targets and
-writes a :class:`CalibrationTable` beside the projections it was fitted for (a few KB); the
-app drives the calibrated methods from the table, and a sweep with train records fits them
-itself (the same estimators, the same numbers).
+sparsity* into per-head parameters — a squared-distance threshold (``distance:budget``; with a
+per-row floor of the ``m`` nearest keys, ``distance-floor:budget``, fitted with the floor's
+density included) or a per-row keep fraction (``rowfrac:budget``), the heads sharing the
+sparsity budget so that the mean recall is highest. Fitting needs the train split's gold
+graphs, which an interactive app does not want to extract. So ``sparsefinder calibrate``
+fits them for a grid of targets and writes a :class:`CalibrationTable` beside the
+projections it was fitted for (a few KB); the app drives the calibrated methods from the
+table, and a sweep with train records fits them itself (the same estimators, the same
+numbers).
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from sparsefinder.calibration.curves import SPARSITY_TARGETS, calibrated_methods
+from sparsefinder.calibration.curves import DEFAULT_FLOOR, SPARSITY_TARGETS, calibrated_methods
 from sparsefinder.calibration.estimators import CalibratedDistance, CalibratedRowFraction
+from sparsefinder.calibration.floor import CalibratedFlooredDistance
 from sparsefinder.calibration.grid import HEAD_GRIDS, layer_predictor, measure_grid
 from sparsefinder.calibration.samples import DistanceSamples
 from sparsefinder.data.records import AttentionRecord
@@ -34,6 +37,7 @@ from sparsefinder.files import (
     save_payload,
 )
 from sparsefinder.methods.registry import MethodUnavailable
+from sparsefinder.predictors.row_floor import RowFloor
 from sparsefinder.predictors.row_fraction import RowFraction
 from sparsefinder.predictors.threshold_distance import ThresholdDistance
 from sparsefinder.projections.heads import HeadProjections
@@ -41,6 +45,8 @@ from sparsefinder.projections.heads import HeadProjections
 FORMAT = "sparsefinder-calibration"
 #: Families a table holds under ``calibration="budget"``, and the estimator of each.
 ESTIMATORS = {"distance": CalibratedDistance, "rowfrac": CalibratedRowFraction}
+#: The floored distance family a table holds, at ONE floor (``metadata["floor"]``).
+FLOOR_METHOD = "distance-floor"
 #: Families whose per-head raw settings a table holds (:mod:`.grid`): those that do not read
 #: the projections, so they hold whatever projections the table is fitted for.
 GRID_METHODS = ("kmeans-routed", "window")
@@ -79,7 +85,8 @@ class CalibrationTable:
     """Per-head parameters of each family under ``calibration="budget"`` at each target.
 
     ``params[family]`` is float32 (targets, layers, heads): squared thresholds for
-    ``distance``, keep fractions for ``rowfrac``, indices into ``grids[family]``
+    ``distance`` and ``distance-floor`` (its floor of ``metadata["floor"]`` keys per row, no
+    length cap), keep fractions for ``rowfrac``, indices into ``grids[family]``
     (the raw settings) for the :data:`GRID_METHODS`; ``train_sparsity`` and ``train_recall``
     the train estimates, same shapes. ``projections_file`` names the projections file (next
     to the table) it was fitted for, so an app can load them whatever its own projections.
@@ -99,9 +106,10 @@ class CalibrationTable:
     def fit(cls, records: Sequence[AttentionRecord], projections: HeadProjections,
             projections_sha256: str, targets: Sequence[float] = SPARSITY_TARGETS,
             samples_per_text: int = 1024, seed: int = 0,
-            grid_methods: Sequence[str] = GRID_METHODS) -> CalibrationTable:
-        """Fit every method of :data:`ESTIMATORS` and ``grid_methods`` at every target on
-        TRAIN records."""
+            grid_methods: Sequence[str] = GRID_METHODS,
+            floor: int | None = DEFAULT_FLOOR) -> CalibrationTable:
+        """Fit every method of :data:`ESTIMATORS`, ``distance-floor`` with ``floor`` keys per
+        row (None: not fitted) and ``grid_methods`` at every target on TRAIN records."""
         samples = DistanceSamples.from_records(records, projections, samples_per_text, seed,
                                                rank_fractions=True)
         params, sparsity, recall = {}, {}, {}
@@ -112,6 +120,14 @@ class CalibrationTable:
             params[method] = torch.stack([getattr(f, attr).float() for f in fitted])
             sparsity[method] = torch.stack([f.train_sparsity_.float() for f in fitted])
             recall[method] = torch.stack([f.train_recall_.float() for f in fitted])
+        if floor is not None:  # its samples also know each pair's rank in its row
+            ranked = DistanceSamples.from_records(records, projections, samples_per_text, seed,
+                                                  row_ranks=True)
+            fitted = [CalibratedFlooredDistance(float(t), int(floor), "budget").fit(ranked)
+                      for t in targets]
+            params[FLOOR_METHOD] = torch.stack([f.sq_thresholds_.float() for f in fitted])
+            sparsity[FLOOR_METHOD] = torch.stack([f.train_sparsity_.float() for f in fitted])
+            recall[FLOOR_METHOD] = torch.stack([f.train_recall_.float() for f in fitted])
         grids = {}
         for method in grid_methods:
             try:
@@ -129,7 +145,9 @@ class CalibrationTable:
                    targets=[float(t) for t in targets], params=params,
                    train_sparsity=sparsity, train_recall=recall,
                    metadata={"n_texts": len(records), "samples_per_text": samples_per_text,
-                             "seed": seed, "allocation": "budget"}, grids=grids)
+                             "seed": seed, "allocation": "budget",
+                             **({"floor": int(floor)} if floor is not None else {})},
+                   grids=grids)
 
     def index(self, target: float) -> int:
         """Position of ``target`` in the table (it must be one of :attr:`targets`)."""
@@ -149,6 +167,8 @@ class CalibrationTable:
         values = self.params[method][self.index(target), layer]
         if method in self.grids:
             return layer_predictor(method, self.grids[method], values.long(), projections, layer)
+        if method == FLOOR_METHOD:
+            return RowFloor(ThresholdDistance(values), int(self.metadata["floor"]))
         return ThresholdDistance(values) if method == "distance" else RowFraction(values)
 
     def has(self, method: str) -> bool:
@@ -166,6 +186,13 @@ class CalibrationTable:
         """The ``fitted`` factory of one calibrated method (what a sweep's ``fit`` returns)."""
 
         def build(params: dict, projections: Any, layer: int) -> Any:
+            if table_key(method) == FLOOR_METHOD:  # the table holds one floor, uncapped
+                held = int(self.metadata["floor"])
+                if int(params.get("floor", held)) != held or params.get("floor_share"):
+                    raise MethodUnavailable(
+                        f"the calibration table holds {FLOOR_METHOD}:budget with floor={held} "
+                        "and no floor_share; other settings need train graphs (a sweep with "
+                        "--train-passages)")
             return self.predictor(method, float(params["target_sparsity"]), layer, projections)
 
         return build

@@ -1,11 +1,12 @@
 """`sparsefinder calibrate`: per-head calibrated settings for a grid of target sparsities.
 
-Fits ``distance:budget`` (per-head distance thresholds), ``rowfrac:budget`` (per-head row
-fractions), ``kmeans-routed:budget`` (per-head key budgets) and ``window:budget`` (per-head
-windows) on the TRAIN split's gold graphs for the given projections and writes a small table
-the app drives its "target sparsity" slider and its text sweep's calibrated curves from (see
-:mod:`sparsefinder.calibration.table`). The table names its projections file, which the app loads
-for the table's methods.
+Fits ``distance:budget`` (per-head distance thresholds), ``distance-floor:budget`` (the same
+with each row's ``DEFAULT_FLOOR`` nearest keys, the floor's density included),
+``rowfrac:budget`` (per-head row fractions), ``kmeans-routed:budget`` (per-head key budgets)
+and ``window:budget`` (per-head windows) on the TRAIN split's gold graphs for the given
+projections and writes a small table the app drives its "target sparsity" slider and its
+text sweep's calibrated curves from (see :mod:`sparsefinder.calibration.table`). The table
+names its projections file, which the app loads for the table's methods.
 """
 
 from __future__ import annotations

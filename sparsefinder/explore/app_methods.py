@@ -24,6 +24,7 @@ from sparsefinder.methods.registry import (
 #: for it, its default first: ``budget`` reads the bundled calibration table (a target
 #: sparsity), ``none`` the raw parameters.
 APP_CALIBRATIONS: dict[str, tuple[str, ...]] = {
+    "distance-floor": ("budget",),
     "distance": ("budget", "none"),
     "quantization": ("none",),
     "kmeans": ("none",),
@@ -43,7 +44,7 @@ APP_CALIBRATIONS: dict[str, tuple[str, ...]] = {
 APP_METHODS: tuple[str, ...] = tuple(APP_CALIBRATIONS)
 #: The method menu's groups, in menu order (families not listed: "Other predictors").
 METHOD_GROUPS: dict[str, tuple[str, ...]] = {
-    "Sparsefinder": ("distance", "quantization", "kmeans", "rowfrac"),
+    "Sparsefinder": ("distance-floor", "distance", "quantization", "kmeans", "rowfrac"),
     "Other predictors": ("kmeans-routed", "hashattention", "quest", "block"),
     "Fixed patterns": ("fixed", "longformer", "bigbird", "reformer", "routing"),
     "Oracles (bounds)": ("topk", "topp"),

@@ -20,7 +20,7 @@ The model never runs: everything reads the prepared text's cached projected vect
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -32,6 +32,7 @@ from sparsefinder.methods.spec import PredictorSpec, predict_layer
 from sparsefinder.predictors import Distance, GlobalTokens, KMeans, Quantization, Union, Window
 from sparsefinder.predictors.base import Predictor
 from sparsefinder.predictors.distance import pairwise_sq_dist
+from sparsefinder.predictors.row_floor import RowFloor
 from sparsefinder.predictors.row_fraction import RowFraction
 from sparsefinder.predictors.threshold_distance import ThresholdDistance
 
@@ -214,6 +215,11 @@ def one_head(predictor: Predictor, head: int) -> Predictor | None:
         return ThresholdDistance(predictor.sq_thresholds[head:head + 1])
     if isinstance(predictor, RowFraction):
         return RowFraction(predictor.fractions[head:head + 1])
+    if isinstance(predictor, RowFloor):  # the floor counts per row: the base per head
+        base = None if predictor.base is None else one_head(predictor.base, head)
+        if predictor.base is not None and base is None:
+            return None
+        return RowFloor(base, predictor.floor, predictor.row_share)
     return None
 
 
@@ -251,6 +257,13 @@ def _decision(base: Predictor | None, keep: Tensor, qh: Tensor, kh: Tensor, sq_r
         fraction = float(base.fractions[head])
         return Decision(THRESHOLD, keep, f"kept iff among the {kept} nearest of {count} keys "
                         f"(fraction {fraction:.3f}): d ≤ {t:.4g}", threshold=t)
+    if isinstance(base, RowFloor):  # the threshold drawn; the floor's keys kept besides
+        floor = (f"or among the row's {base.floor} nearest keys" if base.row_share is None
+                 else f"or among the row's nearest keys (at most {base.floor})")
+        if base.base is None:
+            return Decision(OUTSIDE, keep, f"kept iff {floor.removeprefix('or ')}")
+        inner = _decision(base.base, keep, qh, kh, sq_row, head, query, inputs, allowed)
+        return replace(inner, rule=f"{inner.rule}, {floor}")
     if isinstance(base, Quantization):
         return _quantization(base, keep, qh, kh, query)
     if isinstance(base, KMeans):

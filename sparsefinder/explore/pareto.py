@@ -27,10 +27,11 @@ from sparsefinder.evaluation.curves import (
 from sparsefinder.explore.app_methods import APP_CALIBRATIONS, GENERIC_FAMILIES, generic_params
 from sparsefinder.explore.state import MAX_BINS, MAX_PAGES, MAX_TOP_K, WINDOW_CHOICES
 
-#: Drawn by default: the best calibrated Sparsefinder (the app's default method), the paper's
-#: Sparsefinder (distance, alone and with a window of 3), three baselines, the top-k oracle.
+#: Drawn by default: the app's default method (calibrated distance with a per-row floor) and
+#: the calibrated distance alone, the paper's Sparsefinder (distance, alone and with a window
+#: of 3), three baselines, the top-k oracle.
 DEFAULT_CURVES: tuple[str, ...] = (
-    "distance:budget", "distance", "distance+window",
+    "distance-floor:budget", "distance:budget", "distance", "distance+window",
     "window", "bigbird", "longformer", "topk",
 )
 #: Curves that see the exact scores (they save no work): drawn as bounds, not as methods.

@@ -27,7 +27,8 @@ from sparsefinder.projections.hash_code_table import HashCodeTable
 from sparsefinder.projections.heads import HeadProjections
 
 #: The calibrated methods the app offers (a target-sparsity slider), best first.
-CALIBRATED_APP_METHODS = ("distance:budget", "rowfrac:budget", "kmeans-routed:budget")
+CALIBRATED_APP_METHODS = ("distance-floor:budget", "distance:budget", "rowfrac:budget",
+                          "kmeans-routed:budget")
 
 
 @dataclass

@@ -25,7 +25,7 @@ from sparsefinder.explore.app_methods import (
 )
 from sparsefinder.explore.inputs import DEFAULT_EXAMPLE, list_examples
 from sparsefinder.explore.texts import is_text_id
-from sparsefinder.methods.registry import CALIBRATION_LABELS, method_id
+from sparsefinder.methods.registry import CALIBRATION_LABELS, METHODS, method_id
 from sparsefinder.methods.spec import GLOBAL_CHOICES, PredictorSpec
 from sparsefinder.metrics.measures import EXTRA_METRICS
 from sparsefinder.predictors.hash_codes import HASH_BITS
@@ -56,10 +56,11 @@ class ViewState:
 
     model: str = "default"
     alpha: float = 1.5
-    #: The best method of the bundled model at its calibrated setting: the highest TRAIN
-    #: recall at target 0.90 in the bundled calibration table (`sparsefinder calibrate`
-    #: prints it: distance:budget 0.884, rowfrac:budget 0.819, kmeans-routed:budget 0.751).
-    method: str = "distance"
+    #: The method whose restricted model's output is closest to the full model's at the
+    #: calibrated setting (validation, sparsity 0.90: output cosine 0.9902 against 0.9888 for
+    #: distance:budget, docs/results.md "A per-row floor"): the calibrated distance threshold
+    #: with each row's 5 nearest keys, from the bundled calibration table.
+    method: str = "distance-floor"
     calibration: str = "budget"
     target: float = DEFAULT_TARGET
     t: float | None = None
@@ -359,8 +360,10 @@ def to_spec(state: ViewState, method: str | None = None) -> PredictorSpec:
     method, _, calibration = (method or state.method_id).partition(":")
     calibration = calibration or "none"
     params: dict[str, Any] = {}
-    if calibration != "none":
+    if calibration != "none":  # the target; any other declared setting at its default
         params = {"target_sparsity": float(state.target)}
+        params.update({p.name: p.default for p in METHODS[method].variant(calibration).params
+                       if p.name not in params and not p.optional})
     elif method == "distance":
         params = {"threshold": float(state.t if state.t is not None else 0.0)}
     elif method == "quantization":

@@ -86,7 +86,7 @@ def test_predictor_scores_are_the_scorers_macro_means(default_model):
              "Entmax attention keeps only a few keys per query.", "Why not? It works, mostly."]
     records = extract(default_model, texts)
     predictor = bundled_predictor(default_model.model_id)
-    assert predictor is not None and predictor.spec.method_id == "distance:budget"
+    assert predictor is not None and predictor.spec.method_id == "distance-floor:budget"
     assert predictor.spec.window == 0 and predictor.spec.global_tokens == ()
     atlas = compute_atlas(lambda: records, predictor)
     built = predictor.spec.build_layers(predictor.projections, 6, predictor.fitted)
@@ -96,7 +96,7 @@ def test_predictor_scores_are_the_scorers_macro_means(default_model):
     for name in ("recall", "mass_recall", "exact_fraction", "sparsity"):
         expected = torch.stack([getattr(s, name) for s in per_text]).mean(0).reshape(-1)
         np.testing.assert_allclose(atlas.heads[f"pred_{name}"], expected.numpy(), atol=1e-12)
-    assert atlas.meta["predictor"] == "distance:budget target_sparsity=0.9"
+    assert atlas.meta["predictor"] == "distance-floor:budget floor=5 target_sparsity=0.9"
 
 
 def test_local_layers_are_measured_over_their_window(sparse_modernbert_records):

@@ -95,7 +95,7 @@ def test_global_tokens_add_edges(with_projections):
 
 def test_method_select_in_sidebar_switches_sliders(with_projections):
     """The menu lists families; calibration is a control of the family, not a menu entry."""
-    at = new_app().run()
+    at = new_app(method="distance", calibration="budget").run()
     assert at.sidebar.selectbox(key="w_method").value == "distance"
     assert at.sidebar.radio(key="w_calibration").value == "budget"
     assert at.select_slider(key="w_target").value == 0.9
@@ -254,12 +254,14 @@ def test_output_accuracy_of_the_setting(with_projections):
 
 def test_first_screen_is_the_best_method_at_its_calibrated_setting():
     """With the bundled projections and calibration (no fixture), the Explorer opens on the
-    distance budget at target sparsity 0.90, read with the calibration table's own (r = 8
-    lowrank-logistic) projections; the target slider moves sparsity."""
+    calibrated distance with each row's 5 nearest keys (the method whose restricted output is
+    closest to the full model's at sparsity 0.90) at target sparsity 0.90, read with the
+    calibration table's own (r = 8 lowrank-logistic) projections; the target slider moves
+    sparsity."""
     at = new_app().run()
     assert_clean(at)
-    assert at.selectbox(key="w_method").value == "distance"
-    assert at.radio(key="w_calibration").value == "budget"
+    assert at.selectbox(key="w_method").value == "distance-floor"
+    assert at.query_params["method"] == "distance-floor"
     assert at.select_slider(key="w_target").value == 0.9
     assert not at.warning  # nothing switched off
     sparse = metric(at, "Model sparsity")
@@ -271,7 +273,7 @@ def test_first_screen_is_the_best_method_at_its_calibrated_setting():
 
 
 def test_output_accuracy_of_the_calibrated_default():
-    """The first screen's method (distance:budget, from the bundled table and its own
+    """The first screen's method (distance-floor:budget, from the bundled table and its own
     projections) runs in the restricted forward too: the table's predictors, not a refit."""
     at = new_app().run()
     at.toggle(key="w_accuracy_on").set_value(True).run()

@@ -123,18 +123,20 @@ def test_token_view_shows_the_column_too(with_projections):
 
 def test_pareto_text_sweep_has_the_calibrated_curves_and_the_default_star_on_one():
     """Bundled assets (no fixture): the text sweep includes the calibration table's curves
-    (the app has no train graphs to fit them) and the first screen's method, distance:budget
-    at 0.90 (without window and global tokens), is a point of its curve."""
+    (the app has no train graphs to fit them) and the first screen's method,
+    distance-floor:budget at 0.90 (without window and global tokens), is a point of its
+    curve."""
     at = new_app(window="0", curves="calibrated", **{"global": "none"}).run()
     at.switch_page("app_pages/pareto.py").run()
     assert_clean(at)
     (text_figure,) = figures(at)
     names = {t.get("name") for t in text_figure["data"]}
-    for curve in ("distance:budget", "rowfrac:budget", "kmeans-routed:budget", "window:budget"):
+    for curve in ("distance-floor:budget", "distance:budget", "rowfrac:budget",
+                  "kmeans-routed:budget", "window:budget"):
         assert f"{curve} (all)" in names
-    assert not any("distance:budget" in c.value for c in at.caption if "not swept" in c.value)
-    assert _star(text_figure) == _grid_point(text_figure, "distance:budget",
-                                             {"target_sparsity": 0.9})
+    assert not any("distance" in c.value for c in at.caption if "not swept" in c.value)
+    assert _star(text_figure) == _grid_point(text_figure, "distance-floor:budget",
+                                             {"target_sparsity": 0.9, "floor": 5})
 
 
 def _drawn(figure: dict) -> list[str]:

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from sparsefinder.bundle import bundle
+from sparsefinder.calibration.curves import DEFAULT_FLOOR
 from sparsefinder.calibration.table import CalibrationError, CalibrationTable, file_digest
 from sparsefinder.data.records import AttentionRecord, LayerGraph
 from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
@@ -61,15 +62,49 @@ def test_a_table_saved_with_the_old_method_names_reads_under_the_families(fitted
     table = fitted[0]
     path = table.save(tmp_path / "calibration.pt")
     payload = torch.load(path, weights_only=False)
-    for key in ("params", "train_sparsity", "train_recall", "grids"):
-        payload[key] = {f"{name}-budget": value for name, value in payload[key].items()}
+    for key in ("params", "train_sparsity", "train_recall", "grids"):  # (no floor back then)
+        payload[key] = {f"{name}-budget": value for name, value in payload[key].items()
+                        if name != "distance-floor"}
     torch.save(payload, path)
     loaded = CalibrationTable.load(path)
-    assert set(loaded.params) == set(table.params) == {"distance", "rowfrac", "window"}
+    assert set(loaded.params) == {"distance", "rowfrac", "window"}
+    assert set(table.params) == {"distance", "distance-floor", "rowfrac", "window"}
     assert torch.equal(loaded.params["distance"], table.params["distance"])
     assert loaded.has("distance-budget") and loaded.has("distance:budget")
     assert not loaded.has("distance") and not loaded.has("quantization:budget")
     assert loaded.methods() == ["distance:budget", "rowfrac:budget", "window:budget"]
+
+
+def test_the_floored_distance_is_the_sweeps_fit_and_holds_one_floor(fitted):
+    """``distance-floor:budget`` in a table: the thresholds a sweep's own fit gives on the same
+    train records (floor DEFAULT_FLOOR, uncapped), as a RowFloor; other floors refused."""
+    from sparsefinder.calibration.floor import CalibratedFlooredDistance
+    from sparsefinder.calibration.samples import DistanceSamples
+    from sparsefinder.methods.registry import MethodUnavailable
+    from sparsefinder.predictors.row_floor import RowFloor
+
+    table, projections, gen = fitted
+    again = torch.Generator().manual_seed(0)  # the fixture's train records, drawn again
+    train = [_record(again, n) for n in range(20, 50, 3)]
+    assert table.metadata["floor"] == DEFAULT_FLOOR and table.has("distance-floor:budget")
+    samples = DistanceSamples.from_records(train, projections, 1024, 0, row_ranks=True)
+    for i, target in enumerate(table.targets):
+        own = CalibratedFlooredDistance(target, DEFAULT_FLOOR, "budget").fit(samples)
+        assert torch.equal(table.params["distance-floor"][i], own.sq_thresholds_.float())
+    built = table.fitted_for("distance-floor:budget")(
+        {"target_sparsity": 0.8, "floor": DEFAULT_FLOOR}, projections, 1)
+    assert isinstance(built, RowFloor) and built.floor == DEFAULT_FLOOR
+    assert torch.equal(built.base.sq_thresholds, table.params["distance-floor"][1, 1])
+    record = _record(gen, 30)
+    q, k = record.layers[1].queries, record.layers[1].keys
+    assert (built.predict(q, k).sum(-1) >= DEFAULT_FLOOR).all()  # every row its floor
+    for other in ({"target_sparsity": 0.8, "floor": 3},
+                  {"target_sparsity": 0.8, "floor": DEFAULT_FLOOR, "floor_share": 0.5}):
+        with pytest.raises(MethodUnavailable, match=f"floor={DEFAULT_FLOOR}"):
+            table.fitted_for("distance-floor:budget")(other, projections, 0)
+    none = CalibrationTable.fit(train[:3], projections, "digest", targets=[0.9], floor=None,
+                                grid_methods=())
+    assert "distance-floor" not in none.params and "floor" not in none.metadata
 
 
 def test_held_out_sparsity_lands_near_the_target(fitted):
@@ -104,7 +139,8 @@ def test_the_bundled_table_names_and_matches_its_projections():
     assert table.projections_sha256 == file_digest(paper.with_name(table.projections_file))
     assert file_digest(paper) != table.projections_sha256  # not the paper file
     assert 0.9 in table.targets and set(table.params) == {
-        "distance", "rowfrac", "kmeans-routed", "window"}
+        "distance", "distance-floor", "rowfrac", "kmeans-routed", "window"}
+    assert table.metadata["floor"] == DEFAULT_FLOOR
     assert table.params["rowfrac"].shape[1:] == (6, 12)
     assert table.metadata["split"] == "train"
     projections = table.own_projections(bundle().path("calibration"))

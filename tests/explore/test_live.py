@@ -342,10 +342,10 @@ def calibrated(record, projections):
 def test_clamp_keeps_a_calibrated_state_and_snaps_its_target(calibrated):
     p = calibrated
     assert 0.9 in p.calibration.targets and 0.5 in p.calibration.targets
-    clamped, notes = live.clamp(urlstate.ViewState(), p)  # distance:budget at target 0.9
-    assert notes == [] and clamped.method_id == "distance:budget" and clamped.target == 0.9
+    clamped, notes = live.clamp(urlstate.ViewState(), p)  # distance-floor:budget at 0.9
+    assert notes == [] and clamped.method_id == "distance-floor:budget" and clamped.target == 0.9
     for wanted, nearest in ((0.903, 0.9), (0.897, 0.9), (0.56, 0.6), (0.3, 0.5)):
-        clamped, notes = live.clamp(urlstate.ViewState(target=wanted), p)
+        clamped, notes = live.clamp(urlstate.ViewState(method="distance", target=wanted), p)
         assert clamped.target == nearest and clamped.method_id == "distance:budget"
         assert notes == [f"target sparsity {wanted:g} is not calibrated: showing the nearest "
                          f"calibrated target, {nearest:g}."]
@@ -373,7 +373,7 @@ def test_a_target_counts_as_calibrated_only_strictly_within_1e_9():
 
 def test_clamp_says_why_a_method_is_off(prepared, record):
     # projections but no calibration table: a calibrated method cannot run
-    clamped, notes = live.clamp(urlstate.ViewState(), prepared)
+    clamped, notes = live.clamp(urlstate.ViewState(method="distance"), prepared)
     assert clamped.method_id == "distance:budget"
     assert notes == [
         "Distance (t), per head, sparsity budget across heads needs settings calibrated for these "
@@ -381,8 +381,9 @@ def test_clamp_says_why_a_method_is_off(prepared, record):
         "are not loaded: it is off, and only the window/global patterns are predicted."]
     # neither: the projections are what is missing
     _, notes = live.clamp(urlstate.ViewState(), prep.prepare(record, None))
-    assert notes[0].startswith("Distance (t), per head, sparsity budget across heads needs learned "
-                               "projections for this model, which are not loaded")
+    assert notes[0].startswith("Distance (t) ∪ nearest keys per row (floor m), per head, sparsity "
+                               "budget across heads needs learned projections for this model, "
+                               "which are not loaded")
     # a raw method whose learned parts are missing (no hash codes here) is not "calibrated"
     assert live.clamp(urlstate.ViewState(method="hashattention"), prepared)[1] == [
         "HashAttention (learned bit codes) needs learned projections for this model, which are "

@@ -145,7 +145,7 @@ def test_list_values_and_whitespace():
 def test_calibration_is_a_parameter_of_the_method_in_links():
     default = urlstate.ViewState()
     assert (default.method, default.calibration, default.method_id) == (
-        "distance", "budget", "distance:budget")
+        "distance-floor", "budget", "distance-floor:budget")
     assert urlstate.view_state_to_params(default)["calibration"] == "budget"
     state, problems = urlstate.parse_view_state({"method": "distance", "calibration": "budget"})
     assert state.method_id == "distance:budget" and not problems
@@ -170,8 +170,11 @@ def test_calibration_is_a_parameter_of_the_method_in_links():
     assert default.with_(method="rowfrac", calibration="none").method_id == "rowfrac"
     assert default.with_(method="kmeans-routed", calibration="none").method_id == (
         "kmeans-routed:budget")
-    assert urlstate.to_spec(default).method_id == "distance:budget"
-    assert urlstate.to_spec(default).param_dict == {"target_sparsity": 0.9}
+    assert urlstate.to_spec(default).method_id == "distance-floor:budget"
+    # the calibrated family's other declared settings at their defaults (the table's floor)
+    assert urlstate.to_spec(default).param_dict == {"target_sparsity": 0.9, "floor": 5}
+    assert urlstate.to_spec(default.with_(method="distance")).param_dict == {
+        "target_sparsity": 0.9}
     assert urlstate.parse_view_state({}, urlstate.ViewState(window=7))[0].window == 7
 
 
@@ -215,9 +218,9 @@ def test_problem_messages_name_what_is_expected():
     _, problems = urlstate.parse_view_state({"method": "magic", "example": "nope",
                                              "global": "first,middle"})
     assert problems == [
-        "ignored URL parameter method='magic': expected one of distance, quantization, kmeans, "
-        "rowfrac, kmeans-routed, hashattention, quest, block, fixed, longformer, bigbird, "
-        "reformer, routing, topk, topp",
+        "ignored URL parameter method='magic': expected one of distance-floor, distance, "
+        "quantization, kmeans, rowfrac, kmeans-routed, hashattention, quest, block, fixed, "
+        "longformer, bigbird, reformer, routing, topk, topp",
         "ignored URL parameter global='first,middle': expected a comma list of "
         "('first', 'last') or 'none'",
         "ignored URL parameter example='nope': expected a bundled example name",
