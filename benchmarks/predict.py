@@ -4,9 +4,10 @@
 plus recall and sparsity. Prints per-component medians and, last, ``ms=<median total>``.
 
 ``--predictor kmeans-routed`` (RoutedKMeans, B=128, budget 0.08 on d=32 original vectors),
-``--predictor topp`` (TopP(0.9), an oracle, d=32) or ``--predictor distance-budget`` (the
-app's first screen: per-head squared thresholds on r=8 projected vectors, each head's set at
-its 10 % quantile, sparsity ~0.90) time that predictor instead, and the total
+``--predictor topp`` (TopP(0.9), an oracle, d=32), ``--predictor distance-budget``
+(per-head squared thresholds on r=8 projected vectors, each head's set at its 10 % quantile,
+sparsity ~0.90) or ``--predictor distance-floor-budget`` (the app's first screen: the same
+thresholds with each row's 5 nearest keys) time that predictor instead, and the total
 then includes EVERY metric, scored as the sweep and the app score them (one ``Scorer`` per text):
 recall, sparsity, precision, exact fraction, attention-mass recall and block recall at 16 and
 64. The process tunes glibc malloc as the app and the CLI do.
@@ -26,11 +27,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from sparsefinder.calibration.curves import DEFAULT_FLOOR  # noqa: E402
 from sparsefinder.data.records import AttentionRecord, LayerGraph  # noqa: E402
 from sparsefinder.metrics.measures import recall, sparsity  # noqa: E402
 from sparsefinder.metrics.scorer import Scorer
 from sparsefinder.predictors import Distance, KMeans, Quantization, Union, Window  # noqa: E402
 from sparsefinder.predictors.routed_kmeans import RoutedKMeans  # noqa: E402
+from sparsefinder.predictors.row_floor import RowFloor  # noqa: E402
 from sparsefinder.predictors.threshold_distance import ThresholdDistance  # noqa: E402
 from sparsefinder.predictors.topp import TopP  # noqa: E402
 from sparsefinder.runtime import tune_cpu_allocator  # noqa: E402
@@ -72,7 +75,8 @@ def main() -> None:
     )
     parser.add_argument(
         "--predictor", default="kmeans+window",
-        choices=["kmeans+window", "kmeans-routed", "topp", "distance-budget"],
+        choices=["kmeans+window", "kmeans-routed", "topp", "distance-budget",
+                 "distance-floor-budget"],
         help="what to time (default: the app's kmeans+window); the issue-10 predictors are "
         "timed with all metrics",
     )
@@ -152,13 +156,15 @@ def all_metrics(name: str) -> None:
             )
             for _ in range(LAYERS)
         ]
-    elif name == "distance-budget":  # projected r=8 vectors, as the app's first screen
+    elif name in ("distance-budget", "distance-floor-budget"):  # projected r=8 vectors
         qs = [torch.randn(HEADS, N, 8, generator=gen) for _ in range(LAYERS)]
         ks = [torch.randn(HEADS, N, 8, generator=gen) for _ in range(LAYERS)]
         predictors = []
         for q, k in zip(qs, ks, strict=True):
             squared = torch.cdist(q, k).square().flatten(1)
-            predictors.append(ThresholdDistance(squared.quantile(0.1, dim=-1)))
+            threshold = ThresholdDistance(squared.quantile(0.1, dim=-1))
+            predictors.append(threshold if name == "distance-budget"
+                              else RowFloor(threshold, DEFAULT_FLOOR))
     else:
         predictors = [TopP(TOPP_P) for _ in range(LAYERS)]
     scorer, basic = Scorer(record), Scorer(record, extra=False)

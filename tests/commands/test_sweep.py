@@ -150,9 +150,10 @@ def test_calibrate_writes_a_table_naming_its_projections(trained, tmp_path: Path
     assert rc == 0
     out = capsys.readouterr().out
     assert "distance:budget: train sparsity at target 0.90" in out and "note:" not in out
+    assert "distance-floor:budget: train sparsity at target 0.90" in out
     table = CalibrationTable.load(folder / "calibration.pt")
     assert table.projections_file == "projections-x.pt"
     assert table.projections_sha256 == file_digest(folder / "projections-x.pt")
     # routed k-means has no key codebooks for the tiny model; the window needs none
-    assert {"distance", "rowfrac", "window"} == set(table.params)
+    assert {"distance", "distance-floor", "rowfrac", "window"} == set(table.params)
     assert table.own_projections(folder / "calibration.pt").model_id == table.model_id
