@@ -101,7 +101,8 @@ def _add_capped_floor(mask: Tensor, partial: Tensor, floor: int, allowed: Tensor
     width = int(counts.max())
     position = torch.arange(width, device=partial.device)
     if short_rows_only:
-        heads, rows = (mask.sum(-1) < counts).nonzero(as_tuple=True)
+        kept_per_row = mask.view(torch.uint8).sum(-1, dtype=torch.int32)  # (see above)
+        heads, rows = (kept_per_row < counts).nonzero(as_tuple=True)
         if heads.numel() == 0:
             return mask
         sub = partial[heads, rows]  # (short rows, m)
