@@ -761,3 +761,71 @@ def test_available_curves_build_layer_zero_and_curve_spec_of_a_single_point(reco
     finally:
         CURVES.pop("single-test", None)
         CURVES.pop("kmeans2-test", None)
+
+
+def _block_records(alphas: tuple[float | None, ...], texts: int = 2) -> list[AttentionRecord]:
+    gen = torch.Generator().manual_seed(11)
+    records = []
+    for _ in range(texts):
+        layers = []
+        for alpha in alphas:
+            q, k = torch.randn(2, 16, 4, generator=gen), torch.randn(2, 16, 4, generator=gen)
+            gold = torch.rand(2, 16, 16, generator=gen) < 0.3
+            layers.append(LayerGraph(q, k, gold, torch.ones(int(gold.sum())), 0.5,
+                                     alpha=alpha))
+        records.append(AttentionRecord(text="x", tokens=["t"] * 16, offsets=[(0, 0)] * 16,
+                                       special=[False] * 16, causal=False, layers=layers))
+    return records
+
+
+@pytest.mark.parametrize("alphas", [(1.5, 1.0, 1.5), (1.0, 1.0, 1.0)])
+def test_own_block_recall_averages_the_counted_layers_or_all_when_none_is(alphas):
+    """A spec's block recall at its own block size: macro over texts and heads, over the
+    entmax layers only; a model whose every layer is softmax averages all of them."""
+    from sparsefinder.evaluation.sweep import own_block_recall, score_specs
+    from sparsefinder.methods.spec import PredictorSpec
+    from sparsefinder.metrics.scorer import Scorer
+
+    records = _block_records(alphas)
+    spec = PredictorSpec.of("block-keys", {"block": 4, "n_keys": 3, "sub_block": 2})
+    (got,), _ = score_specs(records, None, [spec])
+    built = spec.build_layers(None, len(alphas))
+    per_text = torch.stack([own_block_recall(spec, predict_record(spec, built,
+                                                                  RecordInputs(r, None)),
+                                             Scorer(r)) for r in records])  # (texts, L, H)
+    counted = torch.tensor([a != 1.0 for a in alphas])
+    counted = counted if bool(counted.any()) else torch.ones_like(counted)
+    assert got.block_recall == pytest.approx(float(per_text[:, counted].mean()), abs=1e-12)
+    assert got.n_softmax_layers == sum(a == 1.0 for a in alphas)
+    if not bool(torch.tensor([a != 1.0 for a in alphas]).any()):  # not the layers' mean
+        assert got.recall == pytest.approx(float(torch.tensor(got.recall_per_layer).mean()))
+    plain = PredictorSpec.of("topk", {"k": 2})  # no block parameter: NaN
+    (none,), _ = score_specs(records, None, [plain])
+    assert math.isnan(none.block_recall)
+
+
+def test_points_frame_writes_the_one_column_set_in_order():
+    from sparsefinder.evaluation.sweep import SpecScores, points_frame
+    from sparsefinder.methods.spec import PredictorSpec
+    from sparsefinder.metrics.measures import EXTRA_METRICS
+
+    spec = PredictorSpec.of("distance", {"threshold": 1.5}, window=3)
+    result = SpecScores(recall=0.5, sparsity=0.75, recall_per_layer=[0.1234567891, 0.9],
+                        sparsity_per_layer=[0.7, 0.8], n_texts=3,
+                        extra={"precision": 0.25}, block_recall=0.125)
+    frame = points_frame([("distance+window", spec)], [result])
+    assert list(frame.columns) == ["method", "family", "calibration", "params", "recall",
+                                   "sparsity", *EXTRA_METRICS, "recall_per_layer",
+                                   "sparsity_per_layer", "n_texts", "block_recall"]
+    row = frame.iloc[0]
+    assert (row["method"], row["family"], row["calibration"]) == ("distance+window",
+                                                                  "distance", "none")
+    assert row["params"] == spec.params_json()
+    assert (row["recall"], row["sparsity"], row["n_texts"], row["block_recall"]) == (
+        0.5, 0.75, 3, 0.125)
+    assert row["precision"] == 0.25
+    assert all(math.isnan(row[name]) for name in EXTRA_METRICS if name != "precision")
+    assert json.loads(row["recall_per_layer"]) == [0.123457, 0.9]
+    assert json.loads(row["sparsity_per_layer"]) == [0.7, 0.8]
+    with pytest.raises(ValueError):
+        points_frame([("a", spec), ("b", spec)], [result])
