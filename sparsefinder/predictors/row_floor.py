@@ -64,44 +64,16 @@ def add_row_floor(mask: Tensor, partial: Tensor, floor: int, allowed: Tensor | N
     count = min(int(floor), partial.shape[-1])
     if count == 0 or partial.shape[-2] == 0:
         return mask
+    counts: int | Tensor = count  # keys per row: one number, or (n,) with a row share
     if row_share is not None:
-        return _add_capped_floor(mask, partial, floor, allowed, short_rows_only, row_share)
+        n, m = partial.shape[-2:]
+        per_row = (torch.full((n,), m, device=partial.device) if allowed is None
+                   else allowed.sum(-1))
+        counts = floor_counts(floor, row_share, per_row)
     if short_rows_only:
         # kept keys per row: bytes summed into int32 (a bool sum widens to int64 first,
         # ~4x slower on a CPU: it is a third of a slider move's floor)
         kept_per_row = mask.view(torch.uint8).sum(-1, dtype=torch.int32)
-        heads, rows = (kept_per_row < count).nonzero(as_tuple=True)
-        if heads.numel() == 0:
-            return mask
-        sub = partial[heads, rows]  # (short rows, m)
-        sub_allowed = None if allowed is None else allowed[rows]
-        if sub_allowed is not None:
-            sub.masked_fill_(~sub_allowed, torch.inf)
-        kept = mask[heads, rows].scatter_(-1, sub.topk(count, dim=-1, largest=False,
-                                                         sorted=False).indices, True)
-        mask[heads, rows] = kept if sub_allowed is None else kept & sub_allowed
-        return mask
-    if allowed is not None:
-        partial.masked_fill_(~allowed, torch.inf)
-    nearest = partial.topk(count, dim=-1, largest=False, sorted=False).indices
-    mask.scatter_(-1, nearest, True)
-    # rows with fewer than ``floor`` allowed keys took some +inf (disallowed) entries
-    return mask if allowed is None else mask.logical_and_(allowed)
-
-
-def _add_capped_floor(mask: Tensor, partial: Tensor, floor: int, allowed: Tensor | None,
-                      short_rows_only: bool, row_share: float) -> Tensor:
-    """:func:`add_row_floor` with a count per row: one sorted ``topk`` of the widest count,
-    and in each row the positions past its own count point at its nearest key (always
-    kept, every count being >= 1), so one ``scatter_`` sets them all."""
-    n, m = partial.shape[-2:]
-    per_row = (torch.full((n,), m, device=partial.device) if allowed is None
-               else allowed.sum(-1))
-    counts = floor_counts(floor, row_share, per_row)  # (n,)
-    width = int(counts.max())
-    position = torch.arange(width, device=partial.device)
-    if short_rows_only:
-        kept_per_row = mask.view(torch.uint8).sum(-1, dtype=torch.int32)  # (see above)
         heads, rows = (kept_per_row < counts).nonzero(as_tuple=True)
         if heads.numel() == 0:
             return mask
@@ -109,17 +81,29 @@ def _add_capped_floor(mask: Tensor, partial: Tensor, floor: int, allowed: Tensor
         sub_allowed = None if allowed is None else allowed[rows]
         if sub_allowed is not None:
             sub.masked_fill_(~sub_allowed, torch.inf)
-        nearest = sub.topk(width, dim=-1, largest=False, sorted=True).indices
-        nearest = torch.where(position < counts[rows, None], nearest, nearest[:, :1])
-        kept = mask[heads, rows].scatter_(-1, nearest, True)
+        wanted = counts if isinstance(counts, int) else counts[rows, None]
+        kept = mask[heads, rows].scatter_(-1, _nearest(sub, wanted), True)
         mask[heads, rows] = kept if sub_allowed is None else kept & sub_allowed
         return mask
     if allowed is not None:
         partial.masked_fill_(~allowed, torch.inf)
-    nearest = partial.topk(width, dim=-1, largest=False, sorted=True).indices
-    nearest = torch.where(position < counts[:, None], nearest, nearest[..., :1])
-    mask.scatter_(-1, nearest, True)
+    wanted = counts if isinstance(counts, int) else counts[:, None]
+    mask.scatter_(-1, _nearest(partial, wanted), True)
+    # rows with fewer than ``floor`` allowed keys took some +inf (disallowed) entries
     return mask if allowed is None else mask.logical_and_(allowed)
+
+
+def _nearest(values: Tensor, counts: int | Tensor) -> Tensor:
+    """Indices of each row's ``counts`` smallest ``values`` (last axis). A count per row
+    (a tensor broadcasting against the rows): one sorted ``topk`` of the widest, and the
+    positions past a row's own count point at its nearest key (always kept, every count
+    being >= 1), so one ``scatter_`` sets them all."""
+    if isinstance(counts, int):
+        return values.topk(counts, dim=-1, largest=False, sorted=False).indices
+    width = int(counts.max())
+    nearest = values.topk(width, dim=-1, largest=False, sorted=True).indices
+    position = torch.arange(width, device=values.device)
+    return torch.where(position < counts, nearest, nearest[..., :1])
 
 
 def _sq_thresholds(base: ThresholdDistance | Distance, heads: int) -> Tensor:
