@@ -92,9 +92,11 @@ assets-projections: install
 
 # The entmax adapter of the default model: LoRA distillation of MiniLM's softmax self into its
 # 1.5-entmax self on the default corpus' train split plus 500 paragraphs of Jane Austen's novels
-# (public domain; Debian's r-cran-janeaustenr, MIT, read without R by tools/austen_corpus.py),
-# every 10th train passage held out to compare settings; then measured on the validation split
-# and the bundled narrative hold-out. Resumable: an interrupted run continues from build/adapter.
+# (public domain; Debian's r-cran-janeaustenr, MIT, read without R by tools/austen_corpus.py)
+# and 64 Reuters news articles (Reuters-21578, shipped by Debian's r-cran-tm, GPL-3; read by
+# tools/news_corpus.py), in chunks of up to 512 tokens, every 10th train passage held out to
+# compare settings; then measured on the validation split and the bundled narrative hold-out.
+# Resumable: an interrupted run continues from build/adapter.
 # Then rebuild what depends on the model: `make assets` (it runs assets-projections too).
 build/austen.txt:
 	mkdir -p build
@@ -102,9 +104,15 @@ build/austen.txt:
 	$(BIN)/python tools/austen_corpus.py build/r-cran-janeaustenr_*.deb --out build/austen.txt \
 	  --max-passages 500
 
-assets-adapter: install build/austen.txt
-	$(BIN)/sparsefinder adapt --model default --corpus build/austen.txt --out build/adapter \
-	  --resume --steps 1000 --lr 2e-3 --w-sparse 0.5 --rank 16 --measure-every 250 \
+build/news.txt:
+	mkdir -p build
+	cd build && (apt-get download r-cran-tm || (apt-get update && apt-get download r-cran-tm))
+	$(BIN)/python tools/news_corpus.py build/r-cran-tm_*.deb --out build/news.txt
+
+assets-adapter: install build/austen.txt build/news.txt
+	$(BIN)/sparsefinder adapt --model default --corpus build/austen.txt --corpus build/news.txt \
+	  --out build/adapter --resume --steps 1000 --lr 2e-3 --w-sparse 0.5 --rank 16 \
+	  --max-tokens 512 --batch-size 4 --measure-every 250 \
 	  --eval-corpus narrative $(ADAPT_ARGS)
 	cp build/adapter/entmax_adapter.safetensors assets/default/
 	$(BIN)/python -m sparsefinder.bundle_manifest --write

@@ -282,12 +282,15 @@ def _search_tokens(record) -> None:
 
 
 def _pick_block() -> None:
-    """A click on the block overview centres the window on that query block."""
+    """A click on the block overview's query-block strip centres the window on that block
+    (a heatmap cell returns no point; only the strip's markers carry a position)."""
     selection = st.session_state.get("w_block_overview") or {}
     points = selection.get("selection", {}).get("points", [])
     n = st.session_state.get("_w_token_range_n")
-    if points and points[0].get("customdata") is not None and n:
-        position = int(points[0]["customdata"][0])
+    if (points and points[0].get("curve_number") == block_figures.STRIP_TRACE
+            and points[0].get("customdata") is not None and n):
+        data = points[0]["customdata"]
+        position = int(data[0] if isinstance(data, list | tuple) else data)
         st.session_state["w_token_range"] = long_view.window_around(position, n,
                                                                     _window_size(n))
 
@@ -298,7 +301,7 @@ def _block_overview(record, preds, layer: int, head: int) -> None:
     n = record.n_tokens
     window = st.session_state.get("w_token_range", long_view.default_window(n))
     st.markdown(f"**Whole head L{layer}H{head}, by blocks of {overview.block} tokens** · "
-                "colour: recall in the block; click a block to show its queries")
+                "colour: recall in the block; click a ▸ left of a row to show its queries")
     st.plotly_chart(block_figures.block_overview_figure(overview, tuple(window)),
                     config=common_figures.chart_config(f"blocks_L{layer}H{head}"),
                     key="w_block_overview", on_select=_pick_block, selection_mode="points")
@@ -308,7 +311,7 @@ def _head_figure(record, preds, layer: int, head: int, labels: list[str], shown:
                  width: int | None = None):
     """Gold | predicted | diff of one head on the tokens ``shown``, sized for ``width`` px;
     hover: tokens and the gold probability."""
-    gold = record.layers[layer].gold_of(head)[shown, shown]
+    gold = record.layers[layer].gold_of(head, shown)[:, shown]  # the window's rows only
     pred = preds[layer][head][shown, shown]
     probs = long_view.head_probs(record.layers[layer], head, shown, shown).numpy()
     codes = tables.diff_codes(pred, gold)

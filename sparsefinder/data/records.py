@@ -76,10 +76,18 @@ class LayerGraph:
         packed, m = _GOLD.packed(self)
         return (*packed.shape[:-1], m)
 
-    def gold_of(self, head: int | slice | Tensor) -> Tensor:
-        """The dense gold mask of ``head`` (an index, a slice or a list of heads) only."""
+    def gold_of(self, head: int | slice | Tensor, rows: slice | None = None) -> Tensor:
+        """The dense gold mask of ``head`` (an index, a slice or a list of heads) only, and of
+        its query ``rows`` only when given (a window of a long text unpacks its rows, not
+        the head's n²)."""
         packed, m = _GOLD.packed(self)
-        return unpack_mask(packed[head], m)
+        part = packed[head] if rows is None else packed[head][..., rows, :]
+        return unpack_mask(part, m)
+
+    def gold_count(self, head: int, rows: slice = slice(None)) -> int:
+        """Gold edges of one head in its query ``rows``, counted on the packed bits."""
+        packed, _ = _GOLD.packed(self)
+        return int(count_packed(packed[head, rows]).sum())
 
     def edges_per_head(self) -> Tensor:
         """int64 (heads,): gold edges of each head, counted on the packed bits."""

@@ -73,14 +73,14 @@ def head_probs(graph: LayerGraph, head: int, rows: slice, cols: slice) -> Tensor
     the dense (heads, n, m) matrix (``LayerGraph.probs`` does; 268 MB at 4 heads, n=4096).
 
     ``prob_values`` are in row-major order of ``gold.nonzero()``, so the window's rows are
-    one contiguous run of it: edges before the head, then before the first shown row.
+    one contiguous run of it: edges before the head, then before the first shown row
+    (both counted on the packed bits; only the shown rows are unpacked).
     """
-    gold = graph.gold_of(head)  # (n, m): this head only (the layer's mask is stored packed)
-    n = gold.shape[-2]
+    n = graph.gold_shape[-2]
     first_row, last_row, _ = rows.indices(n)
     before_head = int(graph.edges_per_head()[:head].sum()) if head else 0
-    before_rows = int(count_true(gold[:first_row][None])[0]) if first_row else 0
-    shown = gold[first_row:last_row]
+    before_rows = graph.gold_count(head, slice(0, first_row)) if first_row else 0
+    shown = graph.gold_of(head, slice(first_row, last_row))  # the window's rows unpacked
     start = before_head + before_rows
     values = graph.prob_values[start:start + int(count_true(shown[None])[0])]
     dense = torch.zeros(shown.shape, dtype=values.dtype)

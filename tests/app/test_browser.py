@@ -239,3 +239,40 @@ def test_a_bad_links_warning_clears_after_a_change_in_a_fragment(server, page):
     wait_until_idle(page)
     assert warnings.count() == 0
     assert page.locator("[data-testid='stException']").count() == 0
+
+
+def test_a_click_on_the_block_overview_strip_moves_the_window(server, page, tmp_path_factory):
+    """A long text on a long-context model: the block overview is a heatmap (no point comes
+    back from a click on it), so its strip of query-block markers moves the window."""
+    from sparsefinder.data.long_context import long_texts
+    from sparsefinder.models.decoders import save_tiny_decoder
+    from sparsefinder.models.loading import load_model
+
+    model = save_tiny_decoder("qwen2", tmp_path_factory.mktemp("long") / "qwen2",
+                              max_positions=4096)
+    text = long_texts(load_model(str(model), device="cpu").tokenizer, 1100, 1, "train")[0]
+    page.goto(f"{server}/?model={model}&method=fixed&window=3&layer=0&head=0",
+              timeout=240_000)
+    wait_until_idle(page, timeout=240_000)
+    sidebar = page.locator("[data-testid='stSidebar']")
+    sidebar.get_by_text("Paste", exact=True).click()
+    area = sidebar.locator("textarea")
+    area.wait_for(timeout=60_000)
+    wait_until_idle(page)
+    area.fill(text)
+    area.press("Control+Enter")
+    overview = page.locator(".js-plotly-plot", has_text="key block")
+    overview.wait_for(timeout=240_000)
+    wait_until_idle(page, timeout=240_000)
+    assert page.locator("[data-testid='stException']").count() == 0
+    assert overview.locator("g.heatmaplayer").count() == 1  # the cells: one heatmap layer
+    marker = overview.locator("path.point").nth(20)  # query block 20: tokens 640-671
+    box = marker.bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    time.sleep(0.5)  # plotly selects the hovered point on click
+    page.mouse.down()
+    page.mouse.up()
+    page.wait_for_function("() => [...document.querySelectorAll('.annotation-text')]"
+                           ".some(e => e.textContent.includes('tokens 512–767'))",
+                           timeout=60_000)
+    assert page.locator("[data-testid='stException']").count() == 0

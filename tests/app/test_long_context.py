@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 from apptest_helpers import assert_clean, assert_head_graphs, figures, new_app
 
@@ -46,8 +48,10 @@ def test_long_text_on_a_long_context_model_opens_on_a_window_with_block_overview
                for a in head["layout"]["annotations"])
     blocks = [f for f in figures(at) if "key block" in str(f["layout"].get("xaxis", {}))]
     assert len(blocks) == 1
-    cells = sum(len(trace["x"]) for trace in blocks[0]["data"])
-    assert cells > 0 and max(max(t["y"], default=0) for t in blocks[0]["data"]) >= 24
+    recall, _, strip = blocks[0]["data"]
+    assert recall["type"] == "heatmap" and strip["type"] == "scatter"
+    rows = -(-N_TOKENS // 32)  # one clickable strip marker per 32-token query block
+    assert len(base64.b64decode(strip["y"]["bdata"])) == 4 * rows
     # the search box moves the window to a word far into the text
     late = int(0.75 * len(long_text))
     word = next(w for w in long_text[late:].split()

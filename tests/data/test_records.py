@@ -183,6 +183,15 @@ def test_one_head_and_the_edges_per_head_read_from_the_packed_gold():
     assert graph.edges_per_head().shape == (4,)
 
 
+def test_rows_of_one_head_and_their_edge_count_read_from_the_packed_gold():
+    graph, gold = _graph(2, heads=3, n=40, m=21)
+    for rows in (slice(5, 17), slice(0, 1), slice(39, 40), slice(None), slice(12, 12)):
+        assert torch.equal(graph.gold_of(1, rows), gold[1, rows])
+        assert graph.gold_count(2, rows) == int(gold[2, rows].sum())
+    assert torch.equal(graph.gold_of(slice(0, 2), slice(3, 9)), gold[0:2, 3:9])
+    assert graph.gold_count(0) == int(gold[0].sum())
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_scores_mask_what_a_windowed_layer_cannot_attend_to(causal):
     from sparsefinder.attention.masks import layer_allowed

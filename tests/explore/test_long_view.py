@@ -55,8 +55,9 @@ def test_head_probs_is_one_head_of_the_dense_probabilities():
                        prob_values=values, scaling=1.0)
     dense = graph.probs()
     for head in range(3):
-        assert torch.equal(head_probs(graph, head, slice(4, 9), slice(2, 17)),
-                           dense[head, 4:9, 2:17])
+        for rows, cols in ((slice(4, 9), slice(2, 17)), (slice(0, 20), slice(None)),
+                           (slice(19, 20), slice(0, 3)), (slice(0, 1), slice(5, 6))):
+            assert torch.equal(head_probs(graph, head, rows, cols), dense[head, rows, cols])
 
 
 def test_block_overview_counts_and_recall():

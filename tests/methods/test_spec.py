@@ -132,6 +132,27 @@ def test_causal_records_get_causal_predictions():
     assert not first.triu(diagonal=1).any() and first.diagonal(dim1=-2, dim2=-1).all()
 
 
+@pytest.mark.parametrize("shared", [False, True])
+def test_predict_record_never_unpacks_the_gold_graphs(monkeypatch, shared):
+    """A prediction needs the gold mask's shape, not its bits: unpacking every head's gold of
+    every layer cost a long text's slider move ~0.3 s."""
+    from sparsefinder.data import packed_mask
+
+    record = _record(causal=True)
+    reads = []
+    real = packed_mask.unpack_mask
+    monkeypatch.setattr(packed_mask, "unpack_mask", lambda *a: reads.append(a) or real(*a))
+    for spec in (PredictorSpec.of("window", {"window": 3}), PredictorSpec.of("fixed")):
+        masks = predict_record(spec, spec.build_layers(None, 2), RecordInputs(record),
+                               shared=shared)
+        assert [m.shape for m in masks] == [(HEADS, 7, 7)] * 2
+        assert all(m.dtype == torch.bool for m in masks)
+    assert reads == []
+    assert not masks[0].any()  # "fixed" alone: the empty graph
+    assert record.layers[0].gold.any()  # the gold itself still reads back (and is counted)
+    assert len(reads) == 1
+
+
 def test_projections_of_another_shape_are_refused_by_record_inputs():
     with pytest.raises(ValueError, match="expect"):
         RecordInputs(_record(layers=3), _projections(layers=2))

@@ -8,6 +8,7 @@
 #   run(command="bash .gpu/common/run1.sh", carry=[".gpu/common", ".gpu/a"])
 #   run(command="bash .gpu/common/run2.sh", carry=[".gpu/common", ".gpu/b"])   # at once
 #   run(command="bash .gpu/common/run3.sh", carry=[".gpu/common", ".gpu/st"])  # at once
+#   run(command="bash .gpu/common/run4.sh", carry=[".gpu/common", ".gpu/adapt"])  # at once
 # Each must come within the machine's idle window, or it starts bare without part A.
 # .gpu/st/st.tar.xz: Streamlit 1.67 and its dependencies for the serve step (numpy and pydeck
 # left out: the image has numpy, the app does not draw maps; pyarrow without its Flight/S3 parts).
@@ -29,7 +30,8 @@ head -c 47000000 "$PKG/model/model.safetensors" > .gpu/a/partA
 tail -c +47000001 "$PKG/model/model.safetensors" > .gpu/b/partB
 sha256sum "$PKG/model/model.safetensors" | cut -c1-64 > .gpu/common/model.sha256
 cp tools/device/setup.sh tools/device/run1.sh tools/device/run2.sh tools/device/run3.sh \
-  tools/device/docker_check.py tools/device/serve_check.py .gpu/common/
+  tools/device/docker_check.py tools/device/serve_check.py \
+  tools/device/run4.sh tools/device/adapt_sweep.py .gpu/common/
 ST=$(mktemp -d); STW=$(mktemp -d)
 python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
@@ -38,6 +40,8 @@ for w in "$STW"/*.whl; do case $w in *numpy*|*pydeck*) continue;; esac; (cd "$ST
 find "$ST" -name __pycache__ -prune -exec rm -rf {} +
 rm -rf "$ST"/pyarrow/include "$ST"/pyarrow/tests "$ST"/pandas/tests "$ST"/pyarrow/libarrow_flight.so* \
   "$ST"/pyarrow/libarrow_s3.so* "$ST"/pyarrow/_flight*.so "$ST"/pyarrow/_s3fs*.so
+mkdir -p .gpu/adapt && make build/austen.txt build/news.txt
+PYTHONPATH=$PWD .venv/bin/python tools/device/adapt_sweep.py --data .gpu/adapt/data.json --write-data
 tar cJf .gpu/st/st.tar.xz -C "$ST" . && rm -rf "$ST" "$STW"
 rm -rf "$WHL" "$SITE"
 du -sh .gpu/*
