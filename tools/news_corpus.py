@@ -56,13 +56,16 @@ def articles(texts: Path, min_words: int = 40) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("source", nargs="?", type=Path,
-                        help=f"r-cran-tm .deb (default: the installed {INSTALLED})")
+                        help=f"r-cran-tm .deb, or its texts/ folder (default: the installed "
+                             f"{INSTALLED})")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--min-words", type=int, default=40)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         texts = INSTALLED
-        if args.source is not None:
+        if args.source is not None and args.source.is_dir():
+            texts = args.source
+        elif args.source is not None:
             subprocess.run(["dpkg-deb", "-x", str(args.source), tmp], check=True)
             texts = Path(tmp) / IN_PACKAGE
         if not texts.is_dir():

@@ -57,7 +57,7 @@ def block_overview_figure(overview: BlockOverview, window: tuple[int, int],
         height=420, margin=dict(l=10, r=10, t=30 if title else 10, b=10), showlegend=False,
         title=dict(text=title, font=dict(size=12)) if title else None,
         xaxis=dict(title=dict(text=f"key block ({b} tokens)"), range=[STRIP_X - 0.6, mb - 0.4],
-                   zeroline=False),
+                   zeroline=False, constrain="domain"),  # square cells: narrow, not widen
         yaxis=dict(title=dict(text=f"query block ({b} tokens)"), range=[nb - 0.4, -0.6],
                    scaleanchor="x", zeroline=False),
         shapes=[dict(type="rect", x0=lo, x1=hi, y0=lo, y1=hi,
