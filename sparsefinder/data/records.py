@@ -84,8 +84,9 @@ class LayerGraph:
         part = packed[head] if rows is None else packed[head][..., rows, :]
         return unpack_mask(part, m)
 
-    def gold_count(self, head: int, rows: slice = slice(None)) -> int:
-        """Gold edges of one head in its query ``rows``, counted on the packed bits."""
+    def gold_count(self, head: int | slice, rows: slice = slice(None)) -> int:
+        """Gold edges of ``head`` (an index or a slice of heads) in its query ``rows``,
+        counted on the packed bits."""
         packed, _ = _GOLD.packed(self)
         return int(count_packed(packed[head, rows]).sum())
 

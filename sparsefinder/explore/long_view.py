@@ -78,7 +78,7 @@ def head_probs(graph: LayerGraph, head: int, rows: slice, cols: slice) -> Tensor
     """
     n = graph.gold_shape[-2]
     first_row, last_row, _ = rows.indices(n)
-    before_head = int(graph.edges_per_head()[:head].sum()) if head else 0
+    before_head = graph.gold_count(slice(0, head))  # the heads before it only
     before_rows = graph.gold_count(head, slice(0, first_row)) if first_row else 0
     shown = graph.gold_of(head, slice(first_row, last_row))  # the window's rows unpacked
     start = before_head + before_rows

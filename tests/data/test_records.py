@@ -190,6 +190,8 @@ def test_rows_of_one_head_and_their_edge_count_read_from_the_packed_gold():
         assert graph.gold_count(2, rows) == int(gold[2, rows].sum())
     assert torch.equal(graph.gold_of(slice(0, 2), slice(3, 9)), gold[0:2, 3:9])
     assert graph.gold_count(0) == int(gold[0].sum())
+    assert graph.gold_count(slice(0, 2)) == int(gold[:2].sum())
+    assert graph.gold_count(slice(0, 0)) == 0
 
 
 @pytest.mark.parametrize("causal", [False, True])
