@@ -147,10 +147,11 @@ def _explorer() -> None:
                      args=(None,), help="Stop highlighting the cluster picked on Clusters.")
     if pair is not None:
         st.caption(pair)
+    where = "an edge" if _edge_hover(record) == "all" else "an edge of the diff panel"
     st.caption("Gold: the α-entmax graph (pairs with probability > 0) · predicted: the pairs "
                "the method keeps · diff: :blue[■ TP] predicted gold edge · :red[■ FN] missed "
-               "gold edge · :orange[■ FP] extra predicted edge. Hover an edge for its tokens; "
-               "zooming one panel zooms all three.")
+               f"gold edge · :orange[■ FP] extra predicted edge. Hover {where} for its "
+               "tokens; zooming one panel zooms all three.")
     _more_metrics(summary, layer, head)
     _accuracy(ctx, state)
     if record.n_tokens > long_view.LONG_TEXT:
@@ -318,7 +319,13 @@ def _head_figure(record, preds, layer: int, head: int, labels: list[str], shown:
     where = "" if shown == slice(None) else f" · tokens {shown.start}–{shown.stop - 1}"
     return graph_figures.head_figure(gold.numpy(), pred.numpy(), codes, labels[shown],
                                      f"L{layer}H{head}{where}", tables.diff_counts(codes),
-                                     probs, width)
+                                     probs, width, edge_hover=_edge_hover(record))
+
+
+def _edge_hover(record) -> str:
+    """Long texts name an edge's tokens on the diff panel only: their slider moves redraw
+    far fewer hover markers (the gold and predicted panels hover with positions)."""
+    return "diff" if record.n_tokens > long_view.LONG_TEXT else "all"
 
 
 def _compare_picker(prepared: prep.PreparedText, layer: int, head: int):

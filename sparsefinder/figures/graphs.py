@@ -133,7 +133,7 @@ def _ascii_tokens(labels: Sequence[str]) -> list[str]:
 
 def head_figure(gold: np.ndarray, pred: np.ndarray, codes: np.ndarray, labels: Sequence[str],
                 tag: str, counts: dict[str, int], probs: np.ndarray | None = None,
-                width: float | None = None) -> go.Figure:
+                width: float | None = None, edge_hover: str = "all") -> go.Figure:
     """Gold graph, predicted graph and their diff for one head, side by side in ONE figure.
 
     One figure instead of three: the browser lays out and creates a WebGL context once per
@@ -146,7 +146,15 @@ def head_figure(gold: np.ndarray, pred: np.ndarray, codes: np.ndarray, labels: S
     ``width``: the px the figure is drawn in (the app's main column; None: a 1280-px
     screen's). The height follows it so the square panels fill the width, and the tick
     labels follow the cell size (:mod:`sparsefinder.figures.layout`).
+
+    ``edge_hover``: ``"all"`` panels name each edge's tokens on hover, or only the ``"diff"``
+    panel (every gold and predicted edge is one of its TP, FN, FP). The per-edge markers are
+    most of a redraw in a software-rendered browser (a 256-token window of a 4096-token
+    text: ~0.2 s of ~0.45 s a slider move), and the diff panel's alone are ~2/5 of them; the
+    other panels then hover with positions only.
     """
+    if edge_hover not in ("all", "diff"):
+        raise ValueError(f"edge_hover must be 'all' or 'diff', got {edge_hover!r}")
     white = (255, 255, 255)
     # a title is two lines (name; colour key with counts), so thousands of edges never make
     # one panel's title run into the next one's
@@ -178,7 +186,8 @@ def head_figure(gold: np.ndarray, pred: np.ndarray, codes: np.ndarray, labels: S
         # when pooling: FN over TP over FP over nothing; an edge over no edge
         shown = pool(image, factor, [0, 2, 3, 1] if len(palette) == 4 else [0, 1])
         data.append(_image(png_data_uri(shown, palette), index, factor))
-        if np.count_nonzero(image) <= MAX_HOVER_EDGES:
+        hover = edge_hover == "all" or index == len(panels)
+        if hover and np.count_nonzero(image) <= MAX_HOVER_EDGES:
             for code, name in classes.items():
                 rows, cols = np.nonzero(image == code)
                 if len(rows):

@@ -44,6 +44,9 @@ def test_long_text_on_a_long_context_model_opens_on_a_window_with_block_overview
     start, end = at.slider(key="w_token_range").value
     assert (start, end) == (0, DEFAULT_WINDOW)
     head = assert_head_graphs(at)
+    # a long text names edges' tokens on the diff panel only (fewer markers to redraw)
+    assert {t["xaxis"] for t in head["data"] if t["type"] == "scattergl"} == {"x3"}
+    assert any("Hover an edge of the diff panel" in c.value for c in at.caption)
     assert any(f"tokens 0–{DEFAULT_WINDOW - 1}" in a["text"]
                for a in head["layout"]["annotations"])
     blocks = [f for f in figures(at) if "key block" in str(f["layout"].get("xaxis", {}))]

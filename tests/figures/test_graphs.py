@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from sparsefinder.figures import graphs as plots
 
@@ -33,6 +34,28 @@ def test_head_figure_pools_long_texts_and_keeps_integer_axes():
     # 480 gold edges fit the hover budget: labelled overlay; the empty prediction has none
     names = [t["name"] for t in figure.to_dict()["data"] if t["type"] == "scattergl"]
     assert names == ["gold", "FN"]
+
+
+def test_edge_hover_on_the_diff_panel_only_keeps_every_edge_there():
+    n = 12
+    labels = [f"{i} · t{i}" for i in range(n)]
+    gold, pred = np.eye(n, dtype=bool), np.eye(n, k=1, dtype=bool)
+    pred[3, 3] = True
+    codes = np.zeros((n, n), dtype=np.uint8)
+    codes[gold & pred], codes[gold & ~pred], codes[pred & ~gold] = 1, 2, 3
+    counts = {"TP": 1, "FN": n - 1, "FP": n - 1}
+    every = plots.head_figure(gold, pred, codes, labels, "L0H0", counts)
+    diff = plots.head_figure(gold, pred, codes, labels, "L0H0", counts, edge_hover="diff")
+    markers = [t for t in diff.data if t.type == "scattergl"]
+    assert {t.xaxis for t in markers} == {"x3"}  # the diff panel's only
+    assert sorted(t.name for t in markers) == ["FN", "FP", "TP"]
+    shown = {(int(r), int(c)) for t in markers for r, c in zip(t.y, t.x, strict=True)}
+    assert shown == set(zip(*np.nonzero(gold | pred), strict=True))  # every edge hovers
+    assert [t for t in every.data if t.type == "scattergl" and t.xaxis == "x3"] == markers
+    assert len([t for t in every.data if t.type == "scattergl"]) == 5
+    assert [t.type for t in diff.data].count("image") == 3  # positions hover everywhere
+    with pytest.raises(ValueError, match="edge_hover"):
+        plots.head_figure(gold, pred, codes, labels, "L0H0", counts, edge_hover="gold")
 
 
 def _outlined(n: int):
