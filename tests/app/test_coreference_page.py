@@ -37,7 +37,7 @@ def test_coreference_page_renders_and_follows_the_probe(with_projections):
 
 def test_opens_on_the_demo_setting_and_keeps_the_explorers_alone(with_projections):
     at = _open(B="4", k="1")
-    assert at.select_slider(key="w_coref_B").value == 8  # nearest to 12 these projections hold
+    assert at.select_slider(key="w_coref_B").value == 8  # the demo's B
     assert at.slider(key="w_coref_k").value == 2
     assert at.query_params["B"] == "4" and at.query_params["k"] == "1"
 

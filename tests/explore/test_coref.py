@@ -126,11 +126,12 @@ def test_fit_link_fixes_each_bad_coreference_field_and_says_how():
     assert excoref.fit_link(bad.with_(coref_probe=None), ids, None, []) == ({}, [])
 
 
-def test_the_demo_setting_is_the_nearest_b_to_12_with_k_2():
+def test_the_demo_setting_is_the_nearest_b_to_8_with_k_2():
     from sparsefinder.explore.state import ViewState
 
     assert excoref.demo_setting([2, 4, 8]) == (8, 2)
-    assert excoref.demo_setting([4, 12, 16]) == (12, 2)
+    assert excoref.demo_setting([4, 12, 16]) == (4, 2)  # a tie goes to the smaller B
+    assert excoref.demo_setting([6, 12, 16]) == (6, 2)
     assert excoref.demo_setting([1]) == (1, 1)
     assert excoref.kmeans_setting(ViewState(), [2, 4, 8]) == (8, 2)
     assert excoref.kmeans_setting(ViewState(coref_B=2, coref_k=None), [2, 4, 8]) == (2, 2)
