@@ -290,10 +290,8 @@ def _pick_block() -> None:
     n = st.session_state.get("_w_token_range_n")
     if (points and points[0].get("curve_number") == block_figures.STRIP_TRACE
             and points[0].get("customdata") is not None and n):
-        data = points[0]["customdata"]
-        position = int(data[0] if isinstance(data, list | tuple) else data)
-        st.session_state["w_token_range"] = long_view.window_around(position, n,
-                                                                    _window_size(n))
+        st.session_state["w_token_range"] = long_view.window_around(
+            int(points[0]["customdata"]), n, _window_size(n))
 
 
 def _block_overview(record, preds, layer: int, head: int) -> None:

@@ -110,24 +110,22 @@ class CalibrationTable:
             floor: int | None = DEFAULT_FLOOR) -> CalibrationTable:
         """Fit every method of :data:`ESTIMATORS`, ``distance-floor`` with ``floor`` keys per
         row (None: not fitted) and ``grid_methods`` at every target on TRAIN records."""
+        # one draw serves every estimator: the floored one also reads each pair's rank in
+        # its row, which does not change the pairs the others read
         samples = DistanceSamples.from_records(records, projections, samples_per_text, seed,
-                                               rank_fractions=True)
+                                               rank_fractions=True, row_ranks=floor is not None)
+        estimators = {method: [estimator(target_sparsity=float(t), allocation="budget")
+                               for t in targets] for method, estimator in ESTIMATORS.items()}
+        if floor is not None:
+            estimators[FLOOR_METHOD] = [CalibratedFlooredDistance(float(t), int(floor), "budget")
+                                        for t in targets]
         params, sparsity, recall = {}, {}, {}
-        for method, estimator in ESTIMATORS.items():
-            fitted = [estimator(target_sparsity=float(t), allocation="budget").fit(samples)
-                      for t in targets]
-            attr = "sq_thresholds_" if estimator is CalibratedDistance else "fractions_"
+        for method, unfitted in estimators.items():
+            fitted = [estimator.fit(samples) for estimator in unfitted]
+            attr = "fractions_" if method == "rowfrac" else "sq_thresholds_"
             params[method] = torch.stack([getattr(f, attr).float() for f in fitted])
             sparsity[method] = torch.stack([f.train_sparsity_.float() for f in fitted])
             recall[method] = torch.stack([f.train_recall_.float() for f in fitted])
-        if floor is not None:  # its samples also know each pair's rank in its row
-            ranked = DistanceSamples.from_records(records, projections, samples_per_text, seed,
-                                                  row_ranks=True)
-            fitted = [CalibratedFlooredDistance(float(t), int(floor), "budget").fit(ranked)
-                      for t in targets]
-            params[FLOOR_METHOD] = torch.stack([f.sq_thresholds_.float() for f in fitted])
-            sparsity[FLOOR_METHOD] = torch.stack([f.train_sparsity_.float() for f in fitted])
-            recall[FLOOR_METHOD] = torch.stack([f.train_recall_.float() for f in fitted])
         grids = {}
         for method in grid_methods:
             try:

@@ -90,11 +90,6 @@ class LayerGraph:
         packed, _ = _GOLD.packed(self)
         return int(count_packed(packed[head, rows]).sum())
 
-    def edges_per_head(self) -> Tensor:
-        """int64 (heads,): gold edges of each head, counted on the packed bits."""
-        packed, _ = _GOLD.packed(self)
-        return count_packed(packed).sum(-1)
-
     def stored_bytes(self) -> int:
         """Bytes of tensor data the layer holds (q, k, packed gold, probabilities)."""
         packed, _ = _GOLD.packed(self)

@@ -105,10 +105,10 @@ def test_counting_packed_rows_equals_counting_the_mask(m):
     assert torch.equal(count_packed(pack_mask(mask)), mask.sum(-1))
 
 
-def test_edges_per_head_counts_each_heads_gold_without_unpacking():
+def test_gold_count_counts_each_heads_gold_without_unpacking():
     from sparsefinder.data.records import LayerGraph
 
     gold = torch.rand(4, 9, 11, generator=torch.Generator().manual_seed(2)) < 0.3
     graph = LayerGraph(torch.zeros(4, 9, 2), torch.zeros(4, 11, 2), gold,
                        torch.ones(int(gold.sum())), 1.0)
-    assert graph.edges_per_head().tolist() == gold.sum((-2, -1)).tolist()
+    assert [graph.gold_count(h) for h in range(4)] == gold.sum((-2, -1)).tolist()

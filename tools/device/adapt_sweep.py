@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 SETTINGS: dict[str, dict] = {
-    "c0_shipped": dict(sources=("default", "austen"), cfg=dict(max_tokens=128, batch_size=8)),
+    "c0_t128": dict(sources=("default", "austen"), cfg=dict(max_tokens=128, batch_size=8)),
     "c1_t256": dict(sources=("default", "austen"), cfg=dict(max_tokens=256, batch_size=4)),
     "c2_t512": dict(sources=("default", "austen"), cfg=dict(max_tokens=512, batch_size=2)),
     "c3_t512b4": dict(sources=("default", "austen"), cfg=dict(max_tokens=512, batch_size=4)),
@@ -88,10 +88,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--write-data", action="store_true")
     parser.add_argument("--only", choices=sorted(SETTINGS))
+    parser.add_argument("--names", action="store_true", help="print the settings' names")
     parser.add_argument("--out", type=Path, default=Path("runs/adapt-sweep"))
     parser.add_argument("--device", default="auto")
     parser.add_argument("--steps", type=int, help="override every setting's steps (smoke runs)")
     args = parser.parse_args(argv)
+    if args.names:
+        print(" ".join(SETTINGS))
+        return 0
     if args.write_data:
         write_data(args.data)
         return 0

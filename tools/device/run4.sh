@@ -6,7 +6,7 @@ cd "$(dirname "$0")/../.."
 [ -f /root/partA.bin ] || { echo "NO PART A: a fresh machine"; exit 3; }
 [ "$(sha256sum $MODEL | cut -c1-64)" = "$(cat .gpu/common/model.sha256)" ] || { echo "no model: run run2.sh first"; exit 4; }
 echo "== sweep $(date +%T)"
-for name in ${SWEEP:-c0_shipped c1_t256 c2_t512 c3_t512b4 c4_t256_news c5_t256_pool3 c6_t256_r32 c7_t256_ws025 c8_t256_1500 c9_t512_news_pool3}; do
+for name in ${SWEEP:-$(python3 .gpu/common/adapt_sweep.py --data - --names)}; do
   timeout ${T_SWEEP:-420} python3 .gpu/common/adapt_sweep.py --data .gpu/adapt/data.json --only $name \
     --out $OUT/sweep --device cuda > $OUT/$name.log 2>&1 &
 done
