@@ -5,7 +5,8 @@ chromium pages (Playwright's async API, one browser, one context per user) again
 
 1. one user opens the Explorer on the ~480-token example (the cold start, reported apart);
 2. the other users open the same link at the same moment; each one's time to its first
-   graph (nine metrics and the head figure drawn) is a sample of ``first_graph``;
+   graph (the first screen drawn: every headline metric and the head figure, as
+   ``app_latency.FIRST_SCREEN_JS`` reads them off the page) is a sample of ``first_graph``;
 3. every user moves the window slider ``--moves`` times, all users at once; each sample is
    the time from the key press to the metrics showing the new setting (``slider``).
 
@@ -25,6 +26,7 @@ per phase, the number of full runs and fragment reruns with their summed wall an
 Run: ``.venv/bin/python benchmarks/app_load.py [--sessions 10] [--moves 3] [--client-nice 10]``
 (``--client-nice``: chromium runs at that nice level, so the server is served first, as if
 the browsers were on the users' own machines; the default is equal footing.)
+``--smoke``: two users, one move each, waits of at most 180 s.
 """
 
 from __future__ import annotations
@@ -42,13 +44,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from app_latency import CHROMIUM, CHROMIUM_ARGS, free_port, start_server, wait_healthy  # noqa: E402
+from _common import parse, parser  # noqa: E402
+from app_latency import (  # noqa: E402
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    FIRST_SCREEN_JS,
+    free_port,
+    start_server,
+    wait_healthy,
+)
 
 RUN_LOG_ENV = "SPARSEFINDER_RUN_LOG"  # app/run_log.py
 
 LINK = "/?method=kmeans&B=8&k=2&window=3&example=long_report_512"
-READY_JS = ("document.querySelectorAll('[data-testid=\"stMetricValue\"]').length >= 9 && "
-            "document.querySelectorAll('.js-plotly-plot').length >= 2")
 METRICS_JS = ("() => [...document.querySelectorAll('[data-testid=\"stMetricValue\"]')]"
               ".map(e => e.textContent).join('|')")
 #: Arms ``window.__sfWait``: a promise that resolves once the page is ready (``before`` null)
@@ -56,7 +64,7 @@ METRICS_JS = ("() => [...document.querySelectorAll('[data-testid=\"stMetricValue
 #: every animation frame (Playwright's default) costs a page ~6 % of a core while it waits:
 #: ten waiting pages took over half a core from the server and the pages being measured.
 ARM_JS = f"""([before, timeoutMs]) => {{
-  const done = before === null ? () => ({READY_JS}) : () => ({METRICS_JS})() !== before;
+  const done = before === null ? () => {FIRST_SCREEN_JS} : () => ({METRICS_JS})() !== before;
   window.__sfWait = new Promise((resolve, reject) => {{
     if (done()) {{ resolve(true); return; }}
     const observer = new MutationObserver(() => {{
@@ -267,15 +275,15 @@ async def run(args: argparse.Namespace, port: int, server_pid: int, executable: 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sessions", type=int, default=10)
-    parser.add_argument("--moves", type=int, default=3)
-    parser.add_argument("--timeout", type=float, default=180.0, help="seconds per wait")
-    parser.add_argument("--client-nice", type=int, default=0,
-                        help="run chromium at this nice level (e.g. 10): the server gets the "
-                             "CPU first, as if the clients ran on their own machines; they "
-                             "still share the cores with it (default 0: equal footing)")
-    args = parser.parse_args()
+    made = parser(__doc__.split("\n")[0])
+    made.add_argument("--sessions", type=int, default=10)
+    made.add_argument("--moves", type=int, default=3)
+    made.add_argument("--timeout", type=float, default=180.0, help="seconds per wait")
+    made.add_argument("--client-nice", type=int, default=0,
+                      help="run chromium at this nice level (e.g. 10): the server gets the "
+                           "CPU first, as if the clients ran on their own machines; they "
+                           "still share the cores with it (default 0: equal footing)")
+    args = parse(made, smoke={"sessions": 2, "moves": 1})
     port = free_port()
     scratch = tempfile.TemporaryDirectory()
     log = Path(scratch.name) / "runs.log"

@@ -8,12 +8,11 @@ over repeats, all layers together) and, last, ``max_ms=<worst non-oracle method>
 
 ``--threads N`` sets torch's intra-op threads (default: torch's own choice). On a CPU shared
 with other busy processes, 2 OpenMP threads can stall each other at every barrier; run with
-``--threads 1`` too and compare.
+``--threads 1`` too and compare. ``--smoke``: n=64, two repeats.
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -23,6 +22,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _common import parse, parser  # noqa: E402
 
 from sparsefinder.predictors.bigbird import BigBird  # noqa: E402
 from sparsefinder.predictors.longformer import Longformer  # noqa: E402
@@ -37,8 +38,9 @@ REPEATS, WARMUP = 20, 3
 BUDGET_MS = 50.0
 
 
-def timings_ms(fn: Callable[[], object], repeats: int = REPEATS) -> list[float]:
-    for _ in range(WARMUP):
+def timings_ms(fn: Callable[[], object], repeats: int = REPEATS, warmup: int = WARMUP
+               ) -> list[float]:
+    for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeats):
@@ -49,20 +51,23 @@ def timings_ms(fn: Callable[[], object], repeats: int = REPEATS) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
-    parser.add_argument("--repeats", type=int, default=REPEATS)
-    args = parser.parse_args()
+    made = parser(__doc__.splitlines()[0])
+    made.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    made.add_argument("--repeats", type=int, default=REPEATS)
+    made.add_argument("--tokens", type=int, default=N)
+    args = parse(made, smoke={"repeats": 2, "tokens": 64})
+    n = args.tokens
+    warmup = min(WARMUP, args.repeats)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     gen = torch.Generator().manual_seed(0)
-    qs = [torch.randn(HEADS, N, R, generator=gen) for _ in range(LAYERS)]
-    ks = [torch.randn(HEADS, N, R, generator=gen) for _ in range(LAYERS)]
-    qd = [torch.randn(HEADS, N, D, generator=gen) for _ in range(LAYERS)]
-    kd = [torch.randn(HEADS, N, D, generator=gen) for _ in range(LAYERS)]
+    qs = [torch.randn(HEADS, n, R, generator=gen) for _ in range(LAYERS)]
+    ks = [torch.randn(HEADS, n, R, generator=gen) for _ in range(LAYERS)]
+    qd = [torch.randn(HEADS, n, D, generator=gen) for _ in range(LAYERS)]
+    kd = [torch.randn(HEADS, n, D, generator=gen) for _ in range(LAYERS)]
     # StaticMask is fitted per layer on a few gold-like graphs (fitting is not timed).
     golds = [
-        [torch.rand(HEADS, N, N, generator=gen) < 0.05 for _ in range(2)] for _ in range(LAYERS)
+        [torch.rand(HEADS, n, n, generator=gen) < 0.05 for _ in range(2)] for _ in range(LAYERS)
     ]
     dams = [StaticMask("structured", 0.9).fit(g) for g in golds]
     damu = [StaticMask("unstructured", 0.9).fit(g) for g in golds]
@@ -98,16 +103,16 @@ def main() -> None:
             lambda i: TopK(32).predict(qd[i], kd[i], causal=True)
         ),
     }
-    print(f"{LAYERS} layers x {HEADS} heads, n={N}, r={R}, threads={torch.get_num_threads()}")
+    print(f"{LAYERS} layers x {HEADS} heads, n={n}, r={R}, threads={torch.get_num_threads()}")
     worst = 0.0
     for name, fn in methods.items():
-        times = timings_ms(fn, args.repeats)
+        times = timings_ms(fn, args.repeats, warmup)
         ms = statistics.median(times)
         worst = max(worst, ms)
         flag = "" if ms <= BUDGET_MS else f"  OVER {BUDGET_MS:.0f} ms"
         print(f"{name:44s} {ms:8.2f} ms (all layers; min {min(times):.2f}){flag}")
     for name, fn in oracles.items():
-        times = timings_ms(fn, repeats=5)
+        times = timings_ms(fn, min(5, args.repeats), warmup)
         print(f"{name:44s} {statistics.median(times):8.2f} ms (all layers; min {min(times):.2f})")
     print(f"max_ms={worst:.2f}")
 

@@ -12,11 +12,11 @@ per-row keep fraction (rowfrac) is at or just above the target for every length.
 
 Prints a table (macro sparsity per length bucket and the recall) and, last, the largest
 |achieved − target| over the calibrated methods and targets: ``max_gap=<value> ...``.
+``--smoke``: the first 4 passages of each split, one target.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -25,11 +25,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _common import parse, parser  # noqa: E402
+
 from sparsefinder.bundle import bundle  # noqa: E402
 from sparsefinder.calibration.estimators import CalibratedDistance, CalibratedRowFraction
 from sparsefinder.calibration.samples import DistanceSamples  # noqa: E402
-from sparsefinder.data.chunking import chunk_passages
-from sparsefinder.data.corpus import load_corpus  # noqa: E402
+from sparsefinder.data.corpus import corpus_texts  # noqa: E402
 from sparsefinder.data.records import extract  # noqa: E402
 from sparsefinder.metrics.measures import score_layers  # noqa: E402
 from sparsefinder.metrics.scorer import macro_average
@@ -41,8 +42,8 @@ TARGETS = (0.75, 0.9, 0.95)
 BUCKETS = ((0, 64), (64, 128), (128, 256), (256, 100_000))
 
 
-def _records(loaded, split: str):
-    texts = chunk_passages(load_corpus("default", split), loaded.tokenizer, loaded.max_length)
+def _records(loaded, split: str, max_passages: int | None):
+    texts = corpus_texts("default", split, loaded.tokenizer, loaded.max_length, max_passages)
     return extract(loaded, texts, batch_size=8)
 
 
@@ -70,17 +71,21 @@ def _shared_threshold(samples: DistanceSamples, target: float) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--projections", type=Path, default=bundle().path("projections.pt"))
-    args = parser.parse_args()
+    made = parser(__doc__.splitlines()[0])
+    made.add_argument("--projections", type=Path, default=bundle().path("projections.pt"))
+    made.add_argument("--max-passages", type=int, default=None,
+                      help="the first N passages of each split (default: all)")
+    made.add_argument("--targets", type=float, nargs="+", default=list(TARGETS))
+    args = parse(made, smoke={"max_passages": 4, "targets": [0.9]})
     torch.set_num_threads(1)
     loaded = load_model("default")
     projections = HeadProjections.load(args.projections, expected_model_id=loaded.model_id)
-    train, valid = _records(loaded, "train"), _records(loaded, "validation")
+    train = _records(loaded, "train", args.max_passages)
+    valid = _records(loaded, "validation", args.max_passages)
     samples = DistanceSamples.from_records(train, projections, rank_fractions=True)
     lengths = [r.n_tokens for r in valid]
     rows, gaps = [], []
-    for target in TARGETS:
+    for target in args.targets:
         methods = {
             "distance (one shared t)": Distance(_shared_threshold(samples, target)),
             "distance:equal": CalibratedDistance(target_sparsity=target).fit(samples),

@@ -25,7 +25,8 @@ Run under the shared lock (the machine has 2 cores):
    whole (what ``load_records`` of one file does today).
 
 Last line: ``speedup=<2 procs vs 1> overhead=<wall fraction> overhead_cpu=<CPU fraction>
-overhead_normalised=<fraction>``.
+overhead_normalised=<fraction>``. ``--smoke``: 2 passages, one repeat, no throughput part
+(every torchrun rank loads the model; ``--smoke --no-skip-throughput`` runs it too).
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from _common import parse, parser  # noqa: E402
 
 from sparsefinder import runtime  # noqa: E402
 from sparsefinder.data.corpus import corpus_texts  # noqa: E402
@@ -113,13 +116,14 @@ def tenfold(store: Path, dest: Path) -> Path:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--passages", type=int, default=160)
-    parser.add_argument("--chunk-batches", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--skip-throughput", action="store_true",
-                        help="only the overhead and memory parts (speedup=nan)")
-    args = parser.parse_args()
+    made = parser(__doc__.splitlines()[0])
+    made.add_argument("--passages", type=int, default=160)
+    made.add_argument("--chunk-batches", type=int, default=2)
+    made.add_argument("--repeats", type=int, default=3)
+    made.add_argument("--skip-throughput", action=argparse.BooleanOptionalAction,
+                      default=False, help="only the overhead and memory parts (speedup=nan)")
+    args = parse(made, smoke={"passages": 2, "repeats": 1, "chunk_batches": 1,
+                              "skip_throughput": True})
     print(f"load average: {os.getloadavg()}")
     tmp = Path(tempfile.mkdtemp(prefix="sf-dist-bench-"))
     try:

@@ -21,7 +21,8 @@ the app do) for every configuration alike; ``SPARSEFINDER_MALLOC_TUNING=0`` meas
 it. The machine's load average is printed because timings on a shared machine are only as
 good as its quiet.
 
-Run: ``HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/extract.py``
+Run: ``HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/extract.py`` (``--tokens``, ``--rounds``;
+``--smoke``: 64 tokens, one round, no warm-up).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ import torch
 from entmax import entmax15
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _common import parse, parser  # noqa: E402
 
 from sparsefinder.attention.entmax_ops import (  # noqa: E402
     SolverStats,
@@ -67,9 +70,16 @@ def prose_input(tokenizer, n_tokens: int = N_TOKENS) -> dict[str, torch.Tensor]:
 
 
 def main() -> None:
+    made = parser(__doc__.splitlines()[0])
+    made.add_argument("--tokens", type=int, default=N_TOKENS)
+    made.add_argument("--rounds", type=int, default=ROUNDS,
+                      help=f"timed rounds (the package's sort: at most {REFERENCE_ROUNDS})")
+    made.add_argument("--warmup", type=int, default=WARMUP)
+    args = parse(made, smoke={"tokens": 64, "rounds": 1, "warmup": 0})
     loaded = load_model("default", alpha=1.5)
     model, device = loaded.model, loaded.device
-    batch = {key: value.to(device) for key, value in prose_input(loaded.tokenizer).items()}
+    batch = {key: value.to(device)
+             for key, value in prose_input(loaded.tokenizer, args.tokens).items()}
 
     def sync() -> None:
         if device.type == "cuda":
@@ -98,10 +108,10 @@ def main() -> None:
     times: dict[str, list[float]] = {name: [] for name in configs}
     for impl, run in configs.values():
         model.set_attn_implementation(impl)
-        for _ in range(WARMUP):
+        for _ in range(args.warmup):
             run()
     # Interleaved rounds, so drifting load on a shared machine hits every config alike.
-    for round_ in range(ROUNDS):
+    for round_ in range(args.rounds):
         for name, (impl, run) in configs.items():
             if name == "entmax15 (pkg)" and round_ >= REFERENCE_ROUNDS:
                 continue
@@ -143,7 +153,7 @@ def main() -> None:
 
     softmax_name = min(("softmax eager", "softmax sdpa"), key=medians.__getitem__)
     ratio = medians["entmax (fast)"] / medians[softmax_name]
-    print(f"default model ({loaded.model_id}), n={N_TOKENS} tokens of pydoc prose, "
+    print(f"default model ({loaded.model_id}), n={args.tokens} tokens of pydoc prose, "
           f"device={device}, torch threads={torch.get_num_threads()}, "
           f"load avg={os.getloadavg()[0]:.1f} (over {os.cpu_count()} cores), "
           f"malloc tuning={'on' if CPU_ALLOCATOR_TUNED else 'off'}")

@@ -11,7 +11,8 @@ resets its peak RSS just before the call (``/proc/self/clear_refs`` ← 5) and r
 ``VmHWM - VmRSS at reset``: every byte torch or anything else needed, the edges included.
 Exactness: at n = 1024 the edges equal those of the dense path (one (heads, n, n) solve).
 
-Last line: ``n=<n> extra_mib=<peak> edges=<count> seconds=<s> exact_1024=<0|1>``.
+Last line: ``n=<n> extra_mib=<peak> edges=<count> seconds=<s> exact_1024=<0|1>`` (below
+n = 1024 the exactness check runs at n). ``--smoke``: n = 512.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
+
+from _common import parse, parser  # noqa: E402
 
 CHILD = """
 import json, sys, time, torch
@@ -56,12 +59,15 @@ def main() -> None:
     from sparsefinder.attention.entmax_ops import entmax_normalize
     from sparsefinder.attention.gold_edges import GoldEdges, entmax_edges
 
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 8192
+    made = parser(__doc__.splitlines()[0])
+    made.add_argument("n", type=int, nargs="?", default=8192, help="tokens (default 8192)")
+    n = parse(made, smoke={"n": 512}).n
+    exact_n = min(1024, n)
     print(f"load avg {os.getloadavg()[0]:.2f} (over {os.cpu_count()} cores), "
           f"torch threads {torch.get_num_threads()}")
     q, k, source = real_qk(2, n)
     with torch.inference_mode():
-        small_q, small_k = q[:, :1024], k[:, :1024]
+        small_q, small_k = q[:, :exact_n], k[:, :exact_n]
         dense = GoldEdges.from_probs(entmax_normalize(
             (small_q @ small_k.transpose(-1, -2)) * 32 ** -0.5, 1.5))
         blocked, _ = entmax_edges(small_q, small_k, 32 ** -0.5, budget_mib=16)
@@ -82,7 +88,7 @@ def main() -> None:
     print(f"bounded extraction: {result['seconds']:.1f} s (process wall {wall:.1f} s), peak "
           f"extra RSS {result['extra_mib']:.0f} MiB of which edges {result['edge_mib']:.0f} MiB "
           f"({result['edges']} edges, density {result['density']:.4f})")
-    print(f"n=1024: blocked edges equal the dense path's: {bool(exact)} "
+    print(f"n={exact_n}: blocked edges equal the dense path's: {bool(exact)} "
           f"({dense.nnz} edges, max |Δp| {float((dense.values - blocked.values).abs().max()):.1e})")
     print(f"load avg after {os.getloadavg()[0]:.2f}")
     print(f"n={n} extra_mib={result['extra_mib']:.0f} edges={result['edges']} "

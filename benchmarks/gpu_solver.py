@@ -12,6 +12,10 @@ as in ``benchmarks/restricted.py``), for n = 256 … 8192 keys per row, n querie
 ``--save FILE`` (on any machine) writes the q/k to FILE; ``--qk FILE`` reads them instead of
 running the model (so a GPU machine needs no model weights).
 
+Without a CUDA GPU it times the same on the CPU (and says so); ``--device cuda`` there skips
+with the reason. ``--smoke``: n = 256 and 512, one repeat, seeded random q/k (no model run;
+``--smoke --no-random-qk`` runs it).
+
 Last line: ``crossover=<smallest n where blocks beat the sort, 0 if never> cuda=<0|1>``.
 
 Run: ``HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/gpu_solver.py``
@@ -29,6 +33,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import cuda_missing, parse, parser, skip  # noqa: E402
 
 SIZES = (256, 512, 1024, 2048, 4096, 8192)
 
@@ -51,16 +57,27 @@ def main() -> None:
 
     from sparsefinder.attention.entmax_ops import entmax15_fast
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--qk", help="read q/k from this file instead of running the model")
-    parser.add_argument("--save", help="write the q/k to this file and stop")
-    parser.add_argument("--layer", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
-    args = parser.parse_args()
+    made = parser(__doc__.split("\n")[0])
+    made.add_argument("--qk", help="read q/k from this file instead of running the model")
+    made.add_argument("--save", help="write the q/k to this file and stop")
+    made.add_argument("--layer", type=int, default=2)
+    made.add_argument("--repeats", type=int, default=15)
+    made.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
+    made.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                      help="where to time (default: cuda when a GPU is visible, else cpu)")
+    made.add_argument("--random-qk", action=argparse.BooleanOptionalAction, default=False,
+                      help="seeded Gaussian q/k instead of the model's (no model run)")
+    args = parse(made, smoke={"sizes": [256, 512], "repeats": 1, "random_qk": True})
+    missing = None if args.save else cuda_missing(args.device)
+    if missing:
+        skip(missing, crossover=0, cuda=0)
+        return
     if args.qk:
         data = torch.load(args.qk, weights_only=True)
         q, k = data["q"], data["k"]
+    elif args.random_qk:
+        gen = torch.Generator().manual_seed(0)
+        q, k = (torch.randn(12, max(args.sizes), 32, generator=gen) for _ in range(2))
     else:
         from restricted import real_qk
 
@@ -69,14 +86,18 @@ def main() -> None:
         torch.save({"q": q, "k": k}, args.save)
         print(f"saved q/k {tuple(q.shape)} to {args.save}")
         return
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(args.device)
+    if device.type != "cuda":
+        print("no CUDA device: timing on the CPU, where the compiled row solver is the default "
+              "(the crossover is a GPU question)")
 
     def sync() -> None:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
-    print(f"device {name}; q/k {tuple(q.shape)} of layer {args.layer}; median of "
+    source = "seeded random" if args.random_qk and not args.qk else f"layer {args.layer}"
+    print(f"device {name}; q/k {tuple(q.shape)} ({source}); median of "
           f"{args.repeats} ms per call (12 heads, n queries × n keys)")
     print(f"{'n':>6}{'sort (pkg)':>12}{'blocks':>10}{'sdpa':>9}{'blocks/sort':>13}")
     crossover = 0

@@ -13,11 +13,12 @@ Prints p50/p95 per method and, last, ``p50_ms=<worst method's p50> p95_ms=<its p
 Goal: p50 <= 200 ms at 512 tokens. Runs with the app's one torch thread.
 
     .venv/bin/python benchmarks/learned_space.py [--samples 40] [--tokens 512]
+
+``--smoke``: 64 tokens, two selections per method.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import statistics
@@ -26,6 +27,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _common import parse, parser  # noqa: E402
 
 from sparsefinder import runtime  # noqa: E402
 
@@ -62,11 +65,11 @@ def prepare_text(tokens: int):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--samples", type=int, default=40, help="selections per method")
-    parser.add_argument("--tokens", type=int, default=512,
-                        help="tokens of the text (0: the bundled ~480-token example)")
-    args = parser.parse_args()
+    made = parser(__doc__)
+    made.add_argument("--samples", type=int, default=40, help="selections per method")
+    made.add_argument("--tokens", type=int, default=512,
+                      help="tokens of the text (0: the bundled ~480-token example)")
+    args = parse(made, smoke={"samples": 2, "tokens": 64})
     runtime.tune_cpu_allocator()
     threads = runtime.set_torch_threads()
     from sparsefinder.explore import inputs, live

@@ -11,11 +11,12 @@ gold sparsity; writes the sweep CSV to ``--out`` when given. The model is random
 numbers say how the methods compare on *this* model's gold graphs, not on a trained LLM.
 
     .venv/bin/python benchmarks/long_context_sweep.py --tokens 2048 --train-texts 4
+
+``--smoke``: one train and one validation text of 256 tokens.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import resource
 import sys
@@ -28,6 +29,8 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _common import parse, parser  # noqa: E402
+
 from sparsefinder.data.long_context import extract_long, long_texts  # noqa: E402
 from sparsefinder.evaluation.curves import resolve_methods
 from sparsefinder.evaluation.frontier import recall_at_sparsity
@@ -39,14 +42,14 @@ from sparsefinder.projections.hinge import train_projections  # noqa: E402
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--family", choices=DECODER_FAMILIES, default="qwen2")
-    parser.add_argument("--tokens", type=int, default=2048)
-    parser.add_argument("--train-texts", type=int, default=4)
-    parser.add_argument("--val-texts", type=int, default=2)
-    parser.add_argument("--methods", default="all")
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args()
+    made = parser(__doc__.splitlines()[0])
+    made.add_argument("--family", choices=DECODER_FAMILIES, default="qwen2")
+    made.add_argument("--tokens", type=int, default=2048)
+    made.add_argument("--train-texts", type=int, default=4)
+    made.add_argument("--val-texts", type=int, default=2)
+    made.add_argument("--methods", default="all")
+    made.add_argument("--out", type=Path, default=None)
+    args = parse(made, smoke={"tokens": 256, "train_texts": 1, "val_texts": 1})
     print(f"load average: {os.getloadavg()}")
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as folder:

@@ -10,12 +10,12 @@ sparsity ~0.90) or ``--predictor distance-floor-budget`` (the app's first screen
 thresholds with each row's 5 nearest keys) time that predictor instead, and the total
 then includes EVERY metric, scored as the sweep and the app score them (one ``Scorer`` per text):
 recall, sparsity, precision, exact fraction, attention-mass recall and block recall at 16 and
-64. The process tunes glibc malloc as the app and the CLI do.
+64. The process tunes glibc malloc as the app and the CLI do. ``--smoke``: n=64, two repeats.
 """
 
 from __future__ import annotations
 
-import argparse
+import functools
 import os
 import statistics
 import sys
@@ -26,6 +26,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _common import parse, parser  # noqa: E402
 
 from sparsefinder.calibration.curves import DEFAULT_FLOOR  # noqa: E402
 from sparsefinder.data.records import AttentionRecord, LayerGraph  # noqa: E402
@@ -47,13 +49,14 @@ D, ROUTED_B, ROUTED_BUDGET, TOPP_P = 32, 128, 0.08, 0.9
 REPEATS, WARMUP = 30, 3
 
 
-def timings_ms(fn: Callable[[], object], repeats: int = REPEATS) -> tuple[float, float, float]:
+def timings_ms(fn: Callable[[], object], repeats: int = REPEATS, warmup: int = WARMUP
+               ) -> tuple[float, float, float]:
     """(median wall, min wall, median CPU) in ms, after a warm-up.
 
     On a shared machine the wall time includes waiting for other processes; the process CPU
     time (summed over threads) does not, so it shows what the code itself costs.
     """
-    for _ in range(WARMUP):
+    for _ in range(warmup):
         fn()
     wall, cpu = [], []
     for _ in range(repeats):
@@ -65,30 +68,34 @@ def timings_ms(fn: Callable[[], object], repeats: int = REPEATS) -> tuple[float,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument(
+    made = parser(__doc__)
+    made.add_argument(
         "--threads",
         type=int,
         default=1,
         help="torch intra-op threads (default 1: these ops are memory-bound and, on a 2-core "
         "machine shared with other work, OpenMP barriers stall for whole scheduler ticks)",
     )
-    parser.add_argument(
+    made.add_argument(
         "--predictor", default="kmeans+window",
         choices=["kmeans+window", "kmeans-routed", "topp", "distance-budget",
                  "distance-floor-budget"],
         help="what to time (default: the app's kmeans+window); the issue-10 predictors are "
         "timed with all metrics",
     )
-    args = parser.parse_args()
+    made.add_argument("--tokens", type=int, default=N)
+    made.add_argument("--repeats", type=int, default=REPEATS)
+    args = parse(made, smoke={"tokens": 64, "repeats": 2})
     torch.set_num_threads(args.threads)
+    n, timed = args.tokens, functools.partial(timings_ms, repeats=args.repeats,
+                                              warmup=min(WARMUP, args.repeats))
     if args.predictor != "kmeans+window":
-        all_metrics(args.predictor)
+        all_metrics(args.predictor, n, timed)
         return
     gen = torch.Generator().manual_seed(0)
-    qs = [torch.randn(HEADS, N, R, generator=gen) for _ in range(LAYERS)]
-    ks = [torch.randn(HEADS, N, R, generator=gen) for _ in range(LAYERS)]
-    golds = [torch.rand(HEADS, N, N, generator=gen) < 0.1 for _ in range(LAYERS)]
+    qs = [torch.randn(HEADS, n, R, generator=gen) for _ in range(LAYERS)]
+    ks = [torch.randn(HEADS, n, R, generator=gen) for _ in range(LAYERS)]
+    golds = [torch.rand(HEADS, n, n, generator=gen) < 0.1 for _ in range(LAYERS)]
     kmeans = [
         KMeans.from_centroids(torch.randn(HEADS, B, R, generator=gen), top_k=TOP_K)
         for _ in range(LAYERS)
@@ -120,18 +127,18 @@ def main() -> None:
             lambda i: Quantization(4).predict(qs[i], ks[i])
         ),
     }
-    print(f"{LAYERS} layers x {HEADS} heads, n={N}, r={R}, threads={torch.get_num_threads()}")
+    print(f"{LAYERS} layers x {HEADS} heads, n={n}, r={R}, threads={torch.get_num_threads()}")
     print(f"{'component (all 72 heads)':32s} {'median':>8s} {'min':>8s} {'cpu':>8s}  [ms]")
     for name, fn in parts.items():
-        med, low, cpu = timings_ms(fn)
+        med, low, cpu = timed(fn)
         print(f"{name:32s} {med:8.2f} {low:8.2f} {cpu:8.2f}")
-    total, low, cpu = timings_ms(each_layer(full))
+    total, low, cpu = timed(each_layer(full))
     print(f"{'total: union + recall + sparsity':32s} {total:8.2f} {low:8.2f} {cpu:8.2f}")
     print(f"ms={total:.2f}")
 
 
-def all_metrics(name: str) -> None:
-    """Times ``name``'s predict and every metric over 72 heads at n=512 (d=32 vectors).
+def all_metrics(name: str, n: int, timed: Callable) -> None:
+    """Times ``name``'s predict and every metric over 72 heads at ``n`` tokens (d=32 vectors).
 
     The metrics are scored as the sweep and the app score them: one :class:`Scorer` per
     text (built once, outside the timing), ``scorer.score(preds)`` per setting.
@@ -139,14 +146,14 @@ def all_metrics(name: str) -> None:
     gen = torch.Generator().manual_seed(0)
     layers = []
     for _ in range(LAYERS):
-        q = torch.randn(HEADS, N, D, generator=gen)
-        k = torch.randn(HEADS, N, D, generator=gen)
-        gold = torch.rand(HEADS, N, N, generator=gen) < 0.1
-        probs = gold * torch.rand(HEADS, N, N, generator=gen)
+        q = torch.randn(HEADS, n, D, generator=gen)
+        k = torch.randn(HEADS, n, D, generator=gen)
+        gold = torch.rand(HEADS, n, n, generator=gen) < 0.1
+        probs = gold * torch.rand(HEADS, n, n, generator=gen)
         probs = probs / probs.sum(-1, keepdim=True).clamp(min=1e-12)
         layers.append(LayerGraph(q, k, gold, probs[gold], 1.0))
-    record = AttentionRecord(text="x", tokens=["t"] * N, offsets=[(0, 0)] * N,
-                             special=[False] * N, causal=False, layers=layers)
+    record = AttentionRecord(text="x", tokens=["t"] * n, offsets=[(0, 0)] * n,
+                             special=[False] * n, causal=False, layers=layers)
     qs = [layer.queries for layer in layers]
     ks = [layer.keys for layer in layers]
     if name == "kmeans-routed":
@@ -157,8 +164,8 @@ def all_metrics(name: str) -> None:
             for _ in range(LAYERS)
         ]
     elif name in ("distance-budget", "distance-floor-budget"):  # projected r=8 vectors
-        qs = [torch.randn(HEADS, N, 8, generator=gen) for _ in range(LAYERS)]
-        ks = [torch.randn(HEADS, N, 8, generator=gen) for _ in range(LAYERS)]
+        qs = [torch.randn(HEADS, n, 8, generator=gen) for _ in range(LAYERS)]
+        ks = [torch.randn(HEADS, n, 8, generator=gen) for _ in range(LAYERS)]
         predictors = []
         for q, k in zip(qs, ks, strict=True):
             squared = torch.cdist(q, k).square().flatten(1)
@@ -179,13 +186,13 @@ def all_metrics(name: str) -> None:
         "Scorer: all 7 metrics": lambda: scorer.score(preds),
         "Scorer: recall+sparsity [info]": lambda: basic.score(preds),
     }
-    print(f"{LAYERS} layers x {HEADS} heads, n={N}, d={D}, threads={torch.get_num_threads()}, "
+    print(f"{LAYERS} layers x {HEADS} heads, n={n}, d={D}, threads={torch.get_num_threads()}, "
           f"malloc tuned={ALLOCATOR_TUNED}, load average {os.getloadavg()[0]:.2f}")
     print(f"{'component (all 72 heads)':32s} {'median':>8s} {'min':>8s} {'cpu':>8s}  [ms]")
     for label, fn in parts.items():
-        med, low, cpu = timings_ms(fn)
+        med, low, cpu = timed(fn)
         print(f"{label:32s} {med:8.2f} {low:8.2f} {cpu:8.2f}")
-    total, low, cpu = timings_ms(lambda: scorer.score(predict_all()))
+    total, low, cpu = timed(lambda: scorer.score(predict_all()))
     print(f"{'total: predict + all metrics':32s} {total:8.2f} {low:8.2f} {cpu:8.2f}")
     print(f"predictor={name} ms={total:.2f} min_ms={low:.2f} cpu_ms={cpu:.2f}")
 

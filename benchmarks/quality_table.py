@@ -9,13 +9,16 @@ recall (16, 64), macro-averaged like the sweep (texts, then heads, then layers).
 markdown table; last line ``key=value`` per method.
 
     python benchmarks/quality_table.py runs/issue10-val --split validation
+
+``--smoke`` (without a folder): sweeps distance and window on the first 2 passages of the
+split into a temporary folder, then builds the table from it.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -23,12 +26,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _common import parse, parser  # noqa: E402
+
 from sparsefinder.bundle import bundle  # noqa: E402
-from sparsefinder.data.chunking import chunk_passages
-from sparsefinder.data.corpus import load_corpus  # noqa: E402
+from sparsefinder.data.corpus import corpus_texts  # noqa: E402
 from sparsefinder.data.records import extract  # noqa: E402
-from sparsefinder.evaluation.curves import CURVES, curve_name  # noqa: E402
+from sparsefinder.evaluation.curves import CURVES, curve_name, with_labels  # noqa: E402
 from sparsefinder.evaluation.frontier import pareto_frontier, recall_at_sparsity  # noqa: E402
+from sparsefinder.evaluation.sweep import sweep  # noqa: E402
 from sparsefinder.metrics.measures import (  # noqa: E402
     block_recall,
     exact_fraction,
@@ -53,20 +58,32 @@ def _config_at(points: pd.DataFrame, method: str, level: float) -> dict | None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("sweep_dir", type=Path, help="folder written by `sparsefinder sweep`")
-    parser.add_argument("--split", default="validation")
-    parser.add_argument("--corpus", default="default")
-    args = parser.parse_args()
+    made = parser(__doc__)
+    made.add_argument("sweep_dir", type=Path, nargs="?",
+                      help="folder written by `sparsefinder sweep` (optional with --smoke)")
+    made.add_argument("--split", default="validation")
+    made.add_argument("--corpus", default="default")
+    made.add_argument("--max-passages", type=int, default=None,
+                      help="the first N passages of the split (default: all)")
+    args = parse(made, smoke={"max_passages": 2})
+    if args.sweep_dir is None and not args.smoke:
+        made.error("the sweep folder is required (a `sparsefinder sweep` output), except with "
+                   "--smoke")
     torch.set_num_threads(1)
-    points = pd.read_csv(args.sweep_dir / "points.csv")
-    at = recall_at_sparsity(points, LEVELS).set_index("method")
     loaded = load_model("default", device="cpu")
     projections = HeadProjections.load(bundle().path("projections.pt"),
                                        expected_model_id=loaded.model_id)
-    texts = chunk_passages(load_corpus(args.corpus, args.split), loaded.tokenizer,
-                           loaded.max_length)
+    texts = corpus_texts(args.corpus, args.split, loaded.tokenizer, loaded.max_length,
+                         args.max_passages)
     records = extract(loaded, texts, batch_size=8)
+    with tempfile.TemporaryDirectory() as scratch:
+        sweep_dir = args.sweep_dir
+        if sweep_dir is None:  # smoke: a tiny sweep of these records, as `sparsefinder sweep`
+            sweep_dir = Path(scratch)
+            with_labels(sweep(records, projections, ["distance", "window"])).to_csv(
+                sweep_dir / "points.csv", index=False)
+        points = pd.read_csv(sweep_dir / "points.csv")
+    at = recall_at_sparsity(points, LEVELS).set_index("method")
     projected = [projections.project_record(r) for r in records]
     rows, summary = [], []
     for method in dict.fromkeys(points["method"]):

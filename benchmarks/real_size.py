@@ -23,6 +23,9 @@ one another (dense attention in the upper layers). The gold sparsity is printed.
 
 Last line: ``shape=… n=… extract_s=… sdpa_s=… ratio=… peak_mib=… extra_mib=… train_s=…
 move_ms=… gold_sparsity=…`` (and ``app_p50_ms=… app_p95_ms=…`` with ``--app``).
+
+``--smoke``: ``--shape tiny`` (a 2-layer BERT of hidden size 64), 64 tokens, one round, two
+passages.
 """
 
 from __future__ import annotations
@@ -42,11 +45,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _common import parse, parser  # noqa: E402
+
 #: shape -> (tokens, query/key weight scale, description)
 SHAPES = {
     "bert-base": (512, 1.8, "BERT-base: 12 layers x 12 heads, d=768, head dim 64, 110 M"),
     "llama-1b": (2048, 1.2, "Llama-shaped: 16 layers x 32 query heads (8 key/value), d=2048, "
                             "head dim 64, FFN 8192, ~1.0 B"),
+    "tiny": (64, 1.8, "tiny BERT (smoke runs): 2 layers x 4 heads, d=64, head dim 16"),
 }
 
 
@@ -60,6 +66,15 @@ def build(shape: str, folder: Path, qk_scale: float) -> Path:
 
         tokenizer = load_model("default-softmax", device="cpu").tokenizer  # WordPiece, 30522
         config = BertConfig()  # the stock BERT-base shape
+    elif shape == "tiny":
+        from transformers import AutoTokenizer
+
+        from sparsefinder.models.loading import default_model_path
+
+        tokenizer = AutoTokenizer.from_pretrained(default_model_path())  # the default's files
+        config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=64,
+                            num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                            max_position_embeddings=128)
     else:
         from sparsefinder.models.decoders import tiny_bpe_tokenizer
 
@@ -193,16 +208,16 @@ def _run_child(step: str, *args: object) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shape", choices=sorted(SHAPES), default="bert-base")
-    parser.add_argument("--tokens", type=int, default=None)
-    parser.add_argument("--qk-scale", type=float, default=None)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--passages", type=int, default=8)
-    parser.add_argument("--app", action="store_true", help="also the browser slider latency")
-    parser.add_argument("--keep", type=Path, default=None, help="build the model here, keep it")
-    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    made = parser(__doc__.splitlines()[0])
+    made.add_argument("--shape", choices=sorted(SHAPES), default="bert-base")
+    made.add_argument("--tokens", type=int, default=None)
+    made.add_argument("--qk-scale", type=float, default=None)
+    made.add_argument("--rounds", type=int, default=3)
+    made.add_argument("--passages", type=int, default=8)
+    made.add_argument("--app", action="store_true", help="also the browser slider latency")
+    made.add_argument("--keep", type=Path, default=None, help="build the model here, keep it")
+    made.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    args = parse(made, smoke={"shape": "tiny", "rounds": 1, "passages": 2})
     if args.child:
         step, rest = args.child[0], args.child[1:]
         funcs = {"extract": lambda f, t, r: child_extract(f, int(t), int(r)),

@@ -62,7 +62,9 @@ get exactly full entmax's output), against gold edges from the bounded extractio
 
 Last line (n = 4096): ``vs_full=<x> vs_k64=<y> extra_mib=<z> n8192_ok=<0|1> recall=<r>
 exact_rows=<e> vs_sdpa=<s>``, ratios = their seconds / ours; recall and exact rows of the
-selection at n = 4096.
+selection at n = 4096 (or, when 4096 is not among ``--sizes``, at the largest n measured).
+``--device cuda`` on a machine without a GPU skips with the reason. ``--smoke``: n = 512, one
+repeat, the block-sparse method and the package's sort.
 """
 
 from __future__ import annotations
@@ -81,6 +83,8 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from _common import cuda_missing, parse, parser, skip  # noqa: E402
 
 METHODS = ("block-sparsefinder", "entmax15 full sort", "entmax15 k=64", "entmax15 fast dense",
            "sdpa softmax")
@@ -354,41 +358,48 @@ def score_selection(graph: torch.Tensor, extra: torch.Tensor | None, edges, bloc
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
-    parser.add_argument("--layer", type=int, default=2)
-    parser.add_argument("--block", type=int, default=32)
-    parser.add_argument("--n-blocks", type=int, default=4)
-    parser.add_argument("--n-keys", type=int, default=None,
+    made = parser(__doc__.split("\n")[0])
+    made.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
+    made.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS),
+                      help="the methods to time (default: all)")
+    made.add_argument("--layer", type=int, default=2)
+    made.add_argument("--block", type=int, default=32)
+    made.add_argument("--n-blocks", type=int, default=4)
+    made.add_argument("--n-keys", type=int, default=None,
                         help=f"single keys per query block (default {KEYS_DEFAULT['n_keys']} "
                              "for --selector keys, 256 otherwise)")
-    parser.add_argument("--sub-block", type=int, default=KEYS_DEFAULT["sub_block"],
+    made.add_argument("--sub-block", type=int, default=KEYS_DEFAULT["sub_block"],
                         help="--selector keys: queries pooled per sub-block when scoring keys")
-    parser.add_argument("--window-blocks", type=int, default=KEYS_DEFAULT["window_blocks"],
+    made.add_argument("--window-blocks", type=int, default=KEYS_DEFAULT["window_blocks"],
                         help="--selector keys: diagonal band half-width in blocks")
-    parser.add_argument("--selector", choices=["keys", "auto", "pooled", "learned"],
+    made.add_argument("--selector", choices=["keys", "auto", "pooled", "learned"],
                         default="keys",
                         help="keys (default): the diagonal band and single keys scored by q·k on "
                              "pooled query sub-blocks; the others: key blocks from the bundled "
                              "projections learned on pooled blocks (learned; auto: when bundled "
                              "for --block) or from pooled token projections (pooled), plus "
                              "--n-keys single keys from the rank-4 token projections")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--no-quality", action="store_true")
-    parser.add_argument("--quality-only", action="store_true",
+    made.add_argument("--repeats", type=int, default=3)
+    made.add_argument("--threads", type=int, default=1)
+    made.add_argument("--no-quality", action="store_true")
+    made.add_argument("--quality-only", action="store_true",
                         help="measure the selection's edge recall and exact rows only")
-    parser.add_argument("--qk", help="q/k saved by benchmarks/gpu_solver.py --save (layer 2, "
+    made.add_argument("--qk", help="q/k saved by benchmarks/gpu_solver.py --save (layer 2, "
                         "n up to 8192) instead of running the model")
-    parser.add_argument("--device", default="cpu",
+    made.add_argument("--device", default="cpu",
                         help="where every method runs (cpu, or cuda on a GPU machine); the "
                              "inputs are captured on the CPU either way")
-    parser.add_argument("--child", choices=METHODS)
-    parser.add_argument("--n", type=int)
-    parser.add_argument("--data")
-    args = parser.parse_args()
+    made.add_argument("--child", choices=METHODS)
+    made.add_argument("--n", type=int)
+    made.add_argument("--data")
+    args = parse(made, smoke={"sizes": [WINDOW], "repeats": 1,
+                              "methods": ["block-sparsefinder", "entmax15 full sort"]})
     if args.child:
         child(args)
+        return
+    missing = cuda_missing(args.device)
+    if missing:
+        skip(missing, vs_full="nan", vs_k64="nan", vs_sdpa="nan")
         return
 
     print(f"device {args.device}; load avg {os.getloadavg()[0]:.2f} (over {os.cpu_count()} "
@@ -417,7 +428,7 @@ def main() -> None:
             v = torch.randn(q.shape, generator=torch.Generator().manual_seed(0))
             data = Path(tmp) / f"qkv{n}.pt"
             torch.save({"q": q, "k": k, "v": v, "layer": args.layer}, data)
-            for method in () if args.quality_only else METHODS:
+            for method in () if args.quality_only else args.methods:
                 scores = 12 * n * n
                 if method in per_score:
                     need = per_score[method] * scores
@@ -436,7 +447,7 @@ def main() -> None:
           f"{'their s / ours':>16}")
     for n in sorted(args.sizes):
         ours = results.get((n, "block-sparsefinder"), {}).get("seconds")
-        for method in () if args.quality_only else METHODS:
+        for method in () if args.quality_only else args.methods:
             r = results[n, method]
             if "seconds" not in r:
                 print(f"{n:>5}  {method:<20}{r.get('skipped') or r.get('error')}")
@@ -449,14 +460,17 @@ def main() -> None:
             print(f"{n:>5}  quality: edge recall {qd['recall']:.4f}, exact rows "
                   f"{qd['exact']:.4f}, gold density {qd['density']:.4f}")
     print(f"load avg after: {os.getloadavg()[0]:.2f}")
-    at = {m: results.get((4096, m), {}) for m in METHODS}
+    at_n = 4096 if 4096 in args.sizes else max(args.sizes)
+    if at_n != 4096:
+        print(f"the last line is at n={at_n} (4096 was not measured)")
+    at = {m: results.get((at_n, m), {}) for m in METHODS}
     ours = at["block-sparsefinder"].get("seconds", float("nan"))
     vs_full = at["entmax15 full sort"].get("seconds", float("nan")) / ours
     vs_k64 = at["entmax15 k=64"].get("seconds", float("nan")) / ours
     extra = at["block-sparsefinder"].get("extra_mib", float("nan"))
     n8192_ok = int("seconds" in results.get((8192, "block-sparsefinder"), {}))
     vs_sdpa = at["sdpa softmax"].get("seconds", float("nan")) / ours
-    qd = results.get((4096, "quality"), {})
+    qd = results.get((at_n, "quality"), {})
     recall, exact = qd.get("recall", float("nan")), qd.get("exact", float("nan"))
     print(f"vs_full={vs_full:.2f} vs_k64={vs_k64:.2f} extra_mib={extra:.0f} n8192_ok={n8192_ok} "
           f"recall={recall:.4f} exact_rows={exact:.4f} vs_sdpa={vs_sdpa:.2f}")

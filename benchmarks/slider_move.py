@@ -13,12 +13,11 @@ sliding window), run on ``--tokens`` tokens of the default corpus' train split.
 Prints per-part medians and bests (on a loaded machine the best is the compute, the median
 adds waits for a core) and, last, ``p50_ms=<x> p95_ms=<y>`` of the whole move.
 ``--record FILE`` reuses (or first saves) the extracted record, to compare code versions on
-one text without extracting it again.
+one text without extracting it again. ``--smoke``: 256 tokens, two moves.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -30,6 +29,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _common import parse, parser  # noqa: E402
 
 from sparsefinder.runtime import tune_cpu_allocator  # noqa: E402
 
@@ -66,11 +67,11 @@ def main() -> int:
     from sparsefinder.explore.state import ViewState
     from sparsefinder.figures import graphs
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokens", type=int, default=4096)
-    parser.add_argument("--moves", type=int, default=20)
-    parser.add_argument("--record", type=Path, default=None)
-    args = parser.parse_args()
+    made = parser(__doc__.splitlines()[0])
+    made.add_argument("--tokens", type=int, default=4096)
+    made.add_argument("--moves", type=int, default=20)
+    made.add_argument("--record", type=Path, default=None)
+    args = parse(made, smoke={"tokens": 256, "moves": 2})
     record = long_record(args.tokens, args.record)
     prepared = prep.prepare(record)
     labels = inputs.token_labels(record)

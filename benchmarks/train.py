@@ -6,11 +6,11 @@ is timed for all 6 × 12 heads. The default corpus' train split has fewer than 1
 so its texts are cycled to 1,000 (said on stdout); repeated texts are extracted once, since
 their gold graphs are identical. Last line: ``seconds=<s> pairs_per_s=<p>``, where pairs are
 the gold (query, key) edges of all heads and layers — one epoch sees each at least once.
+``--smoke``: 2 passages.
 """
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import sys
 import time
@@ -21,7 +21,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sparsefinder.data.chunking import chunk_passages
+from _common import parse, parser  # noqa: E402
+
+from sparsefinder.data.chunking import chunk_passages  # noqa: E402
 from sparsefinder.data.corpus import load_corpus  # noqa: E402
 from sparsefinder.data.records import extract  # noqa: E402
 from sparsefinder.models.loading import load_model  # noqa: E402
@@ -29,10 +31,10 @@ from sparsefinder.projections.hinge import train_projections  # noqa: E402
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--passages", type=int, default=1000)
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
-    args = parser.parse_args()
+    made = parser(__doc__.splitlines()[0])
+    made.add_argument("--passages", type=int, default=1000)
+    made.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
+    args = parse(made, smoke={"passages": 2})
     if args.threads:
         torch.set_num_threads(args.threads)
     loaded = load_model("default", device="cpu")
