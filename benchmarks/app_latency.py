@@ -6,12 +6,14 @@ first screen (the headline metrics and the head figure: ``FIRST_SCREEN_JS``), th
 slider with the keyboard N times. By default that is the app's own first screen: its default
 method (``distance-floor:budget``) and its **target sparsity** slider; ``--method`` picks
 another method, and a method without calibration (``--method kmeans``, the old default) moves
-the **window size** slider instead (``--slider`` forces either). The thumb walks to one end of
-the slider and back. Each sample is the time from the key press to the moment both the metric
-values and the predicted panel's title (its edge count) show the new setting in the page. A
-move back to a setting seen before reads the app's shared prediction cache, as a user's would;
-their number is printed. Websocket bytes received per move are summed (Streamlit's deltas:
-figures, metrics), which is the payload of one update.
+the **window size** slider instead (``--slider`` forces either). The thumb walks to the
+slider's farther end and back. Each sample is the time from the key press to the moment both
+the metric values and the predicted panel's title (its edge count) show the new setting in
+the page, or, where the viewed head's graph does not change with the setting, the run the
+press started has ended (``MOVED_JS``). A move back to a setting seen before reads the app's
+shared prediction cache, as a user's would; such moves are counted and named. Websocket bytes
+received per move are summed (Streamlit's deltas: figures, metrics), which is the payload of
+one update.
 
 Prints per-move timings, p50/p95, and last ``p50_ms=<x> p95_ms=<y> payload_kb=<z>``.
 Goal on the 2-core dev CPU: p50 <= 300 ms, p95 <= 600 ms.
@@ -46,8 +48,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "app"))
 
 from _common import parse, parser  # noqa: E402
+from browser_helpers import IDLE_JS, wait_until_idle  # noqa: E402  (the browser tests' own)
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -83,6 +87,29 @@ CHANGED_JS = """([before]) => {
     .map(e => e.textContent).join('|');
   return metrics !== before[0] && titles !== before[1];
 }"""
+#: Before a key press: ``window.__sfRan`` turns true once the app starts the run it causes.
+ARM_RUN_JS = """() => {
+  window.__sfRan = false;
+  const app = document.querySelector('[data-testid="stApp"]');
+  const observer = new MutationObserver(() => {
+    if (app.dataset.testScriptState === 'running') { window.__sfRan = true; observer.disconnect(); }
+  });
+  observer.observe(app, {attributes: true, attributeFilter: ['data-test-script-state']});
+}"""
+#: A move has landed (``before``: the snapshot before the press): the metrics and the viewed
+#: head's panel titles show the new setting, or else the run the press started is over. A
+#: calibrated head can keep its graph from one target to the next (its threshold, or its
+#: per-row floor, holds), and past the floor's sparsity nothing on the page changes at all;
+#: the end of the run is then the moment the page has caught up. Returns why it landed.
+MOVED_JS = f"""([before]) => {{
+  const metrics = [...document.querySelectorAll('[data-testid="stMetricValue"]')]
+    .map(e => e.textContent).join('|');
+  const titles = [...document.querySelectorAll('.js-plotly-plot .annotation-text')]
+    .map(e => e.textContent).join('|');
+  if (metrics !== before[0] && titles !== before[1]) return 'shown';
+  if (!window.__sfRan || !({IDLE_JS})()) return false;
+  return metrics !== before[0] ? 'head unchanged' : 'nothing changed';
+}}"""
 
 
 def free_port() -> int:
@@ -172,9 +199,9 @@ def _position(thumb) -> tuple[int, int, int]:
 
 def measure(port: int, moves: int, query: str, slider: str, timeout_ms: int,
             model: str | None = None, text: str | None = None
-            ) -> tuple[list[float], list[int], int]:
-    """(ms per timed move, websocket bytes per timed move, timed moves back to a setting seen
-    before)."""
+            ) -> tuple[list[float], list[int], list[list[str]]]:
+    """(ms, websocket bytes and notes of each timed move); a note says a move went back to
+    a setting seen before, or landed without a new head graph (``MOVED_JS``)."""
     from playwright.sync_api import sync_playwright
 
     received = [0]
@@ -183,10 +210,7 @@ def measure(port: int, moves: int, query: str, slider: str, timeout_ms: int,
         ws.on("framereceived", lambda payload: received.__setitem__(
             0, received[0] + len(payload if isinstance(payload, bytes) else payload.encode())))
 
-    sys.path.insert(0, str(ROOT / "tests" / "app"))
-    from browser_helpers import wait_until_idle  # the browser tests' "the run has ended"
-
-    times, sizes, revisits = [], [], 0
+    times, sizes, notes = [], [], []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1600, "height": 1800})
@@ -216,31 +240,43 @@ def measure(port: int, moves: int, query: str, slider: str, timeout_ms: int,
         thumb = (page.locator("[data-testid='stSlider']").filter(has_text=SLIDERS[slider])
                  .get_by_role("slider"))
         thumb.focus()
-        step, seen = 1, {_position(thumb)[0]}
+        value, low, high = _position(thumb)
+        step, seen = (1 if high - value >= value - low else -1), {value}  # the farther end
         for move in range(moves + 2):  # two warm-up moves
             value, low, high = _position(thumb)
             if not low < value < high:  # at an end (or a slider of one value): turn round
                 step = -1 if value >= high else 1
             key = "ArrowRight" if step > 0 else "ArrowLeft"
             before = page.evaluate(SNAPSHOT_JS)
+            page.evaluate(ARM_RUN_JS)
             received[0] = 0
             start = time.perf_counter()
             thumb.press(key)
-            page.wait_for_function(CHANGED_JS, arg=[before], polling="raf",
-                                   timeout=min(60_000, timeout_ms))
+            landed = page.wait_for_function(MOVED_JS, arg=[before], polling="raf",
+                                            timeout=min(60_000, timeout_ms)).json_value()
             elapsed = (time.perf_counter() - start) * 1e3
-            time.sleep(0.3)  # let trailing frames of this update arrive before the next move
-            again = value + step in seen
+            # the run has ended (its trailing frames counted) before the next key press: a
+            # press during a run can be lost when the rerun redraws the slider
+            wait_until_idle(page, timeout=timeout_ms)
+            note = [*(["seen before"] if value + step in seen else []),
+                    *([landed] if landed != "shown" else [])]
             seen.add(value + step)
             if move >= 2:
                 times.append(elapsed)
                 sizes.append(received[0])
-                revisits += again
+                notes.append(note)
                 print(f"move {move - 1:2d} {key:10s} {elapsed:7.1f} ms "
-                      f"{received[0] / 1024:7.1f} KB" + ("  (a setting seen before)" if again
-                                                         else ""), flush=True)
+                      f"{received[0] / 1024:7.1f} KB"
+                      + (f"  ({', '.join(note)})" if note else ""), flush=True)
         browser.close()
-    return times, sizes, revisits
+    return times, sizes, notes
+
+
+def _count(notes: list[list[str]]) -> str:
+    """How many moves carry each note: "3 seen before, 2 nothing changed"."""
+    kinds = [kind for note in notes for kind in note]
+    return ", ".join(f"{kinds.count(kind)} {kind}" for kind in dict.fromkeys(kinds)) or \
+        "every one a new setting with a new head graph"
 
 
 def main() -> int:
@@ -276,7 +312,7 @@ def main() -> int:
     server = start_server(port, args.projections)
     try:
         wait_healthy(port)
-        times, sizes, revisits = measure(port, args.moves, query, slider,
+        times, sizes, notes = measure(port, args.moves, query, slider,
                                          int(args.timeout * 1000), model, text)
     finally:
         os.killpg(server.pid, signal.SIGTERM)
@@ -286,7 +322,7 @@ def main() -> int:
     payload_kb = statistics.median(sizes) / 1024
     what = (f"a pasted {args.tokens}-token text" if args.tokens else "the 512-token example")
     print(f"{len(times)} moves of the {SLIDERS[slider].lower()} slider ({method}) on {what} "
-          f"({revisits} back to a setting seen before): p50 {p50:.0f} ms, p95 {p95:.0f} ms, "
+          f"({_count(notes)}): p50 {p50:.0f} ms, p95 {p95:.0f} ms, "
           f"median websocket payload {payload_kb:.0f} KB per update "
           f"(load average {os.getloadavg()[0]:.2f})")
     print(f"p50_ms={p50:.0f} p95_ms={p95:.0f} payload_kb={payload_kb:.0f}")
