@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,10 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 REPO = Path(__file__).resolve().parents[1]
+# The tests' shared helpers (tolerances.py: tolerances from dtype eps and magnitudes) import as
+# top-level modules from every test folder.
+if str(REPO / "tests") not in sys.path:
+    sys.path.insert(0, str(REPO / "tests"))
 
 
 def pytest_configure(config) -> None:
