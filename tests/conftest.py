@@ -61,6 +61,17 @@ def default_model():
 
 
 @pytest.fixture(scope="session")
+def default_model64(default_model):
+    """A float64 copy of the default model: for comparisons of two evaluations (batched and
+    alone, blocked and dense) whose float64 rounding differences are far below any bug's
+    (tests/tolerances.py), whatever the CPU's kernels."""
+    import copy
+    import dataclasses
+
+    return dataclasses.replace(default_model, model=copy.deepcopy(default_model.model).double())
+
+
+@pytest.fixture(scope="session")
 def default_tokenizer(default_model):
     return default_model.tokenizer
 

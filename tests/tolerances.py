@@ -21,8 +21,10 @@ That is :func:`bound`; the helpers below only choose ``k`` and ``scale`` from th
   α-entmax solvers run on the same scores, from the number of keys a row keeps
   (:func:`support_size`); :func:`entmax_prob_tol` and
   :func:`attention_output_tol` when their scores differ by a bounded error;
-- :func:`transformer_terms`: the accumulation length of a whole forward pass, for comparing
-  hidden states of two evaluations of a (tiny) transformer.
+- :func:`transformer_terms`, :func:`forward_tol`: the accumulation length of a whole forward
+  pass, for comparing hidden states of two evaluations of a (tiny) transformer;
+- :func:`assert_layers_close`: two gold records of one text from two evaluations (batched and
+  alone, sharded and not, bounded and dense), all of the above at once.
 
 The bounds are worst cases (the rounding errors all add up), so they hold whatever the CPU's
 kernels do; real differences are usually far below them (errors partly cancel). A bug — the
@@ -132,6 +134,24 @@ def transformer_terms(*, layers: int, hidden: int, intermediate: int, n: int) ->
     return 2 * hidden + layers * per_layer
 
 
+def forward_tol(config, reference: torch.Tensor, n: int,
+                dtype: torch.dtype | None = None) -> dict[str, float]:
+    """``assert_close`` keywords for two evaluations of a whole forward pass of a model with
+    this transformers ``config`` on ``n`` tokens: :func:`tol_for` with
+    :func:`transformer_terms` (the config's sizes under any family's names)."""
+    def first(*names: str):
+        return next(getattr(config, name) for name in names
+                    if getattr(config, name, None) is not None)
+
+    hidden = first("hidden_size", "n_embd", "dim")
+    intermediate = next((getattr(config, name) for name in ("intermediate_size", "n_inner",
+                                                              "hidden_dim")
+                         if getattr(config, name, None) is not None), 4 * hidden)
+    terms = transformer_terms(layers=first("num_hidden_layers", "n_layer", "n_layers"),
+                              hidden=hidden, intermediate=intermediate, n=n)
+    return tol_for(reference, terms=terms, dtype=dtype)
+
+
 def assert_same_support(a: torch.Tensor, b: torch.Tensor, *, slack: float) -> None:
     """``a > 0`` exactly where ``b > 0`` (dense probabilities of the same shape), except keys
     whose probability is at most ``slack`` on both sides (:func:`support_bound` for a score
@@ -194,3 +214,28 @@ def on_threshold(alpha: float, s: int, dtype: torch.dtype = torch.float32) -> fl
     """Probability a key lying exactly on the threshold (z_j = τ*) may carry after rounding:
     a τ rounded below it leaves it ``(τ* − τ)^β ≤ tau_err^β`` where the exact answer is 0."""
     return tau_err(s, dtype) ** (1.0 / (alpha - 1.0))
+
+
+# Gold records -------------------------------------------------------------------------------
+
+
+def assert_layers_close(a, b, *, terms: int, dtype: torch.dtype = torch.float32) -> None:
+    """Two layer graphs (:class:`~sparsefinder.data.records.LayerGraph`) of one text from two
+    evaluations whose queries and keys went through ``terms`` accumulations in ``dtype`` (the
+    layers before and the projection: :func:`transformer_terms` plus the hidden size): queries
+    and keys within that bound (plus the records' rounding to float32 when ``dtype`` is finer),
+    the gold graphs edge for edge except keys that q/k error can move across the threshold
+    (:func:`support_bound`), the probabilities within :func:`entmax_prob_tol`."""
+    stored = 0.0 if dtype == torch.float32 else eps(torch.float32)
+    q_err = tol_for(b.queries, terms=terms, dtype=dtype)["atol"]
+    k_err = tol_for(b.keys, terms=terms, dtype=dtype)["atol"]
+    torch.testing.assert_close(a.queries, b.queries, rtol=0,
+                               atol=q_err + stored * _magnitude(b.queries))
+    torch.testing.assert_close(a.keys, b.keys, rtol=0, atol=k_err + stored * _magnitude(b.keys))
+    score_err = score_bound(b.queries, b.keys, b.scaling, q_err=q_err, k_err=k_err, dtype=dtype)
+    pa, pb = a.probs().double(), b.probs().double()
+    kept = support_size(pa, pb)
+    alpha = float(getattr(b, "alpha", 1.5) or 1.5)
+    assert_same_support(pa, pb, slack=support_bound(score_err, alpha, kept, dtype))
+    torch.testing.assert_close(pa, pb, rtol=0,
+                               atol=entmax_prob_tol(score_err, alpha, kept, dtype) + stored)

@@ -242,19 +242,15 @@ def test_peak_memory_is_bounded_by_the_budget_not_n_squared():
 
 
 @pytest.mark.slow
-def test_capture_edges_on_a_model_matches_dense_extraction(default_model):
+def test_capture_edges_on_a_model_matches_dense_extraction(default_model, default_model64):
     """The model in float64 (a copy): the blocked and the dense passes differ by float64
     rounding only, carried through the layers before (tests/tolerances.py), so their edges
     agree except keys within that of the threshold and their queries to that bound (plus the
     records' one rounding to float32)."""
-    import copy
-    import dataclasses
-
     from sparsefinder.attention.interface import capture_edges, restrict_keys
     from sparsefinder.data.records import extract, extract_edges
 
-    model64 = dataclasses.replace(default_model,
-                                  model=copy.deepcopy(default_model.model).double())
+    model64 = default_model64
     config = model64.model.config
     text = "The committee met on Tuesday. It approved the budget, which the mayor had vetoed. " * 6
     dense = extract(model64, text)[0]

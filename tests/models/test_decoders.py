@@ -18,11 +18,10 @@ from tolerances import (
     assert_same_support,
     bound,
     entmax_prob_tol,
+    forward_tol,
     score_bound,
     support_bound,
     support_size,
-    tol_for,
-    transformer_terms,
 )
 from transformers import AutoModel, BloomConfig
 
@@ -42,10 +41,7 @@ LONG_N = 1200  # "long" for a CPU test: far beyond the window and 512
 
 def _forward_tol(model, reference: torch.Tensor, n: int) -> dict[str, float]:
     """``assert_close`` keywords for two float32 evaluations of a whole forward on n tokens."""
-    config = model.config
-    terms = transformer_terms(layers=config.num_hidden_layers, hidden=config.hidden_size,
-                              intermediate=config.intermediate_size, n=n)
-    return tol_for(reference, terms=terms)
+    return forward_tol(model.config, reference, n)
 
 
 @pytest.fixture(scope="module")
