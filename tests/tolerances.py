@@ -21,8 +21,9 @@ That is :func:`bound`; the helpers below only choose ``k`` and ``scale`` from th
   α-entmax solvers run on the same scores, from the number of keys a row keeps
   (:func:`support_size`); :func:`entmax_prob_tol` and
   :func:`attention_output_tol` when their scores differ by a bounded error;
-- :func:`transformer_terms`, :func:`forward_tol`: the accumulation length of a whole forward
-  pass, for comparing hidden states of two evaluations of a (tiny) transformer;
+- :func:`transformer_terms`, :func:`config_terms`, :func:`forward_tol`: the accumulation
+  length of a whole forward pass, for comparing hidden states of two evaluations of a (tiny)
+  transformer;
 - :func:`assert_layers_close`: two gold records of one text from two evaluations (batched and
   alone, sharded and not, bounded and dense), all of the above at once.
 
@@ -127,29 +128,34 @@ def transformer_terms(*, layers: int, hidden: int, intermediate: int, n: int) ->
     tokens, for :func:`tol_for`'s ``terms``: per layer the q/k/v and output projections
     (``hidden`` each), the scores (≤ ``hidden``), the normaliser and ``probs @ v`` (``n``
     each), two norms (mean and variance, ``2·hidden`` each) and the feed-forward
-    (``hidden + intermediate``); and the embeddings' norm. A first-order count: the layers'
-    conditioning (a norm divides by its row's spread) is taken as 1, which holds for the
-    small random models the tests build (their hidden states have spreads of order 1)."""
-    per_layer = 10 * hidden + intermediate + 2 * n
+    (``hidden + intermediate``); and the embeddings' norm. An α-entmax normaliser adds its τ's
+    rounding: on the same scores, two solvers' probabilities differ all in one direction (each
+    is monotone in τ) and each row sums to 1 within :func:`sum_tol`, so their outputs differ by
+    at most ``2·sum_tol·max|v|``: ``4·n + 8`` more terms. A first-order count: the layers'
+    conditioning (a norm divides by its row's spread; a score error spreads over the kept keys)
+    is taken as 1, which holds for the small random models the tests build."""
+    per_layer = 10 * hidden + intermediate + 2 * n + (4 * n + 8)
     return 2 * hidden + layers * per_layer
+
+
+def config_terms(config, n: int) -> int:
+    """:func:`transformer_terms` of a transformers ``config`` (any family's size names)."""
+    def first(*names: str, default: int | None = None) -> int:
+        found = [getattr(config, name) for name in names if getattr(config, name, None)]
+        return int(found[0]) if found else int(default)
+
+    hidden = first("hidden_size", "n_embd", "dim")
+    return transformer_terms(layers=first("num_hidden_layers", "n_layer", "n_layers"),
+                             hidden=hidden, n=n,
+                             intermediate=first("intermediate_size", "n_inner", "hidden_dim",
+                                                default=4 * hidden))
 
 
 def forward_tol(config, reference: torch.Tensor, n: int,
                 dtype: torch.dtype | None = None) -> dict[str, float]:
     """``assert_close`` keywords for two evaluations of a whole forward pass of a model with
-    this transformers ``config`` on ``n`` tokens: :func:`tol_for` with
-    :func:`transformer_terms` (the config's sizes under any family's names)."""
-    def first(*names: str):
-        return next(getattr(config, name) for name in names
-                    if getattr(config, name, None) is not None)
-
-    hidden = first("hidden_size", "n_embd", "dim")
-    intermediate = next((getattr(config, name) for name in ("intermediate_size", "n_inner",
-                                                              "hidden_dim")
-                         if getattr(config, name, None) is not None), 4 * hidden)
-    terms = transformer_terms(layers=first("num_hidden_layers", "n_layer", "n_layers"),
-                              hidden=hidden, intermediate=intermediate, n=n)
-    return tol_for(reference, terms=terms, dtype=dtype)
+    this transformers ``config`` on ``n`` tokens: :func:`tol_for` with :func:`config_terms`."""
+    return tol_for(reference, terms=config_terms(config, n), dtype=dtype)
 
 
 def assert_same_support(a: torch.Tensor, b: torch.Tensor, *, slack: float) -> None:
@@ -239,3 +245,26 @@ def assert_layers_close(a, b, *, terms: int, dtype: torch.dtype = torch.float32)
     assert_same_support(pa, pb, slack=support_bound(score_err, alpha, kept, dtype))
     torch.testing.assert_close(pa, pb, rtol=0,
                                atol=entmax_prob_tol(score_err, alpha, kept, dtype) + stored)
+
+
+# Training runs ------------------------------------------------------------------------------
+
+#: Adam's step is at most ``lr·(1 − β1)/√(1 − β2)`` per weight (Kingma & Ba, §2.1) with
+#: torch's default betas (0.9, 0.999): about 3.2·lr.
+ADAM_STEP = (1 - 0.9) / (1 - 0.999) ** 0.5
+
+
+def training_tol(metadata: dict, *, world: int = 1) -> float:
+    """How far the weights of two Adam trainings of the same batches may end apart when their
+    gradients differ by rounding only (sums over another number of threads or ranks, another
+    reduction order): each step's gradient is a sum over the batch's positives and negatives
+    (and ``world`` ranks), so it moves by at most ``(terms)·eps`` relative to its terms, and
+    so does that step's update; over the run's steps (``epochs`` × batches of the largest
+    layer) of at most :data:`ADAM_STEP` each. First order: it takes the updates' sensitivity
+    to their gradient as 1 (a gradient that cancels to near zero makes Adam's step larger
+    relative to its own rounding; the tests' batches do not)."""
+    batch = int(metadata["batch_size"])
+    terms = batch * (1 + int(metadata.get("negatives_per_positive", 1))) + world
+    positives = max(metadata.get("positives_per_layer") or [batch])
+    steps = int(metadata["epochs"]) * -(-int(positives) // batch)
+    return steps * ADAM_STEP * float(metadata["lr"]) * bound(1.0, terms=terms)
