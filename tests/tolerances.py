@@ -268,3 +268,13 @@ def training_tol(metadata: dict, *, world: int = 1) -> float:
     positives = max(metadata.get("positives_per_layer") or [batch])
     steps = int(metadata["epochs"]) * -(-int(positives) // batch)
     return steps * ADAM_STEP * float(metadata["lr"]) * bound(1.0, terms=terms)
+
+
+# Metrics ------------------------------------------------------------------------------------
+
+
+def ratio_tol(terms: int, dtype: torch.dtype = torch.float64) -> float:
+    """Two evaluations of a metric in [0, 1] built from ``terms`` additions of values ≤ 1 and a
+    division or two (a recall, a precision, a sparsity, their means over rows and heads): in
+    float64 for the counted metrics, float32 where probabilities are summed (mass recall)."""
+    return bound(1.0, terms=terms + 2, dtype=dtype)
