@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tolerances import bound
 
 from sparsefinder.bundle import bundle
 from sparsefinder.calibration.curves import DEFAULT_FLOOR
@@ -161,7 +162,9 @@ def test_per_head_grid_methods_in_the_table(fitted, tmp_path):
     for head, index in enumerate(choice.tolist()):
         window = table.grids["window"][index]["window"]
         assert torch.equal(predictor.predict(q, k)[head], Window(window).predict(q, k)[head])
-    assert float(table.train_sparsity["window"][table.index(0.8)].mean()) >= 0.8 - 1e-6
+    # the table stores float32: one rounding of each head's value, then their mean
+    assert float(table.train_sparsity["window"][table.index(0.8)].mean()) >= 0.8 - bound(
+        1.0, terms=HEADS + 2)
     table.projections_file = "proj.pt"
     path = table.save(tmp_path / "calibration.pt")
     loaded = CalibrationTable.load(path)
