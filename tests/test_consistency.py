@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PROJECTIONS = bundle().path("projections.pt")
 TEXT = examples_dir() / "science_news.txt"
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.numerical]
 
 
 @pytest.fixture(scope="module")

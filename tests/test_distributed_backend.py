@@ -20,6 +20,8 @@ from sparsefinder.data.records_io import load_records
 from sparsefinder.data.shards import ShardedRecords, read_manifest
 from sparsefinder.projections.heads import HeadProjections
 
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
+
 _spec = importlib.util.spec_from_file_location(
     "distributed_worker", Path(__file__).with_name("distributed_worker.py"))
 helpers = importlib.util.module_from_spec(_spec)

@@ -16,6 +16,8 @@ from sparsefinder.analysis.atlas_similarity import (
     jsd_row_sums,
 )
 
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
+
 
 def test_jsd_sums_equal_scipy_per_row():
     record = synthetic_record(12, layers=2)

@@ -18,6 +18,8 @@ from sparsefinder.analysis.atlas_stats import (
 )
 from sparsefinder.metrics.scorer import Scorer
 
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
+
 
 def _sums(records):
     sums = HeadSums.zeros(records[0].num_layers, records[0].num_heads)

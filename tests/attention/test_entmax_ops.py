@@ -38,6 +38,8 @@ from sparsefinder.attention.entmax_ops import (
     validate_alpha,
 )
 
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
+
 FAST = {1.5: (entmax15_fast, entmax15), 2.0: (sparsemax_fast, sparsemax)}
 SETTINGS = settings(
     max_examples=150, deadline=None,

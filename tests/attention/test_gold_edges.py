@@ -79,6 +79,7 @@ def _check_same_edges(edges: GoldEdges, probs: torch.Tensor, q, k, scaling: floa
                                    atol=attention_output_tol(prob_err, probs, v, slack), rtol=0)
 
 
+@pytest.mark.numerical
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("budget_mib", [1, 80, 512])  # query blocks of one head / head groups
 def test_same_edges_as_the_dense_path_at_n_1024(causal, budget_mib):
@@ -91,6 +92,7 @@ def test_same_edges_as_the_dense_path_at_n_1024(causal, budget_mib):
     _check_same_edges(edges, probs, q, k, q.shape[-1] ** -0.5, out, v)
 
 
+@pytest.mark.numerical
 @pytest.mark.parametrize("slab", [7, 1000, 4096])  # slabs smaller than, near, over a block's
 def test_edges_spread_over_several_slabs_equal_the_dense_path(monkeypatch, slab):
     """Long inputs fill several slabs (~8 M edges each); here tiny slabs force a layer's edges
@@ -123,6 +125,7 @@ def test_the_edge_store_joins_its_slabs_in_order():
     assert torch.equal(values, torch.arange(23).float() / 2)
 
 
+@pytest.mark.numerical
 def test_padding_mask_and_prefix_keys():
     q, k, _ = _qk(4, 300, dtype=torch.float64)
     q = q[:, 100:]  # 200 queries over 300 keys: the keys include a 100-token prefix
@@ -242,6 +245,7 @@ def test_peak_memory_is_bounded_by_the_budget_not_n_squared():
 
 
 @pytest.mark.slow
+@pytest.mark.numerical
 def test_capture_edges_on_a_model_matches_dense_extraction(default_model, default_model64):
     """The model in float64 (a copy): the blocked and the dense passes differ by float64
     rounding only, carried through the layers before (tests/tolerances.py), so their edges
@@ -286,6 +290,7 @@ def test_extract_edges_rejects_a_text_longer_than_the_model(default_model):
 
 
 @pytest.mark.cuda
+@pytest.mark.numerical
 def test_extraction_on_cuda_matches_the_cpu():
     q, k, v = _qk(12, 1024)
     cpu, out_cpu = entmax_edges(q, k, q.shape[-1] ** -0.5, causal=True, value=v, budget_mib=8)

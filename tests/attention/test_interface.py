@@ -22,6 +22,8 @@ from transformers import AutoModel
 from sparsefinder.attention.interface import ENTMAX_ATTENTION, AttentionCall, capture, register
 from sparsefinder.models.loading import load_model
 
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
+
 FAMILIES = ["bert", "roberta", "distilbert", "gpt2"]
 
 

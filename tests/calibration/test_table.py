@@ -16,6 +16,8 @@ from sparsefinder.predictors.row_fraction import RowFraction
 from sparsefinder.predictors.threshold_distance import ThresholdDistance
 from sparsefinder.projections.heads import HeadProjections
 
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
+
 HEADS, D, LAYERS = 2, 6, 2
 
 

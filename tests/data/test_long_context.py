@@ -12,6 +12,8 @@ from sparsefinder.metrics.scorer import Scorer
 from sparsefinder.models.decoders import save_tiny_decoder
 from sparsefinder.models.loading import load_model
 
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
+
 
 @pytest.fixture(scope="module")
 def qwen2(tmp_path_factory):

@@ -21,6 +21,8 @@ from sparsefinder.attention.entmax_ops import entmax_normalize
 from sparsefinder.data.records import LongTextWarning, TextInputError, extract
 from sparsefinder.models.loading import load_model
 
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
+
 TEXT = "The doctor said she would call the patient when his results arrived."
 
 

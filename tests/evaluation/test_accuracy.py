@@ -26,6 +26,8 @@ from sparsefinder.evaluation.restricted import per_text
 from sparsefinder.models.loading import default_model_path
 from sparsefinder.predictors import Window
 
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
+
 TEXTS = ["Sparse attention keeps a few keys per query.", "Entmax gives exact zeros here."]
 
 

@@ -29,6 +29,8 @@ from sparsefinder.models.loading import default_model_path
 from sparsefinder.predictors import Distance, TopK, Union, Window
 from sparsefinder.projections.heads import HeadProjections
 
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
+
 TEXTS = [
     "Sparse attention keeps only a few keys for every query in the sentence.",
     "A short one.",

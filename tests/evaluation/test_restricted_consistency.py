@@ -23,7 +23,7 @@ from sparsefinder.evaluation.restricted import LayerInputs, predictor_graph, res
 from sparsefinder.predictors import Distance, Union, Window
 from sparsefinder.projections.heads import HeadProjections
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.numerical]
 
 
 def _texts(tokenizer) -> list[str]:

@@ -9,6 +9,8 @@ from sparsefinder.explore.accuracy import reference, setting_accuracy
 from sparsefinder.methods.spec import PredictorSpec
 from sparsefinder.models.loading import LoadedModel
 
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
+
 TEXT = "Sparse attention keeps only a few keys for every query in this sentence."
 
 

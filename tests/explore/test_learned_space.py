@@ -17,6 +17,8 @@ from sparsefinder.explore import prepared as prep
 from sparsefinder.methods.spec import PredictorSpec
 from sparsefinder.projections.heads import HeadProjections
 
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
+
 CELLS = [(0, 0), (2, 5), (5, 11)]  # (layer, head): first, middle, last
 
 

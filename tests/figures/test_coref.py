@@ -15,6 +15,8 @@ from sparsefinder.analysis.coref import PairTokens
 from sparsefinder.explore.coref import pronoun_rows_frame
 from sparsefinder.figures.coref import pronoun_figure, reference_figure
 
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
+
 TOKENS = ["[CLS]", "the", "pilot", "thanked", "the", "mechanic", "because", "he", "had", "it",
           "[SEP]"]
 

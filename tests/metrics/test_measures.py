@@ -16,6 +16,8 @@ from sparsefinder.metrics.measures import (
     recall,
 )
 
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
+
 
 def _mask(rows: list[list[int]]) -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.bool)[None]

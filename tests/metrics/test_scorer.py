@@ -19,6 +19,8 @@ from sparsefinder.metrics.measures import (
 )
 from sparsefinder.metrics.scorer import Scorer, macro_average
 
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
+
 T, F = True, False
 
 

@@ -11,6 +11,8 @@ from sparsefinder.adaptation.distill import adapter_metadata, lora_student
 from sparsefinder.adaptation.objective import AdaptConfig
 from sparsefinder.models.adapter_file import AdapterError, apply_adapter, read_adapter, save_adapter
 
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
+
 
 def _adapter(folder, out, scale=0.05):
     """A LoRA adapter with non-zero B for the tiny BERT at ``folder``, saved to ``out``."""

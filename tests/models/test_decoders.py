@@ -35,6 +35,8 @@ from sparsefinder.models.loading import ModelLoadError, load_model
 from sparsefinder.projections.centroids import fit_centroids
 from sparsefinder.projections.hinge import train_projections
 
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
+
 WINDOW = 48  # sliding window of the local layers (tokens)
 LONG_N = 1200  # "long" for a CPU test: far beyond the window and 512
 

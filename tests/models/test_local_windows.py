@@ -33,6 +33,8 @@ from sparsefinder.models.loading import load_model
 from sparsefinder.projections.hinge import train_projections
 from sparsefinder.projections.pairs import _layer_pairs, sample_negatives
 
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
+
 WINDOW = 16  # the decoders' local window W: keys 0 <= i - j < W
 TARGET = 0.9
 MODELS = ("qwen2", "gemma2", "modernbert")

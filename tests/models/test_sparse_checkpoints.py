@@ -35,6 +35,8 @@ from sparsefinder.models.encoders import (
 )
 from sparsefinder.models.loading import ModelLoadError, load_model, set_alpha
 
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
+
 TEXTS = [
     "Sparse attention keeps only the keys that matter: entmax gives exact zeros to the rest, "
     "so the graph of each head is small and its support can be predicted.",

@@ -17,6 +17,8 @@ from sparsefinder.attention.block_sparse import block_sparse_entmax, expand_bloc
 from sparsefinder.attention.entmax_ops import entmax_normalize
 from sparsefinder.predictors.block_keys import BlockKeySparsefinder, sub_block_scores
 
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
+
 
 def _brute_scores(q, k, block, sub):
     """Per query block: max over its sub-blocks (means of their real rows) of q̄ · k."""

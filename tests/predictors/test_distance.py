@@ -11,6 +11,8 @@ from tolerances import bound
 from sparsefinder.predictors import Distance, Predictor
 from sparsefinder.predictors.distance import pairwise_sq_dist
 
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
+
 # Head 0 uses a 3-4-5 triangle so every distance below is exact in float32.
 Q = torch.tensor(
     [

@@ -11,6 +11,8 @@ from tolerances import bound, tol_for
 
 from sparsefinder.predictors import KMeans, Predictor
 
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
+
 # Head 0: three well-separated centroids; head 1: the same, mirrored.
 CENTROIDS = torch.tensor(
     [

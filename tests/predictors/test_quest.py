@@ -8,6 +8,8 @@ from tolerances import bound
 
 from sparsefinder.predictors.quest import QuestPages
 
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
+
 
 def _qk(heads=3, n=50, d=8, seed=0):
     g = torch.Generator().manual_seed(seed)

@@ -19,6 +19,8 @@ from sparsefinder.predictors.routing import (
     spherical_kmeans,
 )
 
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
+
 # Cross-check against routing-transformer 1.6.1 (run once in a throwaway venv; not a project
 # dependency): Kmeans(h=2, d=3, c=3) with means = normalize(MEANS) and initted, then
 # dists = Kmeans.forward(cat(q, k)), split into queries/keys, distribution(q_dists, ⌈5/3⌉)

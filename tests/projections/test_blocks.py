@@ -30,6 +30,8 @@ from sparsefinder.projections.blocks import (
 )
 from sparsefinder.projections.heads import HeadProjections, ProjectionsError
 
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
+
 
 def _record(queries: torch.Tensor, keys: torch.Tensor, gold: torch.Tensor,
             causal: bool = False, layers: int = 1) -> AttentionRecord:

@@ -13,6 +13,8 @@ from sparsefinder.projections.heads import FORMAT_VERSION, HeadProjections, Proj
 from sparsefinder.projections.hinge import train_projections
 from sparsefinder.projections.pairs import _layer_pairs, sample_negatives
 
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
+
 HEADS, D, LAYERS = 2, 8, 2
 
 

@@ -20,6 +20,8 @@ from sparsefinder.projections.lowrank import (
 )
 from sparsefinder.projections.pairs import _layer_pairs
 
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
+
 HEADS, D, LAYERS, TRUE_RANK = 2, 8, 2, 3
 
 

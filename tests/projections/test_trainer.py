@@ -17,6 +17,8 @@ from sparsefinder.projections.logistic import train_logistic
 from sparsefinder.projections.lowrank import fit_lowrank
 from sparsefinder.projections.trainer import EarlyStop, LayerLog, Trainer
 
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
+
 HEADS, D, LAYERS = 2, 8, 2
 
 
