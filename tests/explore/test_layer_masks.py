@@ -27,7 +27,7 @@ def test_lazy_masks_hold_at_most_their_budget_and_predict_again_when_read() -> N
     masks[3]
     assert calls == [0, 1, 2, 3, 4]  # held: not predicted again
     assert bool(masks[0][0, 0, 0]) and calls[-1] == 0  # dropped: predicted again
-    assert masks.held == [3, 4, 0] and masks[-1] is masks[4]
+    assert masks.held == [4, 3, 0] and masks[-1] is masks[4]  # 3 was read after 4
     assert LazyMasks(predict, 5, layer_bytes=10**9).keep == 2  # two layers, whatever the size
 
 
