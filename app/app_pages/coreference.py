@@ -11,13 +11,12 @@ from __future__ import annotations
 import contextlib
 
 import numpy as np
-import pandas as pd
 import streamlit as st
 
 from app import shell
 from sparsefinder.analysis import coref, coref_pairs
 from sparsefinder.explore import coref as excoref
-from sparsefinder.explore import inputs, live, tables
+from sparsefinder.explore import live, tables
 from sparsefinder.explore import prepared as prep
 from sparsefinder.explore import state as urlstate
 from sparsefinder.figures import common as common_figures
@@ -35,15 +34,6 @@ def _prepared_probe(ctx: shell.AppContext, probe: coref.Probe) -> prep.PreparedT
     name, alpha, proj_key = ctx.cache_key.model_key
     projections = ctx.prepared.projections if proj_key != "none" else None
     return shell.cached_prepared(name, alpha, probe.text, proj_key, projections)
-
-
-@st.cache_resource(max_entries=2, show_spinner="Extracting every probe and ranking heads…")
-def _all_probes(model_key: tuple, _loaded, _projections) -> tuple[pd.DataFrame, list]:
-    """Ranking over all probes and the prepared probe texts (model_key keys the cache)."""
-    probes = _probes()
-    prepared = [prep.prepare(inputs.extract_one(_loaded, p.text)[0], _projections,
-                              t_range=False) for p in probes]
-    return coref.rank_heads([p.record for p in prepared], probes), prepared
 
 
 ANCHOR_KEY = "_coref_pairs_for"  # the text (hash) the chosen pairs are word indices of
@@ -205,8 +195,7 @@ def coreference_view() -> None:
                      "all": f"all {len(probes)} probes (slower, cached)"}.get)
     everything = None
     if scope == "all":
-        everything = _all_probes(ctx.cache_key.model_key, ctx.loaded,
-                                 prepared.projections)
+        everything = shell.all_probes(ctx.cache_key.model_key, prepared.projections)
         ranking = everything[0]
     else:
         ranking = coref.rank_heads([record], [probe])
