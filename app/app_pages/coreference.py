@@ -118,11 +118,11 @@ def _add_pair(options: list[excoref.PairChoice], chosen: tuple[tuple[int, int], 
 def _no_guesses(tokens: list[coref_pairs.Word]) -> None:
     """Why a text has no automatic guesses, and what to do instead."""
     if coref_pairs.looks_english(tokens) is False:
-        why = ("the automatic guesses read English only (spaCy's English tags and English "
-               "word lists), and this text does not look English")
+        why = ("they read English only (spaCy's English tags and English word lists), and "
+               "this text does not look English")
     else:
-        why = ("the automatic guesses pair English third-person pronouns (he, she, it, "
-               "they, …) with an agreeing noun before them, and this text has none")
+        why = ("they pair English third-person pronouns (he, she, it, they, …) with an "
+               "agreeing noun before them, and this text has none")
     st.info(f"No automatic guesses: {why}. Name pronoun → antecedent pairs under \"Name a "
             "pair by hand\" below: the heads are then ranked on them.", icon=":material/info:")
 
@@ -154,7 +154,8 @@ def _own_text_probe(ctx: shell.AppContext) -> coref.Probe | None:
     if options:
         st.multiselect(
             "Pronoun → antecedent pairs (the best automatic guess of each pronoun is chosen, "
-            "other candidates are in the list; pairs you name are marked \"added by you\")",
+            "other candidates are in the list; pairs you name are marked \"added by you\")"
+            if proposals else "Pronoun → antecedent pairs (named by you)",
             list(by_label), placeholder="no pair chosen: pick a guess or name a pair below",
             help="Guessed from spaCy's tags, morphology and names plus a small English word "
                  "list (he/she → people, it → things, they → plurals); remove the wrong ones "
