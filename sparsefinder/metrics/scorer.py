@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from sparsefinder.attention.masks import layer_allowed, n_allowed_pairs
+from sparsefinder.metrics import edge_pass
 from sparsefinder.metrics.measures import (
     _DTYPE,
     BLOCK_SIZES,
@@ -98,6 +99,24 @@ def _gold_shape(graph) -> tuple[int, ...]:
     dense ``gold`` and nothing else."""
     shape = getattr(graph, "gold_shape", None)
     return tuple(int(x) for x in (shape if shape is not None else graph.gold.shape))
+
+
+def _read_edges(allowed: Tensor, cells: Tensor, index: _GoldIndex, heads: int,
+                n: int) -> tuple[Tensor, Tensor, Tensor]:
+    """(missed edges, rows with a miss, missed mass) per head of a prediction read at the
+    gold edges (``cells``: their positions in ``allowed``): one compiled pass on a CPU
+    (:mod:`.edge_pass`), else a gather and two cumulative sums."""
+    if edge_pass.applies(allowed):
+        return edge_pass.read_edges(allowed, cells, index.row_ptr, index.probs, heads)
+    missed = ~allowed.reshape(-1).index_select(0, cells)  # gold edges not kept
+    missed_rows = _segments(missed.to(torch.int32), index.row_ptr)  # (heads·n,)
+    if not n:
+        zero = torch.zeros(heads, dtype=torch.int64, device=allowed.device)
+        return zero, zero, torch.zeros(heads, dtype=_DTYPE, device=allowed.device)
+    missed_heads = missed_rows.view(heads, n).sum(-1, dtype=torch.int64)
+    inexact = (missed_rows > 0).view(heads, n).sum(-1, dtype=torch.int64)
+    lost = _segments(torch.where(missed, index.probs, 0.0), index.head_ptr)
+    return missed_heads, inexact, lost
 
 
 class _Golds(Sequence[Tensor]):
@@ -250,19 +269,15 @@ class Scorer:
             allowed, kept, tiles = computed
             if layer not in self._cells:  # each edge's (i, j), whatever its head
                 self._cells[layer] = index.flat % (n * self.shape[1])
-            missed = ~allowed.reshape(-1).index_select(0, self._cells[layer])
+            cells = self._cells[layer]
         else:
             allowed = self._allowed(pred, layer).contiguous()
             kept = count_true(allowed)
-            missed = ~allowed.reshape(-1).index_select(0, index.flat)  # gold edges not kept
+            cells = index.flat
             tiles = _tiles(allowed)
-        missed_rows = _segments(missed.to(torch.int32), index.row_ptr)  # (heads·n,)
-        missed_heads = missed_rows.view(heads, n).sum(-1, dtype=torch.int64) if n else (
-            torch.zeros(heads, dtype=torch.int64))
+        missed_heads, inexact, lost = _read_edges(allowed, cells, index, heads, n)
         total = self.gold_counts[layer]
         hit = total - missed_heads
-        lost = _segments(torch.where(missed, index.probs, 0.0), index.head_ptr)
-        inexact = (missed_rows > 0).view(heads, n).sum(-1, dtype=torch.int64) if n else 0
         out = {
             "recall": _ratio(hit, total),
             "sparsity": self._sparsity(kept, layer),
