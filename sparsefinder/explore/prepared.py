@@ -109,9 +109,10 @@ class PreparedText:
     def _generic_methods(self) -> list[str]:
         """The families with generated controls that build here (at their declared defaults):
         shape-only and own-q/k baselines always, learned ones with projections, routed k-means
-        with key codebooks for this model."""
+        with key codebooks for this model. Built whole, then stored: sessions share a prepared
+        text, and one must never read another's half-built list."""
         if self._generic is None:
-            self._generic = []
+            generic = []
             for family in GENERIC_FAMILIES:
                 spec = PredictorSpec.of(family, {p.name: p.default
                                                  for p in generic_params(family)})
@@ -121,7 +122,8 @@ class PreparedText:
                     spec.build(self.projections, 0)
                 except ValueError:  # e.g. routed k-means without codebooks for this model
                     continue
-                self._generic.append(family)
+                generic.append(family)
+            self._generic = generic
         return self._generic
 
     @property
