@@ -112,7 +112,7 @@ def predict(prepared: PreparedText, spec: PredictorSpec) -> LazyMasks:
 def score(prepared: PreparedText, preds: Sequence[Tensor]) -> GraphScores:
     """Every metric of every (layer, head) (the prepared scorer): recall, sparsity, gold
     sparsity and ``metrics.EXTRA_METRICS``."""
-    return prepared.scorer.score(preds)
+    return prepared.scorer.score(preds).to("cpu")  # a few numbers; a no-op on a CPU
 
 
 def predict_layers(prepared: PreparedText, state: ViewState) -> list[Tensor]:

@@ -148,13 +148,21 @@ def prepare(
     calibration: CalibrationTable | None = None,
     calibration_projections: HeadProjections | None = None,
     hash_codes: HashCodeTable | None = None,
+    device: torch.device | str | None = None,
 ) -> PreparedText:
     """Check the projections against the record, project every layer once and compute the
     slider range for t (``t_range=False`` skips that when no slider will be drawn).
     ``calibration`` drives the target-sparsity methods: fitted for ``projections``, or for
     its own ``calibration_projections`` (then used for its methods, whatever
     ``projections`` is; a table whose projections do not fit the record is left out).
-    ``hash_codes`` enable ``hashattention`` when they fit the record's shape."""
+    ``hash_codes`` enable ``hashattention`` when they fit the record's shape.
+
+    ``device``: where the text lives from now on (e.g. ``"cuda"``; default: where the record
+    is). The gold bits, the vectors, the projected vectors, every prediction and the scorer
+    stay there, so a slider move sends no (n, n) data between host and device: only the
+    (layers, heads) scores come back."""
+    if device is not None and torch.device(device) != record.layers[0].device:
+        record = record.to(device)
     vectors = RecordInputs(record, projections)
     calibrated_vectors = None
     if calibration is not None and calibration_projections is not None:

@@ -174,9 +174,11 @@ class Scorer:
         self.denominator: int = n_allowed_pairs(int(n), int(m), causal=self.causal)
         # Sliding-window (local) layers of decoders allow fewer pairs: their masks and
         # denominators are per layer (None / the shared denominator everywhere else).
+        # on the record's device: a GPU-resident record is scored without host copies
+        device = getattr(record.layers[0], "device", torch.device("cpu"))
         self._masks: list[Tensor | None] = [
             layer_allowed(int(n), int(m), causal=self.causal,
-                          sliding_window=getattr(graph, "sliding_window", None))
+                          sliding_window=getattr(graph, "sliding_window", None), device=device)
             for graph in record.layers
         ]
         self._denominators: list[int] = [
@@ -198,7 +200,8 @@ class Scorer:
             [self._sparsity(c, i) for i, c in enumerate(self.gold_counts)])
         #: bool (layers,): the layers overall averages count (not softmax ones)
         self.counted: Tensor = torch.tensor(
-            [not getattr(graph, "is_softmax", False) for graph in record.layers])
+            [not getattr(graph, "is_softmax", False) for graph in record.layers],
+            device=self.gold_sparsity.device)
 
     def _allowed(self, mask: Tensor, layer: int) -> Tensor:
         allowed = self._masks[layer]
@@ -209,7 +212,7 @@ class Scorer:
     def _sparsity(self, kept: Tensor, layer: int) -> Tensor:
         denominator = self._denominators[layer]
         if denominator == 0:
-            return torch.ones(kept.shape, dtype=_DTYPE)
+            return torch.ones(kept.shape, dtype=_DTYPE, device=kept.device)
         return 1.0 - kept.to(_DTYPE) / denominator
 
     def _check(self, layer: int, pred: Tensor) -> None:
