@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from sparsefinder.attention.masks import apply_causal
+from sparsefinder.predictors import distance_pass
 from sparsefinder.predictors.base import check_shapes
 
 
@@ -59,6 +60,9 @@ class Distance:
     def predict(self, q: Tensor, k: Tensor, *, causal: bool = False) -> Tensor:
         """q: (heads, n, r), k: (heads, m, r) → bool (heads, n, m)."""
         check_shapes(q, k)
+        if distance_pass.applies(q, k):  # one compiled pass on a CPU
+            t2 = torch.full((q.shape[0],), float(self.threshold) ** 2)
+            return distance_pass.threshold_pass(q, k, t2, causal=causal)
         # d² <= t²  ⇔  ||k||² - 2 q·k <= t² - ||q||²: the per-query term moves to the right,
         # which saves a full (heads, n, m) pass; no clamp needed since t² >= 0.
         partial, qq = _partial_sq_dist(q, k)

@@ -27,7 +27,8 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from sparsefinder.attention.masks import layer_allowed
+from sparsefinder.attention.masks import allowed_key_range, layer_allowed
+from sparsefinder.predictors import distance_pass
 from sparsefinder.predictors.base import Predictor, check_shapes, honours_window, owns_output
 from sparsefinder.predictors.distance import Distance, _partial_sq_dist
 from sparsefinder.predictors.threshold_distance import ThresholdDistance
@@ -140,6 +141,13 @@ class RowFloor:
         """q: (heads, n, r), k: (heads, m, r) projected → bool (heads, n, m)."""
         check_shapes(q, k)
         n, m = q.shape[1], k.shape[1]
+        if isinstance(self.base, ThresholdDistance | Distance) and distance_pass.applies(q, k):
+            # the threshold, the row counts and the short rows' nearest keys in one pass
+            _, per_row = allowed_key_range(n, m, causal=causal, sliding_window=sliding_window)
+            return distance_pass.threshold_pass(
+                q, k, _sq_thresholds(self.base, q.shape[0]), causal=causal,
+                sliding_window=sliding_window,
+                floor=floor_counts(self.floor, self.row_share, per_row))
         allowed = layer_allowed(n, m, causal=causal, sliding_window=sliding_window,
                                 device=q.device)
         partial, qq = _partial_sq_dist(q, k)

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from sparsefinder.attention.masks import apply_causal
+from sparsefinder.predictors import distance_pass
 from sparsefinder.predictors.base import check_shapes
 from sparsefinder.predictors.distance import _partial_sq_dist
 
@@ -43,6 +44,8 @@ class ThresholdDistance:
             raise ValueError(
                 f"calibrated for {self.sq_thresholds.shape[0]} heads, got q with {q.shape[0]}"
             )
+        if distance_pass.applies(q, k):  # one compiled pass on a CPU
+            return distance_pass.threshold_pass(q, k, self.sq_thresholds, causal=causal)
         partial, qq = _partial_sq_dist(q, k)
         t2 = self.sq_thresholds.to(device=partial.device, dtype=partial.dtype)[:, None, None]
         return apply_causal(partial <= t2 - qq, causal)

@@ -509,13 +509,18 @@ def test_layers_given_one_shared_mask_count_it_once_and_keep_their_own_gold(monk
     preds = [base.expand(2, n, n)] * 4
     expected = [_by_definition(record, layer, preds[layer].clone()) for layer in range(4)]
     counts = []
-    real = scorer_module.count_true
+    real, real_scan = scorer_module.count_true, scorer_module.scan.count_kept
 
     def counting(x: torch.Tensor) -> torch.Tensor:
         counts.append(tuple(x.shape))
         return real(x)
 
+    def scanning(x: torch.Tensor, *runs: torch.Tensor) -> tuple:  # the CPU's compiled count
+        counts.append(tuple(x.shape))
+        return real_scan(x, *runs)
+
     monkeypatch.setattr(scorer_module, "count_true", counting)
+    monkeypatch.setattr(scorer_module.scan, "count_kept", scanning)
     scores = scorer.score(preds)
     # layers 0 and 2 allow every pair: one count serves both; each window counts its own
     assert counts == [(1, n, n)] * 3
