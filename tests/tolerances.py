@@ -25,7 +25,9 @@ That is :func:`bound`; the helpers below only choose ``k`` and ``scale`` from th
   length of a whole forward pass, for comparing hidden states of two evaluations of a (tiny)
   transformer;
 - :func:`assert_layers_close`: two gold records of one text from two evaluations (batched and
-  alone, sharded and not, bounded and dense), all of the above at once.
+  alone, sharded and not, bounded and dense), all of the above at once;
+- :func:`training_tol`: the weights of two Adam trainings whose gradients round differently;
+- :func:`ratio_tol`: metrics built from counts (float64) or summed probabilities (float32).
 
 The bounds are worst cases (the rounding errors all add up), so they hold whatever the CPU's
 kernels do; real differences are usually far below them (errors partly cancel). A bug — the
