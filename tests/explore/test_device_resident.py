@@ -17,6 +17,8 @@ from sparsefinder.methods.spec import PredictorSpec
 from sparsefinder.metrics import scan
 from sparsefinder.predictors import distance_pass
 
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
+
 SETTINGS = [PredictorSpec.of("distance", {"threshold": 1.0}, window=3),
             PredictorSpec.of("kmeans", {"n_clusters": 4, "top_k": 1}),
             PredictorSpec.of("fixed", {}, window=5, global_tokens=("first",))]

@@ -10,8 +10,9 @@ from sparsefinder.metrics import scan
 from sparsefinder.metrics.scorer import Scorer
 from sparsefinder.predictors import Window
 
-pytestmark = pytest.mark.skipif(not scan.applies(torch.zeros(1)),
-                                reason="numba is not importable")
+# numerical: re-run under other CPU kernels (make test-portable)
+pytestmark = [pytest.mark.numerical,
+              pytest.mark.skipif(not scan.applies(torch.zeros(1)), reason="no numba")]
 
 
 def _record(causal: bool, window: int | None, seed: int = 0) -> AttentionRecord:
