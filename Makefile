@@ -20,7 +20,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test lint docs browser bench assets assets-projections assets-adapter mutation
+.PHONY: install run test test-portable lint docs browser bench assets assets-projections assets-adapter mutation
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -54,6 +54,33 @@ docs: install
 test: install browser
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(if $(filter 0,$(TEST_WORKERS)),,--dist $(TEST_DIST))
+
+# The numerical tests (marker `numerical`: float comparisons, tolerances from tests/tolerances.py)
+# again under torch's other CPU kernels: plain C++ (`default`), AVX2 and AVX-512, set by
+# ATEN_CPU_CAPABILITY, with MKL's and oneDNN's instruction sets lowered to match. A tolerance
+# that only one CPU's kernels meet fails here rather than on another machine. A capability
+# this CPU lacks is skipped, saying so (torch would quietly run a lower one). CI runs it after
+# `make test`; a few minutes on two cores.
+PORTABLE_CAPABILITIES ?= default avx2 avx512
+PORTABLE_PYTEST ?= $(BIN)/python -m pytest -n $(TEST_WORKERS) $(if $(filter 0,$(TEST_WORKERS)),,--dist $(TEST_DIST)) -q
+
+test-portable: install
+	@for cap in $(PORTABLE_CAPABILITIES); do \
+	  case $$cap in \
+	    default) mkl=SSE4_2; dnnl=SSE41;; \
+	    avx2) mkl=AVX2; dnnl=AVX2;; \
+	    avx512) mkl=AVX512; dnnl=AVX512_CORE;; \
+	    *) echo "test-portable: unknown capability '$$cap' (default, avx2, avx512)"; exit 2;; \
+	  esac; \
+	  got=$$(ATEN_CPU_CAPABILITY=$$cap $(BIN)/python -c \
+	    'import torch; print(torch.backends.cpu.get_cpu_capability())') || exit 1; \
+	  if [ "$$got" != "$$(echo $$cap | tr a-z A-Z)" ]; then \
+	    echo "test-portable: skipping $$cap: this CPU runs $$got kernels at most"; continue; \
+	  fi; \
+	  echo "test-portable: numerical tests under ATEN_CPU_CAPABILITY=$$cap (torch $$got kernels, MKL_ENABLE_INSTRUCTIONS=$$mkl, ONEDNN_MAX_CPU_ISA=$$dnnl)"; \
+	  ATEN_CPU_CAPABILITY=$$cap MKL_ENABLE_INSTRUCTIONS=$$mkl ONEDNN_MAX_CPU_ISA=$$dnnl \
+	    $(PORTABLE_PYTEST) -m numerical || exit 1; \
+	done
 
 bench: install
 	$(BIN)/python benchmarks/extract.py

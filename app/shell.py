@@ -38,23 +38,29 @@ from app.binding import (
 )
 from app.caches import (
     DEFAULT_CALIBRATION,
-    TASK_PASSAGES,
-    cached_accuracy,
-    cached_model,
     cached_predictions,
-    cached_prepared,
     cached_projections,
-    cached_task_accuracy,
     cached_text_parts,
     cached_text_sweep,
     clear_caches,
-    corpus_sweep,
-    model_lock,
-    text_accuracy_sweep,
+    shared_store,
     text_store,
 )
 from app.context import CONTEXT_KEY, AppContext, CacheKey, context
 from app.controls import _method_control, method_sliders
+from app.model_runs import (
+    TASK_PASSAGES,
+    all_probes,
+    atlas,
+    cached_accuracy,
+    cached_model,
+    cached_prepared,
+    cached_task_accuracy,
+    corpus_sweep,
+    model_run,
+    text_accuracy_sweep,
+    validation_records,
+)
 from sparsefinder.bundle import bundle
 from sparsefinder.data.records import TextInputError
 from sparsefinder.explore import inputs, live, text_parts, texts
@@ -82,12 +88,13 @@ UPLOAD_DIR = Path(tempfile.gettempdir()) / "sparsefinder-uploads"  # <digest>/<u
 __all__ = [
     "CLUSTER_ANCHOR_KEY", "CLUSTER_KEY", "CLUSTER_PARAM", "CONTEXT_KEY", "DEFAULT_CALIBRATION",
     "DEFAULT_PROJECTIONS", "FIXES_CLEARED_KEY", "FIXES_KEY", "PAIR_KEY", "PRED_CACHE_KEY",
-    "TASK_PASSAGES", "VIEW_KEY", "AppContext", "CacheKey", "add_fixes", "bind", "build_context",
-    "cached_accuracy", "cached_model", "cached_predictions", "cached_prepared",
-    "cached_projections", "cached_task_accuracy", "cached_text_sweep", "clear_caches",
-    "context", "corpus_sweep", "method_sliders", "model_lock", "predictions", "seed",
-    "selected_cluster", "serving_policy", "set_cluster", "set_view_state", "show_messages",
-    "text_accuracy_sweep", "text_store", "update_view", "user_change", "view_state",
+    "TASK_PASSAGES", "VIEW_KEY", "AppContext", "CacheKey", "add_fixes", "all_probes", "atlas",
+    "bind", "build_context", "cached_accuracy", "cached_model", "cached_predictions",
+    "cached_prepared", "cached_projections", "cached_task_accuracy", "cached_text_sweep",
+    "clear_caches", "context", "corpus_sweep", "method_sliders", "model_run", "predictions",
+    "seed", "selected_cluster", "serving_policy", "set_cluster", "set_view_state",
+    "shared_store", "show_messages", "text_accuracy_sweep", "text_store", "update_view",
+    "user_change", "validation_records", "view_state",
 ]
 
 
@@ -415,14 +422,15 @@ def predictions(ctx: AppContext, state: urlstate.ViewState) -> tuple[list[torch.
                                                                      GraphScores]:
     """Predicted masks and scores for ``state`` (``live.predict`` + the prepared scorer: the
     calls a sweep makes). The last result is memoised per session, keyed by the spec, so
-    changing layer/head/query (which don't change predictions) costs nothing."""
+    changing layer/head/query (which don't change predictions) costs nothing. The memo holds
+    the prepared text itself, not its ``id``: a text evicted from the shared cache may leave
+    its id to the next one."""
     spec = live.spec_for(state, ctx.prepared)
-    key = (id(ctx.prepared), spec)
     cached = st.session_state.get(PRED_CACHE_KEY)
-    if cached is not None and cached[0] == key:
-        return cached[1], cached[2]
+    if cached is not None and cached[0] is ctx.prepared and cached[1] == spec:
+        return cached[2], cached[3]
     preds, scores = cached_predictions(ctx.cache_key, spec.key, spec, ctx.prepared)
-    st.session_state[PRED_CACHE_KEY] = (key, preds, scores)
+    st.session_state[PRED_CACHE_KEY] = (ctx.prepared, spec, preds, scores)
     return preds, scores
 
 

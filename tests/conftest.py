@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,10 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 REPO = Path(__file__).resolve().parents[1]
+# The tests' shared helpers (tolerances.py: tolerances from dtype eps and magnitudes) import as
+# top-level modules from every test folder.
+if str(REPO / "tests") not in sys.path:
+    sys.path.insert(0, str(REPO / "tests"))
 
 
 def pytest_configure(config) -> None:
@@ -53,6 +58,17 @@ def default_model():
     from sparsefinder.models.loading import load_model
 
     return load_model("default", alpha=1.5, device="cpu")
+
+
+@pytest.fixture(scope="session")
+def default_model64(default_model):
+    """A float64 copy of the default model: for comparisons of two evaluations (batched and
+    alone, blocked and dense) whose float64 rounding differences are far below any bug's
+    (tests/tolerances.py), whatever the CPU's kernels."""
+    import copy
+    import dataclasses
+
+    return dataclasses.replace(default_model, model=copy.deepcopy(default_model.model).double())
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from tolerances import bound, tol_for, training_tol
 
 from sparsefinder.cli import main
 from sparsefinder.data.shards import ShardedRecords
@@ -53,7 +54,16 @@ def test_one_shard_is_train_projections_step_for_step(store):
     plain = train_projections(records, batch_size=64, seed=3)
     sharded = train_projections_sharded([records], batch_size=64, seed=3)
     assert torch.equal(plain.weight, sharded.weight)  # same draws, same gradients
-    torch.testing.assert_close(plain.bias, sharded.bias, rtol=0, atol=1e-5)  # float64 mean
+    # the bias, -W·mean(tokens): a float32 mean of N tokens in one, a float64 one in the other,
+    # then d products: N + d + 1 terms at the magnitude of |W|·max|token|
+    for layer in range(plain.weight.shape[0]):
+        tokens = torch.cat([t for r in records for t in (r.layers[layer].queries,
+                                                          r.layers[layer].keys)], dim=1)
+        weight = plain.weight[layer].abs()
+        scale = float((weight.sum(-1) * float(tokens.abs().max())).max())
+        terms = tokens.shape[1] + weight.shape[-1] + 1
+        torch.testing.assert_close(plain.bias[layer], sharded.bias[layer], rtol=0,
+                                   atol=bound(scale, terms=terms))
 
 
 def test_two_ranks_train_and_sweep_like_one_process(store, ranks):
@@ -61,11 +71,16 @@ def test_two_ranks_train_and_sweep_like_one_process(store, ranks):
     reader = ShardedRecords(store)
     shards = [list(reader.iter_records(r, 2)) for r in (0, 1)]
     single = train_projections_sharded(shards, batch_size=64, seed=3)  # one process, 2 shards
+    # two ranks all-reduce their gradients where one process adds its two shards': rounding
+    weight_err = training_tol(single.metadata, world=2)
     for got in ranks:
         assert got["world"] == 2
-        torch.testing.assert_close(got["weight"], single.weight, rtol=0, atol=1e-6)
-        torch.testing.assert_close(got["bias"], single.bias, rtol=0, atol=1e-6)
-        assert got["loss_last"] == pytest.approx(single.metadata["loss_last"], abs=1e-6)
+        torch.testing.assert_close(got["weight"], single.weight, rtol=0, atol=weight_err)
+        torch.testing.assert_close(got["bias"], single.bias, rtol=0, atol=weight_err)
+        # scores are bilinear in the weights and the hinge has slope ≤ 1: to first order the
+        # loss moves by twice the weights' relative change (at their typical size)
+        relative = 2 * weight_err / float(single.weight.abs().mean())
+        assert got["loss_last"] == pytest.approx(single.metadata["loss_last"], rel=relative)
     # The sweep: per-(layer, head) sums all-reduced = one process over all records.
     records = reader.load_all()
     streamed = sweep_streaming(reader.iter_records(), single, records[0].num_layers, METHODS)
@@ -106,8 +121,9 @@ def test_centroids_sample_every_record_like_fit_centroids(store):
     order = list(range(len(records)))[::-1]
     got = fit_centroids_sharded(copy.deepcopy(projections), [records[i] for i in order],
                                 order, [2, 3], max_points=40, n_init=1, seed=5)
-    for b in (2, 3):
-        torch.testing.assert_close(got.centroids[b], reference.centroids[b])
+    for b in (2, 3):  # the same points, summed per cluster (≤ max_points terms)
+        torch.testing.assert_close(got.centroids[b], reference.centroids[b],
+                                   **tol_for(reference.centroids[b], terms=40))
     with pytest.raises(ValueError, match="share a position"):
         fit_centroids_sharded(copy.deepcopy(projections), records[:2], [0, 0], [2])
 
@@ -121,8 +137,9 @@ def test_two_ranks_train_and_sweep_commands_match_one_process(store, ranks):
     records = ShardedRecords(store).load_all()
     reference = fit_centroids(copy.deepcopy(saved), records, [2, 3], max_points=40, n_init=1,
                               seed=3)
-    for b in (2, 3):
-        torch.testing.assert_close(saved.centroids[b], reference.centroids[b])
+    for b in (2, 3):  # the same points, summed per cluster (≤ max_points terms)
+        torch.testing.assert_close(saved.centroids[b], reference.centroids[b],
+                                   **tol_for(reference.centroids[b], terms=40))
     methods = helpers.COMMAND_METHODS
     points = pd.read_csv(ranks / "sweep" / "points.csv")
     with pytest.warns(UserWarning, match="no k-means centroids for B=4"):

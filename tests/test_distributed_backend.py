@@ -12,12 +12,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from tolerances import assert_layers_close, tol_for, training_tol, transformer_terms
 
 from sparsefinder import distributed
 from sparsefinder.cli import main
 from sparsefinder.data.records_io import load_records
 from sparsefinder.data.shards import ShardedRecords, read_manifest
 from sparsefinder.projections.heads import HeadProjections
+
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
 
 _spec = importlib.util.spec_from_file_location(
     "distributed_worker", Path(__file__).with_name("distributed_worker.py"))
@@ -64,14 +67,15 @@ def test_nccl_ranks_extract_train_and_sweep_like_gloo(tiny_model_dirs, tmp_path)
     store = tmp_path / "gpu" / "records-all"
     assert read_manifest(store)["world_size"] == gpus
     records = ShardedRecords(store).load_all()
-    agree = total = 0
+    width = max(r.n_tokens for r in reference)  # no batch is padded wider
     for got, want in zip(records, reference, strict=True):
         assert got.tokens == want.tokens
-        for a, b in zip(got.layers, want.layers, strict=True):
-            agree += int((a.gold == b.gold).sum())
-            total += b.gold.numel()
-            torch.testing.assert_close(a.queries, b.queries, atol=1e-4, rtol=1e-3)
-    assert agree / total > 0.999  # GPU float sums may flip an edge at the support boundary
+        for index, (a, b) in enumerate(zip(got.layers, want.layers, strict=True)):
+            # the GPU's float32 sums round differently (no TF32: torch's default for matmul):
+            # edge for edge except keys that rounding, through the layers before, can move
+            # across the threshold (tests/tolerances.py)
+            terms = transformer_terms(layers=index, hidden=32, intermediate=64, n=width)
+            assert_layers_close(a, b, terms=terms + 32)  # the tiny BERT: hidden 32, FFN 64
     outputs = {}
     for device, on_gpu in (("cuda", True), ("cpu", False)):  # same ranks, NCCL vs gloo
         out = tmp_path / f"model-{device}"
@@ -91,7 +95,9 @@ def test_nccl_ranks_extract_train_and_sweep_like_gloo(tiny_model_dirs, tmp_path)
     # Same shards, same sums (training and scoring run on CPU tensors; only the collectives
     # move): the same projections and points on either backend.
     (gpu_model, gpu_points), (cpu_model, cpu_points) = outputs["cuda"], outputs["cpu"]
-    torch.testing.assert_close(gpu_model.weight, cpu_model.weight, rtol=0, atol=1e-6)
-    torch.testing.assert_close(gpu_model.centroids[2], cpu_model.centroids[2])
+    weight_err = training_tol(cpu_model.metadata, world=gpus)
+    torch.testing.assert_close(gpu_model.weight, cpu_model.weight, rtol=0, atol=weight_err)
+    torch.testing.assert_close(gpu_model.centroids[2], cpu_model.centroids[2],  # ≤ 40 points
+                               **tol_for(cpu_model.centroids[2], terms=40))
     assert gpu_points["recall"].tolist() == pytest.approx(cpu_points["recall"].tolist(),
                                                           abs=1e-9)

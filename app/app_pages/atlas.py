@@ -20,19 +20,12 @@ from sparsefinder.explore import atlas as exatlas
 from sparsefinder.explore import tables
 from sparsefinder.figures import atlas as atlas_figures
 from sparsefinder.figures import common as common_figures
-from sparsefinder.models.loading import set_alpha
 
 st.title("Atlas")
 
 PASSAGE_CHOICES = (0, 8, 16, 32)  # 0 = every validation passage
 _PARAMS = {"w_at_color": ("acolor", "pred_recall"), "w_at_filter": ("afilter", ""),
            "w_at_pass": ("apass", 0)}
-
-
-@st.cache_resource(max_entries=8, show_spinner=False)
-def _atlas_memory() -> dict:
-    """Atlases read or computed in this server process, by request (shared by sessions)."""
-    return {}
 
 
 def _seed_from_url() -> None:
@@ -64,23 +57,15 @@ def _to_url(key: str) -> None:
 def _atlas(ctx: shell.AppContext, passages: int) -> tuple[HeadAtlas | None, bool]:
     request = exatlas.AtlasRequest(ctx.loaded.model_id, float(ctx.state.alpha),
                                    max_passages=passages or None)
-    memory = _atlas_memory()
-    if request in memory:
-        return memory[request], True
-    bar = st.progress(0.0, text="Atlas: starting…")
+    bar = st.progress(0.0, text="Atlas: waiting for the model…")
     try:
-        with shell.model_lock():
-            set_alpha(ctx.loaded, request.alpha)
-            atlas, cached = exatlas.atlas_for(
-                ctx.loaded, request,
-                on_progress=lambda f, m: bar.progress(min(max(f, 0.0), 1.0), text=f"Atlas: {m}"))
+        return shell.atlas(ctx.state.model, request, on_progress=lambda f, m: bar.progress(
+            min(max(f, 0.0), 1.0), text=f"Atlas: {m}"))
     except (AtlasInputError, ValueError) as error:
-        bar.empty()
         st.error(f"No atlas for this model and corpus: {error}", icon=":material/error:")
         return None, False
-    bar.empty()
-    memory[request] = atlas
-    return atlas, cached
+    finally:
+        bar.empty()
 
 
 def _pick_from_grid() -> None:

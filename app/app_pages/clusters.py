@@ -15,7 +15,6 @@ import streamlit as st
 from app import shell
 from sparsefinder.analysis.clusters import HeadClusterAnalysis, cluster_tokens
 from sparsefinder.explore import clusters as exclusters
-from sparsefinder.explore import corpus as excorpus
 from sparsefinder.explore import inputs, tables
 from sparsefinder.explore import state as urlstate
 from sparsefinder.figures import clusters as cluster_figures
@@ -33,23 +32,18 @@ def _text_tags(cache_key: tuple, _record) -> list[str]:
     return align_pos(_record.text, _record.offsets, _record.special)
 
 
-@st.cache_resource(show_spinner=False)
-def _corpus_store() -> dict:
-    """Validation records with their POS tags, per (model, α, passages): computed with a
-    progress bar (which a cached function must not draw), so stored by hand."""
-    return {}
-
-
-def _corpus_tagged(key: tuple, ctx: shell.AppContext, passages: int, compute: bool):
-    store = _corpus_store()
-    full_key = (*key, passages)
-    if full_key in store or not compute:
-        return store.get(full_key)
+def _corpus_tagged(ctx: shell.AppContext, passages: int, compute: bool):
+    """Validation records (shared with Pareto) and their POS tags at the view's model and α:
+    from the store, or computed now with a progress bar when ``compute``; None if not yet."""
     from sparsefinder.analysis.pos import align_pos
 
-    bar = st.progress(0.0, text="Validation corpus: starting…")
-    records = excorpus.corpus_records(
-        ctx.loaded, split="validation", max_passages=passages,
+    store = shell.shared_store("clusters_tags", 2)
+    key = (*ctx.cache_key.model_alpha, int(passages))
+    if key in store or not compute:
+        return store.get(key)
+    bar = st.progress(0.0, text="Validation corpus: waiting for the model…")
+    records = shell.validation_records(
+        *ctx.cache_key.model_alpha, passages,
         on_progress=lambda f, m: bar.progress(min(max(0.7 * f, 0.0), 1.0),
                                               text=f"Validation corpus: {m}"))
     tags = []
@@ -58,10 +52,8 @@ def _corpus_tagged(key: tuple, ctx: shell.AppContext, passages: int, compute: bo
                      text=f"Validation corpus: POS tags {index + 1}/{len(records)}")
         tags.append(align_pos(record.text, record.offsets, record.special))
     bar.empty()
-    if len(store) >= 2:
-        store.pop(next(iter(store)))
-    store[full_key] = (records, tags)
-    return store[full_key]
+    store.put(key, (records, tags))
+    return records, tags
 
 
 def _controls(ctx: shell.AppContext) -> None:
@@ -90,7 +82,7 @@ def _corpus_analysis(ctx: shell.AppContext, layer: int, head: int, clusters: int
                                  help="Validation passages of the built-in corpus to use.")
     clicked = right.button("Run on the validation corpus", key="w_cl_run",
                            help="Extracts gold graphs and POS tags (slow on CPU), once.")
-    result = _corpus_tagged(ctx.cache_key.model_alpha, ctx, int(passages), clicked)
+    result = _corpus_tagged(ctx, int(passages), clicked)
     if result is None:
         st.caption("Validation corpus not computed yet for this model and number of "
                    "passages; showing nothing until you run it.")

@@ -9,15 +9,15 @@ probes on request (cached).
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import numpy as np
-import pandas as pd
 import streamlit as st
 
 from app import shell
 from sparsefinder.analysis import coref, coref_pairs
 from sparsefinder.explore import coref as excoref
-from sparsefinder.explore import inputs, live, tables
+from sparsefinder.explore import live, tables
 from sparsefinder.explore import prepared as prep
 from sparsefinder.explore import state as urlstate
 from sparsefinder.figures import common as common_figures
@@ -37,15 +37,6 @@ def _prepared_probe(ctx: shell.AppContext, probe: coref.Probe) -> prep.PreparedT
     return shell.cached_prepared(name, alpha, probe.text, proj_key, projections)
 
 
-@st.cache_resource(max_entries=2, show_spinner="Extracting every probe and ranking heads…")
-def _all_probes(model_key: tuple, _loaded, _projections) -> tuple[pd.DataFrame, list]:
-    """Ranking over all probes and the prepared probe texts (model_key keys the cache)."""
-    probes = _probes()
-    prepared = [prep.prepare(inputs.extract_one(_loaded, p.text)[0], _projections,
-                              t_range=False) for p in probes]
-    return coref.rank_heads([p.record for p in prepared], probes), prepared
-
-
 ANCHOR_KEY = "_coref_pairs_for"  # the text (hash) the chosen pairs are word indices of
 
 
@@ -57,14 +48,19 @@ def _words(text: str) -> tuple[list[coref_pairs.Word], list[coref.CorefPair]]:
 
 
 def _fit_link(ctx: shell.AppContext) -> None:
-    """Fit the page's own link fields (probe, pairs, B, k) to this text and model; what was
-    fixed joins the link's one warning. Pairs of another text (the sidebar's changed) are
-    forgotten: they are word indices of the text they were chosen on."""
+    """Fit the page's own link fields (probe, pairs, B, k, head) to this text and model; what
+    was fixed joins the link's one warning. Pairs of another text (the sidebar's changed) are
+    forgotten: they are word indices of the text they were chosen on; so is the head shown
+    on it (it was one of that text's ranking)."""
     state = shell.view_state()
     anchor, now = st.session_state.get(ANCHOR_KEY), ctx.cache_key.text_hash
     st.session_state[ANCHOR_KEY] = now
-    if state.coref_pairs is not None and anchor is not None and anchor != now:
-        state = shell.update_view(coref_pairs=None)
+    if anchor is not None and anchor != now:
+        forget = {"coref_pairs": None} if state.coref_pairs is not None else {}
+        if state.coref_text == "own" and state.coref_head is not None:
+            forget["coref_head"] = None
+        if forget:
+            state = shell.update_view(**forget)
     try:
         ids = [p.id for p in _probes()]
     except coref.ProbeFileError:
@@ -73,8 +69,9 @@ def _fit_link(ctx: shell.AppContext) -> None:
     if state.coref_pairs:
         with contextlib.suppress(ImportError):  # the page says so when the text is chosen
             n_words = len(_words(ctx.prepared.record.text)[0])
+    shape = (ctx.prepared.num_layers, ctx.prepared.num_heads)
     changes, fixes = excoref.fit_link(state if ids else state.with_(coref_probe=None), ids,
-                                      n_words, ctx.prepared.cluster_choices)
+                                      n_words, ctx.prepared.cluster_choices, shape)
     if changes:
         shell.update_view(**changes)
     shell.add_fixes(ctx, fixes)
@@ -98,15 +95,43 @@ def _kmeans_controls(prepared: prep.PreparedText) -> tuple[int, int]:
     return int(clusters), int(top_k)
 
 
+def _bind_ranking(key: str, field_name: str, to_widget: Any = None,
+                  from_widget: Any = None) -> dict:
+    """:func:`shell.bind` for a widget that changes what the heads are ranked on (text,
+    probe, scope, pairs): the head shown goes back to the best of the new ranking, never one
+    carried over from the view before."""
+    bound = shell.bind(key, field_name, to_widget, from_widget)
+
+    def change() -> None:
+        value = st.session_state[key]
+        shell.user_change(**{field_name: from_widget(value) if from_widget else value},
+                          coref_head=None)
+    return {**bound, "on_change": change, "args": ()}
+
+
 def _add_pair(options: list[excoref.PairChoice], chosen: tuple[tuple[int, int], ...]) -> None:
     pair = (st.session_state["w_coref_pronoun"], st.session_state["w_coref_antecedent"])
     if pair[0] != pair[1] and pair not in chosen:
-        shell.user_change(coref_pairs=(*chosen, pair))
+        shell.user_change(coref_pairs=(*chosen, pair), coref_head=None)
+
+
+def _no_guesses(tokens: list[coref_pairs.Word]) -> None:
+    """Why a text has no automatic guesses, and what to do instead."""
+    if coref_pairs.looks_english(tokens) is False:
+        why = ("they read English only (spaCy's English tags and English word lists), and "
+               "this text does not look English")
+    else:
+        why = ("they pair English third-person pronouns (he, she, it, they, …) with an "
+               "agreeing noun before them, and this text has none")
+    st.info(f"No automatic guesses: {why}. Name pronoun → antecedent pairs under \"Name a "
+            "pair by hand\" below: the heads are then ranked on them.", icon=":material/info:")
 
 
 def _own_text_probe(ctx: shell.AppContext) -> coref.Probe | None:
-    """Pairs on the text loaded in the sidebar: automatic guesses and pairs named by hand, as
-    removable chips; the chosen ones are kept in the link as word indices."""
+    """Pairs on the text loaded in the sidebar: automatic guesses (the best one of every
+    pronoun chosen) and pairs named by hand, as removable chips named by their words; the
+    chosen ones are kept in the link as word indices. None (the text and the next step
+    shown) while no pair is chosen."""
     text = ctx.prepared.record.text
     try:
         tokens, proposals = _words(text)
@@ -124,36 +149,56 @@ def _own_text_probe(ctx: shell.AppContext) -> coref.Probe | None:
         picked = tuple(by_label[label].index for label in labels)
         return None if picked == default else picked
 
-    st.multiselect(
-        "Pronoun → antecedent pairs (automatic guesses: the nearest preceding nouns that agree "
-        "in number, gender and person/thing; pairs you name are marked \"added by you\")",
-        list(by_label), placeholder="no pair chosen: pick a guess or name a pair below",
-        help="Guessed from spaCy's tags, morphology and names plus a small word list "
-             "(he/she → people, it → things, they → plurals); remove the wrong ones (×), add "
-             "missing ones below. The chosen pairs are kept in the link.",
-        **shell.bind("w_coref_pairs", "coref_pairs",
-                     to_widget=lambda _: [by_index[i].label for i in chosen],
-                     from_widget=to_indices))
-    with st.expander("Name a pair by hand"):
+    if not proposals:
+        _no_guesses(tokens)
+    if options:
+        st.multiselect(
+            "Pronoun → antecedent pairs (the best automatic guess of each pronoun is chosen, "
+            "other candidates are in the list; pairs you name are marked \"added by you\")"
+            if proposals else "Pronoun → antecedent pairs (named by you)",
+            list(by_label), placeholder="no pair chosen: pick a guess or name a pair below",
+            help="Guessed from spaCy's tags, morphology and names plus a small English word "
+                 "list (he/she → people, it → things, they → plurals); remove the wrong ones "
+                 "(×), add missing ones below. A word the text has more than once is named "
+                 "with its place: \"he (2nd)\" is the second \"he\". The chosen pairs are "
+                 "kept in the link.",
+            **_bind_ranking("w_coref_pairs", "coref_pairs",
+                            to_widget=lambda _: [by_index[i].label for i in chosen],
+                            from_widget=to_indices))
+    with st.expander("Name a pair by hand", expanded=not chosen):
         left, right, add = st.columns([2, 2, 1], vertical_alignment="bottom")
-
-        def word(i: int) -> str:
-            return f"{i} · {tokens[i].text} @{tokens[i].start}"
-
         shell.seed("w_coref_pronoun", 0)
         shell.seed("w_coref_antecedent", 0)
-        left.selectbox("Pronoun (any word)", range(len(tokens)), format_func=word,
-                       key="w_coref_pronoun")
-        right.selectbox("Antecedent", range(len(tokens)), format_func=word,
-                        key="w_coref_antecedent")
+        for column, label, key in ((left, "Pronoun (any word)", "w_coref_pronoun"),
+                                   (right, "Antecedent", "w_coref_antecedent")):
+            column.selectbox(label, range(len(tokens)), key=key,
+                             format_func=lambda i: excoref.word_choice(text, tokens, i))
         add.button("Add pair", key="w_coref_add", on_click=_add_pair, args=(options, chosen),
                    help="Adds the pair to the chips above, marked \"added by you\".")
     pairs = [by_index[i].pair for i in chosen]
     if not pairs:
-        st.info("No pair chosen: pick automatic guesses above or name a pair by hand.",
-                icon=":material/info:")
+        st.markdown(tables.highlight_html(text, [], []), unsafe_allow_html=True)
+        if proposals:
+            st.info("No pair chosen: pick automatic guesses above or name a pair by hand; "
+                    "the head ranking and the pronoun rows need at least one pair.",
+                    icon=":material/info:")
         return None
     return coref_pairs.text_probe(text, pairs)
+
+
+def _head_picker(column: Any, ranking: Any) -> tuple[int, int]:
+    """The head shown: the link's (or the one picked), else the best of the ranking; either
+    way written into the link, so the link opens on this very head."""
+    best = [(int(r.layer), int(r.head)) for r in ranking.head(5).itertuples()]
+    shown = shell.view_state().coref_head or best[0]
+    if shell.view_state().coref_head != shown:
+        shell.update_view(coref_head=shown)
+    options = best if shown in best else [*best, shown]
+    return column.selectbox(
+        "Head (top 5 of the ranking)", options,
+        format_func=lambda lh: f"L{lh[0]}·H{lh[1]}" + ("" if lh in best else
+                                                       " (not in the top 5 here)"),
+        **shell.bind("w_coref_head", "coref_head", from_widget=tuple))
 
 
 @st.fragment
@@ -171,9 +216,9 @@ def coreference_view() -> None:
     source = st.radio("Text", urlstate.COREF_TEXTS, horizontal=True,
                       format_func={"probes": f"bundled probes ({len(probes)})",
                                    "own": "the text loaded in the sidebar"}.get,
-                      **shell.bind("w_coref_source", "coref_text",
-                                   to_widget=lambda v: v or "probes",
-                                   from_widget=lambda v: None if v == "probes" else v))
+                      **_bind_ranking("w_coref_source", "coref_text",
+                                      to_widget=lambda v: v or "probes",
+                                      from_widget=lambda v: None if v == "probes" else v))
     if source == "own":
         probe = _own_text_probe(ctx)
         if probe is None:
@@ -181,8 +226,8 @@ def coreference_view() -> None:
     else:
         probe = by_id[st.selectbox(
             "Probe", list(by_id), format_func=lambda i: f"{i} · {by_id[i].text[:90]}",
-            **shell.bind("w_probe", "coref_probe", to_widget=lambda v: v or first,
-                         from_widget=lambda v: None if v == first else v))]
+            **_bind_ranking("w_probe", "coref_probe", to_widget=lambda v: v or first,
+                            from_widget=lambda v: None if v == first else v))]
     spans = [s for pair in probe.pairs for s in (pair.pronoun, pair.antecedent)]
     st.markdown(tables.highlight_html(probe.text, spans, range(len(spans))),
                 unsafe_allow_html=True)
@@ -198,15 +243,15 @@ def coreference_view() -> None:
         st.error(str(error), icon=":material/error:")
         return
 
-    shell.seed("w_coref_scope", "probe")
     scope = "probe" if source == "own" else st.radio(
-        "Rank heads on", ["probe", "all"], key="w_coref_scope", horizontal=True,
+        "Rank heads on", urlstate.COREF_SCOPES, horizontal=True,
         format_func={"probe": "this probe",
-                     "all": f"all {len(probes)} probes (slower, cached)"}.get)
+                     "all": f"all {len(probes)} probes (slower, cached)"}.get,
+        **_bind_ranking("w_coref_scope", "coref_scope", to_widget=lambda v: v or "probe",
+                        from_widget=lambda v: None if v == "probe" else v))
     everything = None
     if scope == "all":
-        everything = _all_probes(ctx.cache_key.model_key, ctx.loaded,
-                                 prepared.projections)
+        everything = shell.all_probes(ctx.cache_key.model_key, prepared.projections)
         ranking = everything[0]
     else:
         ranking = coref.rank_heads([record], [probe])
@@ -214,13 +259,8 @@ def coreference_view() -> None:
     left.markdown(f"**Head ranking** ({'all probes' if everything else probe.id}): mean "
                   "gold mass from a pronoun onto its antecedent")
     left.dataframe(ranking.head(10).round(3), hide_index=True, width="stretch")
-    best = [(int(r.layer), int(r.head)) for r in ranking.head(5).itertuples()]
-    if st.session_state.get("w_coref_head") not in best:
-        st.session_state["w_coref_head"] = best[0]
-    layer, head = right.selectbox(
-        "Head (top 5 of the ranking)", best, key="w_coref_head",
-        format_func=lambda lh: f"L{lh[0]}·H{lh[1]}")
-    tag = f"L{layer}H{head}"
+    layer, head = _head_picker(right, ranking)
+    tag = excoref.head_name((layer, head))
 
     learned = prepared.has_projections and bool(prepared.cluster_choices)
     pred = None

@@ -197,9 +197,7 @@ def pareto_view() -> None:
                                  help="Validation passages of the built-in corpus to use.")
     clicked = right.button("Run on the validation corpus", key="w_val_run",
                            help="Extracts gold graphs (slow on CPU), then sweeps every method.")
-    model_key = ctx.cache_key.model_key
-    result = shell.corpus_sweep(model_key, ctx.loaded, prepared, methods, int(passages),
-                                compute=clicked)
+    result = shell.corpus_sweep(ctx, methods, int(passages), compute=clicked)
     if result is None:
         st.caption("Not computed yet for this model and number of passages.")
         return

@@ -75,17 +75,17 @@ class PackedMaskField:
     """
 
     def __set_name__(self, owner: type, name: str) -> None:
-        self._slot = f"_{name}_packed"
+        self.slot = f"_{name}_packed"  # where an instance keeps (bits, last-axis length)
 
     def __get__(self, obj: object, owner: type | None = None) -> Tensor:
         if obj is None:  # dataclass asks the class for a default: there is none
-            raise AttributeError(self._slot)
-        packed, m = obj.__dict__[self._slot]
+            raise AttributeError(self.slot)
+        packed, m = obj.__dict__[self.slot]
         return unpack_mask(packed, m)
 
     def __set__(self, obj: object, mask: Tensor) -> None:
-        obj.__dict__[self._slot] = (pack_mask(mask), int(mask.shape[-1]))
+        obj.__dict__[self.slot] = (pack_mask(mask), int(mask.shape[-1]))
 
     def packed(self, obj: object) -> tuple[Tensor, int]:
         """The stored bits and the unpacked length of the last axis."""
-        return obj.__dict__[self._slot]
+        return obj.__dict__[self.slot]

@@ -11,6 +11,8 @@ Padding is stripped, so no metric ever counts it.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -96,9 +98,25 @@ class LayerGraph:
         return sum(t.numel() * t.element_size()
                    for t in (self.queries, self.keys, packed, self.prob_values))
 
+    def to(self, device: torch.device | str) -> LayerGraph:
+        """This layer with its vectors, packed gold bits and probabilities on ``device`` (the
+        bits move packed: a GPU-resident record never unpacks on the host)."""
+        moved = copy.copy(self)  # shares nothing mutable: every tensor is replaced below
+        packed, m = _GOLD.packed(self)
+        moved.__dict__[_GOLD.slot] = (packed.to(device), m)
+        moved.queries, moved.keys = self.queries.to(device), self.keys.to(device)
+        moved.prob_values = self.prob_values.to(device)
+        return moved
+
+    @property
+    def device(self) -> torch.device:
+        """Where the layer's tensors are."""
+        return self.queries.device
+
     def probs(self) -> Tensor:
         """Dense (heads, n, m) probabilities, built on demand."""
-        dense = torch.zeros(self.gold_shape, dtype=self.prob_values.dtype)
+        dense = torch.zeros(self.gold_shape, dtype=self.prob_values.dtype,
+                            device=self.prob_values.device)
         dense[self.gold] = self.prob_values
         return dense
 
@@ -138,6 +156,10 @@ class AttentionRecord:
 
     def gold_masks(self) -> list[Tensor]:
         return [layer.gold for layer in self.layers]
+
+    def to(self, device: torch.device | str) -> AttentionRecord:
+        """This record with every layer on ``device`` (see :meth:`LayerGraph.to`)."""
+        return dataclasses.replace(self, layers=[layer.to(device) for layer in self.layers])
 
 
 def check_text(text: object) -> str:

@@ -13,7 +13,7 @@ import pandas as pd
 from torch import Tensor
 
 from sparsefinder.analysis.coref import CorefPair
-from sparsefinder.analysis.coref_pairs import Word, pair_label
+from sparsefinder.analysis.coref_pairs import Word, pair_names, span_name
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.explore.state import MAX_TOP_K, ViewState
 
@@ -78,8 +78,11 @@ def pronoun_rows_frame(record: AttentionRecord, layer: int, head: int,
 #: that is B = 8 (recall 0.802 at sparsity 0.613 on the 62 choose probes); k = 1 keeps at most
 #: 0.14 of them (the head's queries and keys fall in different clusters).
 DEMO_CLUSTERS, DEMO_TOP_K = 8, 2
-#: Automatic guesses chosen when the page opens on a text (the rest are offered).
-DEFAULT_CHOSEN = 6
+
+
+def head_name(head: tuple[int, int]) -> str:
+    """``(3, 1)`` → ``"L3H1"``: how the link and the figures name a head."""
+    return f"L{head[0]}H{head[1]}"
 
 
 def demo_setting(choices: Sequence[int]) -> tuple[int, int]:
@@ -112,35 +115,58 @@ def pair_choices(text: str, words: Sequence[Word], proposals: Sequence[CorefPair
     """The selector's options: every automatic guess, then each chosen pair that is not one
     (named by hand), marked "added by you". A pair is ``(pronoun, antecedent)`` word indices
     into ``words``; a guess keeps its whole antecedent span (a two-word name), a hand pair is
-    two words."""
+    two words. Labels name the words (:func:`~sparsefinder.analysis.coref_pairs.pair_names`:
+    "he (2nd) → Priya"), never character offsets; each names one pair."""
     at = {w.start: i for i, w in enumerate(words)}
     options: dict[tuple[int, int], PairChoice] = {}
     for pair in proposals:
         index = (at[pair.pronoun[0]], at[pair.antecedent[0]])
-        options.setdefault(index, PairChoice(index, pair, pair_label(text, pair), False))
+        options.setdefault(index, PairChoice(index, pair, pair_names(text, words, pair), False))
     for index in chosen:
         if index not in options:
             pronoun, antecedent = (words[i] for i in index)
             pair = CorefPair((pronoun.start, pronoun.end), (antecedent.start, antecedent.end),
                              source="hand")
-            options[index] = PairChoice(index, pair, f"{pair_label(text, pair)} (added by you)",
-                                        True)
+            options[index] = PairChoice(
+                index, pair, f"{pair_names(text, words, pair)} (added by you)", True)
     return list(options.values())
 
 
 def default_pairs(options: Sequence[PairChoice]) -> tuple[tuple[int, int], ...]:
-    """The pairs chosen when the page opens: the first :data:`DEFAULT_CHOSEN` guesses."""
-    return tuple(o.index for o in options if not o.by_hand)[:DEFAULT_CHOSEN]
+    """The pairs chosen when the page opens: the best guess of EVERY pronoun, one each (the
+    guesses come nearest agreeing mention first, see
+    :func:`~sparsefinder.analysis.coref_pairs.propose_pairs`); the other guesses are
+    offered."""
+    best: dict[int, tuple[int, int]] = {}
+    for option in options:
+        if not option.by_hand:
+            best.setdefault(option.index[0], option.index)
+    return tuple(best.values())
+
+
+def word_choice(text: str, words: Sequence[Word], index: int) -> str:
+    """How the hand-pair menus name word ``index``: its number (the link's) and its name."""
+    word = words[index]
+    return f"{index} · {span_name(text, words, (word.start, word.end))}"
 
 
 def fit_link(state: ViewState, probe_ids: Sequence[str], n_words: int | None,
-             choices: Sequence[int]) -> tuple[dict[str, Any], list[str]]:
+             choices: Sequence[int], shape: tuple[int, int] | None = None
+             ) -> tuple[dict[str, Any], list[str]]:
     """Fit the page's link fields to this text and model: (changes to the state, one problem
     per change, naming the value and what is shown instead). ``n_words``: spaCy's words in the
     sidebar's text (None: not known, pairs left alone); ``choices``: the B the projections
-    hold (none: B and k left alone)."""
+    hold (none: B and k left alone); ``shape``: the model's (layers, heads) (None: the head
+    is left alone)."""
     changes: dict[str, Any] = {}
     problems: list[str] = []
+    if state.coref_head is not None and shape is not None:
+        layer, head = state.coref_head
+        if layer >= shape[0] or head >= shape[1]:
+            changes["coref_head"] = None
+            problems.append(f"coref_head={head_name(state.coref_head)} is not a head of this "
+                            f"model (L0H0–L{shape[0] - 1}H{shape[1] - 1}): showing the best "
+                            "head of the ranking.")
     if state.coref_probe is not None and state.coref_probe not in probe_ids:
         changes["coref_probe"] = None
         problems.append(f"probe={state.coref_probe!r} is not a bundled probe: showing "

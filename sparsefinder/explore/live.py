@@ -18,9 +18,14 @@ from torch import Tensor
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.evaluation import sweep as sweeps
 from sparsefinder.explore.app_methods import APP_CALIBRATIONS, method_label
+from sparsefinder.explore.layer_masks import LazyMasks
 from sparsefinder.explore.prepared import PreparedText, default_pages, default_threshold
 from sparsefinder.explore.state import DEFAULT_CLUSTERS, MAX_PAGES, ViewState, to_spec
-from sparsefinder.methods.spec import PredictorSpec, predict_layer, predict_record
+from sparsefinder.methods.spec import (
+    LayerPrediction,
+    PredictorSpec,
+    predict_layer,
+)
 from sparsefinder.metrics.measures import GraphScores
 from sparsefinder.projections.heads import HeadProjections
 
@@ -91,20 +96,23 @@ def spec_for(state: ViewState, prepared: PreparedText) -> PredictorSpec:
     return to_spec(state, effective_method(state, prepared))
 
 
-def predict(prepared: PreparedText, spec: PredictorSpec) -> list[Tensor]:
-    """Predicted bool masks (heads, n, n) of every layer of the prepared text, read-only: a
-    window/global pattern is one (n, n) mask broadcast over the heads (``shared``), which
-    the scorer reads once per layer, so a slider move on a long text costs no per-head n²
-    work (the numbers are the same)."""
+def predict(prepared: PreparedText, spec: PredictorSpec) -> LazyMasks:
+    """Predicted bool masks (heads, n, n) of every layer of the prepared text, read-only and
+    predicted when read (:class:`~.layer_masks.LazyMasks`: a long text holds a few layers,
+    not all): a window/global pattern is one (n, n) mask broadcast over the heads
+    (``shared``), which the scorer reads once per layer, so a slider move on a long text
+    costs no per-head n² work (the numbers are the same)."""
     predictors = spec.build_layers(prepared.projections_for(spec.method_id), prepared.num_layers,
                                    prepared.fitted(spec.method_id))
-    return predict_record(spec, predictors, prepared.inputs_for(spec.method_id), shared=True)
+    heads, n, m = prepared.record.layers[0].gold_shape
+    return LazyMasks(LayerPrediction(spec, predictors, prepared.inputs_for(spec.method_id),
+                                     shared=True), prepared.num_layers, heads * n * m)
 
 
 def score(prepared: PreparedText, preds: Sequence[Tensor]) -> GraphScores:
     """Every metric of every (layer, head) (the prepared scorer): recall, sparsity, gold
     sparsity and ``metrics.EXTRA_METRICS``."""
-    return prepared.scorer.score(preds)
+    return prepared.scorer.score(preds).to("cpu")  # a few numbers; a no-op on a CPU
 
 
 def predict_layers(prepared: PreparedText, state: ViewState) -> list[Tensor]:

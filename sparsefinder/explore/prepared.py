@@ -109,9 +109,10 @@ class PreparedText:
     def _generic_methods(self) -> list[str]:
         """The families with generated controls that build here (at their declared defaults):
         shape-only and own-q/k baselines always, learned ones with projections, routed k-means
-        with key codebooks for this model."""
+        with key codebooks for this model. Built whole, then stored: sessions share a prepared
+        text, and one must never read another's half-built list."""
         if self._generic is None:
-            self._generic = []
+            generic = []
             for family in GENERIC_FAMILIES:
                 spec = PredictorSpec.of(family, {p.name: p.default
                                                  for p in generic_params(family)})
@@ -121,7 +122,8 @@ class PreparedText:
                     spec.build(self.projections, 0)
                 except ValueError:  # e.g. routed k-means without codebooks for this model
                     continue
-                self._generic.append(family)
+                generic.append(family)
+            self._generic = generic
         return self._generic
 
     @property
@@ -146,13 +148,21 @@ def prepare(
     calibration: CalibrationTable | None = None,
     calibration_projections: HeadProjections | None = None,
     hash_codes: HashCodeTable | None = None,
+    device: torch.device | str | None = None,
 ) -> PreparedText:
     """Check the projections against the record, project every layer once and compute the
     slider range for t (``t_range=False`` skips that when no slider will be drawn).
     ``calibration`` drives the target-sparsity methods: fitted for ``projections``, or for
     its own ``calibration_projections`` (then used for its methods, whatever
     ``projections`` is; a table whose projections do not fit the record is left out).
-    ``hash_codes`` enable ``hashattention`` when they fit the record's shape."""
+    ``hash_codes`` enable ``hashattention`` when they fit the record's shape.
+
+    ``device``: where the text lives from now on (e.g. ``"cuda"``; default: where the record
+    is). The gold bits, the vectors, the projected vectors, every prediction and the scorer
+    stay there, so a slider move sends no (n, n) data between host and device: only the
+    (layers, heads) scores come back."""
+    if device is not None and torch.device(device) != record.layers[0].device:
+        record = record.to(device)
     vectors = RecordInputs(record, projections)
     calibrated_vectors = None
     if calibration is not None and calibration_projections is not None:

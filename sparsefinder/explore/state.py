@@ -7,7 +7,6 @@ message naming the parameter. :func:`to_spec` turns a state into the
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -25,8 +24,22 @@ from sparsefinder.explore.app_methods import (
 )
 from sparsefinder.explore.inputs import DEFAULT_EXAMPLE, list_examples
 from sparsefinder.explore.texts import is_text_id
+from sparsefinder.explore.url_values import ALPHA_RANGE as ALPHA_RANGE  # the app reads them
+from sparsefinder.explore.url_values import MAX_MODEL_NAME as MAX_MODEL_NAME
+from sparsefinder.explore.url_values import (
+    bad,
+    finite_nonneg,
+    parse_alpha,
+    parse_global,
+    parse_head,
+    parse_int,
+    parse_model,
+    parse_pairs,
+    parse_target,
+)
 from sparsefinder.methods.registry import CALIBRATION_LABELS, METHODS, method_id
-from sparsefinder.methods.spec import GLOBAL_CHOICES, PredictorSpec
+from sparsefinder.methods.spec import GLOBAL_CHOICES as GLOBAL_CHOICES  # the app reads it
+from sparsefinder.methods.spec import PredictorSpec
 from sparsefinder.metrics.measures import EXTRA_METRICS
 from sparsefinder.predictors.hash_codes import HASH_BITS
 
@@ -83,13 +96,17 @@ class ViewState:
     extra: tuple[tuple[str, Any], ...] = ()
     #: The Coreference page's own state (its k-means demo setting is not the sidebar
     #: method's): the text ("own" = the sidebar's; None = the bundled probes), the probe, the
-    #: chosen pairs as (pronoun, antecedent) spaCy word indices of the sidebar text, B and k.
+    #: chosen pairs as (pronoun, antecedent) spaCy word indices of the sidebar text, B and k,
+    #: what the heads are ranked on ("all" probes; None = the text shown) and the head shown
+    #: as (layer, head) (None = the best of the ranking; the page writes the head it shows).
     #: None is the page's default, which the link leaves out.
     coref_text: str | None = None
     coref_probe: str | None = None
     coref_pairs: tuple[tuple[int, int], ...] | None = None
     coref_B: int | None = None
     coref_k: int | None = None
+    coref_scope: str | None = None
+    coref_head: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         # a family the app offers without this calibration gets its default one (switching
@@ -134,21 +151,15 @@ PARAM_NAMES: dict[str, str] = {
     "coref_pairs": "pairs",
     "coref_B": "coref_B",
     "coref_k": "coref_k",
+    "coref_scope": "coref_rank",
+    "coref_head": "coref_head",
 }
 #: The Coreference page's text choices (``coref=``); "probes" is the default.
 COREF_TEXTS = ("probes", "own")
-#: The α range the app offers (1 = softmax, 1.5 = entmax15, 2 = sparsemax).
-ALPHA_RANGE = (1.0, 4.0)
+#: What the Coreference page ranks heads on (``coref_rank=``); "probe" is the default.
+COREF_SCOPES = ("probe", "all")
 #: Metrics the layer × head overview can be coloured by (every metric the Scorer gives).
 OVERVIEW_METRICS = ("recall", "sparsity", *EXTRA_METRICS)
-MAX_MODEL_NAME = 300
-
-
-def _parse_int(text: str, low: int, high: int | None) -> int:
-    value = int(float(text))
-    if value < low or (high is not None and value > high):
-        raise ValueError(f"{value} is outside [{low}, {high if high is not None else '∞'}]")
-    return value
 
 
 def parse_view_state(
@@ -173,35 +184,38 @@ def parse_view_state(
         return value.strip()
 
     parsers: dict[str, Callable[[str], Any]] = {
-        "model": _parse_model,
-        "alpha": _parse_alpha,
-        "method": lambda s: s if s in APP_METHODS else _bad(f"one of {', '.join(APP_METHODS)}"),
-        "calibration": lambda s: s if s in CALIBRATION_LABELS else _bad(
+        "model": parse_model,
+        "alpha": parse_alpha,
+        "method": lambda s: s if s in APP_METHODS else bad(f"one of {', '.join(APP_METHODS)}"),
+        "calibration": lambda s: s if s in CALIBRATION_LABELS else bad(
             f"one of {', '.join(CALIBRATION_LABELS)}"),
-        "target": _parse_target,
-        "t": lambda s: _finite_nonneg(float(s)),
-        "bins": lambda s: _parse_int(s, 1, MAX_BINS),
-        "clusters": lambda s: _parse_int(s, 1, None),
-        "top_k": lambda s: _parse_int(s, 1, None),
-        "pages": lambda s: _parse_int(s, 1, MAX_PAGES),
-        "hamming": lambda s: _parse_int(s, 0, HASH_BITS),
-        "window": lambda s: _parse_int(s, 0, MAX_WINDOW),
-        "global_tokens": _parse_global,
-        "layer": lambda s: _parse_int(s, 0, None),
-        "head": lambda s: _parse_int(s, 0, None),
-        "query": lambda s: _parse_int(s, 0, None),
-        "example": lambda s: s if s in list_examples() else _bad("a bundled example name"),
-        "text_id": lambda s: s if is_text_id(s) else _bad("16 hex digits (a text's name)"),
-        "part": lambda s: _parse_int(s, 0, None),
-        "overview": lambda s: s if s in OVERVIEW_METRICS else _bad(
+        "target": parse_target,
+        "t": lambda s: finite_nonneg(float(s)),
+        "bins": lambda s: parse_int(s, 1, MAX_BINS),
+        "clusters": lambda s: parse_int(s, 1, None),
+        "top_k": lambda s: parse_int(s, 1, None),
+        "pages": lambda s: parse_int(s, 1, MAX_PAGES),
+        "hamming": lambda s: parse_int(s, 0, HASH_BITS),
+        "window": lambda s: parse_int(s, 0, MAX_WINDOW),
+        "global_tokens": parse_global,
+        "layer": lambda s: parse_int(s, 0, None),
+        "head": lambda s: parse_int(s, 0, None),
+        "query": lambda s: parse_int(s, 0, None),
+        "example": lambda s: s if s in list_examples() else bad("a bundled example name"),
+        "text_id": lambda s: s if is_text_id(s) else bad("16 hex digits (a text's name)"),
+        "part": lambda s: parse_int(s, 0, None),
+        "overview": lambda s: s if s in OVERVIEW_METRICS else bad(
             f"one of {', '.join(OVERVIEW_METRICS)}"),
-        "coref_text": lambda s: (None if s == "probes" else s) if s in COREF_TEXTS else _bad(
+        "coref_text": lambda s: (None if s == "probes" else s) if s in COREF_TEXTS else bad(
             f"one of {', '.join(COREF_TEXTS)}"),
-        "coref_probe": lambda s: s if re.fullmatch(r"[\w-]{1,40}", s) else _bad(
+        "coref_probe": lambda s: s if re.fullmatch(r"[\w-]{1,40}", s) else bad(
             "a probe id such as p01"),
-        "coref_pairs": _parse_pairs,
-        "coref_B": lambda s: _parse_int(s, 1, None),
-        "coref_k": lambda s: _parse_int(s, 1, MAX_TOP_K),
+        "coref_pairs": parse_pairs,
+        "coref_B": lambda s: parse_int(s, 1, None),
+        "coref_k": lambda s: parse_int(s, 1, MAX_TOP_K),
+        "coref_scope": lambda s: (None if s == "probe" else s) if s in COREF_SCOPES else bad(
+            f"one of {', '.join(COREF_SCOPES)}"),
+        "coref_head": parse_head,
     }
     old = raw("method")
     if old is not None and old not in APP_METHODS:  # an old name, e.g. distance-budget
@@ -275,58 +289,6 @@ def fixes_message(fixes: Sequence[str], link: bool = True) -> str | None:
             + "\n".join(f"- {fix}" for fix in fixes))
 
 
-def _bad(expected: str) -> Any:
-    raise ValueError(f"expected {expected}")
-
-
-def _parse_target(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value) or not 0.0 < value < 1.0:
-        raise ValueError("expected a target sparsity strictly between 0 and 1")
-    return value
-
-
-def _parse_model(text: str) -> str:
-    if not text or len(text) > MAX_MODEL_NAME or any(ord(c) < 32 for c in text):
-        raise ValueError(f"expected a model name or path of 1–{MAX_MODEL_NAME} characters")
-    return text
-
-
-def _parse_alpha(text: str) -> float:
-    value = float(text)
-    low, high = ALPHA_RANGE
-    if not math.isfinite(value) or not low <= value <= high:
-        raise ValueError(f"expected a number in [{low:g}, {high:g}]")
-    return value
-
-
-def _finite_nonneg(value: float) -> float:
-    if not math.isfinite(value) or value < 0:
-        raise ValueError("expected a finite number >= 0")
-    return value
-
-
-def _parse_global(text: str) -> tuple[str, ...]:
-    parts = [p for p in (s.strip() for s in text.split(",")) if p and p != "none"]
-    unknown = [p for p in parts if p not in GLOBAL_CHOICES]
-    if unknown:
-        raise ValueError(f"expected a comma list of {GLOBAL_CHOICES} or 'none'")
-    return tuple(c for c in GLOBAL_CHOICES if c in parts)
-
-
-def _parse_pairs(text: str) -> tuple[tuple[int, int], ...]:
-    """``"6-1,12-4"`` (pronoun-antecedent word indices) → pairs; ``none`` = no pair."""
-    pairs: list[tuple[int, int]] = []
-    for item in (p.strip() for p in text.split(",")):
-        match = re.fullmatch(r"(\d{1,5})-(\d{1,5})", item)
-        if text != "none" and (match is None or match[1] == match[2]):
-            raise ValueError("expected pronoun-antecedent word indices such as 6-1,12-4 (two "
-                             "different words each), or none")
-        if match is not None and (pair := (int(match[1]), int(match[2]))) not in pairs:
-            pairs.append(pair)
-    return tuple(pairs)
-
-
 def snap_window(size: int) -> int:
     """The window choice equivalent to ``size`` (even sizes act like the next odd one)."""
     size = max(0, min(int(size), MAX_WINDOW))
@@ -347,6 +309,8 @@ def view_state_to_params(state: ViewState) -> dict[str, str]:
             out[key] = ",".join(value) or "none"
         elif name == "coref_pairs":
             out[key] = ",".join(f"{i}-{j}" for i, j in value) or "none"
+        elif name == "coref_head":
+            out[key] = f"L{value[0]}H{value[1]}"
         elif isinstance(value, float):
             out[key] = repr(value)  # shortest text that reads back as the same float
         else:
@@ -392,6 +356,6 @@ def parse_cluster(value: str | Sequence[str] | None, clusters: int | None = None
     if value is None:
         return None
     try:
-        return _parse_int(value.strip(), 0, None if clusters is None else int(clusters) - 1)
+        return parse_int(value.strip(), 0, None if clusters is None else int(clusters) - 1)
     except (ValueError, OverflowError):
         return None

@@ -223,44 +223,58 @@ class RecordInputs:
         return graph.queries, graph.keys
 
 
+class LayerPrediction:
+    """Predicts the layers of one record one at a time, as :func:`predict_record` does:
+    shape-only patterns (window, global tokens) with ``shared`` are built once per kind of
+    layer and reused; an absent predictor predicts the empty graph; a sliding-window layer's
+    prediction is cut to its window."""
+
+    def __init__(self, spec: PredictorSpec, predictors: Sequence[Predictor | None],
+                 vectors: RecordInputs, *, shared: bool = False) -> None:
+        if len(predictors) != vectors.record.num_layers:
+            raise ValueError(f"got predictors for {len(predictors)} layers, the record has "
+                             f"{vectors.record.num_layers}")
+        self.spec, self.predictors, self.vectors, self.shared = spec, predictors, vectors, shared
+        self._patterns: list[tuple[Predictor, Tensor]] = []  # shared patterns of the layers
+        self._cut: dict[tuple[int, int | None], Tensor] = {}  # (pattern, window) → mask
+
+    @torch.inference_mode()
+    def __call__(self, layer: int) -> Tensor:
+        """Bool (heads, n, m) mask of ``layer`` (an inference tensor: read-only)."""
+        record, predictor = self.vectors.record, self.predictors[layer]
+        graph = record.layers[layer]
+        # the gold mask's shape, not the mask: unpacking every head's gold bits only to read
+        # its shape cost ~50 ms a layer at 4096 tokens on each slider move
+        shape, window, device = graph.gold_shape, graph.sliding_window, graph.queries.device
+        if predictor is None:
+            empty = torch.zeros(shape[1:] if self.shared else shape, dtype=torch.bool,
+                                device=device)
+            return empty.expand(shape)
+        if self.shared and reads_shapes_only(predictor):  # one mask per kind of layer
+            n, m = shape[1:]
+            index = next((i for i, (p, _) in enumerate(self._patterns) if p == predictor), None)
+            if index is None:
+                index = len(self._patterns)
+                self._patterns.append((predictor, shared_union(predictor, n, m, device)))
+            if (index, window) not in self._cut:
+                self._cut[index, window] = _cut(self._patterns[index][1], causal=record.causal,
+                                                sliding_window=window)
+            return self._cut[index, window].expand(shape)
+        q, k = self.vectors.get(layer, self.spec.inputs)
+        return predict_layer(predictor, q, k, causal=record.causal, sliding_window=window,
+                             shared=self.shared)
+
+
 @torch.inference_mode()
 def predict_record(spec: PredictorSpec, predictors: Sequence[Predictor | None],
                    vectors: RecordInputs, *, shared: bool = False) -> list[Tensor]:
     """Bool (heads, n, m) masks of every layer of one record, from per-layer predictors built
     from ``spec`` (see :meth:`PredictorSpec.build_layers`); an absent predictor predicts the
     empty graph. A sliding-window layer's prediction is cut to its window, as the model's
-    own mask cuts its attention. ``shared``: see :func:`predict_layer` (read-only masks)."""
-    record = vectors.record
-    if len(predictors) != record.num_layers:
-        raise ValueError(f"got predictors for {len(predictors)} layers, the record has "
-                         f"{record.num_layers}")
-    masks = []
-    patterns: list[tuple[Predictor, Tensor]] = []  # shared patterns, reused across layers
-    cut: dict[tuple[int, int | None], Tensor] = {}  # (pattern, window) → the layer's mask
-    for layer, predictor in enumerate(predictors):
-        graph = record.layers[layer]
-        # the gold mask's shape, not the mask: unpacking every head's gold bits only to read
-        # its shape cost ~50 ms a layer at 4096 tokens on each slider move
-        shape, window, device = graph.gold_shape, graph.sliding_window, graph.queries.device
-        if predictor is None:
-            empty = torch.zeros(shape[1:] if shared else shape, dtype=torch.bool, device=device)
-            masks.append(empty.expand(shape))
-            continue
-        if shared and reads_shapes_only(predictor):  # one mask per kind of layer
-            n, m = shape[1:]
-            index = next((i for i, (p, _) in enumerate(patterns) if p == predictor), None)
-            if index is None:
-                index = len(patterns)
-                patterns.append((predictor, shared_union(predictor, n, m, device)))
-            if (index, window) not in cut:
-                cut[index, window] = _cut(patterns[index][1], causal=record.causal,
-                                          sliding_window=window)
-            masks.append(cut[index, window].expand(shape))
-            continue
-        q, k = vectors.get(layer, spec.inputs)
-        masks.append(predict_layer(predictor, q, k, causal=record.causal,
-                                   sliding_window=window, shared=shared))
-    return masks
+    own mask cuts its attention. ``shared``: see :func:`predict_layer` (read-only masks).
+    :class:`LazyMasks` predicts the same masks when they are read."""
+    predict = LayerPrediction(spec, predictors, vectors, shared=shared)
+    return [predict(layer) for layer in range(vectors.record.num_layers)]
 
 
 def _cut(pattern: Tensor, *, causal: bool, sliding_window: int | None) -> Tensor:

@@ -241,6 +241,12 @@ class GraphScores:
     #: (α = 1: a dense gold graph, nothing sparse to predict). None: every layer.
     counted: Tensor | None = None
 
+    def to(self, device: torch.device | str) -> GraphScores:
+        """The same scores on ``device`` (a GPU-resident scorer's (layers, heads) numbers come
+        to the host this way: a few KB, never a mask)."""
+        return GraphScores(**{name: None if value is None else value.to(device)
+                              for name, value in vars(self).items()})
+
     def metrics(self) -> dict[str, Tensor]:
         """Every metric present, by name (recall, sparsity, then the extras)."""
         names = ("recall", "sparsity", *EXTRA_METRICS)

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from sparsefinder.attention.masks import layer_allowed, n_allowed_pairs
-from sparsefinder.metrics import edge_pass
+from sparsefinder.attention.masks import allowed_key_range, layer_allowed, n_allowed_pairs
+from sparsefinder.metrics import scan
 from sparsefinder.metrics.measures import (
     _DTYPE,
     BLOCK_SIZES,
@@ -89,7 +89,11 @@ def shared_head(pred: Tensor) -> Tensor | None:
 def _tiles(mask: Tensor) -> dict[int, Tensor]:
     """:func:`block_graph` at every size of :data:`BLOCK_SIZES`; the 64-tiles come from the
     16-tiles (a 64 × 64 tile is 4 × 4 tiles of 16), so the mask is read once."""
-    small = block_graph(mask, BLOCK_SIZES[0])
+    return _tiles_from(block_graph(mask, BLOCK_SIZES[0]))
+
+
+def _tiles_from(small: Tensor) -> dict[int, Tensor]:
+    """Tiles at every size of :data:`BLOCK_SIZES` from those of the smallest."""
     return {BLOCK_SIZES[0]: small,
             **{b: _coarser_tiles(small, b // BLOCK_SIZES[0]) for b in BLOCK_SIZES[1:]}}
 
@@ -101,18 +105,18 @@ def _gold_shape(graph) -> tuple[int, ...]:
     return tuple(int(x) for x in (shape if shape is not None else graph.gold.shape))
 
 
-def _read_edges(allowed: Tensor, cells: Tensor, index: _GoldIndex, heads: int,
+def _read_edges(readable: Tensor, cells: Tensor, index: _GoldIndex, heads: int,
                 n: int) -> tuple[Tensor, Tensor, Tensor]:
     """(missed edges, rows with a miss, missed mass) per head of a prediction read at the
-    gold edges (``cells``: their positions in ``allowed``): one compiled pass on a CPU
-    (:mod:`.edge_pass`), else a gather and two cumulative sums."""
-    if edge_pass.applies(allowed):
-        return edge_pass.read_edges(allowed, cells, index.row_ptr, index.probs, heads)
-    missed = ~allowed.reshape(-1).index_select(0, cells)  # gold edges not kept
+    gold edges (``cells``: their positions in ``readable``): one compiled pass on a CPU
+    (:mod:`.scan`), else a gather and two cumulative sums."""
+    if scan.applies(readable):
+        return scan.read_edges(readable, cells, index.row_ptr, index.probs, heads)
+    missed = ~readable.reshape(-1).index_select(0, cells)  # gold edges not kept
     missed_rows = _segments(missed.to(torch.int32), index.row_ptr)  # (heads·n,)
     if not n:
-        zero = torch.zeros(heads, dtype=torch.int64, device=allowed.device)
-        return zero, zero, torch.zeros(heads, dtype=_DTYPE, device=allowed.device)
+        zero = torch.zeros(heads, dtype=torch.int64, device=readable.device)
+        return zero, zero, torch.zeros(heads, dtype=_DTYPE, device=readable.device)
     missed_heads = missed_rows.view(heads, n).sum(-1, dtype=torch.int64)
     inexact = (missed_rows > 0).view(heads, n).sum(-1, dtype=torch.int64)
     lost = _segments(torch.where(missed, index.probs, 0.0), index.head_ptr)
@@ -170,9 +174,11 @@ class Scorer:
         self.denominator: int = n_allowed_pairs(int(n), int(m), causal=self.causal)
         # Sliding-window (local) layers of decoders allow fewer pairs: their masks and
         # denominators are per layer (None / the shared denominator everywhere else).
+        # on the record's device: a GPU-resident record is scored without host copies
+        device = getattr(record.layers[0], "device", torch.device("cpu"))
         self._masks: list[Tensor | None] = [
             layer_allowed(int(n), int(m), causal=self.causal,
-                          sliding_window=getattr(graph, "sliding_window", None))
+                          sliding_window=getattr(graph, "sliding_window", None), device=device)
             for graph in record.layers
         ]
         self._denominators: list[int] = [
@@ -182,6 +188,7 @@ class Scorer:
         ]
         self._index: dict[int, _GoldIndex] = {}
         self._cells: dict[int, Tensor] = {}
+        self._runs: dict[int, tuple[Tensor, Tensor]] = {}  # each row's allowed keys
         # |G| per (layer, head). With the extras, from each layer's edge list, built here
         # from ONE unpacking of the packed gold (the list is what scoring reads anyway):
         # unpacking is ~0.2 s a layer on a 1 B decoder at 2048 tokens.
@@ -193,7 +200,8 @@ class Scorer:
             [self._sparsity(c, i) for i, c in enumerate(self.gold_counts)])
         #: bool (layers,): the layers overall averages count (not softmax ones)
         self.counted: Tensor = torch.tensor(
-            [not getattr(graph, "is_softmax", False) for graph in record.layers])
+            [not getattr(graph, "is_softmax", False) for graph in record.layers],
+            device=self.gold_sparsity.device)
 
     def _allowed(self, mask: Tensor, layer: int) -> Tensor:
         allowed = self._masks[layer]
@@ -204,7 +212,7 @@ class Scorer:
     def _sparsity(self, kept: Tensor, layer: int) -> Tensor:
         denominator = self._denominators[layer]
         if denominator == 0:
-            return torch.ones(kept.shape, dtype=_DTYPE)
+            return torch.ones(kept.shape, dtype=_DTYPE, device=kept.device)
         return 1.0 - kept.to(_DTYPE) / denominator
 
     def _check(self, layer: int, pred: Tensor) -> None:
@@ -247,6 +255,23 @@ class Scorer:
                 tile_counts={b: t.sum((-2, -1), dtype=torch.int64) for b, t in tiles.items()})
         return self._index[layer]
 
+    def _kept_and_tiles(self, pred: Tensor, layer: int) -> tuple[Tensor, Tensor, dict]:
+        """(the mask to read at the gold edges, kept allowed pairs per head, tiles by block)
+        of a (heads, n, m) prediction. On a CPU one compiled scan of each row's allowed run
+        (:func:`.scan.count_kept`): no copy of the mask ANDed with the allowed pairs (gold
+        edges are allowed, so the prediction itself is read at them)."""
+        if scan.applies(pred) and BLOCK_SIZES[0] == scan.TILE:
+            if layer not in self._runs:
+                graph = self.record.layers[layer]
+                self._runs[layer] = allowed_key_range(
+                    *self.shape, causal=self.causal,
+                    sliding_window=getattr(graph, "sliding_window", None))
+            readable = pred.contiguous()
+            kept, small = scan.count_kept(readable, *self._runs[layer])
+            return readable, kept, _tiles_from(small)
+        readable = self._allowed(pred, layer).contiguous()
+        return readable, count_true(readable), _tiles(readable)
+
     def layer_scores(self, layer: int, pred: Tensor,
                      memo: dict | None = None) -> dict[str, Tensor]:
         """Every metric (recall, sparsity and the :data:`EXTRA_METRICS`) per head of one
@@ -261,21 +286,18 @@ class Scorer:
             key = (base.data_ptr(), tuple(base.shape), base.stride(), id(self._masks[layer]))
             computed = memo.get(key) if memo is not None else None
             if computed is None:  # layers given the same mask share these
-                allowed = self._allowed(base, layer).contiguous()
-                computed = (allowed, count_true(allowed[None]).repeat(heads),
-                            _tiles(allowed[None]))
+                readable, kept, tiles = self._kept_and_tiles(base[None], layer)
+                computed = (readable[0], kept.repeat(heads), tiles)
                 if memo is not None:
                     memo[key] = computed
-            allowed, kept, tiles = computed
+            readable, kept, tiles = computed
             if layer not in self._cells:  # each edge's (i, j), whatever its head
                 self._cells[layer] = index.flat % (n * self.shape[1])
             cells = self._cells[layer]
         else:
-            allowed = self._allowed(pred, layer).contiguous()
-            kept = count_true(allowed)
+            readable, kept, tiles = self._kept_and_tiles(pred, layer)
             cells = index.flat
-            tiles = _tiles(allowed)
-        missed_heads, inexact, lost = _read_edges(allowed, cells, index, heads, n)
+        missed_heads, inexact, lost = _read_edges(readable, cells, index, heads, n)
         total = self.gold_counts[layer]
         hit = total - missed_heads
         out = {

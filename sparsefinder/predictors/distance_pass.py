@@ -37,63 +37,80 @@ from torch import Tensor
 
 from sparsefinder.attention.masks import allowed_key_range
 
-#: The largest projected rank the compiled pass takes (smaller ones are zero-padded to it).
+#: The largest projected rank the compiled pass takes; ranks up to 4 run as 4, up to 8 as 8
+#: (zero-padded: a zero coordinate adds exactly 0).
 MAX_RANK = 8
+_RANKS = (4, 8)
 # Below this many pairs a call is not split over threads (the hand-off costs ~50 µs).
 _SPLIT_MIN_PAIRS = 1 << 20
 # No "reassoc": each d_ij is summed in one order whatever the vector width; no "nnan": NaN
 # compares as False.
-_FASTMATH = {"nsz", "contract", "reassoc", "arcp"}
+_FASTMATH = {"nsz", "contract"}
+
+# The two hot loops, written out for one rank. LLVM vectorises the key loop only when the r
+# products are one unrolled expression over r key rows held in locals (a loop over r inside
+# it, or coefficients read from an array, ran 4-6x slower), so the source is generated for
+# each rank of _RANKS from these templates; {k} lists the key rows, {a}/{b} the sums.
+_SPAN_SOURCE = """
+def row_span(kt, kk, coef, t, lo, hi, row):
+    {k} = {k_rows}
+    base, out = kk[lo:hi], row[lo:hi]
+    kept = 0
+    for j in range(hi - lo):
+        keep = np.uint8(base[j] + {a} <= t)
+        out[j] = keep
+        kept += np.int32(keep)
+    return kept
+
+
+def pair_span(kt, kk, ca, cb, ta, tb, lo, hi, row_a, row_b):
+    {k} = {k_rows}
+    base, out_a, out_b = kk[lo:hi], row_a[lo:hi], row_b[lo:hi]
+    kept_a = 0
+    kept_b = 0
+    for j in range(hi - lo):
+        {x} = {x_values}
+        keep_a = np.uint8(base[j] + {a_x} <= ta)
+        keep_b = np.uint8(base[j] + {b_x} <= tb)
+        out_a[j] = keep_a
+        out_b[j] = keep_b
+        kept_a += np.int32(keep_a)
+        kept_b += np.int32(keep_b)
+    return kept_a, kept_b
+
+
+def terms(q, t2):
+    two = np.float32(-2.0)
+    norm = np.float32(0.0)
+    for c in range(q.shape[0]):
+        norm += q[c] * q[c]
+    return ({coef}), t2 - norm
+"""
+
+
+def _span_source(rank: int) -> str:
+    """:data:`_SPAN_SOURCE` written out for ``rank``."""
+    names = ", ".join(f"k{c}" for c in range(rank))
+    return _SPAN_SOURCE.format(
+        k=names, k_rows=", ".join(f"kt[{c}, lo:hi]" for c in range(rank)),
+        a=" + ".join(f"coef[{c}] * k{c}[j]" for c in range(rank)),
+        x=", ".join(f"x{c}" for c in range(rank)), x_values=", ".join(
+            f"k{c}[j]" for c in range(rank)),
+        a_x=" + ".join(f"ca[{c}] * x{c}" for c in range(rank)),
+        b_x=" + ".join(f"cb[{c}] * x{c}" for c in range(rank)),
+        coef=", ".join(f"two * q[{c}]" for c in range(rank)) + ",")
 
 
 @cache
-def _kernel():  # noqa: ANN202 - returns a numba dispatcher
-    """Compile (once per process, lazily) the pass."""
+def _kernel(rank: int):  # noqa: ANN202 - returns a numba dispatcher
+    """Compile (once per process and rank, lazily) the pass for q/k padded to ``rank``."""
     from numba import njit
 
     jit = njit(inline="always", error_model="numpy", fastmath=_FASTMATH, boundscheck=False)
-
-    # Loops run over slices that start at 0: a loop from a runtime start does not vectorise
-    # (measured: 5x slower).
-    @jit
-    def row_span(kt, kk, coef, t, lo, hi, row):  # noqa: ANN001,ANN202
-        """One row over keys [lo, hi): row[j] = d_j <= t; returns how many were kept."""
-        k0, k1, k2, k3 = kt[0, lo:hi], kt[1, lo:hi], kt[2, lo:hi], kt[3, lo:hi]
-        k4, k5, k6, k7 = kt[4, lo:hi], kt[5, lo:hi], kt[6, lo:hi], kt[7, lo:hi]
-        base, out = kk[lo:hi], row[lo:hi]
-        a0, a1, a2, a3, a4, a5, a6, a7 = coef
-        kept = 0
-        for j in range(hi - lo):
-            d = base[j] + a0 * k0[j] + a1 * k1[j] + a2 * k2[j] + a3 * k3[j] + a4 * k4[j] \
-                + a5 * k5[j] + a6 * k6[j] + a7 * k7[j]
-            keep = np.uint8(d <= t)
-            out[j] = keep
-            kept += np.int32(keep)
-        return kept
-
-    @jit
-    def pair_span(kt, kk, ca, cb, ta, tb, lo, hi, row_a, row_b):  # noqa: ANN001,ANN202
-        """Two rows over keys [lo, hi), each key read once for both; (kept a, kept b)."""
-        k0, k1, k2, k3 = kt[0, lo:hi], kt[1, lo:hi], kt[2, lo:hi], kt[3, lo:hi]
-        k4, k5, k6, k7 = kt[4, lo:hi], kt[5, lo:hi], kt[6, lo:hi], kt[7, lo:hi]
-        base, out_a, out_b = kk[lo:hi], row_a[lo:hi], row_b[lo:hi]
-        a0, a1, a2, a3, a4, a5, a6, a7 = ca
-        b0, b1, b2, b3, b4, b5, b6, b7 = cb
-        kept_a = 0
-        kept_b = 0
-        for j in range(hi - lo):
-            x0, x1, x2, x3, x4, x5, x6, x7 = k0[j], k1[j], k2[j], k3[j], k4[j], k5[j], k6[j], k7[j]
-            d = base[j] + a0 * x0 + a1 * x1 + a2 * x2 + a3 * x3 + a4 * x4 + a5 * x5 + a6 * x6 \
-                + a7 * x7
-            e = base[j] + b0 * x0 + b1 * x1 + b2 * x2 + b3 * x3 + b4 * x4 + b5 * x5 + b6 * x6 \
-                + b7 * x7
-            keep_a = np.uint8(d <= ta)
-            keep_b = np.uint8(e <= tb)
-            out_a[j] = keep_a
-            out_b[j] = keep_b
-            kept_a += np.int32(keep_a)
-            kept_b += np.int32(keep_b)
-        return kept_a, kept_b
+    spans: dict = {"np": np}
+    exec(compile(_span_source(rank), f"<distance_pass rank {rank}>", "exec"), spans)  # noqa: S102
+    row_span, pair_span, terms = (jit(spans[name]) for name in ("row_span", "pair_span",
+                                                                 "terms"))
 
     @jit
     def nearest(kt, kk, coef, lo, hi, want, row, values, index):  # noqa: ANN001,ANN202
@@ -101,7 +118,7 @@ def _kernel():  # noqa: ANN202 - returns a numba dispatcher
         size = 0
         for j in range(lo, hi):
             d = kk[j]
-            for c in range(8):
+            for c in range(len(coef)):
                 d += coef[c] * kt[c, j]
             if size < want:
                 slot = size
@@ -119,20 +136,9 @@ def _kernel():  # noqa: ANN202 - returns a numba dispatcher
         for s in range(size):
             row[index[s]] = 1
 
-    @jit
-    def terms(q, t2):  # noqa: ANN001,ANN202
-        """(−2·q coefficients, t² − ‖q‖²) of one query row."""
-        two = np.float32(-2.0)
-        norm = np.float32(0.0)
-        for c in range(8):
-            norm += q[c] * q[c]
-        coef = (two * q[0], two * q[1], two * q[2], two * q[3], two * q[4], two * q[5],
-                two * q[6], two * q[7])
-        return coef, t2 - norm
-
     @njit(cache=True, nogil=True, error_model="numpy", fastmath=_FASTMATH, boundscheck=False)
     def run(q, kt, kk, sq_thresholds, first, count, floor, out):  # noqa: ANN001,ANN202
-        """q (H, n, 8), kt (H, 8, m), kk (H, m), sq_thresholds (H,), first/count/floor (n,)
+        """q (H, n, r), kt (H, r, m), kk (H, m), sq_thresholds (H,), first/count/floor (n,)
         → out (H, n, m) uint8 (every entry written)."""
         heads, n = q.shape[0], q.shape[1]
         values = np.empty(max(1, floor.max()) if n else 1, np.float32)
@@ -195,7 +201,8 @@ def threshold_pass(q: Tensor, k: Tensor, sq_thresholds: Tensor, *, causal: bool 
     The caller checks :func:`applies` first."""
     heads, n, rank = q.shape
     m = k.shape[1]
-    pad = MAX_RANK - rank
+    padded = next(size for size in _RANKS if rank <= size)
+    pad = padded - rank
     q8 = torch.nn.functional.pad(q, (0, pad)) if pad else q
     k8 = torch.nn.functional.pad(k, (0, pad)) if pad else k
     q8 = q8.contiguous()
@@ -209,7 +216,7 @@ def threshold_pass(q: Tensor, k: Tensor, sq_thresholds: Tensor, *, causal: bool 
     arrays = [q8.numpy(), kt.numpy(), kk.numpy(), t2.numpy()]
     rows = [first.numpy(), count.numpy(), floors.numpy()]
     target = out.view(torch.uint8).numpy()
-    kernel = _kernel()
+    kernel = _kernel(padded)
     workers = min(torch.get_num_threads(), os.cpu_count() or 1, heads)
     if workers <= 1 or heads * n * m < _SPLIT_MIN_PAIRS:
         kernel(*arrays, *rows, target)

@@ -10,6 +10,8 @@ import torch
 from sparsefinder.data.records import AttentionRecord, LayerGraph
 
 KINDS = ("diagonal", "previous", "next", "sink", "local", "broad", "mixed")
+#: Heads built to meet only one of ``local``'s two conditions (not in :data:`KINDS`).
+HALF_LOCAL = ("near-scattered", "far-run")
 
 
 def head_probs(kind: str, n: int) -> torch.Tensor:
@@ -32,6 +34,17 @@ def head_probs(kind: str, n: int) -> torch.Tensor:
     elif kind == "broad":
         probs = torch.ones(n, n)
         probs[torch.arange(n), (torch.arange(n) + n // 2) % n] = 0.0  # one key dropped per row
+    elif kind == "near-scattered":  # local distance (2), never a contiguous run
+        rows = torch.arange(n)
+        probs = torch.zeros(n, n)
+        probs[rows, (rows - 2).clamp(min=0)] = 1.0
+        probs[rows, (rows + 2).clamp(max=n - 1)] = 1.0
+    elif kind == "far-run":  # one contiguous run of 3 keys, 6 to 8 tokens away
+        rows = torch.arange(n)
+        start = torch.where(rows + 8 < n, rows + 6, rows - 8)
+        probs = torch.zeros(n, n)
+        for offset in range(3):
+            probs[rows, start + offset] = 1.0
     elif kind == "mixed":
         probs = torch.zeros(n, n)
         rows = torch.arange(n)

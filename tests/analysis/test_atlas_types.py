@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import pytest
-from synthetic_heads import KINDS, synthetic_record
+from synthetic_heads import HALF_LOCAL, KINDS, synthetic_record
 
 from sparsefinder.analysis.atlas import compute_atlas
 from sparsefinder.analysis.atlas_stats import HeadSums
-from sparsefinder.analysis.atlas_types import PATTERN_LABELS, PATTERN_TYPES, pattern_types
+from sparsefinder.analysis.atlas_types import (
+    CONTIGUOUS,
+    LOCAL_DISTANCE,
+    PATTERN_LABELS,
+    PATTERN_TYPES,
+    pattern_types,
+)
 from sparsefinder.metrics.scorer import Scorer
 
 
@@ -22,6 +28,18 @@ def _means(records):
 def test_each_synthetic_head_gets_its_type(n):
     means = _means([synthetic_record(n, seed=s) for s in range(3)])
     assert pattern_types(means) == [list(KINDS)]
+
+
+@pytest.mark.parametrize("n", [16, 40])
+def test_local_needs_both_a_short_distance_and_contiguous_rows(n):
+    """A head whose mass stays near the query but in scattered keys (i ± 2), and one whose
+    rows keep one contiguous run of keys far away (6-8 tokens), each meet one of local's two
+    conditions: neither is local (both are mixed: sparse, no dominant position)."""
+    means = _means([synthetic_record(n, kinds=HALF_LOCAL, seed=s) for s in range(3)])
+    near, far = 0, 1
+    assert means["distance"][0, near] <= LOCAL_DISTANCE < means["distance"][0, far]
+    assert means["contiguous"][0, near] < CONTIGUOUS <= means["contiguous"][0, far]
+    assert pattern_types(means) == [["mixed", "mixed"]]
 
 
 def test_softmax_layers_are_dense_not_misclassified():

@@ -111,3 +111,45 @@ def test_candidate_quality_on_the_probes():
     assert later["precision"] >= 0.7 and later["recall"] >= 0.7
     wider = candidate_quality(probes[:41], per_pronoun=2)
     assert wider["recall"] > quality["recall"] and wider["proposed"] > quality["proposed"]
+
+
+def test_pairs_are_named_by_their_words_with_a_place_only_among_equal_words():
+    from sparsefinder.analysis.coref_pairs import pair_names, span_name
+
+    text = "Priya met Sam. She thanked him, and he smiled at Priya's sister Priya Rao."
+    tokens = words(text)
+    def span(word: str, start: int = 0) -> tuple[int, int]:
+        at = text.index(word, start)
+        return at, at + len(word)
+
+    she_priya = coref.CorefPair(span("She"), span("Priya"))
+    him_sam = coref.CorefPair(span("him"), span("Sam"))
+    assert pair_names(text, tokens, she_priya) == "She → Priya (1st)"
+    assert pair_names(text, tokens, him_sam) == "him → Sam"
+    guesses = [pair_names(text, tokens, p) for p in propose_pairs(text, tokens=tokens)]
+    assert guesses and all("@" not in name for name in guesses)
+    rao = text.index("Priya Rao")
+    assert span_name(text, tokens, (rao, rao + len("Priya Rao"))) == "Priya Rao"  # once
+    assert span_name(text, tokens, (rao, rao + 5)) == "Priya (3rd)"  # "Priya's" counts too
+    assert span_name(text, tokens, (text.index("him"), text.index("him") + 3)) == "him"
+
+
+@pytest.mark.parametrize(("text", "english"), [
+    ("Die Katze saß auf der Matte, weil sie müde war, und der Hund bellte im Garten.", False),
+    ("Le médecin a examiné les enfants, et elle a dit à leurs parents qu'ils étaient bien.",
+     False),
+    ("La ingeniera revisó el motor porque ella sabía que estaba roto anoche.", False),
+    (MARIA, True),
+    ("Bonjour Paris!", None),  # too short to tell
+])
+def test_looks_english_tells_english_prose_from_other_languages(text, english):
+    from sparsefinder.analysis.coref_pairs import looks_english
+
+    assert looks_english(words(text)) is english
+
+
+def test_every_bundled_example_looks_english():
+    from sparsefinder.analysis.coref_pairs import looks_english
+
+    for path in sorted(examples_dir().glob("*.txt")):
+        assert looks_english(words(path.read_text(encoding="utf-8"))), path.name

@@ -316,7 +316,7 @@ def test_the_first_screen_opens_on_a_representative_head():
 
     at = new_app().run()
     assert_clean(at)
-    _, _, scores = at.session_state["_predictions"]
+    scores = at.session_state["_predictions"][-1]  # (prepared, spec, masks, scores)
     layer, head = live.representative_head(scores)
     assert (at.query_params["layer"], at.query_params["head"]) == (str(layer), str(head))
     assert (layer, head) != (0, 0)

@@ -9,7 +9,11 @@ Supports are compared exactly, with one exception: a key lying *exactly on* the 
 (z_j = τ*, e.g. the zeros of ``[0, 0, 0, 0, 2]``) has probability 0, which the fast path
 returns, while the package's rounded τ may give it 1e-14 (float32) or 1e-32 (float64). Such
 keys are allowed to differ only when both probabilities are at rounding level
-(:data:`ON_THRESHOLD`).
+(:func:`on_threshold`).
+
+Tolerances come from the numbers, not from one CPU's kernels: tests/tolerances.py derives
+how far two correct solvers' τ (:func:`tau_err`), probabilities (:func:`prob_tol`), row sums
+(:func:`sum_tol`) and keys on the threshold (:func:`on_threshold`) may be apart on an n-key row.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import torch
 from entmax import entmax15, entmax_bisect, sparsemax
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
+from tolerances import bound, eps, on_threshold, prob_tol, sum_tol, support_size
 
 from sparsefinder.attention import entmax_ops
 from sparsefinder.attention.entmax_blocks import _block_bound
@@ -32,6 +37,8 @@ from sparsefinder.attention.entmax_ops import (
     sparsemax_fast,
     validate_alpha,
 )
+
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
 
 FAST = {1.5: (entmax15_fast, entmax15), 2.0: (sparsemax_fast, sparsemax)}
 SETTINGS = settings(
@@ -77,33 +84,27 @@ def score_tensors(draw, max_n: int = 80) -> torch.Tensor:
     return x
 
 
-# Probability a key lying exactly on the threshold (z_j = τ*) may carry after rounding. The
-# fast path's τ is the closed form of a support S, computed in float32; when S includes keys
-# on the threshold, rounding can put τ one float32 ulp of |τ| ≤ 1 below them (2^-24 ≈ 6e-8),
-# so they keep z - τ ≈ 6e-8 (sparsemax, β = 1) or (z - τ)² ≈ 4e-15 (1.5-entmax, β = 2)
-# where the float64 package gives 0. Measured on 6000 tied rows (every block size): at most
-# 5.97e-8 resp. 8.9e-16. Bounds: four ulps, ≈ 2.4e-7, and its square, with room for 1e-12.
-ON_THRESHOLD = 1e-12
-ON_THRESHOLD_BY_ALPHA = {1.5: 1e-12, 2.0: 2.4e-7}
 # A tied row found by hypothesis (block=1): z = x - 2 puts the seven 1.5s exactly on
 # τ* = -0.5, and float32 rounding of τ_S = (Σ_S z - 1)/|S| leaves them 2^-24 each.
 TIED_ROW = [2.0, 1.5, 2.0, 1.5, 1.5, 0.5, 1.5, 1.5, 1.5, 1.5]
 
 
-def _same_support(a: torch.Tensor, b: torch.Tensor, on_threshold: float = 0.0) -> bool:
-    """a > 0 exactly where b > 0, except keys where both are at most ``on_threshold``."""
+def _same_support(a: torch.Tensor, b: torch.Tensor, slack: float = 0.0) -> bool:
+    """a > 0 exactly where b > 0, except keys where both are at most ``slack``."""
     differ = (a > 0) != (b > 0)
-    tiny = (a.double() <= on_threshold) & (b.double() <= on_threshold)
+    tiny = (a.double() <= slack) & (b.double() <= slack)
     return not bool((differ & ~tiny).any())
 
 
-def _check_equal(fast: torch.Tensor, ref64: torch.Tensor, on_threshold: float = 0.0) -> None:
-    """Same support (up to keys on the threshold) and probabilities within 1e-6."""
+def _check_equal(fast: torch.Tensor, ref64: torch.Tensor, alpha: float) -> None:
+    """Same support (up to keys on the threshold) and probabilities within :func:`prob_tol`."""
     assert fast.dtype == torch.float32 and fast.shape == ref64.shape
-    assert _same_support(fast, ref64, on_threshold), "support differs from the entmax package"
-    torch.testing.assert_close(fast.double(), ref64, atol=1e-6, rtol=0)
+    s = support_size(fast, ref64)
+    assert _same_support(fast, ref64, on_threshold(alpha, s)), \
+        "support differs from the entmax package"
+    torch.testing.assert_close(fast.double(), ref64, atol=prob_tol(s, alpha), rtol=0)
     torch.testing.assert_close(fast.sum(-1).double(), torch.ones_like(ref64[..., 0]),
-                               atol=1e-5, rtol=0)
+                               atol=sum_tol(s), rtol=0)
 
 
 @pytest.fixture(autouse=True, params=["rows", "blocks"])
@@ -130,8 +131,7 @@ def test_fast_path_equals_package(x, alpha, block):
     and ones larger than n (one block per row)."""
     fast_fn, ref_fn = FAST[alpha]
     stats = SolverStats()
-    _check_equal(fast_fn(x, stats=stats, block=block), ref_fn(x.double(), dim=-1),
-                 ON_THRESHOLD_BY_ALPHA[alpha])
+    _check_equal(fast_fn(x, stats=stats, block=block), ref_fn(x.double(), dim=-1), alpha)
     assert stats.rows == x[..., 0].numel()
 
 
@@ -147,7 +147,7 @@ def test_fast_path_equals_package_on_drawn_rows(row, alpha):
     """Plain float lists, so hypothesis can shrink to the smallest failing row."""
     fast_fn, ref_fn = FAST[alpha]
     x = torch.tensor([row], dtype=torch.float32)
-    _check_equal(fast_fn(x), ref_fn(x.double(), dim=-1), ON_THRESHOLD_BY_ALPHA[alpha])
+    _check_equal(fast_fn(x), ref_fn(x.double(), dim=-1), alpha)
 
 
 @pytest.mark.parametrize("alpha", [1.5, 2.0])
@@ -162,8 +162,9 @@ def test_fast_path_special_rows(alpha, n):
     x[4, : n // 2] = 2.0  # a block of ties
     x[5] = torch.arange(n, dtype=torch.float32) * 0.5  # evenly spaced: threshold on a grid
     out = fast_fn(x)
-    _check_equal(out, ref_fn(x.double(), dim=-1), ON_THRESHOLD_BY_ALPHA[alpha])
-    assert torch.allclose(out[1], torch.full((n,), 1.0 / n))
+    _check_equal(out, ref_fn(x.double(), dim=-1), alpha)
+    torch.testing.assert_close(out[1], torch.full((n,), 1.0 / n), atol=prob_tol(n, alpha),
+                               rtol=0)
     assert out[2, 0] == 1.0 and (n == 1 or out[2, 1:].abs().max() == 0)
 
 
@@ -175,27 +176,28 @@ def test_fast_path_on_long_attention_like_rows(n):
     x = q @ k.transpose(-1, -2) / 32**0.5 * 3
     for alpha, (fast_fn, ref_fn) in FAST.items():
         stats = SolverStats()
-        _check_equal(fast_fn(x, stats=stats), ref_fn(x.double(), dim=-1))
+        _check_equal(fast_fn(x, stats=stats), ref_fn(x.double(), dim=-1), alpha)
         assert stats.fallback_rows <= 8 and stats.evaluations_per_row < 4, (alpha, stats)
         assert 0 < stats.block_fraction < 0.5
 
 
 def test_minus_infinity_gets_zero_probability():
     x = torch.tensor([[0.5, float("-inf"), 0.1, float("-inf")]])
-    for fast_fn, ref_fn in FAST.values():
+    for alpha, (fast_fn, ref_fn) in FAST.items():
         expected = ref_fn(torch.tensor([[0.5, -1e9, 0.1, -1e9]]), dim=-1)
-        torch.testing.assert_close(fast_fn(x), expected, atol=1e-6, rtol=0)
+        torch.testing.assert_close(fast_fn(x), expected, atol=prob_tol(4, alpha), rtol=0)
 
 
 def test_half_precision_and_non_contiguous_inputs():
     gen = torch.Generator().manual_seed(2)
     x = torch.randn(3, 40, 50, generator=gen).transpose(-1, -2)  # (3, 50, 40), not contiguous
-    for fast_fn, ref_fn in FAST.values():
-        _check_equal(fast_fn(x), ref_fn(x.double(), dim=-1))
+    for alpha, (fast_fn, ref_fn) in FAST.items():
+        _check_equal(fast_fn(x), ref_fn(x.double(), dim=-1), alpha)
         half = fast_fn(x.to(torch.bfloat16))
         assert half.dtype == torch.bfloat16
+        # the output rounded to bfloat16 (one rounding of p ≤ 1) on top of the float32 solve
         torch.testing.assert_close(half.float(), ref_fn(x.to(torch.bfloat16).float(), dim=-1),
-                                   atol=1e-2, rtol=0)
+                                   atol=eps(torch.bfloat16) + prob_tol(40, alpha), rtol=0)
 
 
 def test_empty_inputs():
@@ -206,10 +208,10 @@ def test_empty_inputs():
 
 def test_requires_grad_defers_to_the_package_and_backpropagates():
     x = torch.randn(4, 10, requires_grad=True)
-    for fast_fn, ref_fn in FAST.values():
+    for alpha, (fast_fn, ref_fn) in FAST.items():
         out = fast_fn(x)
         assert out.grad_fn is not None
-        torch.testing.assert_close(out, ref_fn(x, dim=-1))
+        torch.testing.assert_close(out, ref_fn(x, dim=-1), atol=prob_tol(10, alpha), rtol=0)
         (out * torch.arange(10.0)).sum().backward()
         assert x.grad is not None and torch.isfinite(x.grad).all()
         x.grad = None
@@ -222,14 +224,14 @@ def test_fast_path_on_cuda(engine):
     CPU-only, so asking for it on CUDA scores fails with the fix in the message."""
     gen = torch.Generator().manual_seed(3)
     x = torch.randn(2, 12, 256, 256, generator=gen) * 4
-    for fast_fn, ref_fn in FAST.values():
+    for alpha, (fast_fn, ref_fn) in FAST.items():
         if engine == "rows":
             with pytest.raises(ValueError, match="on the CPU.*use engine='auto' or 'blocks'"):
                 fast_fn(x.cuda())
             continue
         out = fast_fn(x.cuda())
         assert out.is_cuda
-        _check_equal(out.cpu(), ref_fn(x.double(), dim=-1))
+        _check_equal(out.cpu(), ref_fn(x.double(), dim=-1), alpha)
 
 
 # (b) the fallback is exercised and exact -----------------------------------------------
@@ -241,7 +243,7 @@ def test_fallback_when_forced(alpha):
     fast_fn, ref_fn = FAST[alpha]
     x = torch.randn(3, 7, 64, generator=torch.Generator().manual_seed(4)) * 5
     stats = SolverStats()
-    _check_equal(fast_fn(x, max_iter=0, stats=stats), ref_fn(x.double(), dim=-1))
+    _check_equal(fast_fn(x, max_iter=0, stats=stats), ref_fn(x.double(), dim=-1), alpha)
     assert stats.fallback_rows == stats.rows == 21
 
 
@@ -256,7 +258,8 @@ def test_fallback_for_some_rows_only(alpha):
     x[::2, 0] = 100.0  # one-hot rows: the first evaluation finds S = {0}, the second certifies
     stats = SolverStats()
     # One block per row: the block bound is just -1, so flat rows need more evaluations.
-    _check_equal(fast_fn(x, max_iter=2, stats=stats, block=64), ref_fn(x.double(), dim=-1))
+    _check_equal(fast_fn(x, max_iter=2, stats=stats, block=64), ref_fn(x.double(), dim=-1),
+                 alpha)
     assert 0 < stats.fallback_rows <= 20
 
 
@@ -273,7 +276,7 @@ def test_rows_that_cannot_be_certified_fall_back(alpha):
     assert stats.fallback_rows == 2
     assert out[1:3].isnan().all()
     keep = torch.tensor([0, 3])
-    _check_equal(out[keep], ref_fn(x[keep].double(), dim=-1))
+    _check_equal(out[keep], ref_fn(x[keep].double(), dim=-1), alpha)
 
 
 # (c) α dispatch and validation ---------------------------------------------------------
@@ -285,10 +288,15 @@ def _scores(seed: int = 7) -> torch.Tensor:
 
 def test_alpha_dispatch():
     x = _scores()
-    torch.testing.assert_close(entmax_normalize(x, 1.0), torch.softmax(x, -1))
-    torch.testing.assert_close(entmax_normalize(x, 1.5), entmax15(x, dim=-1), atol=1e-6, rtol=0)
-    torch.testing.assert_close(entmax_normalize(x, 2.0), sparsemax(x, dim=-1), atol=1e-6, rtol=0)
-    torch.testing.assert_close(entmax_normalize(x, 1.3), entmax_bisect(x, alpha=1.3, dim=-1))
+    n = x.shape[-1]
+    # softmax: the same n-term normaliser on both sides, probabilities ≤ 1
+    torch.testing.assert_close(entmax_normalize(x, 1.0), torch.softmax(x, -1),
+                               atol=bound(1.0, terms=n), rtol=0)
+    for alpha, package in ((1.5, entmax15), (2.0, sparsemax)):
+        torch.testing.assert_close(entmax_normalize(x, alpha), package(x, dim=-1),
+                                   atol=prob_tol(n, alpha), rtol=0)
+    torch.testing.assert_close(entmax_normalize(x, 1.3), entmax_bisect(x, alpha=1.3, dim=-1),
+                               atol=prob_tol(n, 1.3), rtol=0)
     assert torch.equal(entmax_normalize(x, 1.5) > 0, entmax15(x, dim=-1) > 0)
     assert torch.equal(entmax_normalize(x, 2.0) > 0, sparsemax(x, dim=-1) > 0)
 
@@ -303,7 +311,7 @@ def test_normalize_uses_the_fast_path_on_large_inputs(alpha, monkeypatch):
     monkeypatch.setattr(entmax_ops, fast_name, lambda s: calls.append(s.shape) or real(s))
     out = entmax_normalize(x, alpha)
     assert calls == [x.shape]
-    _check_equal(out, FAST[alpha][1](x.double(), dim=-1))
+    _check_equal(out, FAST[alpha][1](x.double(), dim=-1), alpha)
     with reference_mode():
         entmax_normalize(x, alpha)
     assert len(calls) == 1
@@ -327,9 +335,10 @@ def test_allowed_mask_gives_exact_zeros_and_all_true_is_a_no_op():
         assert (out[1, :, 5] == 0).all()
         open_rows = allowed.any(-1, keepdim=True)
         torch.testing.assert_close(out.sum(-1, keepdim=True), open_rows.expand(2, 3, 40, 1).float(),
-                                   atol=1e-5, rtol=0)
+                                   atol=sum_tol(40), rtol=0)
         every = torch.ones(1, 1, 40, 40, dtype=torch.bool)
-        torch.testing.assert_close(entmax_normalize(x, alpha, every), entmax_normalize(x, alpha))
+        torch.testing.assert_close(entmax_normalize(x, alpha, every), entmax_normalize(x, alpha),
+                                   atol=prob_tol(40, alpha) if alpha > 1 else sum_tol(40), rtol=0)
 
 
 @pytest.mark.parametrize("bad", [0.5, math.nextafter(1.0, 0.0), math.nan, math.inf, "1.5", True])
@@ -370,30 +379,32 @@ def test_sparse_consistency(x, alpha, extra, seed):
     extra_keys = torch.rand(x.shape, generator=torch.Generator().manual_seed(seed)) < extra
     mask = (full > 0) | extra_keys
     masked = entmax_normalize(x, alpha, mask)
-    torch.testing.assert_close(masked, full, atol=1e-6, rtol=0)
-    assert _same_support(masked, full, ON_THRESHOLD_BY_ALPHA.get(alpha, ON_THRESHOLD))
+    n = support_size(masked, full)
+    torch.testing.assert_close(masked, full, atol=prob_tol(n, alpha), rtol=0)
+    assert _same_support(masked, full, on_threshold(alpha, n))
     if alpha in FAST:  # the sort-free solver, whatever the size: finite fill and -inf
         fast_fn = FAST[alpha][0]
         fast_full = fast_fn(x)
         for fill in (-1e9, float("-inf")):
             fast_masked = fast_fn(x.masked_fill(~mask, fill)).masked_fill(~mask, 0.0)
-            assert _same_support(fast_masked, fast_full, ON_THRESHOLD_BY_ALPHA[alpha])
-            torch.testing.assert_close(fast_masked, fast_full, atol=1e-6, rtol=0)
+            assert _same_support(fast_masked, fast_full, on_threshold(alpha, n))
+            torch.testing.assert_close(fast_masked, fast_full, atol=prob_tol(n, alpha), rtol=0)
 
 
 # (e) pinned rows, boundaries and the work the solver does --------------------------------
 
 
 def test_tied_row_keys_on_the_threshold_carry_only_rounding():
-    """The row hypothesis found: a rounding fact, not a bug (see ON_THRESHOLD_BY_ALPHA)."""
+    """The row hypothesis found: a rounding fact, not a bug (see :func:`on_threshold`)."""
     x = torch.tensor([TIED_ROW])
     for block in (1, 16):
         out = sparsemax_fast(x, block=block)
         ref = sparsemax(x.double(), dim=-1)
         assert ref[0, 1] == 0 and ref[0, 0] == ref[0, 2] == 0.5  # τ* = -0.5: 1.5s on it
         on = x[0] == 1.5
-        assert float(out[0, on].max()) <= ON_THRESHOLD_BY_ALPHA[2.0]
-        torch.testing.assert_close(out.double(), ref, atol=ON_THRESHOLD_BY_ALPHA[2.0], rtol=0)
+        slack = on_threshold(2.0, x.shape[-1])
+        assert float(out[0, on].max()) <= slack
+        torch.testing.assert_close(out.double(), ref, atol=slack, rtol=0)
 
 
 @pytest.mark.parametrize("alpha", [1.5, 2.0])
@@ -411,7 +422,7 @@ def test_adversarial_rows_near_the_threshold(alpha):
     for block in (1, 3, 16, 64):
         out = fast_fn(x, block=block)
         ref = ref_fn(x.double(), dim=-1)
-        _check_equal(out, ref, ON_THRESHOLD_BY_ALPHA[alpha])
+        _check_equal(out, ref, alpha)
     # Keys below τ* get exactly 0: the thresholds are certified, not approximated.
     assert (fast_fn(x)[0, 2:] == 0).all() and (fast_fn(x)[1, 2:] == 0).all()
     assert (fast_fn(x)[4, 2:32] > 0).all()
@@ -423,7 +434,7 @@ def test_blocks_of_32_keys_and_more(alpha, n, block):
     """Block sizes ≥ 32 take a plain reduction when they divide n, max-pooling otherwise."""
     fast_fn, ref_fn = FAST[alpha]
     x = torch.randn(5, n, generator=torch.Generator().manual_seed(n)) * 3
-    _check_equal(fast_fn(x, block=block), ref_fn(x.double(), dim=-1))
+    _check_equal(fast_fn(x, block=block), ref_fn(x.double(), dim=-1), alpha)
 
 
 @pytest.mark.parametrize("alpha", [1.5, 2.0])
@@ -434,7 +445,7 @@ def test_float64_input_is_solved_in_float64(alpha):
     assert out.dtype == torch.float64
     ref = ref_fn(x, dim=-1)
     assert torch.equal(out > 0, ref > 0)
-    torch.testing.assert_close(out, ref, atol=1e-12, rtol=0)
+    torch.testing.assert_close(out, ref, atol=prob_tol(100, alpha, torch.float64), rtol=0)
 
 
 @pytest.mark.parametrize("squared", [True, False])
@@ -497,7 +508,7 @@ def test_fallback_on_mixed_rows_with_minus_infinity(alpha):
     out = fast_fn(x, max_iter=0, stats=stats)
     assert stats.fallback_rows == 6
     finite = x[:4].masked_fill(torch.isneginf(x[:4]), -1e9)
-    _check_equal(out[:4], ref_fn(finite.double(), dim=-1))
+    _check_equal(out[:4], ref_fn(finite.double(), dim=-1), alpha)
     assert (out[:4][torch.isneginf(x[:4])] == 0).all()
     assert out[4:].isnan().all()
 
@@ -507,12 +518,13 @@ def test_requires_grad_on_batched_input_and_masks(alpha):
     """The differentiable path: last axis of a 3-D input, masked keys 0, gradients flow."""
     fast_fn, ref_fn = FAST[alpha]
     x = torch.randn(2, 5, 7, generator=torch.Generator().manual_seed(11), requires_grad=True)
-    torch.testing.assert_close(fast_fn(x), ref_fn(x.detach(), dim=-1))
+    torch.testing.assert_close(fast_fn(x), ref_fn(x.detach(), dim=-1), atol=prob_tol(7, alpha),
+                               rtol=0)
     allowed = torch.rand(2, 5, 7, generator=torch.Generator().manual_seed(12)) < 0.6
     allowed[..., 0] = True
     out = entmax_normalize(x, alpha, allowed)
     assert (out[~allowed] == 0).all()
-    torch.testing.assert_close(out.sum(-1), torch.ones(2, 5), atol=1e-5, rtol=0)
+    torch.testing.assert_close(out.sum(-1), torch.ones(2, 5), atol=sum_tol(7), rtol=0)
     (out * torch.arange(7.0)).sum().backward()
     assert x.grad is not None and (x.grad[~allowed] == 0).all()
 
@@ -543,7 +555,8 @@ def test_on_cuda_auto_sorts_short_rows_and_solves_long_ones(monkeypatch):
     with entmax_ops.solver_engine("auto"):
         for n in (short, long):
             x = torch.randn(1, 2, 64, n, generator=gen) * 4
-            _check_equal(entmax_normalize(x.cuda(), 1.5).cpu(), entmax15(x.double(), dim=-1))
+            _check_equal(entmax_normalize(x.cuda(), 1.5).cpu(), entmax15(x.double(), dim=-1),
+                         1.5)
     assert calls == [long]
 
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tolerances import assert_layers_close, transformer_terms
 
 from sparsefinder.data.long_context import extract_long, long_texts
 from sparsefinder.data.records import TextInputError, extract
 from sparsefinder.metrics.scorer import Scorer
 from sparsefinder.models.decoders import save_tiny_decoder
 from sparsefinder.models.loading import load_model
+
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
 
 
 @pytest.fixture(scope="module")
@@ -25,11 +28,22 @@ def test_bounded_record_equals_the_dense_record_with_sliding_windows(qwen2):
     (dense,) = extract(qwen2, text)
     assert long.n_tokens == dense.n_tokens == 700 and long.tokens == dense.tokens
     assert long.offsets == dense.offsets and long.causal
-    for a, b in zip(long.layers, dense.layers, strict=True):
-        assert torch.equal(a.gold, b.gold) and a.sliding_window == b.sliding_window
-        torch.testing.assert_close(a.prob_values, b.prob_values, atol=2e-5, rtol=1e-4)
+    # The bounded pass multiplies blocks where the dense one multiplies whole heads (float32;
+    # this family normalises in float32 whatever the dtype): edge for edge except keys that
+    # rounding, carried through the layers before, can move across the threshold.
+    config = qwen2.model.config
+    flips = []
+    for index, (a, b) in enumerate(zip(long.layers, dense.layers, strict=True)):
+        assert a.sliding_window == b.sliding_window
+        terms = transformer_terms(layers=index, hidden=config.hidden_size,
+                                  intermediate=config.intermediate_size, n=700)
+        assert_layers_close(a, b, terms=terms + config.hidden_size)
+        flips.append((a.gold != b.gold).sum((-2, -1)))
     assert [layer.sliding_window for layer in long.layers] == [None, 32]
-    assert torch.equal(Scorer(long).gold_sparsity, Scorer(dense).gold_sparsity)
+    # a head allows at least n pairs (every row its own key): each flipped edge moves its gold
+    # sparsity by at most 1/n
+    difference = (Scorer(long).gold_sparsity - Scorer(dense).gold_sparsity).abs()
+    assert bool((difference <= torch.stack(flips) / long.n_tokens).all())
 
 
 def test_long_texts_have_the_asked_length_and_bad_sizes_are_named(qwen2):

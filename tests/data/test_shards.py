@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
+from tolerances import assert_layers_close, transformer_terms
 
 from sparsefinder.cli import main
 from sparsefinder.data.records_io import load_records
@@ -36,6 +36,9 @@ shards._HashingFile.write = dying
 raise SystemExit(main(sys.argv[1:]))
 """
 
+# The tiny BERT of tests/conftest.py (tiny_model_dirs["bert"]): its sizes bound the rounding.
+TINY_HIDDEN, TINY_INTERMEDIATE = 32, 64
+
 
 @pytest.fixture(scope="module")
 def setup(tiny_model_dirs, tmp_path_factory):
@@ -51,16 +54,16 @@ def setup(tiny_model_dirs, tmp_path_factory):
 
 def assert_same(records, reference) -> None:
     assert len(records) == len(reference)
+    width = max(r.n_tokens for r in reference)  # no batch is padded wider
     for got, want in zip(records, reference, strict=True):
         assert got.text == want.text and got.tokens == want.tokens
-        for a, b in zip(got.layers, want.layers, strict=True):
-            assert torch.equal(a.gold, b.gold)  # edge for edge
-            # Values: bit-identical when both runs use the same intra-op thread count; the
-            # workers run with OMP_NUM_THREADS=1 and this process may not, and a different
-            # thread count reorders float sums (last-bit differences).
-            for x, y in ((a.prob_values, b.prob_values), (a.queries, b.queries),
-                         (a.keys, b.keys)):
-                torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-4)
+        for index, (a, b) in enumerate(zip(got.layers, want.layers, strict=True)):
+            # The workers run with OMP_NUM_THREADS=1 and this process may not: a different
+            # thread count reorders float sums. Edge for edge except keys that reordering can
+            # move across the threshold; values within its bound (tests/tolerances.py).
+            terms = transformer_terms(layers=index, hidden=TINY_HIDDEN,
+                                      intermediate=TINY_INTERMEDIATE, n=width)
+            assert_layers_close(a, b, terms=terms + TINY_HIDDEN)
 
 
 def test_plan_is_whole_batches_of_the_length_sorted_corpus_round_robin():

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from tolerances import bound
 
 from sparsefinder.evaluation.accuracy_sweep import (
     MEASURES,
@@ -23,6 +24,8 @@ from sparsefinder.evaluation.accuracy_sweep import (
 from sparsefinder.figures.accuracy import accuracy_figure
 from sparsefinder.models.loading import LoadedModel
 from sparsefinder.projections.heads import HeadProjections
+
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
 
 
 def _df(rows):
@@ -101,7 +104,9 @@ def test_accuracy_sweep_on_a_tiny_model(tiny: LoadedModel, tmp_path: Path) -> No
     for measure in MEASURES:
         assert df[measure].between(-1, 1 + 1e-9).all(), measure
     dense = df[(df["method"] == "window") & (df["params"] == '{"window": 251}')].iloc[0]
-    assert dense["sparsity"] == 0 and dense["output_cosine"] == 1.0
+    # cosines of (nearly) equal float32 outputs: a dot product and two norms of d terms each
+    assert dense["sparsity"] == 0 and dense["output_cosine"] == pytest.approx(
+        1.0, abs=bound(1.0, terms=2 * tiny.model.config.hidden_size + 4))
     assert dense["retrieval_top1"] == 1.0 and dense["retrieval_ndcg10"] == 1.0
     narrow = df[(df["method"] == "window") & (df["params"] == '{"window": 1}')].iloc[0]
     assert narrow["output_cosine"] < 0.99 and narrow["sparsity"] > 0.8

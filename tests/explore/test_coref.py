@@ -95,13 +95,46 @@ def test_pair_choices_offer_the_guesses_then_the_pairs_named_by_hand():
     options = excoref.pair_choices(text, words, guesses, [(him, engineer), (she, engineer)])
     assert [o.index for o in options] == [(she, marta), (him, engineer), (she, engineer)]
     assert [o.by_hand for o in options] == [False, False, True]
-    assert options[0].label == "she@33 → Marta Jones@0"  # a guess keeps its whole name
-    assert options[2].label == "she@33 → engineer@20 (added by you)"
+    assert options[0].label == "she → Marta Jones"  # words, not offsets; the whole name
+    assert options[2].label == "she → engineer (added by you)"
     assert options[2].pair.source == "hand"
     assert excoref.default_pairs(options) == ((she, marta), (him, engineer))
-    spread = excoref.pair_choices(text, words, [
-        CorefPair((w.start, w.end), (words[0].start, words[0].end)) for w in words[1:]])
-    assert len(excoref.default_pairs(spread)) == excoref.DEFAULT_CHOSEN < len(spread)
+
+
+def test_the_best_guess_of_every_pronoun_is_chosen_and_the_others_offered():
+    """One chosen pair per pronoun, for every pronoun however many (the guesses come nearest
+    first), never a second candidate beside it; pairs named by hand are never defaults."""
+    from sparsefinder.analysis.coref import CorefPair
+
+    text = " ".join(["A B C", *["x y"] * 10])
+    words = _words(text)
+    nouns = [0, 1, 2]
+    pronouns = range(3, len(words))
+    guesses = [CorefPair((words[p].start, words[p].end), (words[n].start, words[n].end))
+               for p in pronouns for n in reversed(nouns)]  # nearest first, 3 per pronoun
+    options = excoref.pair_choices(text, words, guesses, [(5, 0)])
+    chosen = excoref.default_pairs(options)
+    assert chosen == tuple((p, 2) for p in pronouns)  # 20 pronouns: all, the nearest each
+    assert len(options) == 3 * len(pronouns)  # (5, 0) is a guess too: not "added by you"
+    hand_only = excoref.pair_choices(text, words, [], [(5, 0)])
+    assert excoref.default_pairs(hand_only) == ()
+
+
+def test_chips_name_words_and_tell_repeated_words_apart():
+    from sparsefinder.analysis.coref import CorefPair
+
+    text = "He said the report was late. He read it and its report again."
+    words = _words(text)  # He said the report was late. He read it and its report again.
+    he2, its = words[6], words[10]
+    report1, report2 = words[3], words[11]
+    first = CorefPair((its.start, its.end), (report1.start, report1.end))
+    second = CorefPair((he2.start, he2.end), (report2.start, report2.end))
+    labels = [o.label for o in excoref.pair_choices(text, words, [first, second])]
+    assert labels == ["its → report (1st)", "He (2nd) → report (2nd)"]
+    assert "@" not in excoref.word_choice(text, words, 10)
+    assert excoref.word_choice(text, words, 10) == "10 · its"
+    assert excoref.word_choice(text, words, 0) == "0 · He (1st)"
+    assert excoref.word_choice(text, words, 8) == "8 · it"  # "its" is another word
 
 
 def test_fit_link_fixes_each_bad_coreference_field_and_says_how():

@@ -7,6 +7,7 @@ import itertools
 
 import pytest
 import torch
+from tolerances import bound, tol_for
 
 from sparsefinder.bundle import bundle
 from sparsefinder.calibration.table import CalibrationTable
@@ -15,6 +16,8 @@ from sparsefinder.explore import live
 from sparsefinder.explore import prepared as prep
 from sparsefinder.methods.spec import PredictorSpec
 from sparsefinder.projections.heads import HeadProjections
+
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
 
 CELLS = [(0, 0), (2, 5), (5, 11)]  # (layer, head): first, middle, last
 
@@ -78,7 +81,9 @@ def test_on_an_r2_space_the_map_and_its_distances_are_exact(flat):
     assert torch.equal(space.keys_2d, space.keys.double())
     assert torch.equal(space.queries_2d, space.queries.double())
     on_plane = (space.keys_2d - space.queries_2d[6]).norm(dim=1)
-    assert torch.allclose(on_plane.float(), space.distances, atol=1e-5)
+    # distances of r-dimensional float32 vectors: r + 3 roundings at their magnitude
+    torch.testing.assert_close(on_plane.float(), space.distances,
+                               **tol_for(space.distances, terms=space.keys.shape[-1] + 3))
 
 
 @pytest.mark.parametrize("quantile", [0.05, 0.2, 0.5])
@@ -157,7 +162,8 @@ def test_the_full_prediction_is_the_apps(bundled, method):
             assert not (space.by_pattern & space.decision.keep).any()
             assert space.missed_mass == pytest.approx(
                 float(space.probs[space.gold & ~space.predicted].sum()))
-            assert space.gold_mass == pytest.approx(1.0, abs=1e-4)
+            # a row of float32 probabilities summed: ≤ 2n roundings of values ≤ 1
+            assert space.gold_mass == pytest.approx(1.0, abs=bound(1.0, terms=2 * bundled.n_tokens))
             if space.reach() is not None:
                 assert space.kept_within(space.reach()) >= int(space.gold.sum())
             assert len(ls.reasons(space)) == bundled.n_tokens

@@ -183,7 +183,7 @@ def test_view_state_to_params_formats_floats_and_leaves_none_out():
     assert params["t"] == "1.23456" and "B" not in params  # repr: reads back exactly
     # window and global tokens are off by default: a calibrated target is the sparsity shown
     assert params["global"] == "none" and params["window"] == "0"
-    coref = {"coref", "probe", "pairs", "coref_B", "coref_k"}  # the Coreference page's defaults
+    coref = {"coref", "probe", "pairs", "coref_B", "coref_k", "coref_rank", "coref_head"}
     assert set(params) == set(urlstate.PARAM_NAMES.values()) - {"B", "textid", "pages", *coref}
     assert "calibration" in params
 
@@ -269,27 +269,30 @@ def test_generated_controls_read_and_write_their_declared_url_keys():
 
 def test_coreference_fields_read_and_write_the_link_and_defaults_stay_out():
     linked = {"coref": "own", "probe": "p07", "pairs": "14-10, 85-62,14-10", "coref_B": "8",
-              "coref_k": "3"}
+              "coref_k": "3", "coref_rank": "all", "coref_head": "l3h1"}
     state, problems = urlstate.parse_view_state(linked)
     assert problems == []
     assert (state.coref_text, state.coref_probe, state.coref_B, state.coref_k) == (
         "own", "p07", 8, 3)
+    assert (state.coref_scope, state.coref_head) == ("all", (3, 1))
     assert state.coref_pairs == ((14, 10), (85, 62))  # a repeated pair counts once
     params = urlstate.view_state_to_params(state)
     assert params["pairs"] == "14-10,85-62" and params["coref"] == "own"
+    assert params["coref_head"] == "L3H1" and params["coref_rank"] == "all"
     assert urlstate.parse_view_state(params)[0] == state  # the link reproduces the state
     none = urlstate.parse_view_state({"pairs": "none"})[0]  # every pair removed
     assert none.coref_pairs == () and urlstate.view_state_to_params(none)["pairs"] == "none"
     # "probes" is the default text: the link leaves it (and every other default) out
-    state = urlstate.parse_view_state({"coref": "probes"})[0]
-    assert state.coref_text is None
-    assert not {"coref", "probe", "pairs", "coref_B", "coref_k"} & set(
+    state = urlstate.parse_view_state({"coref": "probes", "coref_rank": "probe"})[0]
+    assert state.coref_text is None and state.coref_scope is None
+    assert not {"coref", "probe", "pairs", "coref_B", "coref_k", "coref_rank", "coref_head"} & set(
         urlstate.view_state_to_params(state))
 
 
 def test_bad_coreference_fields_fall_back_with_a_message_each():
     state, problems = urlstate.parse_view_state(
-        {"coref": "mine", "probe": "p 1", "pairs": "3-3,x", "coref_B": "0", "coref_k": "9"})
+        {"coref": "mine", "probe": "p 1", "pairs": "3-3,x", "coref_B": "0", "coref_k": "9",
+         "coref_rank": "every", "coref_head": "3.1"})
     assert state == urlstate.ViewState()
     assert problems == [
         "ignored URL parameter coref='mine': expected one of probes, own",
@@ -298,6 +301,9 @@ def test_bad_coreference_fields_fall_back_with_a_message_each():
         "as 6-1,12-4 (two different words each), or none",
         "ignored URL parameter coref_B='0': 0 is outside [1, ∞]",
         "ignored URL parameter coref_k='9': 9 is outside [1, 8]",
+        "ignored URL parameter coref_rank='every': expected one of probe, all",
+        "ignored URL parameter coref_head='3.1': expected a head as L<layer>H<head>, such as "
+        "L3H1",
     ]
 
 

@@ -9,10 +9,13 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 import torch
+from tolerances import bound
 
 from sparsefinder.analysis.coref import PairTokens
 from sparsefinder.explore.coref import pronoun_rows_frame
 from sparsefinder.figures.coref import pronoun_figure, reference_figure
+
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
 
 TOKENS = ["[CLS]", "the", "pilot", "thanked", "the", "mechanic", "because", "he", "had", "it",
           "[SEP]"]
@@ -44,7 +47,8 @@ def test_a_pronoun_with_two_antecedents_is_one_row_with_both_outlined():
     assert list(gold.y) == ["pairs 0, 1: 7 · he"]
     assert list(gold.x) == [f"{i} · {t}" for i, t in enumerate(TOKENS)]
     expected = _record().layers[0].probs()[1][7].numpy()
-    np.testing.assert_allclose(np.asarray(gold.z)[0], expected, rtol=1e-6)
+    # the record's float32 probabilities, at most one rounding away in the figure's data
+    np.testing.assert_allclose(np.asarray(gold.z)[0], expected, rtol=bound(1.0))
     assert np.asarray(predicted.z)[0].tolist() == [float(k == 5) for k in range(len(TOKENS))]
     for trace in (marks, marks2):
         assert sorted(trace.x) == ["2 · pilot", "5 · mechanic"]

@@ -1,7 +1,13 @@
 """The field's entmax checkpoints (SparseModernBERT, sparse RoBERTa) load into the stock
 transformers classes with their recipe, and their gold graphs are those of an independent
 eager forward written here: q/k/v per layer by hand, ``torch.softmax`` on ModernBERT's local
-layers (cut to ±local_attention/2), the ``entmax`` package's entmax15 / sparsemax elsewhere."""
+layers (cut to ±local_attention/2), the ``entmax`` package's entmax15 / sparsemax elsewhere.
+
+Both forwards run in float64, so they differ by float64 rounding only (bounded through the
+layers by tests/tolerances.py), whatever the CPU's kernels; the records store float32, one
+more rounding. Rotary angles are float32 in transformers whatever the model's dtype; the
+by-hand rotation computes them with the same float32 operations on the same shapes, so they
+are the same numbers (see :func:`rotation_in_model_dtype` for the rotation itself)."""
 
 from __future__ import annotations
 
@@ -10,6 +16,16 @@ import json
 import pytest
 import torch
 from entmax import entmax15, sparsemax
+from tolerances import (
+    assert_same_support,
+    entmax_prob_tol,
+    eps,
+    score_bound,
+    support_bound,
+    support_size,
+    tol_for,
+    transformer_terms,
+)
 
 from sparsefinder.data.records import extract
 from sparsefinder.models.encoders import (
@@ -18,6 +34,8 @@ from sparsefinder.models.encoders import (
     save_sparse_roberta,
 )
 from sparsefinder.models.loading import ModelLoadError, load_model, set_alpha
+
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
 
 TEXTS = [
     "Sparse attention keeps only the keys that matter: entmax gives exact zeros to the rest, "
@@ -29,6 +47,22 @@ TEXTS = [
 @pytest.fixture(scope="module")
 def modernbert_dir(sparse_modernbert_dir):
     return sparse_modernbert_dir
+
+
+@pytest.fixture
+def rotation_in_model_dtype(monkeypatch):
+    """transformers' ModernBERT rotates q and k in float32 whatever the model's dtype
+    (``apply_rotary_pos_emb`` casts them with ``.float()``): in a float64 comparison that one
+    rounding would dominate and travel through every later layer. Here the rotation runs in
+    the model's dtype: the same maths, without the cast."""
+    from transformers.models.modernbert import modeling_modernbert
+
+    def rotate(q, k, cos, sin, unsqueeze_dim=1):
+        cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+        half = modeling_modernbert.rotate_half
+        return q * cos + half(q) * sin, k * cos + half(k) * sin
+
+    monkeypatch.setattr(modeling_modernbert, "apply_rotary_pos_emb", rotate)
 
 
 @pytest.fixture(scope="module")
@@ -43,12 +77,14 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def _rope(x: torch.Tensor, theta: float) -> torch.Tensor:
-    """Rotary embedding of (1, heads, n, d) at positions 0..n-1, written out."""
+    """Rotary embedding of (1, heads, n, d) at positions 0..n-1, written out: angles, cos and
+    sin in float32 (1, n, d), as transformers computes them for any model dtype."""
     n, d = x.shape[-2:]
     inv_freq = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d)
-    angles = torch.arange(n, dtype=torch.float32)[:, None] * inv_freq[None]
+    angles = torch.arange(n, dtype=torch.float32)[None, :, None] * inv_freq[None, None]
     angles = torch.cat((angles, angles), dim=-1)
-    return x * angles.cos() + _rotate_half(x) * angles.sin()
+    cos, sin = angles.cos().to(x.dtype)[:, None], angles.sin().to(x.dtype)[:, None]
+    return x * cos + _rotate_half(x) * sin
 
 
 @torch.no_grad()
@@ -92,7 +128,7 @@ def roberta_by_hand(model, ids: torch.Tensor):
         attention = layer.attention.self
         q, k, v = (f(h).view(1, n, heads, d).transpose(1, 2)
                    for f in (attention.query, attention.key, attention.value))
-        probs = sparsemax(q @ k.transpose(-1, -2) / d ** 0.5, dim=-1)
+        probs = sparsemax(q @ k.transpose(-1, -2) * d ** -0.5, dim=-1)  # as the model scales
         context = (probs @ v).transpose(1, 2).reshape(1, n, -1)
         a = layer.attention.output(context, h)
         h = layer.output(layer.intermediate(a), a)
@@ -101,22 +137,43 @@ def roberta_by_hand(model, ids: torch.Tensor):
 
 
 def _check_against(loaded, by_hand) -> None:
-    """Every text, extracted in ONE padded batch, equals the by-hand forward edge for edge."""
+    """Every text, extracted in ONE padded batch, equals the by-hand forward edge for edge
+    (except keys within float64 rounding of the threshold), both in float64."""
+    loaded.model.double()
+    config = loaded.model.config
     records = extract(loaded, TEXTS, batch_size=len(TEXTS))
     for text, record in zip(TEXTS, records, strict=True):
         ids = torch.tensor([loaded.tokenizer(text)["input_ids"]])
+        n = ids.shape[1]
         hidden, layers = by_hand(loaded.model, ids)
         ours = loaded.model(input_ids=ids).last_hidden_state
-        torch.testing.assert_close(ours, hidden, atol=1e-5, rtol=1e-5)
+        sizes = {"hidden": config.hidden_size, "intermediate": config.intermediate_size,
+                 "n": max(n, record.n_tokens)}
+        terms = transformer_terms(layers=len(layers), **sizes)
+        torch.testing.assert_close(ours, hidden, **tol_for(hidden, terms=terms))
         assert record.num_layers == len(layers)
-        for graph, (queries, probs) in zip(record.layers, layers, strict=True):
-            torch.testing.assert_close(graph.queries, queries, atol=1e-5, rtol=1e-5)
-            assert torch.equal(graph.gold, probs > 0)  # edge for edge
-            torch.testing.assert_close(graph.prob_values, probs[probs > 0], atol=1e-5,
-                                       rtol=1e-4)
+        for index, (graph, (queries, probs)) in enumerate(zip(record.layers, layers,
+                                                              strict=True)):
+            # the layers before and this one's projection, in float64; then stored as float32
+            terms = transformer_terms(layers=index, **sizes) + config.hidden_size
+            keys = graph.keys.double()
+            q_err = tol_for(queries, terms=terms)["atol"]
+            k_err = tol_for(keys, terms=terms)["atol"]
+            stored = tol_for(queries, dtype=torch.float32)["atol"]
+            torch.testing.assert_close(graph.queries.double(), queries, atol=q_err + stored,
+                                       rtol=0)
+            score_err = score_bound(queries, keys, graph.scaling, q_err=q_err, k_err=k_err)
+            ours_probs = graph.probs().double()
+            s = support_size(ours_probs, probs)
+            assert_same_support(ours_probs, probs,  # edge for edge
+                                slack=support_bound(score_err, graph.alpha, s, torch.float64))
+            prob_err = entmax_prob_tol(score_err, graph.alpha, s, torch.float64)
+            torch.testing.assert_close(ours_probs, probs, atol=prob_err + eps(torch.float32),
+                                       rtol=0)
 
 
-def test_sparse_modernbert_runs_entmax_on_global_layers_and_softmax_on_local(modernbert_dir):
+def test_sparse_modernbert_runs_entmax_on_global_layers_and_softmax_on_local(
+        modernbert_dir, rotation_in_model_dtype):
     loaded = load_model(str(modernbert_dir), device="cpu")  # α from the config: 1.5
     assert loaded.alpha == 1.5 and loaded.alpha_source == "config initial_alpha"
     assert loaded.recipe == "global-only"

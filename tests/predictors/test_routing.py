@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tolerances import bound, tol_for
 
 from sparsefinder.attention.masks import causal_mask
 from sparsefinder.predictors.routing import (
@@ -17,6 +18,8 @@ from sparsefinder.predictors.routing import (
     routing_membership,
     spherical_kmeans,
 )
+
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
 
 # Cross-check against routing-transformer 1.6.1 (run once in a throwaway venv; not a project
 # dependency): Kmeans(h=2, d=3, c=3) with means = normalize(MEANS) and initted, then
@@ -88,7 +91,9 @@ def test_membership_matches_routing_transformer():
 def test_kmeans_step_matches_routing_transformer():
     x = F.normalize(torch.cat([torch.tensor(Q), torch.tensor(K)], dim=1), dim=-1)
     new = kmeans_step(x, F.normalize(torch.tensor(MEANS), dim=-1))
-    assert torch.allclose(new, torch.tensor(STEP), atol=1e-4)
+    # STEP is printed to 4 decimals (±5e-5); our step sums and normalises a few vectors
+    torch.testing.assert_close(new, torch.tensor(STEP), rtol=0,
+                               atol=0.5e-4 + bound(1.0, terms=x.shape[1] + x.shape[-1] + 2))
 
 
 def test_each_cluster_holds_ceil_n_over_c_tokens():
@@ -140,7 +145,8 @@ def test_fit_learns_unit_centroids_used_by_predict():
     q_train, k_train = _qk(3, 200, seed=1)
     model = Routing(5, seed=0).fit(q_train, k_train)
     assert model.centroids_.shape == (3, 5, 4)
-    assert torch.allclose(model.centroids_.norm(dim=-1), torch.ones(3, 5))
+    norms = model.centroids_.norm(dim=-1)  # unit vectors up to the rounding of their norm
+    torch.testing.assert_close(norms, torch.ones(3, 5), **tol_for(norms, terms=4 + 2))
     q, k = _qk(3, 20, seed=2)
     given_ = Routing(5, centroids=model.centroids_)
     assert torch.equal(model.predict(q, k), given_.predict(q, k))
@@ -158,7 +164,7 @@ def test_kmeans_improves_cohesion():
     # n_iter=0: the initial centroids are c distinct data points.
     for h in range(2):
         for j in range(6):
-            assert (x[h] - c0[h, j]).abs().amax(-1).min() < 1e-6
+            assert (x[h] - c0[h, j]).abs().amax(-1).min() <= bound(1.0, terms=4 + 2)
 
 
 @settings(max_examples=30, deadline=None)

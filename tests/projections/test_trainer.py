@@ -8,6 +8,7 @@ import io
 import pytest
 import torch
 from cluster_records import cluster_record
+from tolerances import tol_for
 
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.projections.bilinear import refine_lowrank
@@ -15,6 +16,8 @@ from sparsefinder.projections.hinge import train_projections
 from sparsefinder.projections.logistic import train_logistic
 from sparsefinder.projections.lowrank import fit_lowrank
 from sparsefinder.projections.trainer import EarlyStop, LayerLog, Trainer
+
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
 
 HEADS, D, LAYERS = 2, 8, 2
 
@@ -199,7 +202,8 @@ def test_all_reduce_hook_sees_every_step_and_its_result_is_applied() -> None:
     # Halved gradients = SGD at half the learning rate.
     (slow, _), = Trainer(epochs=3, optimizer=lambda p: torch.optim.SGD(p, lr=0.075)).fit(
         Toy(steps=4), 1)
-    torch.testing.assert_close(weight, slow)
+    # lr·(g/2) and (lr/2)·g: halving is exact, so only the 12 updates' roundings remain
+    torch.testing.assert_close(weight, slow, **tol_for(slow, terms=2 * 12))
 
 
 # ---------------------------------------------------------------- progress bar

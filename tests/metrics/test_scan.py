@@ -6,12 +6,13 @@ import pytest
 import torch
 
 from sparsefinder.data.records import AttentionRecord, LayerGraph
-from sparsefinder.metrics import edge_pass
+from sparsefinder.metrics import scan
 from sparsefinder.metrics.scorer import Scorer
 from sparsefinder.predictors import Window
 
-pytestmark = pytest.mark.skipif(not edge_pass.applies(torch.zeros(1)),
-                                reason="numba is not importable")
+# numerical: re-run under other CPU kernels (make test-portable)
+pytestmark = [pytest.mark.numerical,
+              pytest.mark.skipif(not scan.applies(torch.zeros(1)), reason="no numba")]
 
 
 def _record(causal: bool, window: int | None, seed: int = 0) -> AttentionRecord:
@@ -44,7 +45,7 @@ def test_compiled_and_tensor_reads_give_the_same_scores(monkeypatch, causal, win
     shared = [Window(5).predict(torch.zeros(3, 33, 1), torch.zeros(3, 33, 1))[:1].expand(
         3, -1, -1) for _ in range(2)]  # one mask for every head (stride 0)
     compiled = [Scorer(record).score(p) for p in (preds, shared)]
-    monkeypatch.setattr(edge_pass, "applies", lambda pred: False)
+    monkeypatch.setattr(scan, "applies", lambda pred: False)
     tensor = [Scorer(record).score(p) for p in (preds, shared)]
     for fast, slow in zip(compiled, tensor, strict=True):
         for name in ("recall", "sparsity", "precision", "exact_fraction"):
@@ -53,3 +54,23 @@ def test_compiled_and_tensor_reads_give_the_same_scores(monkeypatch, causal, win
         bound = 33 * 33 * torch.finfo(torch.float64).eps
         torch.testing.assert_close(fast.mass_recall, slow.mass_recall, rtol=0, atol=bound)
     assert (compiled[0].recall < 1).any() and (compiled[0].exact_fraction < 1).any()
+
+
+@pytest.mark.parametrize(("n", "m", "causal", "window"),
+                         [(40, 40, False, None), (40, 40, True, None), (37, 53, True, None),
+                          (48, 48, True, 9), (35, 35, False, 7), (16, 64, False, None)])
+def test_kept_pairs_and_tiles_count_only_each_rows_allowed_run(n, m, causal, window) -> None:
+    """Whole 16-key tiles are read as words, partial ones byte by byte (m not a multiple of 8,
+    runs that start or end inside a tile): the same as the AND with the allowed pairs."""
+    from sparsefinder.attention.masks import allowed_key_range, layer_allowed
+    from sparsefinder.metrics.measures import block_graph, count_true
+
+    gen = torch.Generator().manual_seed(n + m)
+    pred = torch.rand(3, n, m, generator=gen) < 0.3
+    pred[1] = False  # a head that keeps nothing
+    kept, tiles = scan.count_kept(pred, *allowed_key_range(n, m, causal=causal,
+                                                           sliding_window=window))
+    allowed = layer_allowed(n, m, causal=causal, sliding_window=window)
+    cut = pred if allowed is None else pred & allowed
+    assert torch.equal(kept, count_true(cut))
+    assert torch.equal(tiles, block_graph(cut, scan.TILE))
