@@ -8,8 +8,10 @@ For one shape, each step in a fresh process (so peak memory is its own):
   ``--rounds``); peak resident memory of the whole process (weights included) and the peak
   above the loaded model, read from ``/proc/self/status`` (``VmHWM`` after a reset);
 * ``train``: projection training (paper Eq. 7, r = 4, one epoch) on ``--passages`` texts;
-* ``move``: one slider move as the Explorer does it: predict every head of every layer with
-  the trained projections (distance, t = 1) and score recall, sparsity and every extra metric;
+* ``move``: a slider move as the app makes it: the text prepared once (``open_s``: its scorer
+  built), then per move every head of every layer predicted with the trained projections
+  (distance, t = 1) and scored with every metric, layer by layer, and the viewed head's mask
+  read (``move_ms``, the median of ``--rounds`` after one untimed move);
 * ``app`` (``--app``): the app's slider p50/p95 in a real browser,
   ``benchmarks/app_latency.py --model FOLDER --tokens N --method fixed``.
 
@@ -21,8 +23,15 @@ one another (dense attention in the upper layers). The gold sparsity is printed.
     flock /tmp/sparsefinder-bench.lock .venv/bin/python benchmarks/real_size.py --shape bert-base
     flock /tmp/sparsefinder-bench.lock .venv/bin/python benchmarks/real_size.py --shape llama-1b
 
+``--device cuda`` runs the model on a GPU and keeps the prepared text there (gold bits,
+vectors, predictions, scorer: only the scores and the viewed head come to the host); the
+``llama-8b`` shape (Llama-3-8B-shaped, random weights, GQA) runs only there:
+
+    .venv/bin/python benchmarks/real_size.py --shape llama-1b --tokens 4096 --device cuda
+    .venv/bin/python benchmarks/real_size.py --shape llama-8b --device cuda
+
 Last line: ``shape=… n=… extract_s=… sdpa_s=… ratio=… peak_mib=… extra_mib=… train_s=…
-move_ms=… gold_sparsity=…`` (and ``app_p50_ms=… app_p95_ms=…`` with ``--app``).
+open_s=… move_ms=… gold_sparsity=…`` (and ``app_p50_ms=… app_p95_ms=…`` with ``--app``).
 
 ``--smoke``: ``--shape tiny`` (a 2-layer BERT of hidden size 64), 64 tokens, one round, two
 passages.
@@ -53,6 +62,9 @@ SHAPES = {
     "llama-1b": (2048, 1.2, "Llama-shaped: 16 layers x 32 query heads (8 key/value), d=2048, "
                             "head dim 64, FFN 8192, ~1.0 B"),
     "tiny": (64, 1.8, "tiny BERT (smoke runs): 2 layers x 4 heads, d=64, head dim 16"),
+    # a GPU-only shape (--device cuda): 32 GB of float32 weights
+    "llama-8b": (4096, 1.2, "Llama-3-8B-shaped: 32 layers x 32 query heads (8 key/value), "
+                            "d=4096, head dim 128, FFN 14336, ~8 B"),
 }
 
 
@@ -79,9 +91,12 @@ def build(shape: str, folder: Path, qk_scale: float) -> Path:
         from sparsefinder.models.decoders import tiny_bpe_tokenizer
 
         tokenizer = tiny_bpe_tokenizer(4096)
-        config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=2048, intermediate_size=8192,
-                             num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
-                             head_dim=64, max_position_embeddings=4096, pad_token_id=0)
+        big = shape == "llama-8b"
+        config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=4096 if big else 2048,
+                             intermediate_size=14336 if big else 8192,
+                             num_hidden_layers=32 if big else 16, num_attention_heads=32,
+                             num_key_value_heads=8, head_dim=128 if big else 64,
+                             max_position_embeddings=8192, pad_token_id=0)
     torch.manual_seed(0)
     model = AutoModel.from_config(config)
     with torch.no_grad():
@@ -116,7 +131,7 @@ def _rss(field: str) -> float:
     return float("nan")
 
 
-def child_extract(folder: str, tokens: int, rounds: int) -> dict:
+def child_extract(folder: str, tokens: int, rounds: int, device: str = "cpu") -> dict:
     """Extraction vs SDPA softmax, and the peak memory of an extraction."""
     import torch
     from transformers import AutoModel
@@ -124,7 +139,7 @@ def child_extract(folder: str, tokens: int, rounds: int) -> dict:
     from sparsefinder.data.records import extract
     from sparsefinder.models.loading import load_model
 
-    loaded = load_model(folder, alpha=1.5, device="cpu")
+    loaded = load_model(folder, alpha=1.5, device=device)
     text = text_of(loaded.tokenizer, tokens)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -144,10 +159,10 @@ def child_extract(folder: str, tokens: int, rounds: int) -> dict:
         allowed = allowed * (n + 1) / (2 * n)
     sparsity = 1 - sum(float(layer.gold.sum()) for layer in sparse) / allowed
     del loaded, record
-    stock = AutoModel.from_pretrained(folder, attn_implementation="sdpa").eval()
+    stock = AutoModel.from_pretrained(folder, attn_implementation="sdpa").eval().to(device)
     from transformers import AutoTokenizer
 
-    inputs = AutoTokenizer.from_pretrained(folder)(text, return_tensors="pt")
+    inputs = AutoTokenizer.from_pretrained(folder)(text, return_tensors="pt").to(device)
     with torch.inference_mode():
         stock(**inputs)
         sdpa = []
@@ -159,13 +174,13 @@ def child_extract(folder: str, tokens: int, rounds: int) -> dict:
             "peak_mib": peak, "extra_mib": extra, "gold_sparsity": sparsity}
 
 
-def child_train(folder: str, tokens: int, passages: int, out: str) -> dict:
+def child_train(folder: str, tokens: int, passages: int, out: str, device: str = "cpu") -> dict:
     """Projection training time on ``passages`` texts (extraction not timed)."""
     from sparsefinder.data.records import extract
     from sparsefinder.models.loading import load_model
     from sparsefinder.projections.hinge import train_projections
 
-    loaded = load_model(folder, alpha=1.5, device="cpu")
+    loaded = load_model(folder, alpha=1.5, device=device)
     texts = [text_of(loaded.tokenizer, tokens, offset=7 * i) for i in range(passages)]
     records = extract(loaded, texts, batch_size=1)
     start = time.perf_counter()
@@ -176,27 +191,41 @@ def child_train(folder: str, tokens: int, passages: int, out: str) -> dict:
     return {"train_s": seconds}
 
 
-def child_move(folder: str, tokens: int, projections_file: str, rounds: int) -> dict:
-    """One slider move: predict every head (distance, t = 1) and score every metric."""
+def child_move(folder: str, tokens: int, projections_file: str, rounds: int,
+               device: str = "cpu") -> dict:
+    """A slider move as the app makes it: the text prepared once (its scorer built, on
+    ``device``), then per move every head of every layer predicted (distance, t = 1) and
+    scored with every metric, layer by layer (``live.predict``'s lazy masks), and the viewed
+    head's mask read; timed moves, after one untimed (compilation, caches)."""
+    import torch
+
     from sparsefinder.data.records import extract
-    from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
-    from sparsefinder.metrics.scorer import Scorer
+    from sparsefinder.explore import live
+    from sparsefinder.explore import prepared as prep
+    from sparsefinder.methods.spec import PredictorSpec
     from sparsefinder.models.loading import load_model
     from sparsefinder.projections.heads import HeadProjections
 
-    loaded = load_model(folder, alpha=1.5, device="cpu")
+    loaded = load_model(folder, alpha=1.5, device=device)
     (record,) = extract(loaded, text_of(loaded.tokenizer, tokens, offset=3))
     projections = HeadProjections.load(projections_file)
+    start = time.perf_counter()
+    prepared = prep.prepare(record, projections, t_range=False, device=loaded.device)
+    open_s = time.perf_counter() - start
     spec = PredictorSpec.of("distance", {"threshold": 1.0})
-    layers = spec.build_layers(projections, record.num_layers)
-    inputs = RecordInputs(record, projections)
-    times = []
+    layer, head = record.num_layers // 2, 0
+    times, parts = [], []
     for _ in range(rounds + 1):
         start = time.perf_counter()
-        masks = predict_record(spec, layers, inputs)
-        Scorer(record).score(masks)  # extra metrics on, as the app scores them
+        masks = live.predict(prepared, spec)
+        live.score(prepared, masks)  # every layer predicted and scored in turn
+        masks[layer][head].cpu()  # the viewed head, drawn on the host
+        if loaded.device.type == "cuda":
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
-    return {"move_ms": 1000 * statistics.median(times[1:])}
+        parts.append(len(masks.held))
+    return {"open_s": open_s, "move_ms": 1000 * statistics.median(times[1:]),
+            "move_max_ms": 1000 * max(times[1:]), "layers_held": parts[-1]}
 
 
 def _run_child(step: str, *args: object) -> dict:
@@ -216,15 +245,26 @@ def main() -> None:
     made.add_argument("--passages", type=int, default=8)
     made.add_argument("--app", action="store_true", help="also the browser slider latency")
     made.add_argument("--keep", type=Path, default=None, help="build the model here, keep it")
+    made.add_argument("--device", default="cpu", help="cpu or cuda: where the model runs "
+                      "and the prepared text lives (gold bits, vectors, predictions, scorer)")
     made.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parse(made, smoke={"shape": "tiny", "rounds": 1, "passages": 2})
     if args.child:
         step, rest = args.child[0], args.child[1:]
-        funcs = {"extract": lambda f, t, r: child_extract(f, int(t), int(r)),
-                 "train": lambda f, t, p, o: child_train(f, int(t), int(p), o),
-                 "move": lambda f, t, p, r: child_move(f, int(t), p, int(r))}
+        funcs = {"extract": lambda f, t, r, d: child_extract(f, int(t), int(r), d),
+                 "train": lambda f, t, p, o, d: child_train(f, int(t), int(p), o, d),
+                 "move": lambda f, t, p, r, d: child_move(f, int(t), p, int(r), d)}
         print(json.dumps(funcs[step](*rest)))
         return
+    if args.device == "cpu" and args.shape == "llama-8b":
+        raise SystemExit("llama-8b is a GPU shape (32 GB of weights): pass --device cuda")
+    if args.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            print(f"skipped: --device {args.device} needs a CUDA GPU (none visible here)")
+            print(f"shape={args.shape} skipped=1")
+            return
     tokens, qk_scale, about = SHAPES[args.shape]
     tokens, qk_scale = args.tokens or tokens, args.qk_scale or qk_scale
     print(f"{about}; {tokens} tokens; load average {os.getloadavg()[0]:.2f} over "
@@ -234,18 +274,19 @@ def main() -> None:
     if not (folder / "config.json").exists():
         build(args.shape, folder, qk_scale)
     result: dict = {"shape": args.shape}
-    result.update(_run_child("extract", folder, tokens, args.rounds))
+    result.update(_run_child("extract", folder, tokens, args.rounds, args.device))
     result["ratio"] = result["extract_s"] / result["sdpa_s"]
     print(f"extract {result['extract_s']:.2f} s vs SDPA softmax {result['sdpa_s']:.2f} s "
           f"(ratio {result['ratio']:.2f}); peak {result['peak_mib']:.0f} MiB, "
           f"{result['extra_mib']:.0f} MiB above the loaded model; gold sparsity "
           f"{result['gold_sparsity']:.3f}", flush=True)
     projections = Path(scratch.name) / "projections.pt"
-    result.update(_run_child("train", folder, tokens, args.passages, projections))
+    result.update(_run_child("train", folder, tokens, args.passages, projections, args.device))
     print(f"projection training on {args.passages} texts: {result['train_s']:.1f} s", flush=True)
-    result.update(_run_child("move", folder, tokens, projections, args.rounds))
-    print(f"one slider move (predict + every metric, all heads): {result['move_ms']:.0f} ms",
-          flush=True)
+    result.update(_run_child("move", folder, tokens, projections, args.rounds, args.device))
+    print(f"open {result['open_s']:.1f} s (scorer built once); one slider move (predict + "
+          f"every metric, all heads, layer by layer): {result['move_ms']:.0f} ms (max "
+          f"{result['move_max_ms']:.0f})", flush=True)
     if args.app:
         command = [sys.executable, str(ROOT / "benchmarks" / "app_latency.py"), "--model",
                    str(folder), "--tokens", str(tokens), "--method", "fixed", "--moves", "20"]
