@@ -9,8 +9,8 @@ float64 one over the missed probabilities: on a 1 B decoder at 2048 tokens, most
 slider move. Here:
 
 - :func:`count_kept` reads each row's allowed run once (:func:`~sparsefinder.attention.masks.
-  allowed_key_range`), 16 keys at a time as two 64-bit words, and adds the kept pairs and the
-  16-tiles at once; nothing outside the run is read, so no AND is made;
+  allowed_key_range`), 16 keys at a time (two 64-bit words, or 16 bytes), and adds the kept
+  pairs and the 16-tiles at once; nothing outside the run is read, so no AND is made;
 - :func:`read_edges` loops over the gold edges of each row (listed once, row-major, cut into
   rows by ``row_ptr``) and sums, per head, the missed edges ``|G \\ Ĝ|`` (so the hits, for
   recall and precision), the rows with at least one miss (the exact fraction is the other
