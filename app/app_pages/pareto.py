@@ -214,7 +214,9 @@ def pareto_view() -> None:
 
 ctx = shell.context()
 st.caption("Each point is one hyperparameter setting, macro-averaged over layers and heads; "
-           "lines are each method's Pareto frontier, the grey dashed one an oracle's bound; "
+           "lines are each method's Pareto frontier; grey dashed: references that read the exact "
+           "scores (a uniform top-k or top-p per query: not a bound, a cheap predictor can keep "
+           "more gold edges at the same sparsity); "
            "the star is your setting. Click a point to load it.")
 if shell.show_messages(ctx):
     pareto_view()

@@ -153,7 +153,8 @@ def test_pareto_draws_the_curated_curves_and_adds_groups_from_the_link(with_proj
     drawn = _drawn(figure)
     assert len(drawn) <= 8 and {"distance", "window", "topk"} <= set(drawn)
     (oracle,) = [t for t in figure["data"] if t.get("meta") == "topk"]
-    assert oracle["name"] == "Top-k (oracle bound)" and oracle["line"]["dash"] == "dash"
+    assert oracle["name"] == "Top-k by exact scores (reference)"
+    assert oracle["line"]["dash"] == "dash"
     assert figure["layout"]["legend"]["x"] > 1  # outside the plot: never over the points
     assert "curves" not in at.query_params
     at.multiselect(key="w_groups").set_value(["baselines"]).run()
@@ -174,7 +175,7 @@ def test_pareto_tables_show_a_dash_for_missing_values(with_projections):
     cells = table.drop(columns="method").to_numpy().ravel().tolist()
     assert all(isinstance(c, str) for c in cells), cells  # no None / NaN cell
     assert "–" in cells  # some frontier never reaches 0.95 on this text
-    assert "Top-k (oracle bound)" in table["method"].tolist()
+    assert "Top-k by exact scores (reference)" in table["method"].tolist()
 
 
 def test_a_clicked_point_loads_into_the_view_or_says_why_not(with_projections):
