@@ -24,6 +24,8 @@ the best value among frontier points at that sparsity or sparser).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -38,6 +40,7 @@ from sparsefinder.evaluation.curves import CURVES, resolve_methods, with_labels
 from sparsefinder.evaluation.frontier import SPARSITY_LEVELS
 from sparsefinder.evaluation.plan import plan_sweep
 from sparsefinder.evaluation.restricted import RestrictionStats, projections_required, spec_graph
+from sparsefinder.methods.spec import PredictorSpec
 from sparsefinder.models.loading import LoadedModel
 from sparsefinder.projections.heads import HeadProjections
 
@@ -60,6 +63,16 @@ def is_sparsefinder(method: str) -> bool:
     return method.split("+")[0] in SPARSEFINDER_FAMILIES
 
 
+@dataclasses.dataclass(frozen=True)
+class ExtraPoint:
+    """A setting an accuracy sweep adds to its grid, with what it is built from."""
+
+    curve: str
+    spec: PredictorSpec
+    projections: HeadProjections | None = None
+    fitted: Any = None
+
+
 def accuracy_sweep(
     loaded: LoadedModel,
     texts: Sequence[str],
@@ -71,8 +84,11 @@ def accuracy_sweep(
     model_name: str = "MODEL",
     on_progress: ProgressFn | None = None,
     reference: EncodedTexts | None = None,
+    extra: Sequence[ExtraPoint] = (),
 ) -> pd.DataFrame:
-    """One row per grid point: in-run ``sparsity`` and every measure of
+    """One row per grid point (then one per ``extra`` point: a setting built from parts the
+    caller holds, e.g. a calibrated curve read from a bundled table, which a sweep fits on
+    train graphs): in-run ``sparsity`` and every measure of
     :func:`sparsefinder.evaluation.accuracy.compare`. Curves learned from training graphs are
     skipped
     without ``train_records``; grid points the projections cannot build (k-means without
@@ -88,11 +104,13 @@ def accuracy_sweep(
     if any(CURVES[n].needs_projections for n in names) and projections is None:
         raise projections_required(model_name, f"methods {names}")
     points = plan_sweep(names, projections, loaded.num_layers, train_records).points
+    todo = [(p.curve, p.spec, functools.partial(spec_graph, p.spec, projections,
+                                                predictors=p.predictors)) for p in points]
+    todo += [(e.curve, e.spec, functools.partial(spec_graph, e.spec, e.projections,
+                                                 fitted=e.fitted)) for e in extra]
     rows = []
-    for index, point in enumerate(points):
-        name, spec = point.curve, point.spec
-        graph_fn = spec_graph(spec, projections, loaded.num_layers, model_name=model_name,
-                              predictors=point.predictors)
+    for index, (name, spec, graph_of) in enumerate(todo):
+        graph_fn = graph_of(loaded.num_layers, model_name=model_name)
         stats = RestrictionStats()
         restricted = encode(loaded.model, loaded.tokenizer, texts, graph_fn=graph_fn,
                             warn_empty=False, stats=stats, **run)
@@ -106,7 +124,7 @@ def accuracy_sweep(
             "repaired_rows": stats.repaired_fraction, "n_texts": len(texts),
         })
         if on_progress is not None:
-            on_progress((index + 1) / len(points), f"{name} {spec.params_json()}")
+            on_progress((index + 1) / len(todo), f"{name} {spec.params_json()}")
     return pd.DataFrame(rows)
 
 

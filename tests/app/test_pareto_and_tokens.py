@@ -139,6 +139,28 @@ def test_pareto_text_sweep_has_the_calibrated_curves_and_the_default_star_on_one
                                              {"target_sparsity": 0.9, "floor": 5})
 
 
+def test_the_accuracy_axis_draws_the_current_method_and_its_star():
+    """Bundled assets: on the app's first method (distance-floor:budget), the accuracy axis
+    adds that method's own calibrated curve (read from the bundled table) and marks the current
+    setting with the star on both panels, at the accuracy the Explorer reports for it."""
+    at = new_app(example="short_dialogue", window="0", **{"global": "none"}).run()
+    at.switch_page("app_pages/pareto.py").run()
+    at.toggle(key="w_pareto_accuracy").set_value(True).run()
+    assert any("Distance (t) ∪ nearest keys per row" in c.value for c in at.caption
+               if "Not computed yet" in c.value)
+    at.button(key="w_accuracy_run").click().run()
+    assert_clean(at)
+    (accuracy,) = [f for f in figures(at) if "Sparsity–accuracy" in
+                   str(f["layout"].get("title", {}).get("text", ""))]
+    own = [t for t in accuracy["data"] if t.get("legendgroup") == "distance-floor:budget"
+           and t.get("mode") == "lines+markers"]
+    assert own and own[0]["name"] == curve_label("distance-floor:budget")
+    stars = [t for t in accuracy["data"] if t.get("marker", {}).get("symbol") == "star"]
+    assert len(stars) == 2 and all(t["name"] == "your setting" for t in stars)
+    for star in stars:
+        assert 0.0 < star["y"][0] <= 1.0 + 1e-9 and 0.0 < star["x"][0] < 1.0
+
+
 def _drawn(figure: dict) -> list[str]:
     return [t["meta"] for t in figure["data"] if t.get("mode") == "lines+markers"]
 
