@@ -84,7 +84,9 @@ def _apply_click(ctx: shell.AppContext) -> None:
         return
     state, _ = live.clamp(shell.view_state().with_(**changes), ctx.prepared)
     shell.set_view_state(state)
-    st.session_state[LOADED_KEY] = (True, f"Loaded {curve}: {live.describe(spec)}.")
+    st.session_state[LOADED_KEY] = (
+        True, f"Loaded from the {pareto_view_model.curve_label(curve)} curve: "
+              f"{live.describe(spec)}.")
     st.rerun(scope="app")  # the sidebar's method and the sliders show it
 
 
