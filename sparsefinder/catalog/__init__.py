@@ -38,6 +38,7 @@ from sparsefinder.catalog.builders import (
 )
 from sparsefinder.methods.registry import (
     CALIBRATION_LABELS,
+    AppHint,
     Calibration,
     Method,
     Param,
@@ -109,6 +110,12 @@ STATIC_MASK_GRID = [{"target_sparsity": t} for t in (0.5, 0.7, 0.8, 0.9, 0.95, 0
 #: key blocks per query block (besides the diagonal one); 512 tokens = 16 blocks of 32
 BLOCK_GRID = (0, 1, 2, 3, 4, 5, 6, 8, 10, 12)
 SF, BASE, LONG = ("sparsefinder",), ("baselines",), ("long-context",)
+OWN, OTHER, FIXED = "own", "Other predictors", "Fixed patterns"
+
+
+def _app(group: str, *calibrations: str, controls: str = "generated",
+         first: bool = False) -> AppHint:
+    return AppHint(group, calibrations or ("none",), controls, first)
 
 
 def _over(name: str, values: Sequence[Any], **fixed: Any) -> list[dict[str, Any]]:
@@ -125,22 +132,27 @@ def _builtin_methods() -> list[Method]:
         Method("distance", "Distance (t)", (THRESHOLD,),
                lambda p, c: Distance(float(p["threshold"])),
                grids=(*sweep_grids("distance", DISTANCE_GRID, window=True, groups=SF),
-                      *sweep_grids("distance-fine", DISTANCE_FINE_GRID))),
+                      *sweep_grids("distance-fine", DISTANCE_FINE_GRID)),
+               app=_app("Sparsefinder", "budget", "none", controls=OWN)),
         # every row also keeps its m nearest allowed keys (no row left without support)
         Method("distance-floor", "Distance (t) ∪ nearest keys per row (floor m)",
                (THRESHOLD, FLOOR),
-               lambda p, c: RowFloor(Distance(float(p["threshold"])), int(p["floor"]))),
+               lambda p, c: RowFloor(Distance(float(p["threshold"])), int(p["floor"])),
+               app=_app("Sparsefinder", "budget", controls=OWN, first=True)),
         Method("quantization", "Quantization (β)", (BINS,),
                lambda p, c: Quantization(int(p["bins"])),
                grids=sweep_grids("quantization", _over("bins", BINS_GRID), window=True,
-                                 groups=SF)),
+                                 groups=SF),
+               app=_app("Sparsefinder", controls=OWN)),
         Method("kmeans", "k-means (B, k)", (CLUSTERS, TOP_K), _kmeans,
                grids=(*sweep_grids("kmeans", _over("n_clusters", CLUSTERS_GRID, top_k=1),
                                    window=True, groups=SF),  # top 2: denser, higher recall
                       *sweep_grids("kmeans-top2", _over("n_clusters", CLUSTERS_GRID[1:],
-                                                        top_k=2), window=True))),
+                                                        top_k=2), window=True)),
+               app=_app("Sparsefinder", controls=OWN)),
         Method("fixed", "Window / global only", (), lambda p, c: None, inputs="shape",
-               tags=("cheap",)),
+               tags=("cheap",),
+               app=_app(FIXED, controls=OWN)),
         Method("window", "Window (w)", (WINDOW,), lambda p, c: Window(int(p["window"])),
                inputs="shape", tags=("cheap",),
                grids=sweep_grids("window", _over("window", WINDOW_GRID), groups=SF)),
@@ -148,24 +160,29 @@ def _builtin_methods() -> list[Method]:
                lambda p, c: Longformer(BASELINE_WINDOW, int(p["n_global"]), seed=c.layer),
                inputs="shape", tags=("cheap", "baseline"),
                grids=sweep_grids("longformer", _over("n_global", (4, 8, 12, 16, 20)),
-                                 groups=BASE)),
+                                 groups=BASE),
+               app=_app(FIXED)),
         Method("bigbird", "BigBird", (_int("n_random", 2, 0, "random keys", app_high=32),),
                lambda p, c: BigBird(BASELINE_WINDOW, int(p["n_random"]), seed=c.layer),
                inputs="shape", tags=("cheap", "baseline"),
-               grids=sweep_grids("bigbird", _over("n_random", (2, 4, 6, 8, 10)), groups=BASE)),
+               grids=sweep_grids("bigbird", _over("n_random", (2, 4, 6, 8, 10)), groups=BASE),
+               app=_app(FIXED)),
         Method("reformer", "Reformer (LSH)", (_int("n_buckets", 4, 1, "buckets", app_high=32),),
                lambda p, c: Reformer(int(p["n_buckets"]), seed=c.layer), tags=("baseline",),
                grids=sweep_grids("reformer", _over("n_buckets", (2, 4, 6, 8, 10, 12)),
-                                 window=True, groups=BASE)),
+                                 window=True, groups=BASE),
+               app=_app(FIXED)),
         Method("routing", "Routing (k-means)", (_int("n_clusters", 4, 1, "clusters", app_high=32),),
                lambda p, c: Routing(int(p["n_clusters"]), seed=c.layer), tags=("baseline",),
                grids=sweep_grids("routing", _over("n_clusters", (2, 4, 6, 8, 10)),
-                                 window=True, groups=BASE)),
+                                 window=True, groups=BASE),
+               app=_app(FIXED)),
         Method("topk", "Top-k by exact scores (reference)",
                (_int("k", 8, 1, "keys per query", "keys", app_high=128),),
                lambda p, c: TopK(int(p["k"])), inputs="original", oracle=True,
                tags=("oracle",),
-               grids=sweep_grids("topk", _over("k", (1, 2, 4, 8, 16, 32)), groups=BASE)),
+               grids=sweep_grids("topk", _over("k", (1, 2, 4, 8, 16, 32)), groups=BASE),
+               app=_app("Oracles (bounds)")),
         Method("sparsebert-dams", "SparseBERT DAMs (static)", (TARGET_SPARSITY,),
                _static_mask, inputs="shape", fit=_static_mask_fitter("structured"),
                tags=("baseline",),
@@ -185,7 +202,8 @@ def _builtin_methods() -> list[Method]:
                grids=sweep_grids("kmeans-routed", [
                    {"n_clusters": b, "budget": f} for b in (64, 128)
                    for f in (0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.1, 0.12, 0.15,
-                             0.2, 0.25, 0.3)])),
+                             0.2, 0.25, 0.3)]),
+               app=_app(OTHER, "budget", controls=OWN)),
         Method("kmeans-routed-top", "Routed k-means (B, routes)",
                (_int("n_clusters", 128, 1, "B", app_high=128),
                 _int("n_routes", 4, 1, "routes", app_high=64)),
@@ -196,20 +214,23 @@ def _builtin_methods() -> list[Method]:
                (Param("p", float, 0.9, label="mass p", url="p", **SHARE),),
                lambda p, c: TopP(float(p["p"])), inputs="original", oracle=True,
                tags=("oracle",), grids=sweep_grids("topp", _over(
-                   "p", (0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99, 1.0)))),
+                   "p", (0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99, 1.0))),
+               app=_app("Oracles (bounds)")),
         # long-context baselines: training-free page bounds; learned hash codes
         Method("quest", "Quest pages (min/max key bounds)",
                (_int("page_size", 16, 1, "page size"), _int("pages", 8, 0, "pages", "pages")),
                lambda p, c: QuestPages(int(p["pages"]), int(p["page_size"])),
                inputs="original", tags=("baseline", "long-context"),
                grids=sweep_grids("quest", _over("pages", (1, 2, 4, 8, 16, 32, 64),
-                                                page_size=16), groups=LONG)),
+                                                page_size=16), groups=LONG),
+               app=_app(OTHER, controls=OWN)),
         Method("hashattention", "HashAttention (learned bit codes)",
                (_int("max_distance", 3, 0, "Hamming distance", "hd"),),
                _hash_codes, inputs="original", fit=_hash_codes_fit,
                tags=("baseline", "long-context"),
                grids=sweep_grids("hashattention", _over("max_distance", range(9)),
-                                 groups=LONG)),
+                                 groups=LONG),
+               app=_app(OTHER, controls=OWN)),
         # block Sparsefinder (paper §6): nearest key blocks (and single keys) of pooled
         # projected query blocks; what sparsefinder.attention.block_sparse computes on
         Method("block", "Block Sparsefinder (block, key blocks, single keys)",
@@ -222,7 +243,7 @@ def _builtin_methods() -> list[Method]:
                                                       ("block+keys", 32, 16))
                            for g in sweep_grids(name, _over("n_blocks", BLOCK_GRID, block=size,
                                                             n_keys=keys))),
-               ),
+               app=_app(OTHER)),
         # the same selection (no single keys) scored by projections learned on pooled blocks
         Method("block-learned", "Block Sparsefinder, learned block projections",
                (_int("block", 32, 1, "block size"), _int("n_blocks", 4, 0, "key blocks")),
@@ -246,7 +267,8 @@ def _builtin_methods() -> list[Method]:
         Method("rowfrac", "Nearest keys (row fraction)",
                (Param("fraction", float, 0.1, label="keep fraction", url="frac", **SHARE),),
                _row_fraction, grids=sweep_grids("rowfrac", _over(
-                   "fraction", (0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.15, 0.2, 0.3, 0.5)))),
+                   "fraction", (0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.15, 0.2, 0.3, 0.5))),
+               app=_app("Sparsefinder", "budget", "none")),
     ]
     return _with_calibrations(raw)
 

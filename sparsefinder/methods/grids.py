@@ -1,4 +1,5 @@
-"""A family's sweep curves, declared in its catalog entry (:class:`SweepGrid`)."""
+"""What a family declares besides its parameters: its sweep curves (:class:`SweepGrid`) and
+how the app offers it (:class:`AppHint`)."""
 
 from __future__ import annotations
 
@@ -32,3 +33,28 @@ def sweep_grids(name: str, points: Sequence[Mapping[str, Any]], *, window: bool 
     if not window:
         return (grid,)
     return grid, SweepGrid(f"{name}+window", grid.points, window=WITH_WINDOW_SIZE, groups=groups)
+
+
+#: The groups of the app's method menu, in menu order.
+APP_GROUPS: tuple[str, ...] = ("Sparsefinder", "Other predictors", "Fixed patterns",
+                               "Oracles (bounds)")
+
+
+@dataclass(frozen=True)
+class AppHint:
+    """How the app offers a family: its menu ``group`` (one of :data:`APP_GROUPS`), the
+    ``calibrations`` it offers (its default first), whether its sliders and link keys are
+    generated from its declared parameters (``controls="generated"``) or are the app's own
+    (``"own"``: the paper's families, with text-dependent ranges), and ``first``: shown first
+    in its group (the app's default method)."""
+
+    group: str
+    calibrations: tuple[str, ...] = ("none",)
+    controls: str = "generated"
+    first: bool = False
+
+    def __post_init__(self) -> None:
+        if self.group not in APP_GROUPS:
+            raise ValueError(f"app group must be one of {APP_GROUPS}, got {self.group!r}")
+        if self.controls not in ("generated", "own"):
+            raise ValueError(f"controls must be 'generated' or 'own', got {self.controls!r}")

@@ -28,7 +28,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from sparsefinder.methods.grids import APP_GROUPS as APP_GROUPS
 from sparsefinder.methods.grids import WITH_WINDOW_SIZE as WITH_WINDOW_SIZE
+from sparsefinder.methods.grids import AppHint as AppHint
 from sparsefinder.methods.grids import SweepGrid as SweepGrid
 from sparsefinder.methods.grids import sweep_grids as sweep_grids
 
@@ -199,6 +201,7 @@ class Method:
     #: the family's raw sweep curves (its calibrations' grids are added by :attr:`curves`)
     grids: tuple[SweepGrid, ...] = ()
     tags: tuple[str, ...] = ()  # among :data:`TAGS`
+    app: AppHint | None = None  # None: the app does not offer the family
 
     def __post_init__(self) -> None:
         # a bare name declares a parameter without type or range (plug-ins, tests)
@@ -317,6 +320,9 @@ def register_method(method: Method, *, replace: bool = False) -> Method:
         raise ValueError(f"inputs must be one of {INPUTS}, got {method.inputs!r}")
     if not method.name or "," in method.name or "+" in method.name:
         raise ValueError(f"method name must be non-empty without ',' or '+', got {method.name!r}")
+    if method.app and set(method.app.calibrations) - set(method.calibration_names):
+        raise ValueError(f"method {method.name!r}: the app offers calibrations "
+                         f"{method.app.calibrations}, it takes {method.calibration_names}")
     METHODS.add(method, replace=replace)
     return method
 
