@@ -23,9 +23,6 @@ from sparsefinder.projections.heads import HeadProjections
 
 HEADS, D, R, LAYERS = 2, 8, 4, 2
 FAMILIES = sorted(METHODS)
-#: fitting block projections on these records fails inside the pooled-block trainer (its
-#: pooled graphs carry no probabilities: LayerGraph.probs() shape mismatch); found by this check
-KNOWN_FAILURES = {"block-learned"}
 
 
 def _record(gen: torch.Generator, n: int, causal: bool, window: int | None) -> AttentionRecord:
@@ -70,9 +67,7 @@ def _defaults(family: str) -> dict:
     return {p.name: p.default for p in METHODS[family].params if p.default is not None}
 
 
-@pytest.mark.parametrize("family", [
-    pytest.param(f, marks=pytest.mark.xfail(strict=True, raises=RuntimeError))
-    if f in KNOWN_FAILURES else f for f in FAMILIES])
+@pytest.mark.parametrize("family", FAMILIES)
 def test_builds_and_predicts_within_what_each_layer_allows(family, records, train,
                                                            projections) -> None:
     spec = PredictorSpec.of(family, _defaults(family))
