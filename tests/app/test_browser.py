@@ -220,7 +220,7 @@ def test_a_click_on_a_pareto_point_loads_its_setting(server, page):
     page.wait_for_function("() => location.search.includes('method=distance') && "
                            "location.search.includes('calibration=none') && "
                            "location.search.includes('global=none')", timeout=60_000)
-    page.get_by_text("Loaded distance", exact=False).first.wait_for(timeout=30_000)
+    page.get_by_text("Loaded from the Distance", exact=False).first.wait_for(timeout=30_000)
     assert page.locator("[data-testid='stException']").count() == 0
 
 
