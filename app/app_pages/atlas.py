@@ -119,10 +119,7 @@ def _head_card(atlas: HeadAtlas, ctx: shell.AppContext, layer: int, head: int) -
                     key="w_at_dist")
     examples = atlas.examples.get(f"{layer}.{head}") or []
     st.markdown("**Typical rows** (nearest to the head's mean behaviour)")
-    for example in examples:
-        keys = ", ".join(f"`{tok}` {p:.2f}" for _, tok, p in example["keys"])
-        st.markdown(f"- query {example['query']} `{example['token']}` of a "
-                    f"{example['n_tokens']}-token text → {keys}")
+    st.markdown("\n".join(f"- {exatlas.typical_row(example)}" for example in examples))
 
 
 @st.fragment
@@ -137,7 +134,9 @@ def atlas_view() -> None:
                      format_func=exatlas.STATISTICS.get, on_change=_to_url, args=("w_at_color",))
     top[1].text_input("Filter heads", key="w_at_filter", placeholder="e.g. pred_recall<0.7",
                       on_change=_to_url, args=("w_at_filter",),
-                      help="STATISTIC<VALUE (or >, <=, >=) with a column of heads.csv")
+                      help="COLUMN<VALUE (or >, <=, >=) with a column of heads.csv, e.g. "
+                           "pred_recall (predictor recall), gold_sparsity, support (keys per "
+                           "row)")
     top[2].selectbox("Passages", PASSAGE_CHOICES, key="w_at_pass", on_change=_to_url,
                      args=("w_at_pass",), format_func=lambda p: "all" if p == 0 else str(p))
     atlas, cached = _atlas(ctx, int(st.session_state["w_at_pass"]))
@@ -146,7 +145,7 @@ def atlas_view() -> None:
     meta = atlas.meta
     st.caption(f"{meta.get('model')} · α = {meta.get('alpha')} · {meta.get('n_texts')} "
                f"{meta.get('split')} texts, {meta.get('n_rows')} rows · predictor: "
-               f"{meta.get('predictor') or 'none for this model'}"
+               f"{exatlas.predictor_words(meta.get('predictor'))}"
                + (" · from the cache" if cached else ""))
     state = shell.view_state()
     layer = min(state.layer, atlas.num_layers - 1)
@@ -158,20 +157,20 @@ def atlas_view() -> None:
         st.warning(str(error), icon=":material/warning:")
         rule = None
     keep = exatlas.filter_mask(atlas.heads, rule)
-    grid_col, types_col = st.columns([3, 2])
-    with grid_col:
-        st.markdown(f"**Layers × heads** · {exatlas.STATISTICS[column]}; click a head")
-        st.plotly_chart(atlas_figures.grid_figure(atlas, column, exatlas.STATISTICS[column],
-                                                  (layer, head), keep.to_numpy()),
-                        config=common_figures.chart_config(f"atlas_{column}"), key="w_at_grid",
-                        on_select=_pick_from_grid, selection_mode="points")
-    with types_col:
-        st.markdown("**Pattern types per layer**")
-        st.dataframe(exatlas.type_table(atlas))
+    st.markdown(f"**Layers × heads** · {exatlas.STATISTICS[column]}; click a head")
+    st.plotly_chart(atlas_figures.grid_figure(atlas, column, exatlas.STATISTICS[column],
+                                              (layer, head), keep.to_numpy()),
+                    config=common_figures.chart_config(f"atlas_{column}"), key="w_at_grid",
+                    on_select=_pick_from_grid, selection_mode="points")
+    st.caption("Symbols: " + atlas_figures.symbol_key())
+    # the full width: every layer's column shows (beside the grid it was cut after a few)
+    st.markdown("**Pattern types per layer** · heads of each type")
+    st.dataframe(exatlas.type_table(atlas), key="w_at_types")
     if rule is not None:
         shown = atlas.heads.loc[keep, ["layer", "head", "type", rule[0], "gold_sparsity"]]
         st.markdown(f"**{len(shown)} heads with {st.session_state['w_at_filter'].strip()}**")
-        st.dataframe(shown, hide_index=True)
+        st.dataframe(shown.rename(columns={**exatlas.STATISTICS, "type": "pattern type"}),
+                     hide_index=True)
     _head_card(atlas, ctx, layer, head)
     sim_col, map_col = st.columns(2)
     with sim_col:

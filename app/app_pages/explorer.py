@@ -125,6 +125,10 @@ def _explorer() -> None:
     summary = live.summarize(scores, layer, head)
     with st.container(key="w_headline"):  # what the benchmarks wait for on the first screen
         _metrics(summary, layer, head)
+    note = live.short_text_note(live.spec_for(state, prepared), record.n_tokens,
+                                summary["model"].sparsity)
+    if note:
+        st.info(note, icon=":material/info:")
 
     labels = inputs.token_labels(record)
     width = page_width.main_width()  # the panels grow with the page
