@@ -28,6 +28,7 @@ import dataclasses
 import functools
 import json
 import math
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -110,7 +111,8 @@ def accuracy_sweep(
                                                  fitted=e.fitted)) for e in extra]
     rows = []
     for index, (name, spec, graph_of) in enumerate(todo):
-        graph_fn = graph_of(loaded.num_layers, model_name=model_name)
+        clock = [0.0]
+        graph_fn = _timed(graph_of(loaded.num_layers, model_name=model_name), clock)
         stats = RestrictionStats()
         restricted = encode(loaded.model, loaded.tokenizer, texts, graph_fn=graph_fn,
                             warn_empty=False, stats=stats, **run)
@@ -122,10 +124,23 @@ def accuracy_sweep(
             "layer_cosine": json.dumps(scores.get("layer_cosine", [])),
             "sparsity_per_layer": json.dumps([round(x, 6) for x in per_layer]),
             "repaired_rows": stats.repaired_fraction, "n_texts": len(texts),
+            "predict_ms": 1000 * clock[0] / len(texts),
         })
         if on_progress is not None:
             on_progress((index + 1) / len(todo), f"{name} {spec.params_json()}")
     return pd.DataFrame(rows)
+
+
+def _timed(graph_fn: Callable[..., Any], clock: list[float]) -> Callable[..., Any]:
+    """``graph_fn`` adding the seconds its calls take to ``clock[0]``: a point's prediction
+    cost (every layer, its projections included) apart from the model's forward."""
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return graph_fn(*args, **kwargs)
+        finally:
+            clock[0] += time.perf_counter() - start
+    return timed
 
 
 # ==================================================================== frontiers
@@ -169,9 +184,10 @@ def at_sparsity(
 
 
 #: Columns of :func:`accuracy_table`: the graph's own measures (from the recall sweep of the
-#: same configuration) beside what it does to the model.
+#: same configuration) beside what it does to the model, and what its prediction cost
+#: (``predict_ms``: per text, every layer, measured inside the restricted forward).
 TABLE_COLUMNS = ("sparsity", "recall", "mass_recall", "exact_fraction", "output_cosine",
-                 "embedding_cosine", "retrieval_top1", "retrieval_ndcg10")
+                 "embedding_cosine", "retrieval_top1", "retrieval_ndcg10", "predict_ms")
 
 
 def accuracy_table(df: pd.DataFrame, levels: Sequence[float] = SPARSITY_LEVELS,

@@ -175,16 +175,6 @@ def type_table(atlas: HeadAtlas) -> pd.DataFrame:
     return table
 
 
-def typical_row(example: dict) -> str:
-    """One typical row as Markdown: the query and each key it attends to most, every token with
-    its position in the text (the same word can sit at several places, and a head's pattern
-    is about WHERE it looks: the previous token, the first one)."""
-    keys = ", ".join(f"`{token}` at {int(position)} ({p:.2f})"
-                     for position, token, p in example["keys"])
-    return (f"query `{example['token']}` at {example['query']} of a {example['n_tokens']}-token "
-            f"text → {keys}")
-
-
 def predictor_words(label: str | None) -> str:
     """An atlas's predictor (the spec label it was computed with, e.g.
     ``distance-floor:budget target_sparsity=0.9``) in words: the method's display name and

@@ -19,9 +19,8 @@ _SHORT = {"dense": "D", "sink": "S", "diagonal": "=", "previous": "←", "next":
 
 
 def symbol_key() -> str:
-    """The grid's key: each cell's symbol and the pattern type it stands for (a reader cannot
-    guess that ``S`` is a sink head or ``←`` one that reads the previous token)."""
-    return " · ".join(f"{_SHORT[kind]} {PATTERN_LABELS[kind]}" for kind in PATTERN_TYPES)
+    """What each symbol of :func:`grid_figure` stands for, e.g. ``"S first-token/sink"``."""
+    return " · ".join(f"**{_SHORT[kind]}** {PATTERN_LABELS[kind]}" for kind in PATTERN_TYPES)
 
 
 def head_names(atlas: HeadAtlas) -> list[str]:
@@ -47,7 +46,7 @@ def grid_figure(atlas: HeadAtlas, column: str, label: str, selected: tuple[int, 
              marker=dict(symbol="square", size=size, color=np.nan_to_num(values, nan=low),
                          colorscale="Viridis", cmin=low, cmax=high if high > low else low + 1,
                          opacity=np.where(keep, 1.0, 0.18),
-                         colorbar=dict(title=dict(text=_wrap(label)), thickness=10)),
+                         colorbar=dict(title=dict(text=label), thickness=10)),
              customdata=np.column_stack([values, atlas.heads["type_label"]]),
              hovertemplate=f"L%{{y}}H%{{x}} · %{{customdata[1]}}<br>{label} "
                            "%{customdata[0]:.3f}<extra></extra>"),
@@ -62,17 +61,6 @@ def grid_figure(atlas: HeadAtlas, column: str, label: str, selected: tuple[int, 
                   yaxis=dict(title=dict(text="layer"), tickmode="linear", dtick=1,
                              range=[atlas.num_layers - 0.4, -0.6]))
     return fast_figure(data, layout)
-
-
-def _wrap(label: str, width: int = 12) -> str:
-    """A colour bar title on short lines (a long one runs off a narrow chart)."""
-    lines: list[str] = []
-    for word in label.split():
-        if lines and len(lines[-1]) + 1 + len(word) <= width:
-            lines[-1] += " " + word
-        else:
-            lines.append(word)
-    return "<br>".join(lines)
 
 
 def similarity_figure(atlas: HeadAtlas) -> go.Figure:
@@ -92,9 +80,7 @@ def similarity_figure(atlas: HeadAtlas) -> go.Figure:
 
 
 def map_figure(atlas: HeadAtlas, selected: tuple[int, int]) -> go.Figure:
-    """The heads on a 2-D MDS map of their JSD distances, coloured by pattern type. Only the
-    selected head is labelled (similar heads sit on top of each other, so labels on every
-    point pile up); the others name themselves on hover."""
+    """The heads on a 2-D MDS map of their JSD distances, coloured by pattern type."""
     names = np.array(head_names(atlas))
     data = []
     for kind in PATTERN_TYPES:
@@ -102,15 +88,16 @@ def map_figure(atlas: HeadAtlas, selected: tuple[int, int]) -> go.Figure:
         if not which.any():
             continue
         data.append(dict(type="scatter", x=atlas.coords[which, 0], y=atlas.coords[which, 1],
-                         mode="markers", name=PATTERN_LABELS[kind], text=names[which],
+                         mode="markers", name=kind, text=names[which],
                          customdata=atlas.heads.loc[which, ["layer", "head"]].to_numpy(),
                          marker=dict(size=10, color=TYPE_COLOURS[kind]),
-                         hovertemplate="%{text} · " + PATTERN_LABELS[kind] + "<extra></extra>"))
+                         hovertemplate="%{text} · " + kind + "<extra></extra>"))
     index = selected[0] * atlas.num_heads + selected[1]
+    # only the selected head is labelled (every label at once piled up): the others on hover
     data.append(dict(type="scatter", x=[atlas.coords[index, 0]], y=[atlas.coords[index, 1]],
-                     mode="markers+text", hoverinfo="skip", showlegend=False,
-                     text=[names[index]], textposition="top center",
-                     textfont=dict(size=12, color="crimson"),
+                     mode="markers+text", text=[names[index]], textposition="top center",
+                     textfont=dict(size=12, color="crimson"), hoverinfo="skip",
+                     showlegend=False,
                      marker=dict(symbol="circle-open", size=18, color="crimson",
                                  line=dict(width=3))))
     layout = dict(height=460, margin=dict(l=10, r=10, t=10, b=10), plot_bgcolor="white",

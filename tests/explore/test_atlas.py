@@ -96,13 +96,6 @@ def test_type_table_counts_every_head(atlas):
     assert "first-token/sink" in table.index
 
 
-def test_typical_row_names_each_token_with_its_position():
-    example = {"query": 7, "token": "it", "n_tokens": 30,
-               "keys": [[3, "report", 0.61], [7, "it", 0.2]]}
-    assert exatlas.typical_row(example) == (
-        "query `it` at 7 of a 30-token text → `report` at 3 (0.61), `it` at 7 (0.20)")
-
-
 def test_predictor_is_named_in_words():
     words = exatlas.predictor_words("distance-floor:budget target_sparsity=0.9")
     assert "distance-floor" not in words and "target_sparsity" not in words
