@@ -184,7 +184,7 @@ def test_extra_metrics_read_out_and_overview_colour(with_projections):
     assert f"mass recall {float(expected.mass_recall[2, 0]):.3f}" in head
     assert f"block recall 16 {float(expected.block_recall16[2].mean()):.3f}" in layer
     (grid,) = [f for f in figures(at) if f["data"][0].get("marker", {}).get("colorbar")]
-    assert grid["data"][0]["marker"]["colorbar"]["title"]["text"] == "exact_fraction"
+    assert grid["data"][0]["marker"]["colorbar"]["title"]["text"] == "exact rows"  # in words
     colours = grid["data"][0]["marker"]["color"]
     if isinstance(colours, dict):  # plotly's typed-array encoding
         colours = np.frombuffer(base64.b64decode(colours["bdata"]), colours["dtype"]).tolist()
