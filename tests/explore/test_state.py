@@ -230,7 +230,7 @@ def test_problem_messages_name_what_is_expected():
                                              "global": "first,middle"})
     assert problems == [
         "ignored URL parameter method='magic': expected one of distance-floor, distance, "
-        "quantization, kmeans, rowfrac, kmeans-routed, hashattention, quest, block, fixed, "
+        "quantization, kmeans, rowfrac, kmeans-routed, quest, hashattention, block, fixed, "
         "longformer, bigbird, reformer, routing, topk, topp",
         "ignored URL parameter global='first,middle': expected a comma list of "
         "('first', 'last') or 'none'",
