@@ -16,13 +16,10 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sparsefinder.bundle import MANIFEST, Bundle, BundleError, read_manifest
 from sparsefinder.user_cache import user_cache_dir
-
-if TYPE_CHECKING:
-    from sparsefinder.models.loading import LoadedModel
 
 #: Values hashed per weight tensor at most (a strided sample): enough to tell two
 #: checkpoints apart, cheap enough to run at every load of an 8B model.
@@ -34,7 +31,7 @@ def bundles_root(root: str | Path | None = None) -> Path:
     return Path(root) if root is not None else user_cache_dir("bundles")
 
 
-def model_fingerprint(loaded: LoadedModel) -> str:
+def model_fingerprint(loaded: Any) -> str:
     """16 hex digits of SHA-256 over the architecture, the layers' α and sampled weights."""
     import torch
 
@@ -67,7 +64,7 @@ def open_bundle(folder: Path, verify: bool = True) -> Bundle:
     return found
 
 
-def find_bundle(loaded: LoadedModel, root: str | Path | None = None) -> Bundle | None:
+def find_bundle(loaded: Any, root: str | Path | None = None) -> Bundle | None:
     """The prepared bundle of ``loaded``'s weights (None: not prepared)."""
     folder = bundle_folder(model_fingerprint(loaded), root)
     if not (folder / MANIFEST).is_file():
