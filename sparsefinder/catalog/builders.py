@@ -85,7 +85,7 @@ def _routed_kmeans(mode: str) -> Builder:
         if c.projections is None:  # its model_id tells which model's codebooks apply
             raise CodebooksError("kmeans-routed needs the model's projections to know its "
                                  "model id; pass projections=...")
-        books = bundled_codebooks()
+        books = bundled_codebooks(model_id=c.projections.model_id)
         if c.projections.model_id != books.model_id:
             raise CodebooksError(
                 f"the bundled key codebooks are for {books.model_id!r}, not "
