@@ -45,6 +45,9 @@ def test_notebook_controls_drive_the_view(view) -> None:
     summary = view.session.summary()
     assert 0.0 <= summary["model"].recall <= 1.0 and 0.0 <= summary["model"].sparsity <= 1.0
     assert box.children[-1] is view._grid_fig
+    view.set(method="distance-floor:budget", layer=1, head=3)  # from code: controls follow
+    assert (view._method.value, view._layer.value, view._head.value) == (
+        "distance-floor:budget", 1, 3)
 
 
 def test_notebook_save_html_is_one_self_contained_file(view, tmp_path) -> None:
