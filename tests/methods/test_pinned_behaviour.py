@@ -79,7 +79,7 @@ def current_links() -> dict[str, dict]:
     out: dict[str, dict] = {}
     for family, calibrations in APP_CALIBRATIONS.items():
         for calibration in calibrations:
-            state = ViewState(method=family, calibration=calibration, t=1.25, clusters=8,
+            state = ViewState(method=family, calibration=calibration, t=1.25, clusters=8, bins=4,
                               pages=4, target=0.85)
             spec = to_spec(state)
             out[f"{family}:{calibration}"] = {
