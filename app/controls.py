@@ -28,8 +28,9 @@ def _method_control(prepared: prep.PreparedText | None) -> None:
         "Method", [f for names in app_methods.METHOD_GROUPS.values() for f in names],
         format_func=app_methods.menu_label,
         help="Predictor families, grouped: Sparsefinder (learned projections), other "
-             "predictors, fixed patterns and oracles (bounds that need the full score "
-             "matrix). Its hyperparameters are live sliders on each page; window and global "
+             "predictors, fixed patterns and references on the exact scores (top-k, top-p: they "
+             "read the full score matrix; uniform per query, so not bounds). Its "
+             "hyperparameters are live sliders on each page; window and global "
              "tokens are added to any method (paper §4.7). SparseBERT's static masks are "
              "fitted on train graphs: compare them on the Pareto page of `sparsefinder sweep`.",
         **{**bind("w_method", "method"), "on_change": _method_changed, "args": ()},

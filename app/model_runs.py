@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pandas as pd
@@ -128,20 +128,23 @@ def _reference(cache_key: tuple, _loaded: LoadedModel, text: str,
     return accuracy.reference(_loaded, text)
 
 
-def text_accuracy_sweep(ctx: AppContext, methods: list[str], compute: bool) -> Any:
+def text_accuracy_sweep(ctx: AppContext, methods: list[str], compute: bool,
+                        extra: Sequence[Any] = ()) -> Any:
     """Sparsity–accuracy points of ``methods`` on the current text (one restricted forward
-    per grid point), from the store, or computed now with a progress bar; None if not yet."""
+    per grid point), then of the ``extra`` points (``accuracy_sweep``'s ``ExtraPoint``: the
+    current method's calibrated curve), from the store, or computed now with a progress bar;
+    None if not yet."""
     from sparsefinder.evaluation.accuracy_sweep import accuracy_sweep
 
     store = shared_store("text_accuracy", 8)
-    key = (*ctx.cache_key, tuple(methods))
+    key = (*ctx.cache_key, tuple(methods), tuple(e.spec.key for e in extra))
     if key in store or not compute:
         return store.get(key)
     bar = st.progress(0.0, text="Accuracy axis: waiting for the model…")
     with model_run(ctx.cache_key.model, ctx.cache_key.alpha) as loaded:
         frame = accuracy_sweep(
             loaded, [ctx.prepared.record.text], ctx.prepared.projections, methods,
-            model_name=ctx.cache_key.model,
+            model_name=ctx.cache_key.model, extra=extra,
             on_progress=lambda f, m: bar.progress(min(max(f, 0.0), 1.0),
                                                   text=f"Accuracy axis: {m}"))
     bar.empty()

@@ -5,12 +5,13 @@ plus recall and sparsity. Prints per-component medians and, last, ``ms=<median t
 
 ``--predictor kmeans-routed`` (RoutedKMeans, B=128, budget 0.08 on d=32 original vectors),
 ``--predictor topp`` (TopP(0.9), an oracle, d=32), ``--predictor distance-budget``
-(per-head squared thresholds on r=8 projected vectors, each head's set at its 10 % quantile,
-sparsity ~0.90) or ``--predictor distance-floor-budget`` (the app's first screen: the same
-thresholds with each row's 5 nearest keys) time that predictor instead, and the total
-then includes EVERY metric, scored as the sweep and the app score them (one ``Scorer`` per text):
-recall, sparsity, precision, exact fraction, attention-mass recall and block recall at 16 and
-64. The process tunes glibc malloc as the app and the CLI do. ``--smoke``: n=64, two repeats.
+(per-head squared thresholds on 11-coordinate projected vectors, the width of the bundled
+calibrated projections (r = 9 plus the two augmentation coordinates), each head's set at its
+10 % quantile, sparsity ~0.90) or ``--predictor distance-floor-budget`` (the app's first
+screen: the same thresholds with each row's 5 nearest keys) time that predictor instead, and the
+total then includes EVERY metric, scored as the sweep and the app score them (one ``Scorer``
+per text): recall, sparsity, precision, exact fraction, attention-mass recall and block recall at
+16 and 64. The process tunes glibc malloc as the app and the CLI do. ``--smoke``: n=64, two repeats.
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ ALLOCATOR_TUNED = tune_cpu_allocator()
 LAYERS, HEADS, N, R, B, TOP_K = 6, 12, 512, 4, 8, 2
 D, ROUTED_B, ROUTED_BUDGET, TOPP_P = 32, 128, 0.08, 0.9
 REPEATS, WARMUP = 30, 3
+# Coordinates of the calibrated distance predictors' vectors: the bundled projections'
+# rank 9 plus the two augmentation coordinates.
+PROJECTED_DIM = 11
 
 
 def timings_ms(fn: Callable[[], object], repeats: int = REPEATS, warmup: int = WARMUP
@@ -163,9 +167,9 @@ def all_metrics(name: str, n: int, timed: Callable) -> None:
             )
             for _ in range(LAYERS)
         ]
-    elif name in ("distance-budget", "distance-floor-budget"):  # projected r=8 vectors
-        qs = [torch.randn(HEADS, n, 8, generator=gen) for _ in range(LAYERS)]
-        ks = [torch.randn(HEADS, n, 8, generator=gen) for _ in range(LAYERS)]
+    elif name in ("distance-budget", "distance-floor-budget"):  # projected vectors
+        qs = [torch.randn(HEADS, n, PROJECTED_DIM, generator=gen) for _ in range(LAYERS)]
+        ks = [torch.randn(HEADS, n, PROJECTED_DIM, generator=gen) for _ in range(LAYERS)]
         predictors = []
         for q, k in zip(qs, ks, strict=True):
             squared = torch.cdist(q, k).square().flatten(1)

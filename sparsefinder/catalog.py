@@ -254,7 +254,7 @@ def _builtin_methods() -> list[Method]:
                lambda p, c: Reformer(int(p["n_buckets"]), seed=c.layer)),
         Method("routing", "Routing (k-means)", (_int("n_clusters", 4, 1, "clusters", app_high=32),),
                lambda p, c: Routing(int(p["n_clusters"]), seed=c.layer)),
-        Method("topk", "Top-k (oracle bound)",
+        Method("topk", "Top-k by exact scores (reference)",
                (_int("k", 8, 1, "keys per query", "keys", app_high=128),),
                lambda p, c: TopK(int(p["k"])), inputs="original", oracle=True),
         Method("sparsebert-dams", "SparseBERT DAMs (static)", (TARGET_SPARSITY,),
@@ -272,7 +272,7 @@ def _builtin_methods() -> list[Method]:
                (_int("n_clusters", 128, 1, "B", app_high=128),
                 _int("n_routes", 4, 1, "routes", app_high=64)),
                _routed_kmeans("top"), inputs="original"),
-        Method("topp", "Top-p of entmax (oracle bound)",
+        Method("topp", "Top-p of exact entmax (reference)",
                (Param("p", float, 0.9, label="mass p", url="p", **SHARE),),
                lambda p, c: TopP(float(p["p"])), inputs="original", oracle=True),
         # long-context baselines: training-free page bounds; learned hash codes

@@ -118,10 +118,11 @@ def _head_card(atlas: HeadAtlas, ctx: shell.AppContext, layer: int, head: int) -
                     config=common_figures.chart_config(f"atlas_L{layer}H{head}"),
                     key="w_at_dist")
     examples = atlas.examples.get(f"{layer}.{head}") or []
-    st.markdown("**Typical rows** (nearest to the head's mean behaviour)")
+    st.markdown("**Typical rows** (nearest to the head's mean behaviour; positions in "
+                "brackets, then each key's probability)")
     for example in examples:
-        keys = ", ".join(f"`{tok}` {p:.2f}" for _, tok, p in example["keys"])
-        st.markdown(f"- query {example['query']} `{example['token']}` of a "
+        keys = ", ".join(f"`{tok}` ({j}) {p:.2f}" for j, tok, p in example["keys"])
+        st.markdown(f"- query `{example['token']}` ({example['query']}) of a "
                     f"{example['n_tokens']}-token text → {keys}")
 
 
@@ -135,9 +136,11 @@ def atlas_view() -> None:
     top = st.columns([2, 3, 1], vertical_alignment="bottom")
     top[0].selectbox("Colour by", list(exatlas.STATISTICS), key="w_at_color",
                      format_func=exatlas.STATISTICS.get, on_change=_to_url, args=("w_at_color",))
-    top[1].text_input("Filter heads", key="w_at_filter", placeholder="e.g. pred_recall<0.7",
+    top[1].text_input("Filter heads", key="w_at_filter", placeholder="e.g. gold_sparsity>0.95",
                       on_change=_to_url, args=("w_at_filter",),
-                      help="STATISTIC<VALUE (or >, <=, >=) with a column of heads.csv")
+                      help="COLUMN<VALUE (or >, <=, >=), COLUMN a column of the heads.csv "
+                           "download: " + ", ".join(f"{c} ({w})" for c, w in
+                                                   exatlas.STATISTICS.items()))
     top[2].selectbox("Passages", PASSAGE_CHOICES, key="w_at_pass", on_change=_to_url,
                      args=("w_at_pass",), format_func=lambda p: "all" if p == 0 else str(p))
     atlas, cached = _atlas(ctx, int(st.session_state["w_at_pass"]))
@@ -158,16 +161,18 @@ def atlas_view() -> None:
         st.warning(str(error), icon=":material/warning:")
         rule = None
     keep = exatlas.filter_mask(atlas.heads, rule)
-    grid_col, types_col = st.columns([3, 2])
+    grid_col, types_col = st.columns([1, 1])
     with grid_col:
         st.markdown(f"**Layers × heads** · {exatlas.STATISTICS[column]}; click a head")
         st.plotly_chart(atlas_figures.grid_figure(atlas, column, exatlas.STATISTICS[column],
                                                   (layer, head), keep.to_numpy()),
                         config=common_figures.chart_config(f"atlas_{column}"), key="w_at_grid",
                         on_select=_pick_from_grid, selection_mode="points")
+        st.caption("Symbols: " + atlas_figures.symbol_key())
     with types_col:
         st.markdown("**Pattern types per layer**")
-        st.dataframe(exatlas.type_table(atlas))
+        types = exatlas.type_table(atlas)
+        st.dataframe(types, height=36 * (len(types) + 1) + 4)
     if rule is not None:
         shown = atlas.heads.loc[keep, ["layer", "head", "type", rule[0], "gold_sparsity"]]
         st.markdown(f"**{len(shown)} heads with {st.session_state['w_at_filter'].strip()}**")

@@ -57,9 +57,7 @@ _SOFTMAX_NOTE = ("Grey, crossed: {layers} ran softmax (α = 1), so every allowed
                  "the sweep does.")
 #: The gold sparsity is shown under each sparsity metric, as its delta: "gold 0.944".
 GOLD_PREFIX = "gold "
-_EXTRA_LABELS = {"precision": "precision", "exact_fraction": "exact rows",
-                 "mass_recall": "mass recall", "block_recall16": "block recall 16",
-                 "block_recall64": "block recall 64"}
+_EXTRA_LABELS = urlstate.METRIC_LABELS
 _EXTRA_HELP = ("precision: share of predicted pairs that are gold edges · exact rows: share of "
                "query rows whose whole gold support is predicted (they get exactly the true "
                "attention) · mass recall: share of the gold probability mass kept · block "
@@ -160,13 +158,15 @@ def _explorer() -> None:
     grid_col, dl_col = st.columns([2, 1])
     with grid_col:
         st.radio("Overview colour", list(urlstate.OVERVIEW_METRICS), horizontal=True,
+                 format_func=urlstate.METRIC_LABELS.get,
                  help="Colour of the layer × head grid below (kept in the link).",
                  **shell.bind("w_colour_by", "overview"))
         metric = shell.view_state().overview
-        st.markdown(f"**All layers × heads** · coloured by {metric}; click a cell to open it")
+        words = urlstate.METRIC_LABELS[metric]
+        st.markdown(f"**All layers × heads** · coloured by {words}; click a cell to open it")
         values = getattr(scores, metric).numpy()
         softmax = live.softmax_layers(scores)
-        st.plotly_chart(graph_figures.overview_figure(values, metric, (layer, head), softmax),
+        st.plotly_chart(graph_figures.overview_figure(values, words, (layer, head), softmax),
                         config=common_figures.chart_config(f"overview_{metric}"), key="w_overview",
                         on_select=_pick_from_grid, selection_mode="points")
         if softmax:

@@ -13,6 +13,7 @@ import streamlit as st
 
 from app import shell
 from sparsefinder.evaluation import curves, frontier
+from sparsefinder.explore import accuracy as accuracy_view_model
 from sparsefinder.explore import live, tables
 from sparsefinder.explore import pareto as pareto_view_model
 from sparsefinder.figures import accuracy as accuracy_figures
@@ -83,7 +84,9 @@ def _apply_click(ctx: shell.AppContext) -> None:
         return
     state, _ = live.clamp(shell.view_state().with_(**changes), ctx.prepared)
     shell.set_view_state(state)
-    st.session_state[LOADED_KEY] = (True, f"Loaded {curve}: {live.describe(spec)}.")
+    st.session_state[LOADED_KEY] = (
+        True, f"Loaded from the {pareto_view_model.curve_label(curve)} curve: "
+              f"{live.describe(spec)}.")
     st.rerun(scope="app")  # the sidebar's method and the sliders show it
 
 
@@ -137,23 +140,34 @@ ACCURACY_CURVES = ("distance", "distance+window", "kmeans", "kmeans-top2+window"
                    "quantization", "window", "longformer", "bigbird")
 
 
-def _accuracy_axis(ctx: shell.AppContext, methods: list[str], gold: float | None) -> None:
-    """The sparsity–accuracy view of this text: the model's output under each setting."""
+def _accuracy_axis(ctx: shell.AppContext, methods: list[str], gold: float | None,
+                   state, label: str) -> None:
+    """The sparsity–accuracy view of this text: the model's output under each setting, the
+    current method's own curve (the app's default on opening) and the current setting's ★."""
     if not st.toggle("Accuracy axis: how much each setting changes the model's output "
                      "(runs the model once per grid point)", key="w_pareto_accuracy"):
         return
     curves = [m for m in ACCURACY_CURVES if m in methods]
+    own = accuracy_view_model.current_curve(state, ctx.prepared)
     clicked = st.button("Compute the accuracy axis for this text", key="w_accuracy_run")
-    frame = shell.text_accuracy_sweep(ctx, curves, compute=clicked)
+    frame = shell.text_accuracy_sweep(ctx, curves, compute=clicked, extra=own)
     if frame is None:
-        st.caption(f"Not computed yet: {', '.join(curves)} on this text.")
+        names = [*(pareto_view_model.curve_label(m) for m in curves[:3]), "…",
+                 *([pareto_view_model.curve_label(own[0].curve)] if own else [])]
+        st.caption(f"Not computed yet on this text: {', '.join(names)}.")
         return
-    fig = accuracy_figures.accuracy_figure(
-        frame, gold, title="Sparsity–accuracy on this text",
-        measures=("output_cosine", "embedding_cosine"))
+    measures = ("output_cosine", "embedding_cosine")
+    fig = accuracy_figures.accuracy_figure(frame, gold, title="Sparsity–accuracy on this text",
+                                           measures=measures)
+    spec = live.spec_for(state, ctx.prepared)
+    mine = shell.cached_accuracy(ctx.cache_key, spec.key, spec, ctx.prepared)
+    accuracy_figures.mark_current(fig, mine.sparsity, {"output_cosine": mine.output_cosine,
+                                                       "embedding_cosine": mine.embedding_cosine},
+                                  measures, label)
     st.plotly_chart(fig, config=common_figures.chart_config("pareto_accuracy_text"),
                     key="w_fig_pareto_accuracy")
-    st.caption("Full α-entmax is the black diamond (accuracy 1 at the gold sparsity); "
+    st.caption("Full α-entmax is the black diamond (accuracy 1 at the gold sparsity), the star "
+               "your setting; "
                "colours are those of the recall chart; retrieval agreement on the validation "
                "split: `sparsefinder sweep --accuracy`.")
 
@@ -188,7 +202,7 @@ def pareto_view() -> None:
     with st.expander("Recall of each frontier at fixed sparsity"):
         _frontier_table(frame, groups)
 
-    _accuracy_axis(ctx, methods, frame.attrs.get("gold_sparsity"))
+    _accuracy_axis(ctx, methods, frame.attrs.get("gold_sparsity"), state, label)
 
     st.subheader("Validation corpus")
     left, right = st.columns([1, 3], vertical_alignment="bottom")
@@ -214,7 +228,9 @@ def pareto_view() -> None:
 
 ctx = shell.context()
 st.caption("Each point is one hyperparameter setting, macro-averaged over layers and heads; "
-           "lines are each method's Pareto frontier, the grey dashed one an oracle's bound; "
+           "lines are each method's Pareto frontier; grey dashed: references that read the exact "
+           "scores (a uniform top-k or top-p per query: not a bound, a cheap predictor can keep "
+           "more gold edges at the same sparsity); "
            "the star is your setting. Click a point to load it.")
 if shell.show_messages(ctx):
     pareto_view()

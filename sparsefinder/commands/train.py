@@ -63,7 +63,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
              "lowrank: training-free rank-r approximation of each head's scores "
              "(projected vectors then have r + 3 coordinates, see "
              "sparsefinder.projections.lowrank); "
-             "lowrank-logistic: lowrank refined with a logistic loss",
+             "lowrank-logistic: lowrank refined with a logistic loss; lowrank-mass: the "
+             "same with each gold edge weighted by its entmax probability",
     )
     parser.add_argument("--rank", type=int, default=4,
                         help="projection dimension r (lowrank: rank of the score approximation)")

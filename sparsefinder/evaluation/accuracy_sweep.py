@@ -24,8 +24,11 @@ the best value among frontier points at that sparsity or sparser).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import math
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,6 +41,7 @@ from sparsefinder.evaluation.curves import CURVES, resolve_methods, with_labels
 from sparsefinder.evaluation.frontier import SPARSITY_LEVELS
 from sparsefinder.evaluation.plan import plan_sweep
 from sparsefinder.evaluation.restricted import RestrictionStats, projections_required, spec_graph
+from sparsefinder.methods.spec import PredictorSpec
 from sparsefinder.models.loading import LoadedModel
 from sparsefinder.projections.heads import HeadProjections
 
@@ -60,6 +64,16 @@ def is_sparsefinder(method: str) -> bool:
     return method.split("+")[0] in SPARSEFINDER_FAMILIES
 
 
+@dataclasses.dataclass(frozen=True)
+class ExtraPoint:
+    """A setting an accuracy sweep adds to its grid, with what it is built from."""
+
+    curve: str
+    spec: PredictorSpec
+    projections: HeadProjections | None = None
+    fitted: Any = None
+
+
 def accuracy_sweep(
     loaded: LoadedModel,
     texts: Sequence[str],
@@ -71,8 +85,11 @@ def accuracy_sweep(
     model_name: str = "MODEL",
     on_progress: ProgressFn | None = None,
     reference: EncodedTexts | None = None,
+    extra: Sequence[ExtraPoint] = (),
 ) -> pd.DataFrame:
-    """One row per grid point: in-run ``sparsity`` and every measure of
+    """One row per grid point (then one per ``extra`` point: a setting built from parts the
+    caller holds, e.g. a calibrated curve read from a bundled table, which a sweep fits on
+    train graphs): in-run ``sparsity`` and every measure of
     :func:`sparsefinder.evaluation.accuracy.compare`. Curves learned from training graphs are
     skipped
     without ``train_records``; grid points the projections cannot build (k-means without
@@ -88,11 +105,14 @@ def accuracy_sweep(
     if any(CURVES[n].needs_projections for n in names) and projections is None:
         raise projections_required(model_name, f"methods {names}")
     points = plan_sweep(names, projections, loaded.num_layers, train_records).points
+    todo = [(p.curve, p.spec, functools.partial(spec_graph, p.spec, projections,
+                                                predictors=p.predictors)) for p in points]
+    todo += [(e.curve, e.spec, functools.partial(spec_graph, e.spec, e.projections,
+                                                 fitted=e.fitted)) for e in extra]
     rows = []
-    for index, point in enumerate(points):
-        name, spec = point.curve, point.spec
-        graph_fn = spec_graph(spec, projections, loaded.num_layers, model_name=model_name,
-                              predictors=point.predictors)
+    for index, (name, spec, graph_of) in enumerate(todo):
+        clock = [0.0]
+        graph_fn = _timed(graph_of(loaded.num_layers, model_name=model_name), clock)
         stats = RestrictionStats()
         restricted = encode(loaded.model, loaded.tokenizer, texts, graph_fn=graph_fn,
                             warn_empty=False, stats=stats, **run)
@@ -104,10 +124,23 @@ def accuracy_sweep(
             "layer_cosine": json.dumps(scores.get("layer_cosine", [])),
             "sparsity_per_layer": json.dumps([round(x, 6) for x in per_layer]),
             "repaired_rows": stats.repaired_fraction, "n_texts": len(texts),
+            "predict_ms": 1000 * clock[0] / len(texts),
         })
         if on_progress is not None:
-            on_progress((index + 1) / len(points), f"{name} {spec.params_json()}")
+            on_progress((index + 1) / len(todo), f"{name} {spec.params_json()}")
     return pd.DataFrame(rows)
+
+
+def _timed(graph_fn: Callable[..., Any], clock: list[float]) -> Callable[..., Any]:
+    """``graph_fn`` adding the seconds its calls take to ``clock[0]``: a point's prediction
+    cost (every layer, its projections included) apart from the model's forward."""
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return graph_fn(*args, **kwargs)
+        finally:
+            clock[0] += time.perf_counter() - start
+    return timed
 
 
 # ==================================================================== frontiers
@@ -151,9 +184,10 @@ def at_sparsity(
 
 
 #: Columns of :func:`accuracy_table`: the graph's own measures (from the recall sweep of the
-#: same configuration) beside what it does to the model.
+#: same configuration) beside what it does to the model, and what its prediction cost
+#: (``predict_ms``: per text, every layer, measured inside the restricted forward).
 TABLE_COLUMNS = ("sparsity", "recall", "mass_recall", "exact_fraction", "output_cosine",
-                 "embedding_cosine", "retrieval_top1", "retrieval_ndcg10")
+                 "embedding_cosine", "retrieval_top1", "retrieval_ndcg10", "predict_ms")
 
 
 def accuracy_table(df: pd.DataFrame, levels: Sequence[float] = SPARSITY_LEVELS,

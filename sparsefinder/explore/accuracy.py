@@ -11,11 +11,13 @@ the app computes once per text and caches.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sparsefinder.evaluation.accuracy import EncodedTexts, compare, encode
+from sparsefinder.evaluation.accuracy_sweep import ExtraPoint
 from sparsefinder.evaluation.restricted import RestrictionStats, spec_graph
+from sparsefinder.explore import live
 from sparsefinder.methods.spec import PredictorSpec
 from sparsefinder.models.loading import LoadedModel
 from sparsefinder.projections.heads import HeadProjections
@@ -98,3 +100,27 @@ def task_accuracy(
     return TaskAccuracy(retrieval_top1=float(scores["retrieval_top1"]),
                         retrieval_ndcg10=float(scores["retrieval_ndcg10"]),
                         embedding_cosine=float(scores["embedding_cosine"]), n_texts=len(texts))
+
+
+#: Targets at which the accuracy axis draws the current method's calibrated curve (where the
+#: bundled table has them): one restricted forward each.
+CURVE_TARGETS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98)
+
+
+def current_curve(state: Any, prepared: Any) -> list[ExtraPoint]:
+    """The current method's calibrated curve as accuracy-sweep points (its settings at
+    :data:`CURVE_TARGETS`, built from the bundled table as the live view builds them), so the
+    sparsity–accuracy chart shows the method on screen — the app's default on opening — which
+    the grid sweep cannot fit without train graphs; [] for a method without a target."""
+    table = prepared.calibration
+    method = live.effective_method(state, prepared)
+    if table is None or ":" not in method or not table.has(method):
+        return []
+    points = []
+    for target in CURVE_TARGETS:
+        if target not in table.targets:
+            continue
+        spec = live.spec_for(replace(state, target=target), prepared)
+        points.append(ExtraPoint(method, spec, prepared.projections_for(spec.method_id),
+                                 prepared.fitted(spec.method_id)))
+    return points

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from sparsefinder.analysis.atlas_predictor import bundled_predictor
 from sparsefinder.analysis.atlas_types import PATTERN_LABELS
 from sparsefinder.explore.corpus import corpus_records
 from sparsefinder.explore.texts import encode_text
+from sparsefinder.user_cache import user_cache_dir
 
 ProgressFn = Callable[[float, str], None]
 
@@ -61,11 +61,7 @@ _FILTER = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|>=|<|>)\s*(-?[0-9.]+(?:e-?[0-9]+)?
 
 def cache_dir() -> Path:
     """Where computed atlases are kept (see the module docstring)."""
-    root = os.environ.get("SPARSEFINDER_CACHE_DIR")
-    if root:
-        return Path(root) / "atlas"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return Path(xdg or Path.home() / ".cache") / "sparsefinder" / "atlas"
+    return user_cache_dir("atlas")
 
 
 @dataclass(frozen=True)

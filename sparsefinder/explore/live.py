@@ -21,6 +21,7 @@ from sparsefinder.explore.app_methods import APP_CALIBRATIONS, method_label
 from sparsefinder.explore.layer_masks import LazyMasks
 from sparsefinder.explore.prepared import PreparedText, default_pages, default_threshold
 from sparsefinder.explore.state import DEFAULT_CLUSTERS, MAX_PAGES, ViewState, to_spec
+from sparsefinder.methods.registry import get_method
 from sparsefinder.methods.spec import (
     LayerPrediction,
     PredictorSpec,
@@ -202,14 +203,29 @@ def describe(spec: PredictorSpec) -> str:
         "quantization": lambda: f"quantization β={p['bins']}",
         "kmeans": lambda: f"k-means B={p['n_clusters']} k={p['top_k']}",
     }
-    if spec.method_id not in labels:
-        return spec.label()
-    pieces = [labels[spec.method_id]()]
+    if spec.method_id in labels:
+        pieces = [labels[spec.method_id]()]
+    elif spec.method == "fixed":
+        pieces = []
+    else:  # a generated family: its name, each parameter by its slider label
+        declared = {param.name: param.label for param in get_method(spec.method).params}
+        words = [get_method(spec.method).label.split(" (")[0]]
+        for name, value in spec.params:
+            label = declared.get(name) or name
+            words.append(f"{label}={_short(value)}" if len(label) <= 3
+                         else f"{label} {_short(value)}")
+        pieces = [", ".join(words) if any(" " in w for w in words[1:])
+                  else " ".join(words)]
     if spec.window:
         pieces.append(f"window {spec.window}")
     if spec.global_tokens:
         pieces.append("global " + "+".join(spec.global_tokens))
-    return " ∪ ".join(pieces)
+    return " ∪ ".join(pieces) or "empty graph"
+
+
+def _short(value: Any) -> str:
+    """A parameter value as a label shows it (``0.1``, ``23``)."""
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
 @torch.inference_mode()

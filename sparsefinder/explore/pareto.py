@@ -3,7 +3,7 @@ state, and how its tables and "not swept" note read.
 
 Forty curves on one chart are unreadable, so the page draws a curated few by default
 (:data:`DEFAULT_CURVES`: the best calibrated method, the paper's Sparsefinder, three cheap
-patterns and the top-k oracle as an upper bound) and adds whole groups on request
+patterns and top-k by exact scores as a reference) and adds whole groups on request
 (:data:`PAGE_GROUPS`, kept in the link as ``curves=group,group``).
 """
 
@@ -29,7 +29,7 @@ from sparsefinder.explore.state import MAX_BINS, MAX_PAGES, MAX_TOP_K, WINDOW_CH
 
 #: Drawn by default: the app's default method (calibrated distance with a per-row floor) and
 #: the calibrated distance alone, the paper's Sparsefinder (distance, alone and with a window
-#: of 3), three baselines, the top-k oracle.
+#: of 3), three baselines, top-k by exact scores (a reference).
 DEFAULT_CURVES: tuple[str, ...] = (
     "distance-floor:budget", "distance:budget", "distance", "distance+window",
     "window", "bigbird", "longformer", "topk",
@@ -63,7 +63,8 @@ PAGE_GROUPS: dict[str, tuple[str, ...]] = _page_groups()
 
 def curve_label(curve: str) -> str:
     """The legend name of a curve: its display name, the one the menu, the CSVs and the CLI
-    show (an oracle's says it is a bound: "Top-k (oracle bound)")."""
+    show (a reference computed from the exact scores says so: "Top-k by exact scores
+    (reference)")."""
     return curve_display_name(curve)
 
 

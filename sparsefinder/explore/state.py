@@ -160,6 +160,10 @@ COREF_TEXTS = ("probes", "own")
 COREF_SCOPES = ("probe", "all")
 #: Metrics the layer × head overview can be coloured by (every metric the Scorer gives).
 OVERVIEW_METRICS = ("recall", "sparsity", *EXTRA_METRICS)
+#: What the page shows for each metric (the link keeps the short name).
+METRIC_LABELS = {"recall": "recall", "sparsity": "sparsity", "precision": "precision",
+                 "exact_fraction": "exact rows", "mass_recall": "mass recall",
+                 "block_recall16": "block recall 16", "block_recall64": "block recall 64"}
 
 
 def parse_view_state(

@@ -13,8 +13,8 @@ from plotly.subplots import make_subplots
 
 from sparsefinder.evaluation.accuracy_sweep import MEASURE_LABELS, MEASURES, frontier
 from sparsefinder.explore.pareto import curve_label
-from sparsefinder.figures.palette import FULL_MARKER, method_color, method_dash
-from sparsefinder.figures.pareto import MARGIN, legend_height
+from sparsefinder.figures.palette import CURRENT_MARKER, FULL_MARKER, method_color, method_dash
+from sparsefinder.figures.pareto import CURRENT_NAME, MARGIN, legend_height
 
 
 def accuracy_figure(
@@ -63,3 +63,19 @@ def accuracy_figure(
                       legend={"title": "method (frontier)", "x": 1.02, "xanchor": "left",
                               "y": 1.0, "yanchor": "top"})
     return fig
+
+
+def mark_current(fig: go.Figure, sparsity: float, values: dict[str, float],
+                 measures: Sequence[str], label: str) -> go.Figure:
+    """The current slider setting as a star on each panel of :func:`accuracy_figure` (the
+    same star as on the recall chart)."""
+    cols = 2
+    for index, measure in enumerate(measures):
+        fig.add_trace(go.Scatter(
+            x=[sparsity], y=[values[measure]], mode="markers", name=CURRENT_NAME,
+            marker=CURRENT_MARKER, showlegend=index == 0, legendgroup="current",
+            hovertemplate=f"{label}<br>sparsity=%{{x:.4f}}<br>{measure}=%{{y:.4f}}"
+                          "<extra>your setting</extra>",
+        ), row=index // cols + 1, col=index % cols + 1)
+    return fig
+

@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 
 from sparsefinder.analysis.atlas import HeadAtlas
 from sparsefinder.analysis.atlas_stats import SPARSITY_BINS
-from sparsefinder.analysis.atlas_types import PATTERN_TYPES
+from sparsefinder.analysis.atlas_types import PATTERN_LABELS, PATTERN_TYPES
 from sparsefinder.figures.common import fast_figure
 
 #: One colour per pattern type (the map's legend).
@@ -16,6 +16,11 @@ TYPE_COLOURS = dict(zip(PATTERN_TYPES, ("#9e9e9e", "#d62728", "#1f77b4", "#2ca02
                                         "#ff7f0e", "#9467bd", "#8c564b"), strict=True))
 _SHORT = {"dense": "D", "sink": "S", "diagonal": "=", "previous": "←", "next": "→",
           "local": "L", "broad": "B", "mixed": "·"}
+
+
+def symbol_key() -> str:
+    """What each symbol of :func:`grid_figure` stands for, e.g. ``"S first-token/sink"``."""
+    return " · ".join(f"**{_SHORT[kind]}** {PATTERN_LABELS[kind]}" for kind in PATTERN_TYPES)
 
 
 def head_names(atlas: HeadAtlas) -> list[str]:
@@ -41,7 +46,7 @@ def grid_figure(atlas: HeadAtlas, column: str, label: str, selected: tuple[int, 
              marker=dict(symbol="square", size=size, color=np.nan_to_num(values, nan=low),
                          colorscale="Viridis", cmin=low, cmax=high if high > low else low + 1,
                          opacity=np.where(keep, 1.0, 0.18),
-                         colorbar=dict(title=dict(text=column), thickness=10)),
+                         colorbar=dict(title=dict(text=label), thickness=10)),
              customdata=np.column_stack([values, atlas.heads["type_label"]]),
              hovertemplate=f"L%{{y}}H%{{x}} · %{{customdata[1]}}<br>{label} "
                            "%{customdata[0]:.3f}<extra></extra>"),
@@ -83,14 +88,16 @@ def map_figure(atlas: HeadAtlas, selected: tuple[int, int]) -> go.Figure:
         if not which.any():
             continue
         data.append(dict(type="scatter", x=atlas.coords[which, 0], y=atlas.coords[which, 1],
-                         mode="markers+text", name=kind, text=names[which],
-                         textposition="top center", textfont=dict(size=8),
+                         mode="markers", name=kind, text=names[which],
                          customdata=atlas.heads.loc[which, ["layer", "head"]].to_numpy(),
                          marker=dict(size=10, color=TYPE_COLOURS[kind]),
                          hovertemplate="%{text} · " + kind + "<extra></extra>"))
     index = selected[0] * atlas.num_heads + selected[1]
+    # only the selected head is labelled (every label at once piled up): the others on hover
     data.append(dict(type="scatter", x=[atlas.coords[index, 0]], y=[atlas.coords[index, 1]],
-                     mode="markers", hoverinfo="skip", showlegend=False,
+                     mode="markers+text", text=[names[index]], textposition="top center",
+                     textfont=dict(size=12, color="crimson"), hoverinfo="skip",
+                     showlegend=False,
                      marker=dict(symbol="circle-open", size=18, color="crimson",
                                  line=dict(width=3))))
     layout = dict(height=460, margin=dict(l=10, r=10, t=10, b=10), plot_bgcolor="white",

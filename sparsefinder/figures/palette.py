@@ -49,7 +49,8 @@ def method_color(curve: str) -> str:
 
 
 def method_dash(curve: str) -> str:
-    """Line style: dashed for an oracle bound, dotted for ``+window``, else solid."""
+    """Line style: dashed for a reference on the exact scores, dotted for ``+window``, else
+    solid."""
     if curve in ORACLES:
         return "dash"
     return "dot" if "+" in curve else "solid"

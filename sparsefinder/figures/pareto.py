@@ -42,8 +42,9 @@ def pareto_figure(
 ) -> go.Figure:
     """All points (faint) and each method's frontier (line); gold sparsity as a dashed line.
 
-    An oracle (top-k) is a grey dashed bound, ``<method>+window`` is dotted in ``<method>``'s
-    colour. Hover shows params; each point's ``customdata`` is ``[params, curve]``.
+    A reference on the exact scores (top-k) is grey and dashed, ``<method>+window`` is dotted
+    in ``<method>``'s colour. Hover shows params; each point's ``customdata`` is
+    ``[params, curve]``.
     """
     fig = go.Figure()
     if frontier is None:  # a caller that already has it passes it

@@ -9,8 +9,8 @@ float64 one over the missed probabilities: on a 1 B decoder at 2048 tokens, most
 slider move. Here:
 
 - :func:`count_kept` reads each row's allowed run once (:func:`~sparsefinder.attention.masks.
-  allowed_key_range`), 16 keys at a time as two 64-bit words, and adds the kept pairs and the
-  16-tiles at once; nothing outside the run is read, so no AND is made;
+  allowed_key_range`), 16 keys at a time (two 64-bit words, or 16 bytes), and adds the kept
+  pairs and the 16-tiles at once; nothing outside the run is read, so no AND is made;
 - :func:`read_edges` loops over the gold edges of each row (listed once, row-major, cut into
   rows by ``row_ptr``) and sums, per head, the missed edges ``|G \\ Ĝ|`` (so the hits, for
   recall and precision), the rows with at least one miss (the exact fraction is the other
@@ -19,8 +19,8 @@ slider move. Here:
 
 Integer counts and tiles equal the tensor path's exactly; the lost mass is a float64 sum
 taken edge by edge instead of by differences of a cumulative sum (the two agree to ~1e-15
-relative). Compilation happens on the first call (about a second; cached on disk where numba
-can), never at import.
+relative). The kernels (:mod:`sparsefinder.metrics.scan_kernels`) compile on their first call
+(about a second), once per machine (numba's on-disk cache), never at import.
 """
 
 from __future__ import annotations
@@ -32,79 +32,15 @@ import torch
 from torch import Tensor
 
 #: Keys per tile of :func:`count_kept` (the scorer's smallest block).
-TILE = 16
+TILE = 16  # as scan_kernels.TILE (not imported from there: that would import numba)
 
 
 @cache
 def _kernels():  # noqa: ANN202 - returns two numba dispatchers
-    """Compile (once per process, lazily) both passes."""
-    from numba import njit
+    """The passes (numba imported on first use; each compiles once per machine)."""
+    from sparsefinder.metrics import scan_kernels
 
-    @njit(cache=True, nogil=True, error_model="numpy", boundscheck=False)
-    def read(bits, cells, row_ptr, probs, rows_per_head, missed, inexact, lost):  # noqa: ANN001,ANN202
-        heads = missed.shape[0]
-        for h in range(heads):
-            head_missed = 0
-            head_inexact = 0
-            head_lost = 0.0
-            for r in range(h * rows_per_head, (h + 1) * rows_per_head):
-                row_missed = 0
-                for e in range(row_ptr[r], row_ptr[r + 1]):  # branch-free: misses are
-                    miss = 1 - bits[cells[e]]  # as likely as hits on a poor predictor
-                    row_missed += miss
-                    head_lost += miss * probs[e]
-                head_missed += row_missed
-                head_inexact += row_missed > 0
-            missed[h] = head_missed
-            inexact[h] = head_inexact
-            lost[h] = head_lost
-
-    @njit(inline="always", error_model="numpy", boundscheck=False)
-    def bytes_of(row, lo, hi, tile_row):  # noqa: ANN001,ANN202
-        """Kept pairs of row[lo:hi] (inside one tile), byte by byte; marks the tile."""
-        got = 0
-        for j in range(lo, hi):
-            got += row[j]
-        if got:
-            tile_row[lo // TILE] = 1
-        return got
-
-    @njit(cache=True, nogil=True, error_model="numpy", boundscheck=False)
-    def count(mask, words, first, run, kept, tiles):  # noqa: ANN001,ANN202
-        """mask uint8 (H, n, m); words: the same as uint64 (H, n, m / 8) or an empty array
-        when a row is not whole words; first/run int64 (n,) → kept int64 (H,), tiles uint8
-        (H, ceil(n/16), ceil(m/16))."""
-        heads, n = mask.shape[0], mask.shape[1]
-        spread = np.uint64(0x0101010101010101)  # byte sums of a word land in its top byte
-        top = np.uint64(56)
-        for h in range(heads):
-            total = 0
-            for i in range(n):
-                lo, hi = first[i], first[i] + run[i]
-                row, tile_row = mask[h, i], tiles[h, i // TILE]
-                full_lo = (lo + TILE - 1) // TILE  # the whole tiles of the run:
-                full_hi = hi // TILE  # full_lo … full_hi - 1
-                if not words.shape[0] or full_lo >= full_hi:  # byte by byte, tile by tile
-                    for block in range(lo // TILE, (hi + TILE - 1) // TILE):
-                        total += bytes_of(row, max(lo, block * TILE),
-                                          min(hi, block * TILE + TILE), tile_row)
-                    continue
-                # the partial tiles at either end byte by byte; the whole ones as two words
-                # each (slices from 0: the loop vectorises)
-                if lo < full_lo * TILE:
-                    total += bytes_of(row, lo, full_lo * TILE, tile_row)
-                if hi > full_hi * TILE:
-                    total += bytes_of(row, full_hi * TILE, hi, tile_row)
-                row_words = words[h, i, 2 * full_lo:2 * full_hi]
-                row_tiles = tile_row[full_lo:full_hi]
-                for block in range(full_hi - full_lo):
-                    w = row_words[2 * block] + row_words[2 * block + 1]  # bytes <= 2
-                    got = np.int64((w * spread) >> top)
-                    total += got
-                    row_tiles[block] |= np.uint8(got != 0)
-            kept[h] = total
-
-    return read, count
+    return scan_kernels.read, scan_kernels.count
 
 
 def applies(pred: Tensor) -> bool:

@@ -73,6 +73,35 @@ class BilinearObjective(PairsObjective):
                 "logistic_bias": [round(float(x), 6) for x in shift], "log": log}
 
 
+class MassObjective(BilinearObjective):
+    """:class:`BilinearObjective` with each gold edge weighted by its entmax probability
+    (objective ``"lowrank-mass"``). Why: the uniform loss counts a key holding 0.001 of a row's
+    mass as much as one holding 0.9, while the model's output needs the heavy keys of every
+    row; weighting the positive term by ``p_ij`` (normalised over the batch: the loss keeps its
+    scale) spends the projections' few coordinates on the edges that carry the mass. The
+    non-edges keep their uniform weight (they have no mass to rank by)."""
+
+    def gradients(self, params: list[Tensor], step: int) -> tuple[list[Tensor], Tensor]:
+        cut = slice(step * self.batch_size, (step + 1) * self.batch_size)
+        self.weights = None if self.mass_rows is None else self.mass_rows[:, cut]
+        return super().gradients(params, step)
+
+    def held_out_loss(self, params: list[Tensor]) -> Tensor:
+        self.weights = self.held_mass
+        return super().held_out_loss(params)
+
+    def batch_gradients(self, params: list[Tensor], pairs: _LayerPairs, q_rows: Tensor,
+                        k_rows: Tensor, n_rows: Tensor) -> tuple[list[Tensor], Tensor]:
+        with torch.enable_grad():
+            loss = _loss(pairs.q_table[q_rows], pairs.k_table[k_rows], pairs.k_table[n_rows],
+                         params[:4], params[4], params[5], weights=self.weights)
+            return autograd_gradients(loss, params)
+
+
+#: The refinement's weighting of the gold edges, by objective name.
+WEIGHTINGS = {"uniform": BilinearObjective, "mass": MassObjective}
+
+
 def refine_lowrank(
     projections: HeadProjections,
     records: Sequence[AttentionRecord],
@@ -87,9 +116,14 @@ def refine_lowrank(
     early_stop: EarlyStop | None = None,
     checkpoint: Callable[[dict[str, Any]], None] | None = None,
     resume: dict[str, Any] | None = None,
+    weighting: str = "uniform",
 ) -> HeadProjections:
     """A refined copy of augmented (``lowrank``) projections, trained on TRAIN records
-    (loop options as in :func:`~sparsefinder.projections.hinge.train_projections`)."""
+    (loop options as in :func:`~sparsefinder.projections.hinge.train_projections`);
+    ``weighting="mass"``: each gold edge weighted by its entmax probability
+    (:class:`MassObjective`)."""
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"weighting must be one of {', '.join(WEIGHTINGS)}, got {weighting!r}")
     if projections.kind != "augmented":
         raise ValueError("refine_lowrank needs augmented projections from fit_lowrank()")
     _check_hyperparameters(
@@ -99,15 +133,17 @@ def refine_lowrank(
     for record in records:
         projections.check_record(record)
     fit, held = early_stop.split(records) if early_stop is not None else (records, [])
-    objective = BilinearObjective(projections, fit, held_out=held, batch_size=batch_size,
-                                  negatives_per_positive=negatives_per_positive, seed=seed)
+    objective = WEIGHTINGS[weighting](projections, fit, held_out=held, batch_size=batch_size,
+                                      negatives_per_positive=negatives_per_positive, seed=seed)
     trainer = Trainer(epochs=epochs, lr=lr, device=device, progress=progress,
                       desc="refine (logistic)", early_stop=early_stop, checkpoint=checkpoint)
     done = trainer.fit(objective, projections.num_layers, resume=resume)
     out = {name: torch.stack([layer[name] for layer in done]).to(
         getattr(projections, name).dtype) for name in (*_NAMES, "query_radius", "key_radius")}
     metadata = {
-        **projections.metadata, "objective": "lowrank-logistic", "lr": float(lr),
+        **projections.metadata,
+        "objective": "lowrank-logistic" if weighting == "uniform" else f"lowrank-{weighting}",
+        "lr": float(lr),
         "epochs": epochs, "batch_size": batch_size,
         "negatives_per_positive": negatives_per_positive, "seed": seed,
         **loss_metadata([layer["log"] for layer in done]),
@@ -119,6 +155,12 @@ def refine_lowrank(
         key_weight=out["key_weight"], key_bias=out["key_bias"],
         query_radius=out["query_radius"], key_radius=out["key_radius"],
     )
+
+
+def fit_lowrank_mass(records: Sequence[AttentionRecord], **options: Any) -> HeadProjections:
+    """Objective ``"lowrank-mass"``: :func:`fit_lowrank_logistic` with each gold edge weighted
+    by its entmax probability (:class:`MassObjective`)."""
+    return fit_lowrank_logistic(records, weighting="mass", **options)
 
 
 def fit_lowrank_logistic(records: Sequence[AttentionRecord], *, rank: int = 8,
@@ -133,9 +175,10 @@ def fit_lowrank_logistic(records: Sequence[AttentionRecord], *, rank: int = 8,
 
 
 def _loss(q: Tensor, k_pos: Tensor, k_neg: Tensor, params: list[Tensor], scale: Tensor,
-          shift: Tensor) -> Tensor:
+          shift: Tensor, weights: Tensor | None = None) -> Tensor:
     """Mean over heads of the class-balanced logistic loss; q, k_pos (heads, B, d), k_neg
-    (heads, B, num, d)."""
+    (heads, B, num, d); ``weights`` (heads, B): the positives' weights (None: uniform), the
+    positive term their weighted mean."""
     wq, bq, wk, bk = params
     heads, size, num, d = k_neg.shape
     q_hat = torch.baddbmm(bq[:, None], q, wq.transpose(1, 2))  # (heads, B, r)
@@ -144,4 +187,8 @@ def _loss(q: Tensor, k_pos: Tensor, k_neg: Tensor, params: list[Tensor], scale: 
                            wk.transpose(1, 2)).view(heads, size, num, -1)
     z_pos = scale[:, None] * (q_hat * kp_hat).sum(-1) + shift[:, None]
     z_neg = scale[:, None, None] * (q_hat[:, :, None] * kn_hat).sum(-1) + shift[:, None, None]
-    return -(logsigmoid(z_pos).mean() + logsigmoid(-z_neg).mean())
+    if weights is None:
+        positive = logsigmoid(z_pos).mean()
+    else:
+        positive = (weights * logsigmoid(z_pos)).sum() / weights.sum().clamp_min(1e-12)
+    return -(positive + logsigmoid(-z_neg).mean())

@@ -6,7 +6,10 @@
 - ``"lowrank"``: training-free rank-``r`` approximation of each head's scores
   (:func:`~sparsefinder.projections.lowrank.fit_lowrank`);
 - ``"lowrank-logistic"``: that fit refined with a logistic loss
-  (:func:`~sparsefinder.projections.bilinear.fit_lowrank_logistic`).
+  (:func:`~sparsefinder.projections.bilinear.fit_lowrank_logistic`);
+- ``"lowrank-mass"``: the same refinement with each gold edge weighted by its entmax
+  probability, so the heavy keys of a row count most
+  (:func:`~sparsefinder.projections.bilinear.fit_lowrank_mass`).
 
 The learned ones run on :class:`~sparsefinder.projections.trainer.Trainer`.
 """
@@ -19,7 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparsefinder.data.records import AttentionRecord
-from sparsefinder.projections.bilinear import fit_lowrank_logistic, refine_lowrank
+from sparsefinder.projections.bilinear import (
+    fit_lowrank_logistic,
+    fit_lowrank_mass,
+    refine_lowrank,
+)
 from sparsefinder.projections.heads import HeadProjections
 from sparsefinder.projections.hinge import train_projections
 from sparsefinder.projections.logistic import train_logistic
@@ -60,6 +67,10 @@ OBJECTIVES: dict[str, ProjectionObjective] = {
         ProjectionObjective("lowrank-logistic", fit_lowrank_logistic,
                             "lowrank refined with a logistic loss", defaults={"lr": 3e-3},
                             forwards_to=(refine_lowrank,)),
+        ProjectionObjective("lowrank-mass", fit_lowrank_mass,
+                            "lowrank refined with a logistic loss, gold edges weighted by "
+                            "their entmax probability", defaults={"lr": 3e-3},
+                            forwards_to=(fit_lowrank_logistic, refine_lowrank)),
     )
 }
 _ALL = frozenset().union(*(o.hyperparameters for o in OBJECTIVES.values()))

@@ -41,6 +41,7 @@ class _LayerPairs:
     gold_base: Tensor  # (P,) index into gold_flat of (head, query, its first allowed key)
     gold_flat: Tensor  # bool: every text's gold mask of this layer, flattened
     gold_edges: Tensor  # (heads,) all gold edges of each head, with or without a non-edge
+    mass: Tensor | None = None  # (P,) each positive's entmax probability (mass objectives)
 
     def first_negative_differences(self, ids: Tensor, neg_rows: Tensor) -> tuple[Tensor, Tensor]:
         """q − k of the positives ``ids`` (heads, S) and of each one's first negative:
@@ -72,7 +73,7 @@ def _layer_pairs(records: Sequence[AttentionRecord], layer: int) -> _LayerPairs:
     heads = int(graphs[0].queries.shape[0])
     tq = sum(int(g.queries.shape[1]) for g in graphs)
     tk = sum(int(g.keys.shape[1]) for g in graphs)
-    parts: dict[str, list[Tensor]] = {k: [] for k in ("h", "q", "k", "kb", "na", "gb")}
+    parts: dict[str, list[Tensor]] = {k: [] for k in ("h", "q", "k", "kb", "na", "gb", "p")}
     q_off = k_off = g_off = 0
     gold_edges = torch.zeros(heads, dtype=torch.long)
     for record, g in zip(records, graphs, strict=True):
@@ -89,6 +90,7 @@ def _layer_pairs(records: Sequence[AttentionRecord], layer: int) -> _LayerPairs:
         parts["kb"].append(h * tk + k_off + first[i])
         parts["na"].append(allowed[i])
         parts["gb"].append(g_off + (h * n + i) * m + first[i])  # the run's first key
+        parts["p"].append(g.probs()[h, i, j].float())
         q_off, k_off, g_off = q_off + n, k_off + m, g_off + heads * n * m
     cat = {k: torch.cat(v) for k, v in parts.items()}
     q_table = torch.cat([g.queries for g in graphs], dim=1).reshape(heads * tq, -1)
@@ -105,6 +107,7 @@ def _layer_pairs(records: Sequence[AttentionRecord], layer: int) -> _LayerPairs:
         gold_base=cat["gb"],
         gold_flat=gold_flat,
         gold_edges=gold_edges,
+        mass=cat["p"],
     )
 
 
@@ -282,6 +285,7 @@ class PairsObjective:
         # Table rows of the whole epoch, gathered once: (heads, L) and (heads, L, num).
         self.rows = tuple(r.to(self.device) for r in (p.q_row[self.ids], p.k_row[self.ids],
                                                        self.neg_rows[self.ids]))
+        self.mass_rows = p.mass[self.ids].to(self.device) if p.mass is not None else None
         return steps
 
     def gradients(self, params: list[Tensor], step: int) -> tuple[list[Tensor], Tensor]:
@@ -313,4 +317,5 @@ class PairsObjective:
                             k_table=pairs.k_table.to(self.device))
         rows = tuple(r.to(self.device) for r in (pairs.q_row[ids], pairs.k_row[ids],
                                                   neg_rows[ids]))
+        self.held_mass = pairs.mass[ids].to(self.device) if pairs.mass is not None else None
         return pairs, rows

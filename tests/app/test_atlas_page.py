@@ -3,6 +3,7 @@ statistic, filters and head choice in the link, head card with an Explorer link.
 
 from __future__ import annotations
 
+import re
 import time
 import urllib.parse
 
@@ -39,7 +40,10 @@ def test_atlas_page_computes_caches_and_follows_the_link(cache):
     grid = _grid(at)
     assert len(grid["data"][0]["x"]) == 72
     assert grid["layout"]["xaxis"]["title"]["text"] == "head"
-    assert grid["data"][0]["marker"]["colorbar"]["title"]["text"] == "entropy"
+    assert grid["data"][0]["marker"]["colorbar"]["title"]["text"] == "entropy per row (nats)"
+    assert any("**S** first-token/sink" in c.value for c in at.caption)  # the symbols' key
+    rows = [m.value for m in at.markdown if m.value.startswith("- query `")]
+    assert rows and all(re.search(r"` \(\d+\) 0\.\d+", r) for r in rows)  # positions
     assert any(h.value.startswith("L2H5 · ") for h in at.subheader)
     labels = [m.label for m in at.metric]
     assert "Predictor recall" in labels and "Gold sparsity" in labels

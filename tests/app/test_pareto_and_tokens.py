@@ -139,6 +139,28 @@ def test_pareto_text_sweep_has_the_calibrated_curves_and_the_default_star_on_one
                                              {"target_sparsity": 0.9, "floor": 5})
 
 
+def test_the_accuracy_axis_draws_the_current_method_and_its_star():
+    """Bundled assets: on the app's first method (distance-floor:budget), the accuracy axis
+    adds that method's own calibrated curve (read from the bundled table) and marks the current
+    setting with the star on both panels, at the accuracy the Explorer reports for it."""
+    at = new_app(example="short_dialogue", window="0", **{"global": "none"}).run()
+    at.switch_page("app_pages/pareto.py").run()
+    at.toggle(key="w_pareto_accuracy").set_value(True).run()
+    assert any("Distance (t) ∪ nearest keys per row" in c.value for c in at.caption
+               if "Not computed yet" in c.value)
+    at.button(key="w_accuracy_run").click().run()
+    assert_clean(at)
+    (accuracy,) = [f for f in figures(at) if "Sparsity–accuracy" in
+                   str(f["layout"].get("title", {}).get("text", ""))]
+    own = [t for t in accuracy["data"] if t.get("legendgroup") == "distance-floor:budget"
+           and t.get("mode") == "lines+markers"]
+    assert own and own[0]["name"] == curve_label("distance-floor:budget")
+    stars = [t for t in accuracy["data"] if t.get("marker", {}).get("symbol") == "star"]
+    assert len(stars) == 2 and all(t["name"] == "your setting" for t in stars)
+    for star in stars:
+        assert 0.0 < star["y"][0] <= 1.0 + 1e-9 and 0.0 < star["x"][0] < 1.0
+
+
 def _drawn(figure: dict) -> list[str]:
     return [t["meta"] for t in figure["data"] if t.get("mode") == "lines+markers"]
 
@@ -153,7 +175,8 @@ def test_pareto_draws_the_curated_curves_and_adds_groups_from_the_link(with_proj
     drawn = _drawn(figure)
     assert len(drawn) <= 8 and {"distance", "window", "topk"} <= set(drawn)
     (oracle,) = [t for t in figure["data"] if t.get("meta") == "topk"]
-    assert oracle["name"] == "Top-k (oracle bound)" and oracle["line"]["dash"] == "dash"
+    assert oracle["name"] == "Top-k by exact scores (reference)"
+    assert oracle["line"]["dash"] == "dash"
     assert figure["layout"]["legend"]["x"] > 1  # outside the plot: never over the points
     assert "curves" not in at.query_params
     at.multiselect(key="w_groups").set_value(["baselines"]).run()
@@ -174,7 +197,7 @@ def test_pareto_tables_show_a_dash_for_missing_values(with_projections):
     cells = table.drop(columns="method").to_numpy().ravel().tolist()
     assert all(isinstance(c, str) for c in cells), cells  # no None / NaN cell
     assert "–" in cells  # some frontier never reaches 0.95 on this text
-    assert "Top-k (oracle bound)" in table["method"].tolist()
+    assert "Top-k by exact scores (reference)" in table["method"].tolist()
 
 
 def test_a_clicked_point_loads_into_the_view_or_says_why_not(with_projections):

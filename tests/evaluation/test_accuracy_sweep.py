@@ -113,6 +113,7 @@ def test_accuracy_sweep_on_a_tiny_model(tiny: LoadedModel, tmp_path: Path) -> No
     assert len(json.loads(narrow["layer_cosine"])) == 2
     empty = df[(df["method"] == "window") & (df["params"] == '{"window": 0}')].iloc[0]
     assert empty["repaired_rows"] == 1.0  # every row kept only its diagonal
+    assert (df["predict_ms"] > 0).all()  # each point's prediction cost, beside its accuracy
     tables = write_outputs(df, tmp_path, gold_sparsity=0.6, summary={"n": 4})
     for name in ("accuracy_points.csv", "accuracy_frontier.csv", "accuracy_at_sparsity.csv",
                  "accuracy_dominance.csv", "accuracy.json"):

@@ -124,6 +124,16 @@ def test_describe_names_the_setting_that_runs(prepared):
         "global first+last")
 
 
+def test_describe_names_a_generated_familys_parameters_by_their_labels():
+    """No method id repeated as a parameter ("window window=23"): the family's name, then
+    each parameter by its slider label."""
+    from sparsefinder.methods.spec import PredictorSpec
+
+    assert live.describe(PredictorSpec.of("window", {"window": 23})) == "Window w=23"
+    assert live.describe(PredictorSpec.of("bigbird", {"n_random": 2}, window=3)) == (
+        "BigBird, random keys 2 ∪ window 3")
+
+
 def test_fast_score_equals_metrics_score_layers(prepared):
     from sparsefinder.metrics.measures import score_layers
 

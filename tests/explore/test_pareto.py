@@ -16,7 +16,7 @@ def test_default_curves_are_few_registered_and_include_the_oracle() -> None:
     assert len(pareto.DEFAULT_CURVES) <= 8
     assert set(pareto.DEFAULT_CURVES) <= set(CURVES)
     assert "distance:budget" in pareto.DEFAULT_CURVES and "topk" in pareto.DEFAULT_CURVES
-    assert pareto.curve_label("topk") == "Top-k (oracle bound)"
+    assert pareto.curve_label("topk") == "Top-k by exact scores (reference)"
     assert pareto.curve_label("distance") == "Distance (t)"
 
 

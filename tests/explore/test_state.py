@@ -258,7 +258,8 @@ def test_generated_controls_read_and_write_their_declared_url_keys():
     assert problems == ["ignored URL parameter n_global='999' of Longformer (`longformer`): "
                         "n_global must be at most 32 here"] and state.extra == ()
     _, problems = urlstate.parse_view_state({"method": "topp", "p": "0"})
-    assert problems == ["ignored URL parameter p='0' of Top-p of entmax (oracle bound) (`topp`): p "
+    assert problems == ["ignored URL parameter p='0' of Top-p of exact entmax (reference) "
+                        "(`topp`): p "
                         "must be a number in (0, 1], got '0'"]
     # a family keeps its own values: routing's n_clusters is not another family's
     routing = state.with_(method="routing", extra=app_methods.with_extra(

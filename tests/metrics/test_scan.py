@@ -60,8 +60,9 @@ def test_compiled_and_tensor_reads_give_the_same_scores(monkeypatch, causal, win
                          [(40, 40, False, None), (40, 40, True, None), (37, 53, True, None),
                           (48, 48, True, 9), (35, 35, False, 7), (16, 64, False, None)])
 def test_kept_pairs_and_tiles_count_only_each_rows_allowed_run(n, m, causal, window) -> None:
-    """Whole 16-key tiles are read as words, partial ones byte by byte (m not a multiple of 8,
-    runs that start or end inside a tile): the same as the AND with the allowed pairs."""
+    """Whole 16-key tiles are read as words (or as 16 bytes where m is not a multiple of 8),
+    partial ones byte by byte (runs that start or end inside a tile): the same as the AND
+    with the allowed pairs."""
     from sparsefinder.attention.masks import allowed_key_range, layer_allowed
     from sparsefinder.metrics.measures import block_graph, count_true
 

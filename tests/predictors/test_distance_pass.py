@@ -42,7 +42,7 @@ def _reference(q, k, sq_thresholds, causal, window) -> tuple[torch.Tensor, torch
 
 
 @pytest.mark.parametrize(("n", "m", "causal", "window"), LAYOUTS)
-@pytest.mark.parametrize("rank", [3, 8])
+@pytest.mark.parametrize("rank", [3, 8, 11])
 def test_the_threshold_pass_is_the_definition(n, m, causal, window, rank) -> None:
     q, k = _integer_qk(3, n, m, rank, seed=n + rank)
     t2 = torch.tensor([10.5, 30.5, -0.5])  # head 2 keeps nothing
@@ -52,9 +52,9 @@ def test_the_threshold_pass_is_the_definition(n, m, causal, window, rank) -> Non
 
 
 @pytest.mark.parametrize(("n", "m", "causal", "window"), LAYOUTS)
-@pytest.mark.parametrize("floor", [1, 4])
-def test_a_short_row_gets_its_nearest_allowed_keys(n, m, causal, window, floor) -> None:
-    q, k = _integer_qk(3, n, m, 8, seed=7 * n + floor)
+@pytest.mark.parametrize(("floor", "rank"), [(1, 8), (4, 8), (4, 11)])
+def test_a_short_row_gets_its_nearest_allowed_keys(n, m, causal, window, floor, rank) -> None:
+    q, k = _integer_qk(3, n, m, rank, seed=7 * n + floor)
     t2 = torch.tensor([20.5, 40.5, -0.5])
     _, per_row = allowed_key_range(n, m, causal=causal, sliding_window=window)
     wanted = floor_counts(floor, None, per_row)
@@ -96,7 +96,7 @@ def test_the_predictors_take_the_pass_and_agree_with_their_tensor_form() -> None
 
 def test_what_the_pass_does_not_take() -> None:
     q = torch.zeros(2, 4, distance_pass.MAX_RANK + 1)
-    assert not distance_pass.applies(q, q)  # rank above 8: the tensor path
+    assert not distance_pass.applies(q, q)  # rank above MAX_RANK: the tensor path
     assert not distance_pass.applies(q[..., :4].double(), q[..., :4].double())
     assert distance_pass.applies(q[..., :4], q[..., :4])
 

@@ -1,0 +1,65 @@
+"""The refinement of the low-rank projections: the mass-weighted objective ranks a row's
+heavy key ahead of its light one, where the uniform one cannot tell them apart."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from cluster_records import cluster_record
+
+from sparsefinder.projections.bilinear import _loss, refine_lowrank
+from sparsefinder.projections.lowrank import fit_lowrank
+from sparsefinder.projections.objectives import fit_projections
+
+pytestmark = pytest.mark.numerical
+
+
+def _logits_after_one_step(weights: torch.Tensor | None) -> tuple[float, float]:
+    """One query row with two gold keys mirrored about the query's axis (equal logits, equal
+    non-edge): the logits of the (heavy, light) key after one gradient step on the maps."""
+    q = torch.tensor([[[1.0, 0.0], [1.0, 0.0]]], dtype=torch.float64)  # (heads, B, d)
+    k_pos = torch.tensor([[[0.0, 1.0], [0.0, -1.0]]], dtype=torch.float64)  # heavy, light
+    k_neg = torch.tensor([[[[-1.0, 0.0]], [[-1.0, 0.0]]]], dtype=torch.float64)
+    maps = [torch.eye(2, dtype=torch.float64)[None].clone().requires_grad_(),
+            torch.zeros(1, 2, dtype=torch.float64, requires_grad=True),
+            torch.eye(2, dtype=torch.float64)[None].clone().requires_grad_(),
+            torch.zeros(1, 2, dtype=torch.float64, requires_grad=True)]
+    scale = torch.ones(1, dtype=torch.float64)
+    shift = torch.zeros(1, dtype=torch.float64)
+    _loss(q, k_pos, k_neg, maps, scale, shift, weights=weights).backward()
+    with torch.no_grad():
+        wq, bq, wk, bk = (p - 0.5 * p.grad for p in maps)
+        q_hat = q[0, 0] @ wq[0].T + bq[0]
+        heavy, light = (float(q_hat @ (k @ wk[0].T + bk[0])) for k in k_pos[0])
+    return heavy, light
+
+
+def test_the_mass_weighted_gradient_ranks_the_heavy_key_first() -> None:
+    heavy, light = _logits_after_one_step(torch.tensor([[0.9, 0.1]], dtype=torch.float64))
+    assert heavy > light  # the heavy key now scores above the light one
+    same_heavy, same_light = _logits_after_one_step(None)
+    assert same_heavy == same_light  # uniform weights: the mirror image, no order
+
+
+def test_uniform_weights_are_the_unweighted_loss() -> None:
+    gen = torch.Generator().manual_seed(0)
+    q, k_pos = torch.randn(2, 5, 3, generator=gen), torch.randn(2, 5, 3, generator=gen)
+    k_neg = torch.randn(2, 5, 2, 3, generator=gen)
+    maps = [torch.randn(2, 2, 3, generator=gen), torch.zeros(2, 2),
+            torch.randn(2, 2, 3, generator=gen), torch.zeros(2, 2)]
+    scale, shift = torch.ones(2), torch.zeros(2)
+    plain = _loss(q, k_pos, k_neg, maps, scale, shift)
+    weighted = _loss(q, k_pos, k_neg, maps, scale, shift, weights=torch.full((2, 5), 0.3))
+    torch.testing.assert_close(weighted, plain)
+
+
+def test_lowrank_mass_trains_and_says_so() -> None:
+    gen = torch.Generator().manual_seed(1)
+    records = [cluster_record(gen, 24, uniform_probs=True) for _ in range(4)]  # rows differ
+    fitted = fit_projections(records, "lowrank-mass", rank=2, epochs=1, batch_size=32)
+    assert fitted.metadata["objective"] == "lowrank-mass" and fitted.kind == "augmented"
+    start = fit_lowrank(records, rank=2)
+    uniform = refine_lowrank(start, records, epochs=1, batch_size=32)
+    assert not torch.equal(fitted.weight, uniform.weight)  # the weighting changed the fit
+    with pytest.raises(ValueError, match="weighting must be one of"):
+        refine_lowrank(start, records, weighting="heavy")
