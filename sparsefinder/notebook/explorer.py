@@ -74,17 +74,18 @@ class Explorer:
         import plotly.graph_objects as go
 
         state = self.view.state
+        label = {"style": {"description_width": "initial"}}
         self.controls = {
             "method": w.Dropdown(options=self.choices, value=state.method_id,
-                                 description="Method"),
+                                 description="Method", layout=w.Layout(width="32em"), **label),
             "target": w.SelectionSlider(options=list(self.targets),
                                         value=min(self.targets,
                                                   key=lambda t: abs(t - state.target)),
-                                        description="Target sparsity"),
+                                        description="Target sparsity", **label),
             "layer": w.IntSlider(value=state.layer, min=0, max=self.prepared.num_layers - 1,
-                                 description="Layer"),
+                                 description="Layer", **label),
             "head": w.IntSlider(value=state.head, min=0, max=self.prepared.num_heads - 1,
-                                description="Head"),
+                                description="Head", **label),
         }
         self.headline = w.HTML()
         self.head_widget = go.FigureWidget()
@@ -113,6 +114,8 @@ class Explorer:
     def _draw(self) -> None:
         """Put the current view into the headline and the two figure widgets."""
         self.headline.value = self._headline_html()
+        # the target only drives the calibrated methods (written ``family:budget``)
+        self.controls["target"].disabled = ":" not in self.view.state.method_id
         for target, figure in ((self.head_widget, self.head_figure()),
                                (self.grid_widget, self.grid_figure())):
             with target.batch_update():

@@ -22,6 +22,7 @@ def test_notebook_controls_redraw_head_headline_and_grid(prepared):
     assert "Gold L3H1" in ex.head_widget.layout.annotations[0].text
     assert "L3H1" in ex.headline.value and ex.headline.value != before
     ex.controls["method"].value = "kmeans"
+    assert ex.controls["target"].disabled  # k-means has no target sparsity
     expected = session.compute(prepared, session.state_for("kmeans", 0.9, 3, 1))
     assert ex.view.summary["model"].recall == expected.summary["model"].recall
     assert ex.view.label.startswith("k-means")
