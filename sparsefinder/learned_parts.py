@@ -67,11 +67,15 @@ class LearnedParts:
     @classmethod
     def bundled(cls, model_id: str, projections: HeadProjections | None = None,
                 calibration_path: Any = None) -> LearnedParts:
-        """The parts the bundle holds for ``model_id`` (none for another model), with the
-        calibration table from ``calibration_path`` (default: the bundle's) and its own
-        projections."""
+        """The parts the bundle holds for ``model_id`` (for another model: its prepared
+        bundle's, else none), with the calibration table from ``calibration_path`` (default:
+        the bundle's) and its own projections."""
+        from sparsefinder.model_bundles import prepared_file
+
         table = own = None
         path = calibration_path or bundle().path("calibration")
+        if calibration_path is None and model_id != bundle().model_id:
+            path = prepared_file(model_id, "calibration") or path  # `sparsefinder prepare`
         try:
             table = CalibrationTable.load(path)
             if table.model_id == model_id:

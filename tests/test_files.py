@@ -208,3 +208,13 @@ def test_size_message_for_projections_keeps_its_words(tmp_path) -> None:
     with pytest.raises(ProjectionsError, match=r"big.pt is too large for a projections file "
                                                r".*sparsefinder train"):
         HeadProjections.load(path, max_bytes=10)
+
+
+def test_every_file_error_is_the_projects_file_error() -> None:
+    """One base for "this file cannot be used" (the app and CLI catch it once)."""
+    from sparsefinder.analysis.atlas_io import AtlasFileError
+    from sparsefinder.data.shard_files import ShardsError
+    from sparsefinder.files import SparsefinderFileError
+
+    assert issubclass(AtlasFileError, SparsefinderFileError)
+    assert issubclass(ShardsError, SparsefinderFileError)

@@ -149,7 +149,7 @@ def atlas_view() -> None:
     meta = atlas.meta
     st.caption(f"{meta.get('model')} · α = {meta.get('alpha')} · {meta.get('n_texts')} "
                f"{meta.get('split')} texts, {meta.get('n_rows')} rows · predictor: "
-               f"{meta.get('predictor') or 'none for this model'}"
+               f"{exatlas.predictor_words(meta.get('predictor'))}"
                + (" · from the cache" if cached else ""))
     state = shell.view_state()
     layer = min(state.layer, atlas.num_layers - 1)
@@ -176,7 +176,8 @@ def atlas_view() -> None:
     if rule is not None:
         shown = atlas.heads.loc[keep, ["layer", "head", "type", rule[0], "gold_sparsity"]]
         st.markdown(f"**{len(shown)} heads with {st.session_state['w_at_filter'].strip()}**")
-        st.dataframe(shown, hide_index=True)
+        st.dataframe(shown.rename(columns={**exatlas.STATISTICS, "type": "pattern type"}),
+                     hide_index=True)
     _head_card(atlas, ctx, layer, head)
     sim_col, map_col = st.columns(2)
     with sim_col:

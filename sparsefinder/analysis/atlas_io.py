@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from sparsefinder.analysis.atlas import HeadAtlas
-from sparsefinder.files import atomic_write
+from sparsefinder.files import SparsefinderFileError, atomic_write
 
 ATLAS_VERSION = 1
 FORMAT = "sparsefinder-head-atlas"
@@ -26,7 +26,7 @@ FORMAT = "sparsefinder-head-atlas"
 TEXT_COLUMNS = frozenset({"type", "type_label", "typical_text_id"})
 
 
-class AtlasFileError(ValueError):
+class AtlasFileError(SparsefinderFileError):
     """An atlas file cannot be read; the message says how to remake it."""
 
 

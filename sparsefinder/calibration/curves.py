@@ -35,6 +35,8 @@ DISTANCE_FINE_GRID = [round(0.05 * i, 2) for i in range(1, 101)]
 #: within 0.005 of every target the uncapped m = 5 had the best mean (docs/results.md).
 DEFAULT_FLOOR = 5
 DEFAULT_FLOOR_SHARE: float | None = None
+#: what a floored calibration is given besides the target
+FLOOR_PARAMS = ("floor", "floor_share")
 
 Params = dict[str, Any]
 
@@ -81,6 +83,8 @@ class CalibratedCurve:
     grid: list[Params]
     fit: Callable[[Sequence[AttentionRecord]], Callable]
     old_name: str = ""  # "": a family without a name of the time before
+    target: str = "target_sparsity"  # the parameter the calibration is given
+    extra: tuple[str, ...] = ()  # the family's parameters given with the target, not fitted
 
 
 def _sparsity_grid(**fixed: Any) -> list[Params]:
@@ -104,7 +108,7 @@ def calibrated_methods() -> list[CalibratedCurve]:
                         calibrated_fitter("budget", "target_sparsity"), "distance-budget"),
         CalibratedCurve("distance", "recall", [{"target_recall": r} for r in RECALL_TARGETS],
                         calibrated_fitter("equal", "target_recall"),
-                        "distance-calibrated-recall"),
+                        "distance-calibrated-recall", target="target_recall"),
         CalibratedCurve("rowfrac", "equal", _sparsity_grid(),
                         calibrated_fitter("equal", "target_sparsity", CalibratedRowFraction),
                         "rowfrac-calibrated"),
@@ -112,8 +116,10 @@ def calibrated_methods() -> list[CalibratedCurve]:
                         calibrated_fitter("budget", "target_sparsity", CalibratedRowFraction),
                         "rowfrac-budget"),
         # thresholds fitted with the floor's density included: the target still holds
-        CalibratedCurve("distance-floor", "equal", _floor_grid(), floored_fitter("equal")),
-        CalibratedCurve("distance-floor", "budget", _floor_grid(), floored_fitter("budget")),
+        CalibratedCurve("distance-floor", "equal", _floor_grid(), floored_fitter("equal"),
+                        extra=FLOOR_PARAMS),
+        CalibratedCurve("distance-floor", "budget", _floor_grid(), floored_fitter("budget"),
+                        extra=FLOOR_PARAMS),
     ] + [  # one raw setting per head (B/k, β, window, key budget): calibration.grid
         CalibratedCurve(family, "budget", _sparsity_grid(), head_grid_fitter(family),
                         f"{family}-budget")

@@ -21,6 +21,7 @@ import torch
 
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.data.records_io import records_from_payload, records_payload
+from sparsefinder.files import SparsefinderFileError
 
 FORMAT = "sparsefinder-shards"
 
@@ -34,7 +35,7 @@ MANIFEST = "manifest.json"
 _PARTIAL = ".partial"
 
 
-class ShardsError(ValueError):
+class ShardsError(SparsefinderFileError):
     """A shard store cannot be used or resumed as asked; the message says why and what to do."""
 
 

@@ -1,52 +1,12 @@
-"""Sweep curves: named hyperparameter grids over the registered families (paper §5–6).
+"""Sweep curves: the named hyperparameter grids of the registered families (paper §5–6).
 
-A *curve* (:data:`CURVES`) is a grid over one predictor family of the method registry
-(:mod:`sparsefinder.methods.spec`): a list of :class:`~sparsefinder.methods.spec.PredictorSpec`,
-e.g.
-``distance`` (the thresholds) or ``distance+window`` (the same ∪ a window of 3). New families
-are registered in :mod:`sparsefinder.catalog`, new grids with :func:`register_curve`.
-
-Grids (paper §5 and appendix C–D):
-
-- ``distance``: threshold t ∈ {0.25, 0.5, 0.75, …, 5.0}: the paper's {0.5, 1.0, …, 5.0} plus
-  the midpoints. With margin ω = 1 the learned scale puts sparsities 0.75–0.95 between
-  t ≈ 1 and 2, where the paper grid has only two points; the midpoints add resolution there
-  (they are not chosen by looking at results).
-- ``kmeans``: B ∈ {2, 4, 6, 8, 10, 12, 16, 20} clusters, top_k = 1; ``kmeans-top2``: the same
-  B ≥ 4 with top_k = 2 (denser, higher recall).
-- ``quantization``: the paper counts B = r·β buckets with B ∈ {2, …, 20}; with r = 4 only
-  β ∈ {1, 2, 3, 4, 5} (B = 4 … 20) are whole numbers. Those five only reach a sparsity of about
-  (1 − 1/5)⁴ ≈ 0.6, so the grid continues with β ∈ {6, 8, 10, 12, 16, 24, 32} to cover the
-  sparsity range where methods are compared.
-- ``window``: w ∈ {0, 1, 3, 5, 7, 9, 11, 15, 19, 23, 27} (MT grid) followed by
-  {31, 41, 51, 75, 101, 125, 151, 175, 201, 251} (512-token MLM grid). Both are always swept:
-  texts of the default corpus range from ~40 to 512 tokens.
-Baselines (paper §5 and appendix C; each random one seeded with ``seed = layer``):
-
-- ``longformer``: window ``WITH_WINDOW_SIZE`` + n_global ∈ {4, 8, 12, 16, 20} random global
-  tokens; ``bigbird``: window + first/last tokens + n_random ∈ {2, 4, 6, 8, 10} random keys
-  per query. Both only read shapes.
-- ``reformer``: n_buckets ∈ {2, 4, …, 12} (one hashing round); ``routing``: n_clusters ∈
-  {2, 4, 6, 8, 10} (spherical k-means on each text's projections). Both read the projections
-  and have a ``+window`` variant.
-- ``topk``: k ∈ {1, 2, 4, 8, 16, 32} keys per query of the *full* score matrix QKᵀ over the
-  ORIGINAL queries and keys: an oracle that saves no work, not a practical predictor.
-- ``sparsebert-dams`` / ``sparsebert-damu``: SparseBERT's static structured (per offset) /
-  unstructured (per position pair) mask with target sparsity ∈ {0.5, 0.7, 0.8, 0.9, 0.95,
-  0.98}, fitted per layer on gold graphs of TRAINING texts (``sweep(train_records=...)``;
-  skipped with a warning without them). Each mask is fitted once per layer and re-targeted
-  per grid point.
-- ``distance-nodiag``: SparseBERT's no-diagonal variant of ``distance`` (same grid).
-- ``quest`` (group ``long-context``): Quest's page-level min/max key bounds, pages of 16 keys,
-  each query keeps its top {1, 2, 4, 8, 16, 32, 64} pages (on the original q/k, training-free);
-  ``hashattention``: HashAttention-style 16-bit learned codes of q/k (fitted on TRAINING gold
-  graphs), keys within Hamming distance {0, …, 8}.
-
-- ``<method>+window``: the method ∪ ``Window(WITH_WINDOW_SIZE)``. The paper uses w = 11 (MT,
-  ~35 tokens) or 25 (MLM, 512 tokens) in its per-head figures and w = 3 in its efficiency
-  study; we use 3: it adds the diagonal and one neighbour each side, which recovers the
-  local edges a 4-dimensional projection cannot place close, at a sparsity cost of only
-  ~3/n.
+A *curve* (:data:`CURVES`) is a grid over one predictor family of the method registry: a list
+of :class:`~sparsefinder.methods.spec.PredictorSpec`, e.g. ``distance`` (the thresholds) or
+``distance+window`` (the same ∪ a window of 3). Each family declares its curves in its catalog
+entry (:attr:`Method.grids <sparsefinder.methods.registry.Method>`, with why each grid is what
+it is, and one curve per calibration over its targets); this module only loops over
+:data:`~sparsefinder.methods.registry.METHODS`, and follows a family registered later.
+:func:`register_curve` adds a grid that is no family's own (a tool's narrower targets).
 """
 
 from __future__ import annotations
@@ -56,57 +16,18 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sparsefinder.calibration.curves import DISTANCE_FINE_GRID, calibrated_grids
-from sparsefinder.methods.registry import display_name, method_id, resolve_method
+from sparsefinder.methods.registry import (
+    METHODS,
+    Method,
+    display_name,
+    method_id,
+    resolve_method,
+)
+from sparsefinder.methods.registry import WITH_WINDOW_SIZE as WITH_WINDOW_SIZE
 from sparsefinder.methods.spec import PredictorSpec
 from sparsefinder.projections.heads import HeadProjections
 
 Params = dict[str, Any]
-
-
-DISTANCE_GRID = [0.25 * i for i in range(1, 21)]
-
-
-CLUSTER_GRID = [2, 4, 6, 8, 10, 12, 16, 20]
-
-
-QUANTIZATION_BINS = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32]
-
-
-WINDOW_GRID = [0, 1, 3, 5, 7, 9, 11, 15, 19, 23, 27]
-
-
-WINDOW_GRID_LONG = [31, 41, 51, 75, 101, 125, 151, 175, 201, 251]
-
-
-WITH_WINDOW_SIZE = 3
-
-
-LONGFORMER_GRID = [4, 8, 12, 16, 20]
-
-
-BIGBIRD_GRID = [2, 4, 6, 8, 10]
-
-
-REFORMER_GRID = [2, 4, 6, 8, 10, 12]
-
-
-ROUTING_GRID = [2, 4, 6, 8, 10]
-
-
-TOPK_GRID = [1, 2, 4, 8, 16, 32]
-
-
-STATIC_MASK_GRID = [0.5, 0.7, 0.8, 0.9, 0.95, 0.98]
-
-
-QUEST_PAGE = 16
-
-
-QUEST_GRID = [1, 2, 4, 8, 16, 32, 64]
-
-
-HASH_DISTANCE_GRID = [0, 1, 2, 3, 4, 5, 6, 7, 8]
 
 
 @dataclass(frozen=True)
@@ -134,20 +55,8 @@ class Curve:
 CURVES: dict[str, Curve] = {}
 
 
-#: Named groups for ``--methods``; "all" is every registered curve.
-GROUPS: dict[str, list[str]] = {
-    "sparsefinder": [
-        "distance", "kmeans", "quantization",
-        "distance+window", "kmeans+window", "quantization+window", "window",
-    ],
-    "baselines": [
-        "longformer", "bigbird", "reformer", "reformer+window", "routing", "routing+window",
-        "topk", "sparsebert-dams", "sparsebert-damu", "distance-nodiag",
-    ],
-    "long-context": ["quest", "hashattention", "block-keys"],
-    # each family with its parameters set per head from a target, fitted on TRAIN graphs
-    "calibrated": list(calibrated_grids()),
-}
+#: Named groups for ``--methods`` (each curve's declared groups); "all" is every curve.
+GROUPS: dict[str, list[str]] = {}
 
 
 def register_curve(name: str, method: str, grid: Iterable[Params], *, window: int = 0,
@@ -166,100 +75,35 @@ def register_curve(name: str, method: str, grid: Iterable[Params], *, window: in
     return CURVES[name]
 
 
-ROUTED_BUDGET_GRID = [
-    {"n_clusters": b, "budget": f} for b in (64, 128)
-    for f in (0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.1, 0.12, 0.15, 0.2, 0.25, 0.3)
-]
-
-
-ROUTED_TOP_GRID = [{"n_clusters": 128, "n_routes": t}
-                   for t in (2, 4, 6, 8, 9, 10, 11, 12, 14, 16, 20, 24, 32)]
-
-
-#: Block Sparsefinder curves: (name, block size, single keys per query block), and the grid
-#: of key blocks per query block (besides the diagonal block); 512 tokens = 16 blocks of 32.
-BLOCK_CURVES = (("block", 32, 0), ("block16", 16, 0), ("block+keys", 32, 16))
-
-
-BLOCK_GRID = [0, 1, 2, 3, 4, 5, 6, 8, 10, 12]
-#: Single keys per 32-token query block of the block-key selector (sub-blocks of 8 queries).
-BLOCK_KEYS_GRID = [0, 2, 4, 8, 16, 32, 64, 128]
-
-
-#: Block Sparsefinder with projections learned on pooled blocks (paper §6): (name, block);
-#: the block size must be the one the projections were trained on (block_projections).
-LEARNED_BLOCK_CURVES = (("block-learned", 32), ("block16-learned", 16))
-
-
-#: Keep fractions of the raw nearest-keys family (its calibrated forms choose one per head).
-ROWFRAC_GRID = [0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.15, 0.2, 0.3, 0.5]
-
-
-TOPP_GRID = [0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99, 1.0]
+def _family_curves(method: Method, registered: bool = True) -> None:
+    """Register (or, ``registered`` False, drop) the sweep curves a family declares."""
+    for grid in method.curves:
+        if not registered:
+            CURVES.pop(grid.name, None)
+            for names in GROUPS.values():
+                if grid.name in names:
+                    names.remove(grid.name)
+            continue
+        register_curve(grid.name, method_id(method.name, grid.calibration), grid.points,
+                       window=grid.window, replace=True)
+        for group in grid.groups:
+            names = GROUPS.setdefault(group, [])
+            if grid.name not in names:
+                names.append(grid.name)
 
 
 def _register_defaults() -> None:
-    grids: dict[str, list[Params]] = {
-        "distance": [{"threshold": t} for t in DISTANCE_GRID],
-        "kmeans": [{"n_clusters": b, "top_k": 1} for b in CLUSTER_GRID],
-        "quantization": [{"bins": b} for b in QUANTIZATION_BINS],
-    }
-    for name, grid in grids.items():
-        register_curve(name, name, grid, replace=True)
-        register_curve(f"{name}+window", name, grid, window=WITH_WINDOW_SIZE, replace=True)
-    top2 = [{"n_clusters": b, "top_k": 2} for b in CLUSTER_GRID if b >= 4]
-    register_curve("kmeans-top2", "kmeans", top2, replace=True)
-    register_curve("kmeans-top2+window", "kmeans", top2, window=WITH_WINDOW_SIZE, replace=True)
-    register_curve("window", "window", [{"window": w} for w in WINDOW_GRID + WINDOW_GRID_LONG],
-                   replace=True)
-    # Baselines (see the module docstring).
-    register_curve("longformer", "longformer", [{"n_global": g} for g in LONGFORMER_GRID],
-                   replace=True)
-    register_curve("bigbird", "bigbird", [{"n_random": r} for r in BIGBIRD_GRID], replace=True)
-    for name, grid in (
-        ("reformer", [{"n_buckets": b} for b in REFORMER_GRID]),
-        ("routing", [{"n_clusters": c} for c in ROUTING_GRID]),
-    ):
-        register_curve(name, name, grid, replace=True)
-        register_curve(f"{name}+window", name, grid, window=WITH_WINDOW_SIZE, replace=True)
-    # An oracle: keeps each query's k best keys of the full QKᵀ on the ORIGINAL vectors.
-    register_curve("topk", "topk", [{"k": k} for k in TOPK_GRID], replace=True)
-    for name in ("sparsebert-dams", "sparsebert-damu"):
-        register_curve(name, name, [{"target_sparsity": t} for t in STATIC_MASK_GRID],
-                       replace=True)
-    register_curve("distance-nodiag", "distance-nodiag",
-                   [{"threshold": t} for t in DISTANCE_GRID], replace=True)
-    # A finer raw grid for distance, and distance driven by a target sparsity or
-    # recall with per-head thresholds fitted on TRAIN graphs (sparsefinder.calibration.curves).
-    register_curve("distance-fine", "distance", [{"threshold": t} for t in DISTANCE_FINE_GRID],
-                   replace=True)
-    for name, grid in calibrated_grids().items():  # "distance:budget", …
-        register_curve(name, name, grid, replace=True)
-    register_curve("rowfrac", "rowfrac", [{"fraction": f} for f in ROWFRAC_GRID], replace=True)
-    # Buckets: k-means on KEYS with queries routed by q·c, and the top-p oracle
-    # (sparsefinder.predictors.routed_kmeans / topp); grids chosen on the TRAIN split.
-    register_curve("kmeans-routed", "kmeans-routed", ROUTED_BUDGET_GRID, replace=True)
-    register_curve("kmeans-routed-top", "kmeans-routed-top", ROUTED_TOP_GRID, replace=True)
-    register_curve("topp", "topp", [{"p": p} for p in TOPP_GRID], replace=True)
-    # Long-context baselines on the model's own q/k (sparsefinder.predictors.quest,
-    # .hash_codes; codes fitted on TRAIN graphs).
-    register_curve("quest", "quest", [{"page_size": QUEST_PAGE, "pages": p} for p in QUEST_GRID],
-                   replace=True)
-    register_curve("hashattention", "hashattention",
-                   [{"max_distance": t} for t in HASH_DISTANCE_GRID], replace=True)
-    # Block Sparsefinder, 32-token blocks, key blocks per query block.
-    for name, size, keys in BLOCK_CURVES:
-        register_curve(name, "block", [{"block": size, "n_blocks": b, "n_keys": keys}
-                                       for b in BLOCK_GRID], replace=True)
-    register_curve("block-keys", "block-keys",
-                   [{"block": 32, "n_keys": k, "sub_block": 8} for k in BLOCK_KEYS_GRID],
-                   replace=True)
-    for name, size in LEARNED_BLOCK_CURVES:
-        register_curve(name, "block-learned", [{"block": size, "n_blocks": b}
-                                               for b in BLOCK_GRID], replace=True)
+    for group in ("sparsefinder", "baselines", "long-context", "calibrated"):
+        GROUPS.setdefault(group, [])
+    for method in METHODS.values():
+        _family_curves(method)
+    if _family_curves not in METHODS.listeners:  # a family registered later gets its curves
+        METHODS.listeners.append(_family_curves)
 
 
 _register_defaults()
+#: Keys per Quest page of its sweep curve (the declared default page size).
+QUEST_PAGE = int(next(p.default for p in METHODS["quest"].params if p.name == "page_size"))
 
 
 def curve_name(name: str) -> str:

@@ -4,14 +4,16 @@ and the controls generated from each family's declared parameters.
 The view state (:mod:`.state`) stores a family and a calibration; the families listed in
 :data:`GENERIC_FAMILIES` get their sliders and link keys from their
 :class:`~sparsefinder.methods.registry.Param` declarations, so a new baseline appears in the
-Explorer by being listed here.
+Explorer by its catalog entry's ``app`` hint (:class:`~sparsefinder.methods.registry.AppHint`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from sparsefinder.methods.registry import (
+    APP_GROUPS,
     CALIBRATION_LABELS,
     METHODS,
     display_name,
@@ -19,47 +21,83 @@ from sparsefinder.methods.registry import (
     resolve_method,
 )
 
-#: Families the app's sliders drive (keys of the one registry,
-#: :data:`sparsefinder.methods.registry.METHODS`), each with the calibrations the app offers
-#: for it, its default first: ``budget`` reads the bundled calibration table (a target
-#: sparsity), ``none`` the raw parameters.
-APP_CALIBRATIONS: dict[str, tuple[str, ...]] = {
-    "distance-floor": ("budget",),
-    "distance": ("budget", "none"),
-    "quantization": ("none",),
-    "kmeans": ("none",),
-    "rowfrac": ("budget", "none"),
-    "kmeans-routed": ("budget",),
-    "hashattention": ("none",),
-    "quest": ("none",),
-    "block": ("none",),
-    "fixed": ("none",),
-    "longformer": ("none",),
-    "bigbird": ("none",),
-    "reformer": ("none",),
-    "routing": ("none",),
-    "topk": ("none",),
-    "topp": ("none",),
-}
-APP_METHODS: tuple[str, ...] = tuple(APP_CALIBRATIONS)
-#: The method menu's groups, in menu order (families not listed: "Other predictors").
-METHOD_GROUPS: dict[str, tuple[str, ...]] = {
-    "Sparsefinder": ("distance-floor", "distance", "quantization", "kmeans", "rowfrac"),
-    "Other predictors": ("kmeans-routed", "hashattention", "quest", "block"),
-    "Fixed patterns": ("fixed", "longformer", "bigbird", "reformer", "routing"),
-    "Oracles (bounds)": ("topk", "topp"),
-}
+
+class _Offered(Mapping[str, tuple[str, ...]]):
+    """Family → the calibrations the app offers for it (its default first), read from each
+    family's :class:`~sparsefinder.methods.registry.AppHint` at every look-up, so a family
+    registered later is in the menu too. Menu order: by group, the group's ``first`` family
+    first, then in catalog order."""
+
+    def _table(self) -> dict[str, tuple[str, ...]]:
+        offered = [(APP_GROUPS.index(m.app.group), not m.app.first, i, name, m.app.calibrations)
+                   for i, (name, m) in enumerate(METHODS.items()) if m.app is not None]
+        return {name: calibrations for *_, name, calibrations in sorted(offered)}
+
+    def __getitem__(self, family: str) -> tuple[str, ...]:
+        return self._table()[family]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+
+class _Families(Sequence[str]):
+    """A live tuple of family names (``keep`` picks them from the app's families)."""
+
+    def __init__(self, keep: Callable[[Any], bool] = lambda method: True) -> None:
+        self._keep = keep
+
+    def _names(self) -> tuple[str, ...]:
+        return tuple(f for f in APP_CALIBRATIONS if self._keep(METHODS[f]))
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._names()[index]
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names()
+
+
+#: Families the app's sliders drive, each with the calibrations the app offers for it, its
+#: default first: ``budget`` reads the bundled calibration table (a target sparsity),
+#: ``none`` the raw parameters. Declared by each catalog entry's ``app`` hint.
+APP_CALIBRATIONS: Mapping[str, tuple[str, ...]] = _Offered()
+APP_METHODS: Sequence[str] = _Families()
 #: Families whose controls are generated from their declared parameters
 #: (:class:`~sparsefinder.methods.registry.Param`): their values live in
 #: ``ViewState.extra`` and in the link under each parameter's ``url`` key.
-GENERIC_FAMILIES: tuple[str, ...] = ("block", "longformer", "bigbird", "reformer", "routing",
-                                     "topk", "topp", "rowfrac")
+GENERIC_FAMILIES: Sequence[str] = _Families(lambda m: m.app.controls == "generated")
+
+
+class _Groups(Mapping[str, tuple[str, ...]]):
+    """The method menu's groups, in menu order → their families (empty groups left out)."""
+
+    def _table(self) -> dict[str, tuple[str, ...]]:
+        groups = {g: tuple(f for f in APP_CALIBRATIONS if METHODS[f].app.group == g)
+                  for g in APP_GROUPS}
+        return {g: names for g, names in groups.items() if names}
+
+    def __getitem__(self, group: str) -> tuple[str, ...]:
+        return self._table()[group]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+
+METHOD_GROUPS: Mapping[str, tuple[str, ...]] = _Groups()
 
 
 def method_group(family: str) -> str:
     """The menu group of a family."""
-    return next((g for g, names in METHOD_GROUPS.items() if family in names),
-                "Other predictors")
+    method = METHODS.get(family)
+    return method.app.group if method is not None and method.app else "Other predictors"
 
 
 def menu_label(family: str) -> str:

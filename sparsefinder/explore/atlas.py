@@ -28,6 +28,7 @@ from sparsefinder.analysis.atlas_io import (
 )
 from sparsefinder.analysis.atlas_predictor import bundled_predictor
 from sparsefinder.analysis.atlas_types import PATTERN_LABELS
+from sparsefinder.explore.app_methods import method_label
 from sparsefinder.explore.corpus import corpus_records
 from sparsefinder.explore.texts import encode_text
 from sparsefinder.user_cache import user_cache_dir
@@ -172,3 +173,20 @@ def type_table(atlas: HeadAtlas) -> pd.DataFrame:
     table["all"] = table.sum(axis=1)
     table.index = [PATTERN_LABELS[kind] for kind in table.index]
     return table
+
+
+def predictor_words(label: str | None) -> str:
+    """An atlas's predictor (the spec label it was computed with, e.g.
+    ``distance-floor:budget target_sparsity=0.9``) in words: the method's display name and
+    its settings without underscores; the id stays in heads.csv and the cache key."""
+    if not label:
+        return "none for this model"
+    parts = []
+    for piece in label.split(" ∪ "):
+        method, _, rest = piece.partition(" ")
+        try:
+            name = method_label(method)
+        except (KeyError, ValueError):
+            name = method
+        parts.append(" ".join([name, rest.replace("_", " ").replace("=", " ")]).strip())
+    return " ∪ ".join(parts)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from sparsefinder.analysis.clusters import cluster_edges, head_assignments
@@ -37,15 +38,21 @@ def cluster_masks(query_ids: Tensor, key_ids: Tensor, cluster: int,
 
 
 def default_cluster(query_ids: Tensor, key_ids: Tensor, clusters: int) -> int:
-    """The cluster a head's view opens on: the lowest-numbered one that holds keys and queries
-    (it predicts edges), else the first that holds keys, else 0 — never an empty one when
-    the head has a choice."""
-    def members(ids: Tensor) -> set[int]:
-        return {int(c) for c in ids.reshape(-1).tolist() if 0 <= int(c) < int(clusters)}
+    """The cluster a head's view opens on: the one that predicts the most edges (queries ×
+    keys that join it; ties: the lowest number), else the one with the most keys, else 0 —
+    never an empty one when the head has a choice, and not a cluster of one query when a
+    populated one shows what the head groups."""
+    def counts(ids: Tensor) -> Tensor:
+        flat = ids.reshape(-1).long()
+        flat = flat[(flat >= 0) & (flat < int(clusters))]
+        return torch.bincount(flat, minlength=int(clusters))
 
-    keys = members(key_ids)
-    both = keys & members(query_ids)
-    return min(both or keys or {0})
+    keys = counts(key_ids)
+    edges = counts(query_ids) * keys
+    for weight in (edges, keys):
+        if weight.numel() and int(weight.max()) > 0:
+            return int(torch.argmax(weight))  # the first of the largest
+    return 0
 
 
 def cluster_from_point(point: Mapping[str, Any], clusters: Sequence[Any]) -> int | None:

@@ -8,6 +8,7 @@ for every grid point — so a setting shows the same numbers here as in a sweep.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -20,7 +21,13 @@ from sparsefinder.evaluation import sweep as sweeps
 from sparsefinder.explore.app_methods import APP_CALIBRATIONS, method_label
 from sparsefinder.explore.layer_masks import LazyMasks
 from sparsefinder.explore.prepared import PreparedText, default_pages, default_threshold
-from sparsefinder.explore.state import DEFAULT_CLUSTERS, MAX_PAGES, ViewState, to_spec
+from sparsefinder.explore.state import (
+    DEFAULT_BINS,
+    DEFAULT_CLUSTERS,
+    MAX_PAGES,
+    ViewState,
+    to_spec,
+)
 from sparsefinder.methods.registry import get_method
 from sparsefinder.methods.spec import (
     LayerPrediction,
@@ -67,6 +74,8 @@ def clamp(state: ViewState, prepared: PreparedText) -> tuple[ViewState, list[str
         changes["t"] = default_threshold(prepared) if state.t is None else prepared.t_max
     if state.pages is None:
         changes["pages"] = min(default_pages(prepared), MAX_PAGES)
+    if state.bins is None:  # no projections: any β (quantization cannot run)
+        changes["bins"] = prepared.bins_default or DEFAULT_BINS
     choices = prepared.cluster_choices
     if choices:
         if state.clusters not in choices:
@@ -221,6 +230,28 @@ def describe(spec: PredictorSpec) -> str:
     if spec.global_tokens:
         pieces.append("global " + "+".join(spec.global_tokens))
     return " ∪ ".join(pieces) or "empty graph"
+
+
+def short_text_note(spec: PredictorSpec, n_keys: int, sparsity: float) -> str | None:
+    """Why a target sparsity is not reached on a short text (None when it is, or no target
+    is set): every row keeps at least one key (the floor's methods: its ``floor`` nearest),
+    so a row of ``n_keys`` keys drops at most ``1 − kept / n_keys`` of them, and a 3-word text
+    at target 0.90 shows sparsity 0.000 with no fault of the predictor."""
+    params = spec.param_dict
+    target = params.get("target_sparsity")
+    if target is None or n_keys < 1:
+        return None
+    kept = max(int(params.get("floor", 1) or 1), 1)
+    reachable = max(0.0, 1.0 - kept / n_keys)
+    if reachable >= float(target):
+        return None
+    keeps = (f"keeps each row's {kept} nearest keys whatever the target" if kept > 1
+             else "keeps at least one key in each row")
+    return (f"Sparsity {sparsity:.3f} against the target {float(target):.2f}: this text has "
+            f"only {n_keys} keys per row (tokens, special ones included), and the method "
+            f"{keeps}, so no row can drop more than {reachable:.0%} of its keys. The target "
+            f"needs rows of at least {math.ceil(kept / (1.0 - float(target)) - 1e-9)} keys: paste "
+            "a longer text.")
 
 
 def _short(value: Any) -> str:

@@ -16,16 +16,15 @@ from typing import Any
 import pandas as pd
 
 from sparsefinder.evaluation.curves import (
-    BLOCK_CURVES,
     CURVES,
     GROUPS,
-    LEARNED_BLOCK_CURVES,
     curve_display_name,
     curve_name,
     curve_spec,
 )
 from sparsefinder.explore.app_methods import APP_CALIBRATIONS, GENERIC_FAMILIES, generic_params
 from sparsefinder.explore.state import MAX_BINS, MAX_PAGES, MAX_TOP_K, WINDOW_CHOICES
+from sparsefinder.methods.registry import METHODS
 
 #: Drawn by default: the app's default method (calibrated distance with a per-row floor) and
 #: the calibrated distance alone, the paper's Sparsefinder (distance, alone and with a window
@@ -42,7 +41,8 @@ MISSING = "–"
 
 
 def _page_groups() -> dict[str, tuple[str, ...]]:
-    block = tuple(name for name, *_ in (*BLOCK_CURVES, *LEARNED_BLOCK_CURVES))
+    block = tuple(grid.name for family in ("block", "block-learned")
+                  for grid in METHODS[family].grids)
     groups = {
         "sparsefinder": (*GROUPS["sparsefinder"], "kmeans-top2", "kmeans-top2+window",
                          "distance-fine"),

@@ -45,6 +45,8 @@ from sparsefinder.predictors.hash_codes import HASH_BITS
 
 DEFAULT_TARGET = 0.9
 MAX_BINS = 16
+#: Quantization's β where a text gives none (no projections: the method does not run there).
+DEFAULT_BINS = 4
 MAX_WINDOW = 31
 #: Window sizes worth offering: an even size behaves like the next odd one (Window docs).
 WINDOW_CHOICES = (0, *range(1, MAX_WINDOW + 1, 2))
@@ -77,7 +79,7 @@ class ViewState:
     calibration: str = "budget"
     target: float = DEFAULT_TARGET
     t: float | None = None
-    bins: int = 4
+    bins: int | None = None  # quantization β; None = the β closest to the text's gold sparsity
     clusters: int | None = None  # B; None = the smallest B the projections offer
     top_k: int = 1
     pages: int | None = None  # Quest; None = the pages that hold the text's gold density
@@ -300,14 +302,16 @@ def snap_window(size: int) -> int:
 
 
 def view_state_to_params(state: ViewState) -> dict[str, str]:
-    """ViewState → query parameters (strings); ``None`` fields are left out."""
+    """ViewState → query parameters (strings); ``None`` fields are left out, and so is the
+    bundled example's name while a custom text (``textid``) is shown: it is not what the link
+    opens."""
     out: dict[str, str] = {}
     for param in generic_params(state.method) if state.calibration == "none" else ():
         value = extra_value(state, state.method, param)
         out[param.url] = repr(value) if isinstance(value, float) else str(value)
     for name, key in PARAM_NAMES.items():
         value = getattr(state, name)
-        if value is None:
+        if value is None or (name == "example" and state.text_id is not None):
             continue
         if name == "global_tokens":
             out[key] = ",".join(value) or "none"
@@ -335,6 +339,8 @@ def to_spec(state: ViewState, method: str | None = None) -> PredictorSpec:
     elif method == "distance":
         params = {"threshold": float(state.t if state.t is not None else 0.0)}
     elif method == "quantization":
+        if state.bins is None:
+            raise ValueError("quantization needs a number of bins; clamp the state first")
         params = {"bins": int(state.bins)}
     elif method == "kmeans":
         if state.clusters is None:

@@ -3,12 +3,13 @@ as the app's component (the same drawing code).
 
 Hovering a token is handled in the browser, so lines appear without a round trip to the
 server (a Plotly chart would rerun the app per hover). The selected token is drawn and
-highlighted from the start; hover another to preview its lines; a click selects it (in the
-app: for the whole page and the link; a query on the left selects the row, a key on the right
-the column). One colour per head (tick boxes toggle heads); the line's opacity is the gold
-probability; solid = gold edge the predictor keeps, dashed = gold edge it misses, dotted =
-predicted edge that is not gold (toggle). No external script or font is loaded, and text is
-set through ``textContent`` only: the view is safe for any token string.
+highlighted from the start; hover another to preview its lines (once the pointer moves: a
+token that lands under a still pointer when the view is drawn anew is not previewed); a click
+selects it (in the app: for the whole page and the link; a query on the left selects the row,
+a key on the right the column). One colour per head (tick boxes toggle heads); the line's
+opacity is the gold probability; solid = gold edge the predictor keeps, dashed = gold edge it
+misses, dotted = predicted edge that is not gold (toggle). No external script or font is
+loaded, and text is set through ``textContent`` only: the view is safe for any token string.
 """
 
 from __future__ import annotations
@@ -111,6 +112,15 @@ function drawHeadView(root, D, onPick) {
   lineLayer.id = "lines";
   svg.append(markLayer, lineLayer);
   const y = (i) => top + i * D.row + D.row / 2;
+  // Hover previews wait until the pointer really moves: after a click the app draws the
+  // view anew around the picked token, and the token that lands under a still pointer
+  // must not replace the picked one's lines (the browser reports an "enter" for it).
+  let armed = false, origin = null;
+  svg.addEventListener("mousemove", (ev) => {
+    if (armed) return;
+    if (origin === null) { origin = [ev.clientX, ev.clientY]; return; }
+    if (Math.abs(ev.clientX - origin[0]) + Math.abs(ev.clientY - origin[1]) > 6) armed = true;
+  });
   const texts = { query: [], key: [] }, titles = { query: [], key: [] };
   function outCount(side, i) {
     const table = side === "query" ? D.outAsQuery : D.outAsKey;
@@ -126,7 +136,7 @@ function drawHeadView(root, D, onPick) {
     const title = document.createElementNS(NS, "title");
     t.append(title);
     titles[side].push(title);
-    t.addEventListener("mouseenter", () => show(side, i));
+    t.addEventListener("mouseenter", () => { if (armed) show(side, i); });
     t.addEventListener("mouseleave", () => show(pinned && pinned.side, pinned && pinned.index));
     t.addEventListener("click", () => {
       pinned = { side: side, index: i };

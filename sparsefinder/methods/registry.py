@@ -28,6 +28,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from sparsefinder.methods.grids import APP_GROUPS as APP_GROUPS
+from sparsefinder.methods.grids import WITH_WINDOW_SIZE as WITH_WINDOW_SIZE
+from sparsefinder.methods.grids import AppHint as AppHint
+from sparsefinder.methods.grids import SweepGrid as SweepGrid
+from sparsefinder.methods.grids import sweep_grids as sweep_grids
+
 if TYPE_CHECKING:
     from sparsefinder.data.records import AttentionRecord
     from sparsefinder.predictors.base import Predictor
@@ -50,6 +56,12 @@ CALIBRATION_LABELS: dict[str, str] = {
     "budget": "per head, sparsity budget across heads",
     "recall": "per head, target recall",
 }
+
+
+#: What a family may be tagged with: ``cheap`` (no learned part, nothing fitted),
+#: ``oracle`` (reads the full score matrix: a bound, saves no work), ``baseline`` (a method of
+#: another paper), ``long-context`` (made for texts longer than the model's window).
+TAGS: tuple[str, ...] = ("cheap", "oracle", "baseline", "long-context")
 
 
 class MethodUnavailable(ValueError):
@@ -149,6 +161,8 @@ class Calibration:
     build: Builder
     label: str = ""
     extra: tuple[Param, ...] = ()
+    #: the sweep's targets (each point: the target's name, and the ``extra`` at their default)
+    grid: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -184,6 +198,10 @@ class Method:
     oracle: bool = False  # needs the full score matrix: shown as a bound, saves no work
     calibrations: tuple[Calibration, ...] = ()
     raw: bool = True  # False: only calibrated settings exist (``calibration="none"`` refused)
+    #: the family's raw sweep curves (its calibrations' grids are added by :attr:`curves`)
+    grids: tuple[SweepGrid, ...] = ()
+    tags: tuple[str, ...] = ()  # among :data:`TAGS`
+    app: AppHint | None = None  # None: the app does not offer the family
 
     def __post_init__(self) -> None:
         # a bare name declares a parameter without type or range (plug-ins, tests)
@@ -192,6 +210,17 @@ class Method:
         bad = [c.name for c in self.calibrations if c.name not in CALIBRATIONS[1:]]
         if bad:
             raise ValueError(f"calibrations must be among {CALIBRATIONS[1:]}, got {bad}")
+        if set(self.tags) - set(TAGS):
+            raise ValueError(f"tags must be among {TAGS}, got {sorted(set(self.tags) - set(TAGS))}")
+
+    @property
+    def curves(self) -> tuple[SweepGrid, ...]:
+        """Every sweep curve of the family: its raw grids, then one per calibration
+        (``distance:budget``) over that calibration's targets."""
+        calibrated = tuple(SweepGrid(method_id(self.name, c.name), c.grid, c.name,
+                                     groups=("calibrated",))
+                           for c in self.calibrations if c.grid)
+        return self.grids + calibrated
 
     @property
     def calibration_names(self) -> tuple[str, ...]:
@@ -243,6 +272,9 @@ class _Registry(Mapping[str, Method]):
         self._methods: dict[str, Method] = {}
         self._aliases: dict[str, tuple[str, str]] = {}
         self._loaded = False
+        #: called with (method, registered) on every later change: the tables made from the
+        #: families (sweep curves and groups) follow a family registered after they were made
+        self.listeners: list[Callable[[Method, bool], None]] = []
 
     def _table(self) -> dict[str, Method]:
         if not self._loaded:
@@ -263,9 +295,14 @@ class _Registry(Mapping[str, Method]):
         if method.name in self._table() and not replace:
             raise ValueError(f"method {method.name!r} is already registered; pass replace=True")
         self._methods[method.name] = method
+        for listener in self.listeners:
+            listener(method, True)
 
     def remove(self, name: str) -> Method:
-        return self._table().pop(name)
+        method = self._table().pop(name)
+        for listener in self.listeners:
+            listener(method, False)
+        return method
 
     def aliases(self) -> dict[str, tuple[str, str]]:
         """Old name → (family, calibration)."""
@@ -283,6 +320,9 @@ def register_method(method: Method, *, replace: bool = False) -> Method:
         raise ValueError(f"inputs must be one of {INPUTS}, got {method.inputs!r}")
     if not method.name or "," in method.name or "+" in method.name:
         raise ValueError(f"method name must be non-empty without ',' or '+', got {method.name!r}")
+    if method.app and set(method.app.calibrations) - set(method.calibration_names):
+        raise ValueError(f"method {method.name!r}: the app offers calibrations "
+                         f"{method.app.calibrations}, it takes {method.calibration_names}")
     METHODS.add(method, replace=replace)
     return method
 

@@ -1,121 +1,131 @@
-"""What the notebook explorer computes, without any widget: a model, one prepared text, and
-the gold / predicted / diff graphs and scores of a setting.
+"""The Explorer's core without a browser app: one model, one text, one setting at a time.
 
-It is the app's live path (:mod:`sparsefinder.explore.live`), called the same way: the text is
-prepared once (the model runs once), and a control move only predicts and scores, so a
-notebook shows the numbers the app and the sweeps show for the same setting.
+It runs the same calls as the app's Explorer (:mod:`sparsefinder.explore.live`: clamp the
+view state, build the spec, predict, score, summarise) and draws the same figures
+(:mod:`sparsefinder.figures`), so a setting shows the same numbers in a notebook as in the
+app. No widget library is imported here: :mod:`.widget` adds the live controls.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import plotly.graph_objects as go
-from torch import Tensor
 
-from sparsefinder.bundle import BundleError, bundle
-from sparsefinder.explore import inputs, live, tables
+from sparsefinder.explore import live, tables
 from sparsefinder.explore import prepared as prep
-from sparsefinder.explore.app_methods import method_label
+from sparsefinder.explore.inputs import extract_one
 from sparsefinder.explore.state import ViewState
-from sparsefinder.figures import graphs, thumbnails
-from sparsefinder.files import SparsefinderFileError
+from sparsefinder.figures import graphs
 from sparsefinder.learned_parts import LearnedParts
-from sparsefinder.metrics.measures import GraphScores
-from sparsefinder.models.loading import LoadedModel, load_model
-from sparsefinder.projections.heads import HeadProjections
+
+#: Target sparsities offered when the model has no calibration table (a raw method's own
+#: parameters are then at their defaults; the target only drives calibrated methods).
+DEFAULT_TARGETS = (0.8, 0.85, 0.9, 0.95)
 
 
-def open_model(model: str | LoadedModel, alpha: float = 1.5, device: str = "cpu") -> LoadedModel:
-    """A loaded model from a name, a local folder or a Hugging Face id in the local cache
-    (``load_model`` explains what it looked for when it cannot), or the model itself."""
-    if isinstance(model, LoadedModel):
-        return model
-    return load_model(str(model), alpha=alpha, device=device)
+def _parts_for(model_id: str) -> tuple[Any, LearnedParts]:
+    """(projections, learned parts) for ``model_id``: the bundled ones for the default
+    model, a prepared bundle's (`sparsefinder prepare`) for another, else none."""
+    parts = LearnedParts.bundled(model_id)
+    return parts.calibration_projections, parts
 
 
-def _bundled_projections(model_id: str) -> HeadProjections | None:
-    """The bundle's projections with k-means centroids when they were trained for this model
-    (the app's default file); None for any other model (the learned methods are then off)."""
-    try:
-        return HeadProjections.load(bundle().best("centroids"), expected_model_id=model_id)
-    except (BundleError, SparsefinderFileError, OSError, ValueError):
-        return None
+@dataclass
+class ExploreSession:
+    """A prepared text of a loaded model and the view state the controls set."""
 
-
-def prepare_text(loaded: LoadedModel, text: str) -> prep.PreparedText:
-    """Gold graphs, projected inputs and scorer of ``text`` (the one model run)."""
-    record, notes = inputs.extract_one(loaded, text)
-    parts = LearnedParts.bundled(loaded.model_id, _bundled_projections(loaded.model_id))
-    return prep.prepare(record, parts.projections, notes, calibration=parts.calibration,
-                        calibration_projections=parts.calibration_projections,
-                        hash_codes=parts.hash_codes)
-
-
-def method_choices(prepared: prep.PreparedText) -> list[tuple[str, str]]:
-    """(label, written method) of every method that runs on this text, best first."""
-    return [(method_label(m), m) for m in prepared.available_methods()]
-
-
-def state_for(method: str, target: float, layer: int, head: int) -> ViewState:
-    """The app's view state for a written method (``distance-floor:budget``) and the controls."""
-    family, _, calibration = method.partition(":")
-    return ViewState(method=family, calibration=calibration or "none", target=float(target),
-                     layer=int(layer), head=int(head))
-
-
-@dataclass(frozen=True)
-class View:
-    """One setting on the prepared text: its masks, every head's scores and the summaries."""
-
+    loaded: Any
+    text: str
+    prepared: prep.PreparedText
     state: ViewState
-    notes: list[str]
-    preds: Any  # per-layer bool masks (heads, n, m), predicted when read
-    scores: GraphScores
-    summary: dict[str, live.Summary]
-    label: str
+    notes: list[str] = field(default_factory=list)
+    _preds: Any = None
+    _scores: Any = None
 
     @property
+    def methods(self) -> list[str]:
+        """Methods that run on this text, written with their calibration."""
+        return self.prepared.available_methods()
+
+    @property
+    def targets(self) -> list[float]:
+        table = self.prepared.calibration
+        return [float(t) for t in table.targets] if table is not None else list(DEFAULT_TARGETS)
+
+    @property
+    def labels(self) -> list[str]:
+        return self.prepared.record.tokens
+
+    def update(self, **changes: Any) -> ExploreSession:
+        """Set ``method`` (written, e.g. ``distance:budget``), ``target``, ``layer`` or
+        ``head``; the prediction reruns only when the method or target changed."""
+        method = changes.pop("method", None)
+        if method is not None:
+            family, _, calibration = method.partition(":")
+            changes.update(method=family, calibration=calibration or "none")
+        state, notes = live.clamp(replace(self.state, **changes), self.prepared)
+        if (state.method_id, state.target) != (self.state.method_id, self.state.target):
+            self._preds = self._scores = None
+        self.state, self.notes = state, notes
+        return self
+
+    def _run(self) -> None:
+        if self._preds is None:
+            spec = live.spec_for(self.state, self.prepared)
+            self._preds = live.predict(self.prepared, spec)
+            self._scores = live.score(self.prepared, self._preds)
+
+    def summary(self) -> dict[str, live.Summary]:
+        """Head, layer and model recall/sparsity of the current setting."""
+        self._run()
+        return live.summarize(self._scores, self.state.layer, self.state.head)
+
     def headline(self) -> str:
-        """The numbers a reader looks at first: the model's recall and sparsity."""
-        model = self.summary["model"]
-        head = self.summary["head"]
-        return (f"{self.label} · model recall {model.recall:.3f}, sparsity {model.sparsity:.3f} "
-                f"(gold {model.gold_sparsity:.3f}) · L{self.state.layer}H{self.state.head}: "
-                f"recall {head.recall:.3f}, sparsity {head.sparsity:.3f}")
+        model = self.summary()["model"]
+        spec = live.spec_for(self.state, self.prepared)
+        return (f"{live.describe(spec)} · recall {model.recall:.3f} · sparsity "
+                f"{model.sparsity:.3f} (gold {model.gold_sparsity:.3f}) · "
+                f"{self.loaded.model_id}, {self.prepared.n_tokens} tokens")
+
+    def head_figure(self) -> go.Figure:
+        """Gold | predicted | diff of the selected head."""
+        self._run()
+        layer, head = self.state.layer, self.state.head
+        gold = self.prepared.record.layers[layer].gold_of(head)
+        pred = self._preds[layer][head]
+        codes = tables.diff_codes(pred, gold)
+        return graphs.head_figure(gold.cpu().numpy(), pred.cpu().numpy(), codes, self.labels,
+                                  f"L{layer}H{head}", tables.diff_counts(codes))
+
+    def grid_figure(self, metric: str = "recall") -> go.Figure:
+        """Every head's ``metric`` (layers x heads); the selected head outlined."""
+        self._run()
+        values = getattr(self._scores, metric).numpy()
+        return graphs.overview_figure(values, metric, (self.state.layer, self.state.head),
+                                      live.softmax_layers(self._scores))
 
 
-def compute(prepared: prep.PreparedText, state: ViewState) -> View:
-    """Predict and score ``state`` (clamped to this text and model as the app does)."""
-    state, notes = live.clamp(state, prepared)
-    spec = live.spec_for(state, prepared)
-    preds = live.predict(prepared, spec)
-    scores = live.score(prepared, preds)
-    return View(state=state, notes=notes, preds=preds, scores=scores,
-                summary=live.summarize(scores, state.layer, state.head),
-                label=live.describe(spec))
+def open_session(model_or_id: Any, text: str, alpha: float | None = None,
+                 device: str = "cpu") -> ExploreSession:
+    """Load ``model_or_id`` (a name for ``load_model`` or a loaded model) and prepare
+    ``text``: gold graphs, projections and calibration when the model has them."""
+    from sparsefinder.models.loading import LoadedModel, load_model
 
-
-def head_figure(prepared: prep.PreparedText, view: View, width: int = 1100) -> go.Figure:
-    """Gold | predicted | diff of the selected head (the app's figure)."""
-    layer, head = view.state.layer, view.state.head
-    record = prepared.record
-    gold: Tensor = record.layers[layer].gold_of(head)
-    pred: Tensor = view.preds[layer][head]
-    codes = tables.diff_codes(pred, gold)
-    return graphs.head_figure(gold.numpy(), pred.numpy(), codes, inputs.token_labels(record),
-                              f"L{layer}H{head}", tables.diff_counts(codes), width=width)
-
-
-def grid_figure(prepared: prep.PreparedText, view: View, kind: str = "diff") -> go.Figure:
-    """Every head's graph at once, the selected one outlined, recall on hover."""
-    codes = tables.heads_codes(prepared.record, list(view.preds), kind)
-    return thumbnails.heads_figure(codes, kind, (view.state.layer, view.state.head),
-                                   view.scores.recall.numpy(), "recall",
-                                   live.softmax_layers(view.scores))
-
-
-def with_selection(state: ViewState, **changes: Any) -> ViewState:
-    """``state`` with some controls changed (a frozen dataclass)."""
-    return replace(state, **changes)
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("text is empty; pass the text to explore, e.g. explore('default', "
+                         "'The cat sat on the mat.')")
+    loaded = (model_or_id if isinstance(model_or_id, LoadedModel)
+              else load_model(str(model_or_id), alpha=alpha, device=device))
+    record, notes = extract_one(loaded, text)
+    projections, parts = _parts_for(loaded.model_id)
+    prepared = prep.prepare(record, projections, notes, calibration=parts.calibration,
+                            calibration_projections=parts.calibration_projections,
+                            hash_codes=parts.hash_codes)
+    state, more = live.clamp(ViewState(), prepared)
+    session = ExploreSession(loaded=loaded, text=text, prepared=prepared, state=state,
+                             notes=[*notes, *more])
+    if state.method_id not in session.methods:  # no calibration: a training-free method
+        session.update(method=session.methods[0])
+    return session

@@ -81,6 +81,13 @@ class MassObjective(BilinearObjective):
     scale) spends the projections' few coordinates on the edges that carry the mass. The
     non-edges keep their uniform weight (they have no mass to rank by)."""
 
+    def start(self, layer: int, device: torch.device) -> bool:
+        started = super().start(layer, device)
+        if started and self.pairs.mass is None:
+            raise ValueError("the mass objective needs each gold edge's probability; these "
+                             "records hold gold graphs only (extract them with probabilities)")
+        return started
+
     def gradients(self, params: list[Tensor], step: int) -> tuple[list[Tensor], Tensor]:
         cut = slice(step * self.batch_size, (step + 1) * self.batch_size)
         self.weights = None if self.mass_rows is None else self.mass_rows[:, cut]

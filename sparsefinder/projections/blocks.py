@@ -70,6 +70,15 @@ def block_pair_labels(gold: Tensor, block: int, *, causal: bool = False) -> Tens
     return block_graph(apply_causal(gold, causal).contiguous(), block)
 
 
+def _tile_mass(probs: Tensor, block: int) -> Tensor:
+    """The gold probability mass of every tile: (heads, n, m) → (heads, ceil(n/b), ceil(m/b));
+    a pooled graph's edge probabilities (the pair sampler reads them for every positive)."""
+    heads, n, m = probs.shape
+    nb, mb = -(-n // block), -(-m // block)
+    padded = torch.nn.functional.pad(probs.float(), (0, mb * block - m, 0, nb * block - n))
+    return padded.view(heads, nb, block, mb, block).sum((2, 4))
+
+
 def block_record(record: AttentionRecord, block: int) -> AttentionRecord:
     """The record at block granularity: per layer, pooled q/k (heads, ceil(n/b), d) and the
     block-pair labels as its gold graph; what :func:`train_projections` learns from."""
@@ -80,7 +89,8 @@ def block_record(record: AttentionRecord, block: int) -> AttentionRecord:
         gold = block_pair_labels(layer.gold, block, causal=record.causal)
         layers.append(LayerGraph(
             queries=pool_blocks(layer.queries, block), keys=pool_blocks(layer.keys, block),
-            gold=gold, prob_values=torch.zeros(0), scaling=layer.scaling, alpha=layer.alpha))
+            gold=gold, prob_values=_tile_mass(layer.probs(), block)[gold],
+            scaling=layer.scaling, alpha=layer.alpha))
     n_blocks = -(-record.n_tokens // block)
     return AttentionRecord(text=record.text, tokens=[""] * n_blocks,
                            offsets=[(0, 0)] * n_blocks, special=[False] * n_blocks,

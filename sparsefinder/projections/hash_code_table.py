@@ -94,11 +94,15 @@ class HashCodeTable:
 
 
 def bundled_hash_codes(model_id: str) -> HashCodeTable | None:
-    """The bundled table when it was fitted for ``model_id`` (else None: the method is off)."""
-    path = bundle().path("hash codes")
-    if not path.is_file():
-        return None
-    try:
-        return HashCodeTable.load(path, expected_model_id=model_id)
-    except HashCodesError:
-        return None
+    """The bundled table when it was fitted for ``model_id``, else the prepared bundle's of
+    ``model_id`` (`sparsefinder prepare`); None: the method is off."""
+    from sparsefinder.model_bundles import prepared_file
+
+    for path in (bundle().path("hash codes"), prepared_file(model_id, "hash codes")):
+        if path is None or not path.is_file():
+            continue
+        try:
+            return HashCodeTable.load(path, expected_model_id=model_id)
+        except HashCodesError:
+            continue
+    return None

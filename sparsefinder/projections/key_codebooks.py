@@ -128,8 +128,14 @@ def _load_cached(path: str, mtime: float) -> KeyCodebooks:
     return KeyCodebooks.load(path)
 
 
-def bundled_codebooks(path: str | Path | None = None) -> KeyCodebooks:
-    """The codebooks at ``path`` (default: the bundled ones), loaded once per file version."""
+def bundled_codebooks(path: str | Path | None = None, model_id: str | None = None
+                      ) -> KeyCodebooks:
+    """The codebooks at ``path`` (default: the prepared bundle's of ``model_id`` when there
+    is one, else the bundled ones), loaded once per file version."""
+    if path is None and model_id is not None:
+        from sparsefinder.model_bundles import prepared_file
+
+        path = prepared_file(model_id, "key codebooks")
     path = Path(path) if path is not None else bundle().path("key codebooks")
     if not path.is_file():
         raise CodebooksError(f"no key codebooks at {path}; create them with {_hint()}")

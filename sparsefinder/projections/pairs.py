@@ -76,6 +76,8 @@ def _layer_pairs(records: Sequence[AttentionRecord], layer: int) -> _LayerPairs:
     parts: dict[str, list[Tensor]] = {k: [] for k in ("h", "q", "k", "kb", "na", "gb", "p")}
     q_off = k_off = g_off = 0
     gold_edges = torch.zeros(heads, dtype=torch.long)
+    # the edges' probabilities, where every record kept them (gold-only records have none)
+    with_mass = all(g.prob_values.numel() > 0 for g in graphs)
     for record, g in zip(records, graphs, strict=True):
         n, m = int(g.gold_shape[1]), int(g.gold_shape[2])
         first, allowed = allowed_key_range(n, m, causal=record.causal,
@@ -90,9 +92,10 @@ def _layer_pairs(records: Sequence[AttentionRecord], layer: int) -> _LayerPairs:
         parts["kb"].append(h * tk + k_off + first[i])
         parts["na"].append(allowed[i])
         parts["gb"].append(g_off + (h * n + i) * m + first[i])  # the run's first key
-        parts["p"].append(g.probs()[h, i, j].float())
+        if with_mass:
+            parts["p"].append(g.probs()[h, i, j].float())
         q_off, k_off, g_off = q_off + n, k_off + m, g_off + heads * n * m
-    cat = {k: torch.cat(v) for k, v in parts.items()}
+    cat = {k: torch.cat(v) for k, v in parts.items() if v}
     q_table = torch.cat([g.queries for g in graphs], dim=1).reshape(heads * tq, -1)
     k_table = torch.cat([g.keys for g in graphs], dim=1).reshape(heads * tk, -1)
     gold_flat = torch.cat([g.gold.reshape(-1) for g in graphs])
@@ -107,7 +110,7 @@ def _layer_pairs(records: Sequence[AttentionRecord], layer: int) -> _LayerPairs:
         gold_base=cat["gb"],
         gold_flat=gold_flat,
         gold_edges=gold_edges,
-        mass=cat["p"],
+        mass=cat["p"] if with_mass else None,
     )
 
 

@@ -123,3 +123,13 @@ def test_a_bad_link_is_one_warning_on_every_page_until_a_change(with_projections
     assert_clean(at)
     assert not [w for w in at.warning if "This link had" in w.value]
     assert_head_graphs(at)
+
+
+def test_a_three_word_text_says_why_its_target_is_out_of_reach(with_projections):
+    """The default method at target 0.90 on 3 words (5 keys with [CLS] and [SEP]) keeps every
+    key: sparsity 0.000, and the page says why, not a silent zero. Its link names the text,
+    not the bundled example the sidebar held before."""
+    at = _pasted("Cats sleep often.")
+    assert_clean(at)
+    assert any("keys per row" in i.value and "paste a longer text" in i.value for i in at.info)
+    assert "textid" in at.query_params and "example" not in at.query_params

@@ -203,6 +203,41 @@ def test_head_view_draws_the_selected_token_and_a_click_selects_another(server, 
     assert page.locator("[data-testid='stException']").count() == 0
 
 
+def test_after_a_click_the_picked_tokens_lines_stay_under_a_still_pointer(server, page):
+    """A click re-centres the window on the picked token, so another token lands under the
+    pointer: a small jitter of the pointer (what a hand does) must not preview it; the lines
+    drawn stay the picked key's, and only it is highlighted. (Token texts carry their index
+    in the window; their tooltip starts with the position in the text.)"""
+    page.goto(f"{server}/tokens?method=fixed&window=3&global=none&query=60&layer=0",
+              timeout=240_000)
+    view = page.locator(".st-key-w_head_lines")
+    view.locator("text.active[data-side='query']").wait_for(timeout=240_000)
+    wait_until_idle(page)
+
+    def key_at(position: int):
+        return view.locator("text[data-side='key']").filter(
+            has=page.locator(f"xpath=./*[local-name()='title'][starts-with(., '{position} ·')]"))
+
+    box = key_at(72).bounding_box()
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    page.mouse.move(x, y)
+    page.mouse.click(x, y)
+    page.wait_for_function("() => location.search.includes('query=72')", timeout=60_000)
+    wait_until_idle(page)
+    picked = key_at(72)
+    page.wait_for_function("() => [...document.querySelectorAll('text.active')].some("
+                           "t => t.querySelector('title').textContent.startsWith('72 ·'))",
+                           timeout=30_000)
+    for dx in (1, 2, 3):  # a still hand: a few pixels
+        page.mouse.move(x + dx, y)
+    time.sleep(0.3)
+    assert view.locator("text.active").count() == 1  # the picked key only, nothing previewed
+    # every line drawn ends at the picked key (its column), none at the token under the pointer
+    ends = set(view.locator("#lines line").evaluate_all("ls => ls.map(l => l.getAttribute('y2'))"))
+    assert ends == {picked.get_attribute("y")}
+    assert page.locator("[data-testid='stException']").count() == 0
+
+
 def test_a_click_on_a_pareto_point_loads_its_setting(server, page):
     """Clicking a frontier point of `distance` sets the sliders and the link to that
     threshold (raw distance, no window, no global tokens: the sweep's own setting)."""
@@ -220,7 +255,7 @@ def test_a_click_on_a_pareto_point_loads_its_setting(server, page):
     page.wait_for_function("() => location.search.includes('method=distance') && "
                            "location.search.includes('calibration=none') && "
                            "location.search.includes('global=none')", timeout=60_000)
-    page.get_by_text("Loaded distance", exact=False).first.wait_for(timeout=30_000)
+    page.get_by_text("Loaded from the Distance", exact=False).first.wait_for(timeout=30_000)
     assert page.locator("[data-testid='stException']").count() == 0
 
 

@@ -211,7 +211,7 @@ def test_a_clicked_point_loads_into_the_view_or_says_why_not(with_projections):
     assert_clean(at)
     assert at.query_params["method"] == "distance" and at.query_params["t"] == "1.0"
     assert at.query_params["window"] == "3" and at.query_params["calibration"] == "none"
-    assert any("Loaded distance+window" in c.value for c in at.caption)
+    assert any("Loaded from the Distance (t) + window 3 curve" in c.value for c in at.caption)
     assert at.slider(key="w_t").value == 1.0
     (figure,) = figures(at)
     assert _star(figure) == _grid_point(figure, "distance+window", {"threshold": 1.0})

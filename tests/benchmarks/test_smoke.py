@@ -29,13 +29,12 @@ BROWSER = ("app_latency", "app_load")
 #: The costliest of the rest: several fresh processes each, a model built or loaded in each.
 HEAVY = ("distributed", "real_size")
 #: Runs on the default model's vectors (and the two with a GPU-only mode).
-MODEL = ("accuracy", "calibration_gap", "extract", "extract_long", "gpu_solver",
-         "notebook_render", "restricted")
+MODEL = ("accuracy", "calibration_gap", "extract", "extract_long", "gpu_solver", "restricted")
 #: Everything else, and any new script.
 OTHER = tuple(name for name in SCRIPTS if name not in BROWSER + HEAVY + MODEL)
 #: The scripts that load the default model (marked ``slow``, as the suite's other such tests).
 LOADS_DEFAULT_MODEL = {*BROWSER, *MODEL, "distributed", "restricted", "learned_space",
-                       "notebook_render", "quality_table", "train"}
+                       "quality_table", "train"}
 KEY_VALUE = re.compile(r"[^\s=]+=\S+")
 #: The script's output tail shown when a run fails.
 TAIL = 4000

@@ -412,7 +412,13 @@ def test_default_curves_exactly(default_curves) -> None:
         expected[f"{name}+window"] = (method, 3, grid)
     # finer raw grid, calibrated targets, routed k-means and the top-p oracle
     from sparsefinder.calibration.curves import DISTANCE_FINE_GRID, calibrated_grids
-    from sparsefinder.evaluation.curves import ROUTED_BUDGET_GRID, ROUTED_TOP_GRID, TOPP_GRID
+
+    ROUTED_BUDGET_GRID = [{"n_clusters": b, "budget": f} for b in (64, 128)  # noqa: N806
+                          for f in (0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.1, 0.12,
+                                    0.15, 0.2, 0.25, 0.3)]
+    ROUTED_TOP_GRID = [{"n_clusters": 128, "n_routes": t}  # noqa: N806
+                       for t in (2, 4, 6, 8, 9, 10, 11, 12, 14, 16, 20, 24, 32)]
+    TOPP_GRID = [0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99, 1.0]  # noqa: N806
 
     expected["distance-fine"] = ("distance", 0, [{"threshold": t} for t in DISTANCE_FINE_GRID])
     for name, grid in calibrated_grids().items():
@@ -424,11 +430,9 @@ def test_default_curves_exactly(default_curves) -> None:
                                           (0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.15, 0.2, 0.3,
                                            0.5)])
     # long-context baselines
-    from sparsefinder.evaluation.curves import HASH_DISTANCE_GRID, QUEST_GRID, QUEST_PAGE
-
-    expected["quest"] = ("quest", 0, [{"page_size": QUEST_PAGE, "pages": p} for p in QUEST_GRID])
-    expected["hashattention"] = ("hashattention", 0,
-                                 [{"max_distance": t} for t in HASH_DISTANCE_GRID])
+    expected["quest"] = ("quest", 0, [{"page_size": 16, "pages": p}
+                                      for p in (1, 2, 4, 8, 16, 32, 64)])
+    expected["hashattention"] = ("hashattention", 0, [{"max_distance": t} for t in range(9)])
     # block Sparsefinder at blocks of 32 and 16, and with single keys
     blocks = [0, 1, 2, 3, 4, 5, 6, 8, 10, 12]
     for name, size, keys in (("block", 32, 0), ("block16", 16, 0), ("block+keys", 32, 16)):
@@ -564,7 +568,8 @@ def test_sweep_defaults_to_the_sparsefinder_group(records, projections) -> None:
         partial = HeadProjections(weight=projections.weight, bias=projections.bias,
                                   model_id="synthetic", alpha=1.5, centroids={})
         df = sweep(records, partial)
-    assert list(dict.fromkeys(df["method"])) == ["distance", "quantization", "distance+window",
+    # the group in catalog order, each curve followed by its +window twin
+    assert list(dict.fromkeys(df["method"])) == ["distance", "distance+window", "quantization",
                                                  "quantization+window", "window"]
 
 

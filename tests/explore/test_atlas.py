@@ -94,3 +94,10 @@ def test_type_table_counts_every_head(atlas):
     assert table["all"].sum() == len(atlas.heads)
     assert list(table.columns) == ["L0", "all"]
     assert "first-token/sink" in table.index
+
+
+def test_predictor_is_named_in_words():
+    words = exatlas.predictor_words("distance-floor:budget target_sparsity=0.9")
+    assert "distance-floor" not in words and "target_sparsity" not in words
+    assert words.endswith("target sparsity 0.9")
+    assert exatlas.predictor_words(None) == "none for this model"

@@ -43,9 +43,18 @@ def test_cluster_highlight_is_the_clusters_edges(prepared):
 def test_default_cluster_has_keys_and_queries_when_one_can():
     q = torch.tensor([[0], [0], [2]])
     assert exclusters.default_cluster(q, torch.tensor([[1], [2], [2]]), 4) == 2  # 0: no keys
-    assert exclusters.default_cluster(q, torch.tensor([[1], [3], [3]]), 4) == 1  # keys only
+    assert exclusters.default_cluster(q, torch.tensor([[1], [3], [3]]), 4) == 3  # keys only
     assert exclusters.default_cluster(q, torch.tensor([[3, 0], [1, 3]]), 4) == 0  # top-k ids
     assert exclusters.default_cluster(q, torch.zeros(0, 1, dtype=torch.long), 4) == 0
+
+
+def test_default_cluster_is_the_most_populated_not_the_first():
+    # cluster 0: one query and one key (1 edge); cluster 2: three queries, two keys (6 edges)
+    q = torch.tensor([[0], [2], [2], [2], [1]])
+    k = torch.tensor([[0], [2], [2], [3], [3]])
+    assert exclusters.default_cluster(q, k, 4) == 2
+    # a tie in edges goes to the lower number
+    assert exclusters.default_cluster(torch.tensor([[0], [1]]), torch.tensor([[1], [0]]), 2) == 0
 
 
 def test_default_cluster_of_a_head_predicts_edges(prepared):

@@ -236,7 +236,7 @@ def test_clamp_at_the_boundaries(causal_prepared):
     assert clamped.clusters == 2 and clamped.top_k == 2  # B kept, k cut to B
     assert clamped.t == p.t_max
     inside = urlstate.ViewState(method="kmeans", layer=1, head=1, query=6, clusters=8,
-                                top_k=4, t=0.0, pages=2)
+                                top_k=4, t=0.0, pages=2, bins=4)
     assert live.clamp(inside, p) == (inside, [])
     over = live.clamp(urlstate.ViewState(t=p.t_max + 1, clusters=5), p)[0]
     assert over.t == p.t_max and over.clusters == 4  # nearest stored B to 5
@@ -372,7 +372,8 @@ def test_a_target_counts_as_calibrated_only_strictly_within_1e_9():
     table = SimpleNamespace(targets=[1e-9, 0.5], has=lambda method: False)
     fake = SimpleNamespace(calibration=table, available_methods=lambda: ["fixed"],
                            has_projections=False, t_max=1.0, cluster_choices=[],
-                           num_layers=1, num_heads=1, n_tokens=4, t_default=0.25)
+                           num_layers=1, num_heads=1, n_tokens=4, t_default=0.25,
+                           bins_default=None)
     assert 2e-9 - 1e-9 == 1e-9
     state = urlstate.ViewState(method="fixed", target=2e-9, t=0.5, pages=1)
     clamped, notes = live.clamp(state, fake)
@@ -404,7 +405,7 @@ def test_clamp_says_why_a_method_is_off(prepared, record):
 
 def test_clamp_gives_a_family_outside_the_app_its_raw_calibration(prepared):
     state = urlstate.ViewState(method="window", calibration="budget", t=0.1, pages=1,
-                               clusters=4)
+                               clusters=4, bins=4)
     assert state.calibration == "budget"  # not an app family: ViewState leaves it
     clamped, _ = live.clamp(state, prepared)
     assert clamped.calibration == "none" and clamped.method_id == "window"
@@ -499,3 +500,34 @@ def test_softmax_layers_are_the_ones_the_scores_leave_out():
     assert live.softmax_layers(scores) == []  # no flags: every layer is counted
     scores.counted = torch.tensor([False, True, False])
     assert live.softmax_layers(scores) == [0, 2]
+
+
+def test_short_text_note_says_why_a_target_is_out_of_reach():
+    from sparsefinder.methods.spec import PredictorSpec
+
+    floor = PredictorSpec.of("distance-floor", {"target_sparsity": 0.9, "floor": 5},
+                             calibration="budget")
+    note = live.short_text_note(floor, 5, 0.0)  # a 3-word text: [CLS] + 3 + [SEP]
+    assert note is not None
+    assert "only 5 keys per row" in note and "5 nearest keys" in note and "50 keys" in note
+    assert live.short_text_note(floor, 60, 0.9) is None  # 1 - 5/60 > 0.9: reachable
+    plain = PredictorSpec.of("distance", {"threshold": 0.5})
+    assert live.short_text_note(plain, 5, 0.0) is None  # no target, nothing to explain
+
+
+def test_quantization_opens_at_the_beta_closest_to_the_gold_sparsity(prepared):
+    """β is not fixed at 4 (sparsity 0.33 against gold 0.94 on the bundled example): clamp
+    gives the β whose sparsity, on this text, is closest to the gold graphs'."""
+    clamped, _ = live.clamp(urlstate.ViewState(method="quantization"), prepared)
+    assert clamped.bins == prepared.bins_default is not None
+    gold = float(prepared.scorer.gold_sparsity.mean())
+
+    def gap(bins: int) -> float:
+        scores = live.score(prepared, live.predict_layers(prepared, clamped.with_(bins=bins)))
+        return abs(float(scores.sparsity.mean()) - gold)
+
+    chosen = gap(clamped.bins)
+    for other in (1, 4, urlstate.MAX_BINS):  # measured on every 4th token: near, not exact
+        assert chosen <= gap(other) + 0.05
+    # a β the link gives is kept
+    assert live.clamp(urlstate.ViewState(method="quantization", bins=3), prepared)[0].bins == 3

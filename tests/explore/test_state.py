@@ -16,13 +16,23 @@ def test_view_state_round_trips_through_query_params():
     state = urlstate.ViewState(**RAW_DISTANCE, t=0.123456789, bins=6, clusters=8, top_k=2,
                                window=5, global_tokens=("last",), layer=3, head=7, query=4,
                                example="science_news", model="/models/my-entmax-bert",
-                               alpha=2.0, text_id=texts.text_id("pasted"),
-                               overview="sparsity", hamming=7)
+                               alpha=2.0, overview="sparsity", hamming=7)
     params = urlstate.view_state_to_params(state)
     assert all(isinstance(v, str) for v in params.values())
     parsed, problems = urlstate.parse_view_state(params)
     assert problems == []
     assert parsed == state  # every field, floats exactly
+
+
+def test_a_custom_text_link_does_not_carry_the_example():
+    """A pasted text's link names it by ``textid``; the bundled example the sidebar held
+    before is not what the link opens, so it is left out (and the state reads back)."""
+    state = urlstate.ViewState(text_id=texts.text_id("pasted"), bins=6, layer=2)
+    params = urlstate.view_state_to_params(state)
+    assert "example" not in params and params["textid"] == state.text_id
+    parsed, problems = urlstate.parse_view_state(params)
+    assert problems == [] and parsed == state
+    assert urlstate.view_state_to_params(state.with_(text_id=None))["example"] == state.example
 
 
 @pytest.mark.parametrize(("key", "value", "field", "expected"), [
@@ -184,7 +194,8 @@ def test_view_state_to_params_formats_floats_and_leaves_none_out():
     # window and global tokens are off by default: a calibrated target is the sparsity shown
     assert params["global"] == "none" and params["window"] == "0"
     coref = {"coref", "probe", "pairs", "coref_B", "coref_k", "coref_rank", "coref_head"}
-    assert set(params) == set(urlstate.PARAM_NAMES.values()) - {"B", "textid", "pages", *coref}
+    assert set(params) == set(urlstate.PARAM_NAMES.values()) - {"B", "beta", "textid", "pages",
+                                                                 *coref}
     assert "calibration" in params
 
 
@@ -219,7 +230,7 @@ def test_problem_messages_name_what_is_expected():
                                              "global": "first,middle"})
     assert problems == [
         "ignored URL parameter method='magic': expected one of distance-floor, distance, "
-        "quantization, kmeans, rowfrac, kmeans-routed, hashattention, quest, block, fixed, "
+        "quantization, kmeans, rowfrac, kmeans-routed, quest, hashattention, block, fixed, "
         "longformer, bigbird, reformer, routing, topk, topp",
         "ignored URL parameter global='first,middle': expected a comma list of "
         "('first', 'last') or 'none'",

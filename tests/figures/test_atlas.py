@@ -28,6 +28,16 @@ def test_grid_has_a_cell_per_head_and_fades_filtered_ones(atlas):
     assert len(cells.x) == 2 * len(KINDS)
     assert list(np.asarray(cells.marker.opacity)).count(1.0) == keep.sum()
     assert (fig.data[1].x[0], fig.data[1].y[0]) == (2, 1)
+    assert "pred" not in fig.data[0].marker.colorbar.title.text  # the label in words
+    assert fig.data[0].marker.colorbar.title.text == "mass on the token itself"
+
+
+def test_symbol_key_names_every_symbol_on_the_grid(atlas):
+    key = figures.symbol_key()
+    fig = figures.grid_figure(atlas, "diagonal", "mass on the token itself", (0, 0))
+    for symbol in set(fig.data[0].text):
+        assert f"**{symbol}** " in key
+    assert "**S** first-token/sink" in key and "**←** previous token" in key
 
 
 def test_similarity_is_drawn_in_cluster_order(atlas):
@@ -41,6 +51,9 @@ def test_map_has_one_trace_per_type_and_the_selection(atlas):
     fig = figures.map_figure(atlas, (0, 0))
     assert {trace.name for trace in fig.data[:-1]} == set(KINDS)
     assert sum(len(trace.x) for trace in fig.data[:-1]) == len(atlas.heads)
+    # only the selected head carries a label (labels on every point pile up)
+    assert all(trace.mode == "markers" for trace in fig.data[:-1])
+    assert list(fig.data[-1].text) == ["L0H0"]
 
 
 def test_distributions_show_the_heads_histograms(atlas):

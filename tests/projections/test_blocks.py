@@ -201,3 +201,27 @@ def test_the_bundled_assets_fit_the_default_model(default_model):
             assert mask.shape == layer.gold.shape
             assert mask.diagonal(dim1=-2, dim2=-1).all()
             assert (block_recall(mask, layer.gold, block) > 0).all()
+
+
+@pytest.mark.numerical
+def test_pooled_graph_carries_each_tiles_gold_mass() -> None:
+    """A pooled graph's edge probabilities are its tiles' gold mass (the pair sampler reads
+    them for every positive tile), so its rows sum to the tokens' rows summed."""
+    gen = torch.Generator().manual_seed(0)
+    n, block = 70, 32  # a partial last tile
+    scores = torch.randn(2, n, n, generator=gen, dtype=torch.float64)
+    probs = torch.where(scores > 1.0, scores.exp(), torch.zeros(()))
+    probs = probs / probs.sum(-1, keepdim=True).clamp_min(1e-300)
+    gold = probs > 0
+    q = torch.randn(2, n, 4, generator=gen)
+    graph = LayerGraph(q, q, gold, probs[gold].float(), 0.5)
+    record = AttentionRecord(text="x", tokens=["t"] * n, offsets=[(0, 0)] * n,
+                             special=[False] * n, causal=False, layers=[graph])
+    pooled = block_record(record, block).layers[0]
+    mass = pooled.probs().double()
+    want = torch.stack([probs[:, i * block:(i + 1) * block].sum(1) for i in range(3)], 1)
+    want = torch.stack([want[..., j * block:(j + 1) * block].sum(-1) for j in range(3)], -1)
+    # float32 probabilities (each rounded once) summed over a tile's block² pairs
+    torch.testing.assert_close(mass, want, **tol_for(want, terms=block * block + 1,
+                                                     dtype=torch.float32, scale=1.0))
+    assert (mass > 0).equal(pooled.gold)

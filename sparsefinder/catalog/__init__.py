@@ -12,13 +12,9 @@ with the reason; sweeps skip that point and record the reason.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import functools
 from collections.abc import Sequence
 from typing import Any
-
-import torch
 
 from sparsefinder.calibration.curves import (
     DEFAULT_FLOOR,
@@ -26,20 +22,29 @@ from sparsefinder.calibration.curves import (
     calibrated_methods,
     fitted_build,
 )
+from sparsefinder.calibration.curves import DISTANCE_FINE_GRID as _FINE
 from sparsefinder.calibration.samples import RANK_CAP
-from sparsefinder.data.records import AttentionRecord
+from sparsefinder.catalog.builders import (
+    _block_projections_fit,
+    _hash_codes,
+    _hash_codes_fit,
+    _kmeans,
+    _learned_block,
+    _routed_kmeans,
+    _row_fraction,
+    _static_mask,
+    _static_mask_fitter,
+    _unavailable_on_file_errors,
+)
 from sparsefinder.methods.registry import (
     CALIBRATION_LABELS,
-    BuildContext,
-    Builder,
+    AppHint,
     Calibration,
-    Fitter,
     Method,
-    MethodUnavailable,
     Param,
-    Params,
     register_alias,
     register_method,
+    sweep_grids,
 )
 from sparsefinder.predictors import (
     BigBird,
@@ -50,155 +55,16 @@ from sparsefinder.predictors import (
     Quantization,
     Reformer,
     Routing,
-    StaticMask,
     TopK,
     TopP,
     Window,
 )
-from sparsefinder.predictors.base import Predictor
-from sparsefinder.predictors.block import LearnedBlockSparsefinder
 from sparsefinder.predictors.block_keys import BlockKeySparsefinder
-from sparsefinder.predictors.hash_codes import HammingCodes
 from sparsefinder.predictors.quest import QuestPages
 from sparsefinder.predictors.row_floor import RowFloor
-from sparsefinder.predictors.row_fraction import RowFraction
-from sparsefinder.projections.blocks import (
-    check_block_projections,
-    train_block_projections_by_size,
-)
-from sparsefinder.projections.hash_code_table import HashCodesError
-from sparsefinder.projections.hash_fit import fit_hash_codes
-from sparsefinder.projections.heads import HeadProjections, ProjectionsError
-from sparsefinder.projections.key_codebooks import CodebooksError, bundled_codebooks
 
 #: Window of the Longformer / BigBird baselines (the paper's efficiency study uses w = 3).
 BASELINE_WINDOW = 3
-
-
-def _unavailable_on_file_errors(build: Builder) -> Builder:
-    """A builder whose missing learned part (a file error) reads as "not available here"."""
-
-    @functools.wraps(build)
-    def wrapped(params: Params, context: BuildContext) -> Predictor | None:
-        try:
-            return build(params, context)
-        except (ProjectionsError, CodebooksError, HashCodesError) as error:
-            raise MethodUnavailable(str(error)) from error
-
-    return wrapped
-
-
-def _require_projections(context: BuildContext, what: str) -> HeadProjections:
-    if context.projections is None:
-        raise ValueError(
-            f"{what} needs learned projections for this model; train them with "
-            "`sparsefinder train --model NAME --out DIR` and pass the projections file"
-        )
-    return context.projections
-
-
-def _require_fitted(context: BuildContext, hint: str = "") -> Any:
-    if context.fitted is None:
-        raise ValueError("this method is learned from training graphs; pass train_records=..."
-                         + hint)
-    return context.fitted
-
-
-def _training_graphs(
-    train_records: Sequence[AttentionRecord], what: str
-) -> Sequence[AttentionRecord]:
-    """``train_records``, or the error a learned method gives when it has none."""
-    if not train_records:
-        raise ValueError(f"{what} are learned from training graphs; pass train_records=...")
-    return train_records
-
-
-# ------------------------------------------------------------------ builders and fitters
-
-def _kmeans(p: Params, c: BuildContext) -> Predictor:
-    projections = _require_projections(c, "k-means")
-    return projections.kmeans(c.layer, int(p["n_clusters"]), top_k=int(p.get("top_k", 1)))
-
-
-def _routed_kmeans(mode: str) -> Builder:
-    """Routed k-means from the bundled key codebooks of the projections' model."""
-
-    def build(p: Params, c: BuildContext) -> Predictor:
-        if c.projections is None:  # its model_id tells which model's codebooks apply
-            raise CodebooksError("kmeans-routed needs the model's projections to know its "
-                                 "model id; pass projections=...")
-        books = bundled_codebooks()
-        if c.projections.model_id != books.model_id:
-            raise CodebooksError(
-                f"the bundled key codebooks are for {books.model_id!r}, not "
-                f"{c.projections.model_id!r}; fit some with `sparsefinder fit-codebooks`"
-            )
-        if mode == "top":
-            return books.predictor(c.layer, int(p["n_clusters"]), mode="top",
-                                   n_routes=int(p["n_routes"]))
-        return books.predictor(c.layer, int(p["n_clusters"]), budget=float(p["budget"]))
-
-    return build
-
-
-def _row_fraction(p: Params, c: BuildContext) -> Predictor:
-    projections = _require_projections(c, "nearest keys (rowfrac)")
-    return RowFraction(torch.full((projections.num_heads,), float(p["fraction"])))
-
-
-def _static_mask_fitter(kind: str) -> Fitter:
-    """``fit`` of SparseBERT's static masks: one ``StaticMask(kind)`` per layer, fitted on the
-    training gold graphs; each grid point gets a copy re-targeted to its sparsity."""
-
-    def fit(train_records: Sequence[AttentionRecord]) -> list[StaticMask]:
-        if not train_records:
-            raise ValueError(f"sparsebert ({kind}) masks are fitted on training graphs; "
-                             "pass train_records=...")
-        causal = train_records[0].causal
-        return [
-            StaticMask(kind, 0.5).fit([r.layers[layer].gold for r in train_records],
-                                      causal=causal)
-            for layer in range(train_records[0].num_layers)
-        ]
-
-    return fit
-
-
-def _static_mask(p: Params, c: BuildContext) -> Predictor:
-    # A shallow copy shares the learned (read-only) tensors; its keep() cache is keyed by the
-    # target, so the copy recomputes it for its own target.
-    mask = copy.copy(_require_fitted(c)[c.layer])
-    mask.target_sparsity = float(p["target_sparsity"])
-    mask._check_target()
-    return mask
-
-
-def _hash_codes_fit(train_records: Sequence[AttentionRecord]) -> Any:
-    return fit_hash_codes(_training_graphs(train_records, "hashattention codes"))
-
-
-def _hash_codes(p: Params, c: BuildContext) -> Predictor:
-    w_query, w_key = _require_fitted(c)[c.layer]
-    return HammingCodes(w_query, w_key, int(p["max_distance"]))
-
-
-def _block_projections_fit(train_records: Sequence[AttentionRecord]) -> Any:
-    return train_block_projections_by_size(
-        _training_graphs(train_records, "block-learned projections"))
-
-
-def _learned_block(p: Params, c: BuildContext) -> Predictor:
-    """``fitted``: block projections by block size (the fit's result or the bundled ones),
-    or one size's projections."""
-    fitted_all = _require_fitted(c, " (or the bundled block projections as fitted=...)")
-    block = int(p["block"])
-    fitted = fitted_all.get(block) if isinstance(fitted_all, dict) else fitted_all
-    if fitted is None:
-        raise ValueError(f"no block projections for blocks of {block} tokens (fitted: "
-                         f"{sorted(fitted_all)}); train them with `sparsefinder "
-                         f"fit-block-projections --block {block}`")
-    check_block_projections(fitted, block)
-    return LearnedBlockSparsefinder(fitted.weight[c.layer], block, int(p["n_blocks"]))
 
 
 # ------------------------------------------------------------------ declared parameters
@@ -229,60 +95,142 @@ FLOOR_SHARE = Param("floor_share", float, DEFAULT_FLOOR_SHARE, label="floor's sh
                          "sparsity leaves the row (at least one key; left out: no cap)")
 
 
+# ------------------------------------------------------------------ sweep grids (paper §5-6)
+# distance: the paper's t ∈ {0.5, …, 5.0} plus the midpoints (with margin ω = 1 the learned
+# scale puts sparsities 0.75–0.95 between t ≈ 1 and 2); and a finer grid 0.05 … 5.0
+DISTANCE_GRID = [{"threshold": 0.25 * i} for i in range(1, 21)]
+DISTANCE_FINE_GRID = [{"threshold": t} for t in _FINE]
+CLUSTERS_GRID = (2, 4, 6, 8, 10, 12, 16, 20)
+# β ∈ 1…5 (B = r·β ≤ 20 with r = 4) only reach a sparsity of about 0.6: continued to 32
+BINS_GRID = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32)
+# the MT grid (w ≤ 27) followed by the 512-token MLM grid: the corpus has both lengths
+WINDOW_GRID = (0, 1, 3, 5, 7, 9, 11, 15, 19, 23, 27, 31, 41, 51, 75, 101, 125, 151, 175, 201,
+               251)
+STATIC_MASK_GRID = [{"target_sparsity": t} for t in (0.5, 0.7, 0.8, 0.9, 0.95, 0.98)]
+#: key blocks per query block (besides the diagonal one); 512 tokens = 16 blocks of 32
+BLOCK_GRID = (0, 1, 2, 3, 4, 5, 6, 8, 10, 12)
+SF, BASE, LONG = ("sparsefinder",), ("baselines",), ("long-context",)
+OWN, OTHER, FIXED = "own", "Other predictors", "Fixed patterns"
+
+
+def _app(group: str, *calibrations: str, controls: str = "generated",
+         first: bool = False) -> AppHint:
+    return AppHint(group, calibrations or ("none",), controls, first)
+
+
+def _over(name: str, values: Sequence[Any], **fixed: Any) -> list[dict[str, Any]]:
+    return [{name: v, **fixed} for v in values]
+
+
+#: the parameters a calibration may be given, by the name its curve declares
+CALIBRATION_PARAMS = {p.name: p for p in (TARGET_SPARSITY, TARGET_RECALL, FLOOR, FLOOR_SHARE)}
+
+
 def _builtin_methods() -> list[Method]:
     """Every built-in family, each with the calibrations that can set its parameters."""
     raw = [
         Method("distance", "Distance (t)", (THRESHOLD,),
-               lambda p, c: Distance(float(p["threshold"]))),
+               lambda p, c: Distance(float(p["threshold"])),
+               grids=(*sweep_grids("distance", DISTANCE_GRID, window=True, groups=SF),
+                      *sweep_grids("distance-fine", DISTANCE_FINE_GRID)),
+               app=_app("Sparsefinder", "budget", "none", controls=OWN)),
         # every row also keeps its m nearest allowed keys (no row left without support)
         Method("distance-floor", "Distance (t) ∪ nearest keys per row (floor m)",
                (THRESHOLD, FLOOR),
-               lambda p, c: RowFloor(Distance(float(p["threshold"])), int(p["floor"]))),
+               lambda p, c: RowFloor(Distance(float(p["threshold"])), int(p["floor"])),
+               app=_app("Sparsefinder", "budget", controls=OWN, first=True)),
         Method("quantization", "Quantization (β)", (BINS,),
-               lambda p, c: Quantization(int(p["bins"]))),
-        Method("kmeans", "k-means (B, k)", (CLUSTERS, TOP_K), _kmeans),
-        Method("fixed", "Window / global only", (), lambda p, c: None, inputs="shape"),
+               lambda p, c: Quantization(int(p["bins"])),
+               grids=sweep_grids("quantization", _over("bins", BINS_GRID), window=True,
+                                 groups=SF),
+               app=_app("Sparsefinder", controls=OWN)),
+        Method("kmeans", "k-means (B, k)", (CLUSTERS, TOP_K), _kmeans,
+               grids=(*sweep_grids("kmeans", _over("n_clusters", CLUSTERS_GRID, top_k=1),
+                                   window=True, groups=SF),  # top 2: denser, higher recall
+                      *sweep_grids("kmeans-top2", _over("n_clusters", CLUSTERS_GRID[1:],
+                                                        top_k=2), window=True)),
+               app=_app("Sparsefinder", controls=OWN)),
+        Method("fixed", "Window / global only", (), lambda p, c: None, inputs="shape",
+               tags=("cheap",),
+               app=_app(FIXED, controls=OWN)),
         Method("window", "Window (w)", (WINDOW,), lambda p, c: Window(int(p["window"])),
-               inputs="shape"),
+               inputs="shape", tags=("cheap",),
+               grids=sweep_grids("window", _over("window", WINDOW_GRID), groups=SF)),
         Method("longformer", "Longformer", (_int("n_global", 2, 0, "global tokens", app_high=32),),
                lambda p, c: Longformer(BASELINE_WINDOW, int(p["n_global"]), seed=c.layer),
-               inputs="shape"),
+               inputs="shape", tags=("cheap", "baseline"),
+               grids=sweep_grids("longformer", _over("n_global", (4, 8, 12, 16, 20)),
+                                 groups=BASE),
+               app=_app(FIXED)),
         Method("bigbird", "BigBird", (_int("n_random", 2, 0, "random keys", app_high=32),),
                lambda p, c: BigBird(BASELINE_WINDOW, int(p["n_random"]), seed=c.layer),
-               inputs="shape"),
+               inputs="shape", tags=("cheap", "baseline"),
+               grids=sweep_grids("bigbird", _over("n_random", (2, 4, 6, 8, 10)), groups=BASE),
+               app=_app(FIXED)),
         Method("reformer", "Reformer (LSH)", (_int("n_buckets", 4, 1, "buckets", app_high=32),),
-               lambda p, c: Reformer(int(p["n_buckets"]), seed=c.layer)),
+               lambda p, c: Reformer(int(p["n_buckets"]), seed=c.layer), tags=("baseline",),
+               grids=sweep_grids("reformer", _over("n_buckets", (2, 4, 6, 8, 10, 12)),
+                                 window=True, groups=BASE),
+               app=_app(FIXED)),
         Method("routing", "Routing (k-means)", (_int("n_clusters", 4, 1, "clusters", app_high=32),),
-               lambda p, c: Routing(int(p["n_clusters"]), seed=c.layer)),
+               lambda p, c: Routing(int(p["n_clusters"]), seed=c.layer), tags=("baseline",),
+               grids=sweep_grids("routing", _over("n_clusters", (2, 4, 6, 8, 10)),
+                                 window=True, groups=BASE),
+               app=_app(FIXED)),
         Method("topk", "Top-k by exact scores (reference)",
                (_int("k", 8, 1, "keys per query", "keys", app_high=128),),
-               lambda p, c: TopK(int(p["k"])), inputs="original", oracle=True),
+               lambda p, c: TopK(int(p["k"])), inputs="original", oracle=True,
+               tags=("oracle",),
+               grids=sweep_grids("topk", _over("k", (1, 2, 4, 8, 16, 32)), groups=BASE),
+               app=_app("Oracles (bounds)")),
         Method("sparsebert-dams", "SparseBERT DAMs (static)", (TARGET_SPARSITY,),
-               _static_mask, inputs="shape", fit=_static_mask_fitter("structured")),
+               _static_mask, inputs="shape", fit=_static_mask_fitter("structured"),
+               tags=("baseline",),
+               grids=sweep_grids("sparsebert-dams", STATIC_MASK_GRID, groups=BASE)),
         Method("sparsebert-damu", "SparseBERT DAMu (static)", (TARGET_SPARSITY,),
-               _static_mask, inputs="shape", fit=_static_mask_fitter("unstructured")),
+               _static_mask, inputs="shape", fit=_static_mask_fitter("unstructured"),
+               tags=("baseline",),
+               grids=sweep_grids("sparsebert-damu", STATIC_MASK_GRID, groups=BASE)),
         Method("distance-nodiag", "Distance, no diagonal (SparseBERT)", (THRESHOLD,),
-               lambda p, c: NoDiagonal(Distance(float(p["threshold"])))),
+               lambda p, c: NoDiagonal(Distance(float(p["threshold"]))), tags=("baseline",),
+               grids=sweep_grids("distance-nodiag", DISTANCE_GRID, groups=BASE)),
         # keys clustered offline, queries routed by q·c
         Method("kmeans-routed", "Routed k-means (B, key budget)",
                (_int("n_clusters", 128, 1, "B", app_high=128),
                 Param("budget", float, 0.1, label="key budget", url="budget", **SHARE)),
-               _routed_kmeans("budget"), inputs="original"),
+               _routed_kmeans("budget"), inputs="original",  # grids chosen on TRAIN
+               grids=sweep_grids("kmeans-routed", [
+                   {"n_clusters": b, "budget": f} for b in (64, 128)
+                   for f in (0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.1, 0.12, 0.15,
+                             0.2, 0.25, 0.3)]),
+               app=_app(OTHER, "budget", controls=OWN)),
         Method("kmeans-routed-top", "Routed k-means (B, routes)",
                (_int("n_clusters", 128, 1, "B", app_high=128),
                 _int("n_routes", 4, 1, "routes", app_high=64)),
-               _routed_kmeans("top"), inputs="original"),
+               _routed_kmeans("top"), inputs="original",
+               grids=sweep_grids("kmeans-routed-top", _over(
+                   "n_routes", (2, 4, 6, 8, 9, 10, 11, 12, 14, 16, 20, 24, 32), n_clusters=128))),
         Method("topp", "Top-p of exact entmax (reference)",
                (Param("p", float, 0.9, label="mass p", url="p", **SHARE),),
-               lambda p, c: TopP(float(p["p"])), inputs="original", oracle=True),
+               lambda p, c: TopP(float(p["p"])), inputs="original", oracle=True,
+               tags=("oracle",), grids=sweep_grids("topp", _over(
+                   "p", (0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99, 1.0))),
+               app=_app("Oracles (bounds)")),
         # long-context baselines: training-free page bounds; learned hash codes
         Method("quest", "Quest pages (min/max key bounds)",
                (_int("page_size", 16, 1, "page size"), _int("pages", 8, 0, "pages", "pages")),
                lambda p, c: QuestPages(int(p["pages"]), int(p["page_size"])),
-               inputs="original"),
+               inputs="original", tags=("baseline", "long-context"),
+               grids=sweep_grids("quest", _over("pages", (1, 2, 4, 8, 16, 32, 64),
+                                                page_size=16), groups=LONG),
+               app=_app(OTHER, controls=OWN)),
         Method("hashattention", "HashAttention (learned bit codes)",
                (_int("max_distance", 3, 0, "Hamming distance", "hd"),),
-               _hash_codes, inputs="original", fit=_hash_codes_fit),
+               _hash_codes, inputs="original", fit=_hash_codes_fit,
+               tags=("baseline", "long-context"),
+               grids=sweep_grids("hashattention", _over("max_distance", range(9)),
+                                 groups=LONG),
+               app=_app(OTHER, controls=OWN)),
         # block Sparsefinder (paper §6): nearest key blocks (and single keys) of pooled
         # projected query blocks; what sparsefinder.attention.block_sparse computes on
         Method("block", "Block Sparsefinder (block, key blocks, single keys)",
@@ -290,11 +238,19 @@ def _builtin_methods() -> list[Method]:
                 _int("n_blocks", 4, 0, "key blocks", app_high=16),
                 _int("n_keys", 0, 0, "single keys", app_high=64)),
                lambda p, c: BlockSparsefinder(int(p["block"]), int(p["n_blocks"]),
-                                              int(p["n_keys"]))),
+                                              int(p["n_keys"])),
+               grids=tuple(g for name, size, keys in (("block", 32, 0), ("block16", 16, 0),
+                                                      ("block+keys", 32, 16))
+                           for g in sweep_grids(name, _over("n_blocks", BLOCK_GRID, block=size,
+                                                            n_keys=keys))),
+               app=_app(OTHER)),
         # the same selection (no single keys) scored by projections learned on pooled blocks
         Method("block-learned", "Block Sparsefinder, learned block projections",
                (_int("block", 32, 1, "block size"), _int("n_blocks", 4, 0, "key blocks")),
-               _learned_block, inputs="original", fit=_block_projections_fit),
+               _learned_block, inputs="original", fit=_block_projections_fit,
+               grids=tuple(g for name, size in (("block-learned", 32), ("block16-learned", 16))
+                           for g in sweep_grids(name, _over("n_blocks", BLOCK_GRID,
+                                                            block=size)))),
         # per query block: the diagonal block and the single keys nearest (q·k) to any of its
         # sub-blocks of queries; the long-context selector of benchmarks/restricted.py
         Method("block-keys", "Block Sparsefinder, single keys by query sub-blocks",
@@ -303,12 +259,16 @@ def _builtin_methods() -> list[Method]:
                 _int("sub_block", 8, 1, "query sub-block", app_high=64)),
                lambda p, c: BlockKeySparsefinder(int(p["block"]), int(p["n_keys"]),
                                                  int(p["sub_block"])),
-               inputs="original"),
+               inputs="original", tags=("long-context",),
+               grids=sweep_grids("block-keys", _over("n_keys", (0, 2, 4, 8, 16, 32, 64, 128),
+                                                     block=32, sub_block=8), groups=LONG)),
         # each query keeps its nearest share of keys in the learned space (the raw form of
         # the calibrated row fractions)
         Method("rowfrac", "Nearest keys (row fraction)",
                (Param("fraction", float, 0.1, label="keep fraction", url="frac", **SHARE),),
-               _row_fraction),
+               _row_fraction, grids=sweep_grids("rowfrac", _over(
+                   "fraction", (0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.15, 0.2, 0.3, 0.5))),
+               app=_app("Sparsefinder", "budget", "none")),
     ]
     return _with_calibrations(raw)
 
@@ -317,11 +277,10 @@ def _with_calibrations(raw: list[Method]) -> list[Method]:
     """The families with their calibrations (a target fitted on TRAIN graphs) attached."""
     by_family: dict[str, list[Calibration]] = {}
     for curve in calibrated_methods():
-        target = TARGET_RECALL if "target_recall" in curve.grid[0] else TARGET_SPARSITY
-        extra = (FLOOR, FLOOR_SHARE) if "floor" in curve.grid[0] else ()
         by_family.setdefault(curve.family, []).append(Calibration(
-            curve.calibration, target, curve.fit, fitted_build,
-            CALIBRATION_LABELS[curve.calibration], extra))
+            curve.calibration, CALIBRATION_PARAMS[curve.target], curve.fit, fitted_build,
+            CALIBRATION_LABELS[curve.calibration],
+            tuple(CALIBRATION_PARAMS[name] for name in curve.extra), tuple(curve.grid)))
     return [dataclasses.replace(method, calibrations=tuple(by_family.get(method.name, ())))
             for method in raw]
 

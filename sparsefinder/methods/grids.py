@@ -1,0 +1,60 @@
+"""What a family declares besides its parameters: its sweep curves (:class:`SweepGrid`) and
+how the app offers it (:class:`AppHint`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: The window united with each point of a family's ``+window`` sweep curves (``distance+window``).
+WITH_WINDOW_SIZE = 3
+
+
+@dataclass(frozen=True)
+class SweepGrid:
+    """One named sweep curve of a family: its grid of parameter dicts, under ``calibration``
+    (a calibrated grid's points are targets), each point united with ``Window(window)`` when
+    ``window`` > 0; ``groups``: the ``--methods`` groups that list it (``sparsefinder``,
+    ``baselines``, ``long-context``; a calibration's grid is in ``calibrated``)."""
+
+    name: str
+    points: tuple[Mapping[str, Any], ...]
+    calibration: str = "none"
+    window: int = 0
+    groups: tuple[str, ...] = ()
+
+
+def sweep_grids(name: str, points: Sequence[Mapping[str, Any]], *, window: bool = False,
+                groups: tuple[str, ...] = ()) -> tuple[SweepGrid, ...]:
+    """The curve ``name`` over ``points``, and with ``window`` its ``name+window`` twin (each
+    point united with a window of :data:`WITH_WINDOW_SIZE`)."""
+    grid = SweepGrid(name, tuple(points), groups=groups)
+    if not window:
+        return (grid,)
+    return grid, SweepGrid(f"{name}+window", grid.points, window=WITH_WINDOW_SIZE, groups=groups)
+
+
+#: The groups of the app's method menu, in menu order.
+APP_GROUPS: tuple[str, ...] = ("Sparsefinder", "Other predictors", "Fixed patterns",
+                               "Oracles (bounds)")
+
+
+@dataclass(frozen=True)
+class AppHint:
+    """How the app offers a family: its menu ``group`` (one of :data:`APP_GROUPS`), the
+    ``calibrations`` it offers (its default first), whether its sliders and link keys are
+    generated from its declared parameters (``controls="generated"``) or are the app's own
+    (``"own"``: the paper's families, with text-dependent ranges), and ``first``: shown first
+    in its group (the app's default method)."""
+
+    group: str
+    calibrations: tuple[str, ...] = ("none",)
+    controls: str = "generated"
+    first: bool = False
+
+    def __post_init__(self) -> None:
+        if self.group not in APP_GROUPS:
+            raise ValueError(f"app group must be one of {APP_GROUPS}, got {self.group!r}")
+        if self.controls not in ("generated", "own"):
+            raise ValueError(f"controls must be 'generated' or 'own', got {self.controls!r}")

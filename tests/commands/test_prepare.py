@@ -1,0 +1,157 @@
+"""`sparsefinder prepare` end to end on tiny random models: the bundle, the resume, the
+refusals (corrupt bundle, model not cached offline, corpus too small)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sparsefinder.calibration.curves import DEFAULT_FLOOR
+from sparsefinder.calibration.table import CalibrationTable
+from sparsefinder.cli import main
+from sparsefinder.learned_parts import LearnedParts
+from sparsefinder.methods.spec import PredictorSpec
+from sparsefinder.model_bundles import find_bundle, model_fingerprint, prepared_file
+from sparsefinder.models.decoders import save_tiny_decoder
+from sparsefinder.models.loading import load_model
+from sparsefinder.prepare import MIN_TRAIN_TEXTS, PROJECTIONS, STAGES
+
+#: Passages of each split: enough texts to calibrate, few enough for a quick run.
+PASSAGES = "24"
+
+
+def _prepare(model: Path | str, out: Path, *extra: str) -> int:
+    return main(["prepare", "--model", str(model), "--device", "cpu", "--max-passages",
+                 PASSAGES, "--out", str(out), *extra])
+
+
+@pytest.fixture(scope="module")
+def bert_bundle(tiny_model_dirs, tmp_path_factory):
+    """The tiny BERT prepared in two runs: stopped after the codebooks, then resumed."""
+    out = tmp_path_factory.mktemp("bundles")
+    model = tiny_model_dirs["bert"]
+    assert _prepare(model, out, "--stop-after", "codebooks") == 0
+    loaded = load_model(str(model), device="cpu")
+    folder = out / model_fingerprint(loaded)
+    before = {p.name: p.stat().st_mtime_ns for p in folder.glob("*.pt")}
+    assert _prepare(model, out) == 0
+    return model, loaded, out, folder, before
+
+
+def test_prepare_writes_a_bundle_the_lookup_finds(bert_bundle) -> None:
+    model, loaded, out, folder, _ = bert_bundle
+    found = find_bundle(loaded, out)
+    assert found is not None and found.folder == folder
+    assert found.verify() == []
+    assert found.model_id == str(model) and found.manifest["fingerprint"] == folder.name
+    assert set(found.kinds()) == {"projections", "calibration", "key codebooks", "hash codes"}
+    assert found.best("projections").name == PROJECTIONS
+    assert found.manifest["prepared"]["stages"] == [name for name, _ in STAGES]
+    atlas = json.loads((folder / "atlas" / "atlas.json").read_text())
+    assert atlas  # the atlas of the validation split, with the calibrated predictor
+    assert not (folder / ".work").exists()  # the train gold graphs are dropped at the end
+
+
+def test_prepare_bundle_builds_the_calibrated_methods(bert_bundle) -> None:
+    _, loaded, out, folder, _ = bert_bundle
+    table = CalibrationTable.load(folder / "calibration.pt")
+    assert table.model_id == loaded.model_id
+    assert table.has("distance-floor:budget")
+    parts = LearnedParts(calibration=table,
+                         calibration_projections=table.own_projections(folder / "calibration.pt"))
+    spec = PredictorSpec.of("distance-floor:budget",
+                            {"target_sparsity": 0.9, "floor": DEFAULT_FLOOR})
+    layers = parts.build_layers(spec, loaded.num_layers)
+    assert len(layers) == loaded.num_layers and all(p is not None for p in layers)
+
+
+def test_prepare_resumes_after_its_last_finished_stage(bert_bundle, capsys) -> None:
+    _, _, _, folder, before = bert_bundle
+    after = {p.name: p.stat().st_mtime_ns for p in folder.glob("*.pt")}
+    for name in (PROJECTIONS, "key_codebooks.pt"):  # fitted by the first run, kept
+        assert after[name] == before[name]
+    assert "hash_codes.pt" not in before and "calibration.pt" not in before
+
+
+def test_prepare_again_says_it_is_prepared(bert_bundle, capsys) -> None:
+    model, _, out, folder, _ = bert_bundle
+    assert _prepare(model, out) == 0
+    assert f"already prepared: {folder}" in capsys.readouterr().out
+
+
+def test_prepare_refuses_a_corrupt_bundle_with_its_path(bert_bundle, tmp_path, capsys) -> None:
+    model, _, out, folder, _ = bert_bundle
+    copy = tmp_path / "bundles"
+    shutil.copytree(out, copy)
+    damaged = copy / folder.name / "calibration.pt"
+    damaged.write_bytes(damaged.read_bytes()[:-10])
+    assert _prepare(model, copy) == 2
+    err = capsys.readouterr().err
+    assert str(copy / folder.name) in err and "corrupt" in err
+
+
+def test_prepare_refuses_a_corrupt_stage_file_on_resume(tiny_model_dirs, tmp_path,
+                                                        capsys) -> None:
+    model = tiny_model_dirs["bert"]
+    assert _prepare(model, tmp_path, "--stop-after", "projections") == 0
+    (projections,) = tmp_path.glob(f"*/{PROJECTIONS}")
+    projections.write_bytes(b"not projections")
+    assert _prepare(model, tmp_path) == 2
+    err = capsys.readouterr().err
+    assert str(projections) in err and "corrupt" in err
+
+
+def test_prepare_tiny_qwen2_with_gqa_and_a_local_window(tmp_path) -> None:
+    model = save_tiny_decoder("qwen2", tmp_path / "qwen2", max_positions=128, sliding_window=16)
+    loaded = load_model(str(model), device="cpu")
+    assert loaded.num_key_value_heads < loaded.num_heads and loaded.sliding_window_layers
+    assert _prepare(model, tmp_path / "bundles") == 0
+    found = find_bundle(loaded, tmp_path / "bundles")
+    assert found is not None and found.verify() == []
+    table = CalibrationTable.load(found.path("calibration"))
+    assert table.model_id == str(model) and table.has("distance:budget")
+    assert (found.folder / "atlas" / "heads.csv").is_file()
+
+
+def test_prepare_lookup_by_model_id_reads_the_cache_dir(bert_bundle, monkeypatch) -> None:
+    model, _, out, folder, _ = bert_bundle
+    monkeypatch.setenv("SPARSEFINDER_CACHE_DIR", str(out.parent))
+    (out.parent / "bundles").mkdir(exist_ok=True)
+    target = out.parent / "bundles" / folder.name
+    if not target.exists():
+        shutil.copytree(folder, target)
+    assert prepared_file(str(model), "calibration") == target / "calibration.pt"
+    assert prepared_file("some/other-model", "calibration") is None
+    parts = LearnedParts.bundled(str(model))  # what the app and the atlas resolve methods with
+    assert parts.calibration is not None and parts.calibration.model_id == str(model)
+    assert parts.hash_codes is not None and parts.hash_codes.model_id == str(model)
+    assert LearnedParts.bundled("some/other-model").calibration is None
+
+
+def test_prepare_refuses_a_model_not_cached_offline(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert main(["prepare", "--model", "nobody/no-such-model", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1
+    assert "'nobody/no-such-model' is not available offline" in err
+    assert str(tmp_path / "hub") in err  # where it was looked for
+    assert "huggingface-cli download nobody/no-such-model" in err  # how to make it available
+
+
+def test_prepare_refuses_a_corpus_too_small_naming_the_minimum(tiny_model_dirs, tmp_path,
+                                                               capsys) -> None:
+    corpus = tmp_path / "small.txt"
+    corpus.write_text("\n\n".join(f"Passage {i} is short but it is prose." for i in range(5)))
+    code = main(["prepare", "--model", str(tiny_model_dirs["bert"]), "--device", "cpu",
+                 "--corpus", str(corpus), "--out", str(tmp_path / "bundles")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"at least {MIN_TRAIN_TEXTS}" in err and str(corpus) in err
+    assert not (tmp_path / "bundles").exists()
