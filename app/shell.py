@@ -18,6 +18,7 @@ from typing import Any
 import streamlit as st
 import torch
 
+from app import model_choices
 from app.binding import (
     CLUSTER_ANCHOR_KEY,
     CLUSTER_KEY,
@@ -133,11 +134,14 @@ def _model_controls() -> tuple[str, Path | None, str | None]:
         return DEFAULT_MODEL, path, note
     seed("w_model_name", "" if linked == DEFAULT_MODEL else linked)
     policy = serving_policy()
+    cached = [] if policy.exposed else model_choices.cached_hub_models()
     name = st.sidebar.text_input("Model id or folder", key="w_model_name",
-                                 placeholder="e.g. bert-base-uncased or /path/to/model")
+                                 placeholder=model_choices.placeholder(cached))
     if policy.exposed:  # served to others: only listed models, no server-side paths
         st.sidebar.caption("Models on this server: "
                            + ", ".join(("default", *policy.allowlist)))
+    else:
+        st.sidebar.caption(model_choices.caption(cached))
     seed("w_proj_path", "")
     proj_path = "" if policy.exposed else st.sidebar.text_input(
         "Projections file (.pt)", key="w_proj_path",

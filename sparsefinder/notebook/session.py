@@ -120,7 +120,10 @@ def open_session(model_or_id: Any, text: str, alpha: float | None = None,
               else load_model(str(model_or_id), alpha=alpha, device=device))
     record, notes = extract_one(loaded, text)
     projections, parts = _parts_for(loaded.model_id)
-    prepared = prep.prepare(record, projections, notes, calibration=parts.calibration,
+    # no threshold/bins sliders here: skip their ranges (the bins' default predicts every
+    # layer at every bin count, most of a first render)
+    prepared = prep.prepare(record, projections, notes, t_range=False,
+                            calibration=parts.calibration,
                             calibration_projections=parts.calibration_projections,
                             hash_codes=parts.hash_codes)
     state, more = live.clamp(ViewState(), prepared)

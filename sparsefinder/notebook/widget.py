@@ -45,6 +45,7 @@ class Explorer:
         self.session = session
         self.static_reason = widget_support()
         self._box: Any = None
+        self._syncing = False
 
     # ------------------------------------------------------------------ the live view
     def widget(self) -> Any:
@@ -77,6 +78,8 @@ class Explorer:
                        self._headline, self._head_fig, self._grid_fig])
 
     def _changed(self, _change: dict) -> None:
+        if self._syncing:
+            return
         self.set(method=self._method.value, target=self._target.value,
                  layer=self._layer.value, head=self._head.value)
 
@@ -84,10 +87,21 @@ class Explorer:
         """Change the setting (``method``, ``target``, ``layer``, ``head``) and redraw."""
         self.session.update(**changes)
         if self._box is not None:
+            self._sync_controls()
             _replace(self._head_fig, self.session.head_figure())
             _replace(self._grid_fig, self.session.grid_figure())
             self._show_headline()
         return self
+
+    def _sync_controls(self) -> None:
+        """Controls follow a setting made in code (``view.set(...)``), without rerunning."""
+        state = self.session.state
+        self._syncing = True
+        try:
+            self._method.value, self._target.value = state.method_id, state.target
+            self._layer.value, self._head.value = state.layer, state.head
+        finally:
+            self._syncing = False
 
     def _show_headline(self) -> None:
         notes = "".join(f"<br><i>{html.escape(n)}</i>" for n in self.session.notes)

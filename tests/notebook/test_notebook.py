@@ -38,14 +38,16 @@ def test_notebook_controls_drive_the_view(view) -> None:
     before = view._headline.value
     view._layer.value, view._head.value = 2, 5
     assert (view.session.state.layer, view.session.state.head) == (2, 5)
-    assert "L2H5" in view._head_fig.layout.title.text or any(
-        "L2H5" in (a.text or "") for a in view._head_fig.layout.annotations)
+    assert "L2H5" in view._head_fig.to_json()  # the panels show the chosen head
     view._method.value = "quest"
-    assert view.session.state.method_id == "quest" and "quest" in view._headline.value
+    assert view.session.state.method_id == "quest" and "Quest" in view._headline.value
     assert view._headline.value != before
     summary = view.session.summary()
     assert 0.0 <= summary["model"].recall <= 1.0 and 0.0 <= summary["model"].sparsity <= 1.0
     assert box.children[-1] is view._grid_fig
+    view.set(method="distance-floor:budget", layer=1, head=3)  # from code: controls follow
+    assert (view._method.value, view._layer.value, view._head.value) == (
+        "distance-floor:budget", 1, 3)
 
 
 def test_notebook_save_html_is_one_self_contained_file(view, tmp_path) -> None:
@@ -76,5 +78,5 @@ def test_notebook_example_executes_in_a_kernel(tmp_path) -> None:
     shown = notebook.cells[1].outputs
     assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in shown)
     printed = "".join(o.get("text", "") for o in notebook.cells[3].outputs)
-    assert "quest" in printed and "head L1H2: recall" in printed
+    assert printed.startswith("Quest") and "head L1H2: recall" in printed
     assert (tmp_path / "sparsefinder-view.html").stat().st_size > 1_000_000  # plotly.js inline
