@@ -225,9 +225,9 @@ def test_after_a_click_the_picked_tokens_lines_stay_under_a_still_pointer(server
     page.wait_for_function("() => location.search.includes('query=72')", timeout=60_000)
     wait_until_idle(page)
     picked = key_at(72)
-    page.wait_for_function("() => [...document.querySelectorAll('text.active')].some("
-                           "t => t.querySelector('title').textContent.startsWith('72 ·'))",
-                           timeout=30_000)
+    view.locator("text.active[data-side='key']").filter(  # the view may sit in a frame:
+        has=page.locator("xpath=./*[local-name()='title'][starts-with(., '72 ·')]")  # ask it
+    ).wait_for(timeout=30_000)
     for dx in (1, 2, 3):  # a still hand: a few pixels
         page.mouse.move(x + dx, y)
     time.sleep(0.3)
