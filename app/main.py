@@ -29,7 +29,12 @@ st.set_page_config(page_title="Sparsefinder", layout="wide",
                    page_icon=str(Path(__file__).with_name("favicon.png")))
 # Less blank space above the page title, so the Explorer's panels start on a laptop's first
 # screen (1280×800).
-st.markdown("<style>[data-testid='stMainBlockContainer']{padding-top:2.5rem}</style>",
+# Metric labels wrap instead of being cut with an ellipsis where a row of metrics is narrow
+# (six headline metrics on a 1024×768 screen).
+st.markdown("<style>[data-testid='stMainBlockContainer']{padding-top:2.5rem}"
+            "[data-testid='stMetricLabel'],[data-testid='stMetricLabel'] *"
+            "{white-space:normal!important;overflow:visible!important;"
+            "text-overflow:clip!important;overflow-wrap:anywhere}</style>",
             unsafe_allow_html=True)
 _starting = st.empty()
 if "_started" not in st.session_state:  # a session's first run only (no flash on reruns)

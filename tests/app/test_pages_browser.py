@@ -38,8 +38,8 @@ pytestmark = [
     pytest.mark.skipif(not CHROMIUM.exists(), reason=SKIP_REASON),
 ]
 
-#: Laptop screens (CSS pixels): the common 1280×800 and 1440×900.
-VIEWPORTS = ((1280, 800), (1440, 900))
+#: Laptop screens (CSS pixels): the common 1280×800 and 1440×900, and a small 1024×768.
+VIEWPORTS = ((1280, 800), (1440, 900), (1024, 768))
 #: Page name → URL path, one entry per page of app/main.py. Pareto comes last: its sweep of
 #: every method on the text (most of this module's CPU time, on one core: the app runs torch
 #: on one thread) starts in a tab of its own ahead of time and runs while the main tab checks
