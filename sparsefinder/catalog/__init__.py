@@ -26,6 +26,7 @@ from sparsefinder.calibration.curves import DISTANCE_FINE_GRID as _FINE
 from sparsefinder.calibration.samples import RANK_CAP
 from sparsefinder.catalog.builders import (
     _block_projections_fit,
+    _distance,
     _hash_codes,
     _hash_codes_fit,
     _kmeans,
@@ -33,7 +34,7 @@ from sparsefinder.catalog.builders import (
     _routed_kmeans,
     _row_fraction,
     _static_mask,
-    _static_mask_fitter,
+    _static_masks_fit,
     _unavailable_on_file_errors,
 )
 from sparsefinder.methods.registry import (
@@ -49,9 +50,7 @@ from sparsefinder.methods.registry import (
 from sparsefinder.predictors import (
     BigBird,
     BlockSparsefinder,
-    Distance,
     Longformer,
-    NoDiagonal,
     Quantization,
     Reformer,
     Routing,
@@ -61,7 +60,6 @@ from sparsefinder.predictors import (
 )
 from sparsefinder.predictors.block_keys import BlockKeySparsefinder
 from sparsefinder.predictors.quest import QuestPages
-from sparsefinder.predictors.row_floor import RowFloor
 
 #: Window of the Longformer / BigBird baselines (the paper's efficiency study uses w = 3).
 BASELINE_WINDOW = 3
@@ -89,6 +87,11 @@ SHARE = {"low": 0.0, "high": 1.0, "low_open": True}
 FLOOR = _int("floor", DEFAULT_FLOOR, 1, "keys per row (floor)", "floor", high=RANK_CAP)
 #: the floor's cap by row length (calibrated floors only: it reads the target); left out,
 #: every row keeps ``floor`` keys
+DIAG = Param("diag", bool, True, label="keep the diagonal", url="diag", optional=True,
+             choices=(True, False), help="False: SparseBERT's ablation, no query keeps itself")
+MASK_KIND = Param("kind", str, "structured", label="mask kind", url="kind", optional=True,
+                  choices=("structured", "unstructured"),
+                  help="structured: one frequency per offset (DAMs); unstructured: per pair (DAMu)")
 FLOOR_SHARE = Param("floor_share", float, DEFAULT_FLOOR_SHARE, label="floor's share",
                     url="floor_share", optional=True, **SHARE,
                     help="a row's floor takes at most this share of the keys the target "
@@ -131,16 +134,17 @@ CALIBRATION_PARAMS = {p.name: p for p in (TARGET_SPARSITY, TARGET_RECALL, FLOOR,
 def _builtin_methods() -> list[Method]:
     """Every built-in family, each with the calibrations that can set its parameters."""
     raw = [
-        Method("distance", "Distance (t)", (THRESHOLD,),
-               lambda p, c: Distance(float(p["threshold"])), needs=PROJ,
+        Method("distance", "Distance (t)", (THRESHOLD, DIAG), _distance, needs=PROJ,
                grids=(*sweep_grids("distance", DISTANCE_GRID, window=True, groups=SF),
-                      *sweep_grids("distance-fine", DISTANCE_FINE_GRID)),
+                      *sweep_grids("distance-fine", DISTANCE_FINE_GRID),
+                      # SparseBERT's ablation: the diagonal dropped
+                      *sweep_grids("distance-nodiag", DISTANCE_GRID, groups=BASE,
+                                   fixed={"diag": False})),
                app=_app("Sparsefinder", "budget", "none", controls=OWN)),
         # every row also keeps its m nearest allowed keys (no row left without support)
         Method("distance-floor", "Distance (t) ∪ nearest keys per row (floor m)",
                (THRESHOLD, FLOOR),
-               lambda p, c: RowFloor(Distance(float(p["threshold"])), int(p["floor"])),
-               needs=PROJ,
+               _distance, needs=PROJ,
                app=_app("Sparsefinder", "budget", controls=OWN, first=True)),
         Method("quantization", "Quantization (β)", (BINS,),
                lambda p, c: Quantization(int(p["bins"])), needs=PROJ,
@@ -188,36 +192,32 @@ def _builtin_methods() -> list[Method]:
                tags=("oracle",),
                grids=sweep_grids("topk", _over("k", (1, 2, 4, 8, 16, 32)), groups=BASE),
                app=_app("Oracles (bounds)")),
-        Method("sparsebert-dams", "SparseBERT DAMs (static)", (TARGET_SPARSITY,),
-               _static_mask, inputs="shape", fit=_static_mask_fitter("structured"),
-               needs=("fitted",),
-               tags=("baseline",),
-               grids=sweep_grids("sparsebert-dams", STATIC_MASK_GRID, groups=BASE)),
-        Method("sparsebert-damu", "SparseBERT DAMu (static)", (TARGET_SPARSITY,),
-               _static_mask, inputs="shape", fit=_static_mask_fitter("unstructured"),
-               needs=("fitted",),
-               tags=("baseline",),
-               grids=sweep_grids("sparsebert-damu", STATIC_MASK_GRID, groups=BASE)),
-        Method("distance-nodiag", "Distance, no diagonal (SparseBERT)", (THRESHOLD,),
-               lambda p, c: NoDiagonal(Distance(float(p["threshold"]))), tags=("baseline",),
-               needs=PROJ,
-               grids=sweep_grids("distance-nodiag", DISTANCE_GRID, groups=BASE)),
+        # SparseBERT's static masks (DAMs: structured, DAMu: unstructured), fitted on TRAIN
+        Method("sparsebert", "SparseBERT DAM (static)", (TARGET_SPARSITY, MASK_KIND),
+               _static_mask, inputs="shape", fit=_static_masks_fit, fit_reads=("kind",),
+               needs=("fitted",), tags=("baseline",),
+               grids=(*sweep_grids("sparsebert-dams", STATIC_MASK_GRID, groups=BASE,
+                                   fixed={"kind": "structured"}),
+                      *sweep_grids("sparsebert-damu", STATIC_MASK_GRID, groups=BASE,
+                                   fixed={"kind": "unstructured"}))),
         # keys clustered offline, queries routed by q·c
-        Method("kmeans-routed", "Routed k-means (B, key budget)",
+        Method("kmeans-routed", "Routed k-means (B, key budget or routes)",
                (_int("n_clusters", 128, 1, "B", app_high=128),
-                Param("budget", float, 0.1, label="key budget", url="budget", **SHARE)),
-               _routed_kmeans("budget"), inputs="original", needs=BOOKS,  # grids: TRAIN
-               grids=sweep_grids("kmeans-routed", [
+                Param("budget", float, 0.1, label="key budget", url="budget", optional=True,
+                      help="mode budget: the share of keys kept", **SHARE),
+                Param("n_routes", int, 4, low=1, label="routes", url="n_routes", app_high=64,
+                      optional=True, help="mode top: the nearest clusters a query reads"),
+                Param("mode", str, "budget", label="mode", url="mode", optional=True,
+                      choices=("budget", "top"))),
+               _routed_kmeans, inputs="original", needs=BOOKS,  # grids chosen on TRAIN
+               grids=(*sweep_grids("kmeans-routed", [
                    {"n_clusters": b, "budget": f} for b in (64, 128)
                    for f in (0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.1, 0.12, 0.15,
                              0.2, 0.25, 0.3)]),
+                      *sweep_grids("kmeans-routed-top", _over(
+                          "n_routes", (2, 4, 6, 8, 9, 10, 11, 12, 14, 16, 20, 24, 32),
+                          n_clusters=128), fixed={"mode": "top"})),
                app=_app(OTHER, "budget", controls=OWN)),
-        Method("kmeans-routed-top", "Routed k-means (B, routes)",
-               (_int("n_clusters", 128, 1, "B", app_high=128),
-                _int("n_routes", 4, 1, "routes", app_high=64)),
-               _routed_kmeans("top"), inputs="original", needs=BOOKS,
-               grids=sweep_grids("kmeans-routed-top", _over(
-                   "n_routes", (2, 4, 6, 8, 9, 10, 11, 12, 14, 16, 20, 24, 32), n_clusters=128))),
         Method("topp", "Top-p of exact entmax (reference)",
                (Param("p", float, 0.9, label="mass p", url="p", **SHARE),),
                lambda p, c: TopP(float(p["p"])), inputs="original", oracle=True, needs=(),
@@ -295,6 +295,15 @@ def _with_calibrations(raw: list[Method]) -> list[Method]:
             for method in raw]
 
 
+#: The families of the time before that are now a form of another (a parameter), by old name.
+FORMS: dict[str, tuple[str, dict[str, Any]]] = {
+    "distance-nodiag": ("distance", {"diag": False}),
+    "sparsebert-dams": ("sparsebert", {"kind": "structured"}),
+    "sparsebert-damu": ("sparsebert", {"kind": "unstructured"}),
+    "kmeans-routed-top": ("kmeans-routed", {"mode": "top"}),
+}
+
+
 def _register_builtin() -> None:
     for method in _builtin_methods():
         guarded = tuple(dataclasses.replace(c, build=_unavailable_on_file_errors(c.build))
@@ -305,6 +314,8 @@ def _register_builtin() -> None:
     for curve in calibrated_methods():  # the names of the time before families
         if curve.old_name:
             register_alias(curve.old_name, curve.family, curve.calibration)
+    for old, (family, params) in FORMS.items():
+        register_alias(old, family, params=params)
 
 
 _register_builtin()

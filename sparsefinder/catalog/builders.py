@@ -14,14 +14,14 @@ from sparsefinder.data.records import AttentionRecord
 from sparsefinder.methods.registry import (
     BuildContext,
     Builder,
-    Fitter,
     MethodUnavailable,
     Params,
 )
-from sparsefinder.predictors import StaticMask
+from sparsefinder.predictors import Distance, NoDiagonal, StaticMask
 from sparsefinder.predictors.base import Predictor
 from sparsefinder.predictors.block import LearnedBlockSparsefinder
 from sparsefinder.predictors.hash_codes import HammingCodes
+from sparsefinder.predictors.row_floor import RowFloor
 from sparsefinder.predictors.row_fraction import RowFraction
 from sparsefinder.projections.blocks import (
     check_block_projections,
@@ -79,25 +79,27 @@ def _kmeans(p: Params, c: BuildContext) -> Predictor:
     return projections.kmeans(c.layer, int(p["n_clusters"]), top_k=int(p.get("top_k", 1)))
 
 
-def _routed_kmeans(mode: str) -> Builder:
-    """Routed k-means from the bundled key codebooks of the projections' model."""
-
-    def build(p: Params, c: BuildContext) -> Predictor:
-        if c.projections is None:  # its model_id tells which model's codebooks apply
-            raise CodebooksError("kmeans-routed needs the model's projections to know its "
-                                 "model id; pass projections=...")
-        books = c.parts.codebooks or bundled_codebooks(model_id=c.projections.model_id)
-        if c.projections.model_id != books.model_id:
-            raise CodebooksError(
-                f"the bundled key codebooks are for {books.model_id!r}, not "
-                f"{c.projections.model_id!r}; fit some with `sparsefinder fit-codebooks`"
-            )
-        if mode == "top":
-            return books.predictor(c.layer, int(p["n_clusters"]), mode="top",
-                                   n_routes=int(p["n_routes"]))
-        return books.predictor(c.layer, int(p["n_clusters"]), budget=float(p["budget"]))
-
-    return build
+def _routed_kmeans(p: Params, c: BuildContext) -> Predictor:
+    """Routed k-means from the key codebooks of the projections' model (the bundled ones when
+    the parts hold none): ``mode`` ``budget`` keeps a share of the keys, ``top`` the keys of
+    the ``n_routes`` nearest clusters."""
+    if c.projections is None:  # its model_id tells which model's codebooks apply
+        raise CodebooksError("kmeans-routed needs the model's projections to know its "
+                             "model id; pass projections=...")
+    books = c.parts.codebooks or bundled_codebooks(model_id=c.projections.model_id)
+    if c.projections.model_id != books.model_id:
+        raise CodebooksError(
+            f"the bundled key codebooks are for {books.model_id!r}, not "
+            f"{c.projections.model_id!r}; fit some with `sparsefinder fit-codebooks`"
+        )
+    mode = p.get("mode") or "budget"
+    needed = "n_routes" if mode == "top" else "budget"
+    if p.get(needed) is None:
+        raise ValueError(f"kmeans-routed with mode={mode!r} takes {needed}")
+    if mode == "top":
+        return books.predictor(c.layer, int(p["n_clusters"]), mode="top",
+                               n_routes=int(p["n_routes"]))
+    return books.predictor(c.layer, int(p["n_clusters"]), budget=float(p["budget"]))
 
 
 def _row_fraction(p: Params, c: BuildContext) -> Predictor:
@@ -105,28 +107,28 @@ def _row_fraction(p: Params, c: BuildContext) -> Predictor:
     return RowFraction(torch.full((projections.num_heads,), float(p["fraction"])))
 
 
-def _static_mask_fitter(kind: str) -> Fitter:
+def _static_masks_fit(train_records: Sequence[AttentionRecord],
+                      kind: str = "structured") -> list[StaticMask]:
     """``fit`` of SparseBERT's static masks: one ``StaticMask(kind)`` per layer, fitted on the
     training gold graphs; each grid point gets a copy re-targeted to its sparsity."""
-
-    def fit(train_records: Sequence[AttentionRecord]) -> list[StaticMask]:
-        if not train_records:
-            raise ValueError(f"sparsebert ({kind}) masks are fitted on training graphs; "
-                             "pass train_records=...")
-        causal = train_records[0].causal
-        return [
-            StaticMask(kind, 0.5).fit([r.layers[layer].gold for r in train_records],
-                                      causal=causal)
-            for layer in range(train_records[0].num_layers)
-        ]
-
-    return fit
+    if not train_records:
+        raise ValueError(f"sparsebert ({kind}) masks are fitted on training graphs; "
+                         "pass train_records=...")
+    causal = train_records[0].causal
+    return [
+        StaticMask(kind, 0.5).fit([r.layers[layer].gold for r in train_records], causal=causal)
+        for layer in range(train_records[0].num_layers)
+    ]
 
 
 def _static_mask(p: Params, c: BuildContext) -> Predictor:
     # A shallow copy shares the learned (read-only) tensors; its keep() cache is keyed by the
     # target, so the copy recomputes it for its own target.
     mask = copy.copy(_require_fitted(c)[c.layer])
+    kind = p.get("kind") or "structured"
+    if mask.kind != kind:
+        raise ValueError(f"the fitted masks are {mask.kind}, this setting asks for {kind}; "
+                         "fit the spec itself (spec.fit(train_records))")
     mask.target_sparsity = float(p["target_sparsity"])
     mask._check_target()
     return mask
@@ -159,3 +161,14 @@ def _learned_block(p: Params, c: BuildContext) -> Predictor:
                          f"fit-block-projections --block {block}`")
     check_block_projections(fitted, block)
     return LearnedBlockSparsefinder(fitted.weight[c.layer], block, int(p["n_blocks"]))
+
+
+def _distance(p: Params, c: BuildContext) -> Predictor:
+    """Distance (t); ``diag`` False drops the diagonal (SparseBERT's ablation), a ``floor``
+    adds each row's nearest keys (no row left without support)."""
+    predictor: Predictor = Distance(float(p["threshold"]))
+    if p.get("diag") is False:
+        predictor = NoDiagonal(predictor)
+    if p.get("floor") is not None:
+        predictor = RowFloor(predictor, int(p["floor"]))
+    return predictor

@@ -37,7 +37,7 @@ import pandas as pd
 
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.evaluation.accuracy import EncodedTexts, compare, encode
-from sparsefinder.evaluation.curves import CURVES, resolve_methods, with_labels
+from sparsefinder.evaluation.curves import CURVES, resolve_methods, shown_params, with_labels
 from sparsefinder.evaluation.frontier import SPARSITY_LEVELS
 from sparsefinder.evaluation.plan import plan_sweep
 from sparsefinder.evaluation.restricted import RestrictionStats, projections_required, spec_graph
@@ -119,7 +119,7 @@ def accuracy_sweep(
         scores = compare(reference, restricted)
         overall, per_layer = stats.sparsity()
         rows.append({
-            "method": name, "params": spec.params_json(), "sparsity": overall,
+            "method": name, "params": shown_params(name, spec), "sparsity": overall,
             **{m: scores.get(m, math.nan) for m in MEASURES},
             "layer_cosine": json.dumps(scores.get("layer_cosine", [])),
             "sparsity_per_layer": json.dumps([round(x, 6) for x in per_layer]),

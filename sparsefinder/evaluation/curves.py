@@ -36,6 +36,8 @@ class Curve:
 
     name: str
     specs: tuple[PredictorSpec, ...]
+    #: parameters every point has that the curve's name says (not in a sweep's ``params``)
+    fixed: tuple[tuple[str, Any], ...] = ()
 
     @property
     def method(self) -> str:
@@ -60,7 +62,7 @@ GROUPS: dict[str, list[str]] = {}
 
 
 def register_curve(name: str, method: str, grid: Iterable[Params], *, window: int = 0,
-                   replace: bool = False) -> Curve:
+                   replace: bool = False, fixed: Params | None = None) -> Curve:
     """Add a sweep curve: ``method`` (a :data:`sparsefinder.methods.spec.METHODS` key) over
     ``grid``,
     each point united with ``Window(window)`` when ``window`` > 0; returns it."""
@@ -68,10 +70,11 @@ def register_curve(name: str, method: str, grid: Iterable[Params], *, window: in
         raise ValueError(f"curve name must be non-empty without commas, got {name!r}")
     if name in CURVES and not replace:
         raise ValueError(f"curve {name!r} is already registered; pass replace=True")
-    specs = tuple(PredictorSpec.of(method, p, window=window) for p in grid)
+    fixed = dict(fixed or {})
+    specs = tuple(PredictorSpec.of(method, {**fixed, **p}, window=window) for p in grid)
     if not specs:
         raise ValueError(f"curve {name!r} needs at least one parameter dict in its grid")
-    CURVES[name] = Curve(name, specs)
+    CURVES[name] = Curve(name, specs, tuple(sorted(fixed.items())))
     return CURVES[name]
 
 
@@ -85,7 +88,7 @@ def _family_curves(method: Method, registered: bool = True) -> None:
                     names.remove(grid.name)
             continue
         register_curve(grid.name, method_id(method.name, grid.calibration), grid.points,
-                       window=grid.window, replace=True)
+                       window=grid.window, replace=True, fixed=grid.fixed)
         for group in grid.groups:
             names = GROUPS.setdefault(group, [])
             if grid.name not in names:
@@ -134,6 +137,13 @@ def curve_display_name(name: str) -> str:
     if base != name and window:  # the same curve united with a window
         return f"{curve_display_name(base) if base in CURVES else label} + window {window}"
     return f"{label} · {name}"
+
+
+def shown_params(name: str, spec: PredictorSpec) -> str:
+    """The ``params`` column of a sweep row of curve ``name``: the spec's parameters less those
+    the curve's name says (so a form's rows read as when it was a family of its own)."""
+    curve = CURVES.get(name)
+    return spec.params_json(omit=[k for k, _ in curve.fixed] if curve else ())
 
 
 def with_labels(frame: Any) -> Any:
@@ -199,5 +209,5 @@ def curve_spec(name: str, params: Params) -> PredictorSpec:
     """The spec of curve ``name`` at ``params`` (a sweep row → the setting it stands for)."""
     curve = CURVES[curve_name(name)]
     first = curve.specs[0]
-    return PredictorSpec.of(first.method, params, window=first.window,
+    return PredictorSpec.of(first.method, {**dict(curve.fixed), **params}, window=first.window,
                             global_tokens=first.global_tokens, calibration=first.calibration)

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from sparsefinder.data.records import AttentionRecord
-from sparsefinder.evaluation.curves import CURVES, resolve_methods
+from sparsefinder.evaluation.curves import CURVES, resolve_methods, shown_params
 from sparsefinder.evaluation.plan import plan_sweep
 from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
 from sparsefinder.metrics.measures import EXTRA_METRICS, GraphScores, block_recall
@@ -233,7 +233,7 @@ def points_frame(rows: Sequence[tuple[str, PredictorSpec]],
             "method": name,
             "family": spec.method,
             "calibration": spec.calibration,
-            "params": spec.params_json(),
+            "params": shown_params(name, spec),
             "recall": result.recall,
             "sparsity": result.sparsity,
             **{name: result.extra.get(name, math.nan) for name in EXTRA_METRICS},

@@ -152,6 +152,10 @@ def explorer_changes(curve: str, params: Mapping[str, Any]) -> dict[str, Any]:
         raise NotInExplorer(f"{name}: the Explorer's window goes up to {WINDOW_CHOICES[-1]}, "
                             f"this point has {changes['window']}")
     offered = APP_CALIBRATIONS.get(family, ())
+    form = dict(CURVES[curve_name(curve)].fixed)  # a form the family's sliders do not pick
+    if form and offered:
+        raise NotInExplorer(f"{name}: the Explorer offers {family} only in its plain form, "
+                            f"not with {', '.join(f'{k}={v}' for k, v in form.items())}")
     if calibration not in offered:
         how = (f"only as {' / '.join(offered)}" if offered else "not at all")
         raise NotInExplorer(f"{name}: the Explorer offers {family} {how}")

@@ -36,9 +36,12 @@ def families_table() -> str:
 
 
 def aliases_table() -> str:
-    """The names of the time before calibration was a parameter, with their new spelling."""
+    """The names of the time before calibration (or a form of a family) was a parameter, with
+    their new spelling."""
     rows = ["| old name | family and calibration |", "|---|---|"]
-    rows += [f"| `{old}` | `{method_id(*new)}` |" for old, new in METHODS.aliases().items()]
+    for old, new in METHODS.aliases().items():
+        form = "".join(f", `{k}={v!r}`" for k, v in METHODS.alias_params.get(old, {}).items())
+        rows.append(f"| `{old}` | `{method_id(*new)}`{form} |")
     return "\n".join(rows)
 
 

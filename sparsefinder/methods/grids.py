@@ -4,7 +4,7 @@ how the app offers it (:class:`AppHint`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 #: The window united with each point of a family's ``+window`` sweep curves (``distance+window``).
@@ -16,23 +16,29 @@ class SweepGrid:
     """One named sweep curve of a family: its grid of parameter dicts, under ``calibration``
     (a calibrated grid's points are targets), each point united with ``Window(window)`` when
     ``window`` > 0; ``groups``: the ``--methods`` groups that list it (``sparsefinder``,
-    ``baselines``, ``long-context``; a calibration's grid is in ``calibrated``)."""
+    ``baselines``, ``long-context``; a calibration's grid is in ``calibrated``). ``fixed``:
+    parameters every point has that the curve's name says (the form of the family:
+    ``sparsebert-dams`` is ``kind="structured"``); a sweep's ``params`` column leaves them
+    out, so it reads as it did when the form was a family of its own."""
 
     name: str
     points: tuple[Mapping[str, Any], ...]
     calibration: str = "none"
     window: int = 0
     groups: tuple[str, ...] = ()
+    fixed: Mapping[str, Any] = field(default_factory=dict)
 
 
 def sweep_grids(name: str, points: Sequence[Mapping[str, Any]], *, window: bool = False,
-                groups: tuple[str, ...] = ()) -> tuple[SweepGrid, ...]:
-    """The curve ``name`` over ``points``, and with ``window`` its ``name+window`` twin (each
-    point united with a window of :data:`WITH_WINDOW_SIZE`)."""
-    grid = SweepGrid(name, tuple(points), groups=groups)
+                groups: tuple[str, ...] = (),
+                fixed: Mapping[str, Any] | None = None) -> tuple[SweepGrid, ...]:
+    """The curve ``name`` over ``points`` (each with ``fixed``), and with ``window`` its
+    ``name+window`` twin (each point united with a window of :data:`WITH_WINDOW_SIZE`)."""
+    grid = SweepGrid(name, tuple(points), groups=groups, fixed=dict(fixed or {}))
     if not window:
         return (grid,)
-    return grid, SweepGrid(f"{name}+window", grid.points, window=WITH_WINDOW_SIZE, groups=groups)
+    return grid, SweepGrid(f"{name}+window", grid.points, window=WITH_WINDOW_SIZE, groups=groups,
+                           fixed=grid.fixed)
 
 
 #: The groups of the app's method menu, in menu order.

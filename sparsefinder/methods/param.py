@@ -20,7 +20,9 @@ class Param:
     links; ``label`` what a slider or a table header shows; ``app_high`` the largest value the
     app's slider offers where ``high`` is unbounded (its useful region on 512-token texts).
     ``optional``: the parameter may be left out (or given as None, the same setting), which
-    means the family works without it; its ``default`` may then be None.
+    means the family works without it; its ``default`` may then be None. ``choices``: the
+    values a parameter that picks a form of the family takes (``diag``: True / False,
+    ``kind``: ``"structured"`` / ``"unstructured"``); a link or a CSV may give them as text.
     """
 
     name: str
@@ -34,9 +36,24 @@ class Param:
     low_open: bool = False
     app_high: float | None = None
     optional: bool = False
+    choices: tuple[Any, ...] = ()
+
+    def coerce(self, value: Any) -> Any:
+        """``value`` as one of :attr:`choices` (text from a link or a CSV: ``"false"`` is
+        False); other parameters' values as they are."""
+        if not self.choices or value in self.choices and type(value) is type(self.choices[0]):
+            return value
+        text = str(value).strip().lower()
+        for choice in self.choices:
+            if text == str(choice).lower() or (isinstance(choice, bool)
+                                               and text == str(int(choice))):
+                return choice
+        raise ValueError(f"{self.name} must be {self.describe()}, got {value!r}")
 
     def describe(self) -> str:
         """The allowed values in words, e.g. ``"an integer >= 1"``."""
+        if self.choices:
+            return "one of " + " / ".join(str(c) for c in self.choices)
         what = "an integer" if self.kind is int else "a number"
         if self.low is not None and self.high is not None:
             left = "(" if self.low_open else "["
@@ -50,6 +67,9 @@ class Param:
     def check(self, value: Any) -> None:
         """Raise a ValueError naming the parameter, the allowed values and the bad value."""
         if self.kind is object or (value is None and self.optional):
+            return
+        if self.choices:
+            self.coerce(value)
             return
         number = value
         if isinstance(value, str):  # builders coerce; a link or a CSV gives text

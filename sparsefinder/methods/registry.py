@@ -125,6 +125,7 @@ class Variant:
     fit: Fitter | None
     needs: tuple[str, ...] | None = None
     fits: str = "fitted"
+    fit_reads: tuple[str, ...] = ()
 
 
 def method_id(family: str, calibration: str = "none") -> str:
@@ -159,6 +160,9 @@ class Method:
     app: AppHint | None = None  # None: the app does not offer the family
     needs: tuple[str, ...] | None = None
     fits: str = "fitted"
+    #: the parameters that pick the form ``fit`` learns (passed to it by name: SparseBERT's
+    #: ``kind``); a sweep fits once per curve, whose points share them
+    fit_reads: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_needs(self.needs, self.fits)
@@ -188,7 +192,8 @@ class Method:
     def variant(self, calibration: str = "none") -> Variant:
         """Parameters, builder and fitter of this family under ``calibration``."""
         if calibration == "none" and self.raw:
-            return Variant(self.params, self.build, self.fit, self.needs, self.fits)
+            return Variant(self.params, self.build, self.fit, self.needs, self.fits,
+                           self.fit_reads)
         for option in self.calibrations:
             if option.name == calibration:
                 return Variant((option.target, *option.extra), option.build, option.fit,
@@ -230,6 +235,7 @@ class _Registry(Mapping[str, Method]):
     def __init__(self) -> None:
         self._methods: dict[str, Method] = {}
         self._aliases: dict[str, tuple[str, str]] = {}
+        self.alias_params: dict[str, dict[str, Any]] = {}  # old name → the params it fixes
         self._loaded = False
         #: called with (method, registered) on every later change: the tables made from the
         #: families (sweep curves and groups) follow a family registered after they were made
@@ -286,10 +292,19 @@ def register_method(method: Method, *, replace: bool = False) -> Method:
     return method
 
 
-def register_alias(old: str, family: str, calibration: str = "none") -> None:
-    """Accept ``old`` (a name of the time before families) for ``family`` under
-    ``calibration``, with a deprecation note whenever it is used."""
+def register_alias(old: str, family: str, calibration: str = "none",
+                   params: Mapping[str, Any] | None = None) -> None:
+    """Accept ``old`` (a name of the time before families, or of a form that is now a
+    parameter: ``distance-nodiag`` is ``distance`` with ``diag=False``) for ``family`` under
+    ``calibration`` with ``params`` fixed, with a deprecation note whenever it is used."""
     METHODS.aliases()[old] = (family, calibration)
+    METHODS.alias_params[old] = dict(params or {})
+
+
+def alias_params(name: str) -> dict[str, Any]:
+    """The parameters an old method name fixes (``distance-nodiag``: ``{"diag": False}``)."""
+    METHODS.aliases()
+    return dict(METHODS.alias_params.get(str(name).strip().partition(":")[0], {}))
 
 
 def resolve_method(name: str, *, warn: bool = True) -> tuple[str, str]:
@@ -301,12 +316,16 @@ def resolve_method(name: str, *, warn: bool = True) -> tuple[str, str]:
     """
     text = str(name).strip()
     aliases = METHODS.aliases()
+    base, _, written = text.partition(":")
+    if text not in aliases and base in aliases and written:  # a form's old name, calibrated
+        family, _ = aliases[base]
+        text = method_id(family, written)
+        if warn:
+            _deprecated(base, family, "none")
     if text in aliases and text not in METHODS:
         family, calibration = aliases[text]
         if warn:
-            warnings.warn(f"method name {text!r} is deprecated; use "
-                          f"{method_id(family, calibration)!r} (family {family!r}, "
-                          f"calibration {calibration!r})", FutureWarning, stacklevel=3)
+            _deprecated(text, family, calibration)
         return family, calibration
     family, _, calibration = text.partition(":")
     method = get_method(family)
@@ -315,6 +334,14 @@ def resolve_method(name: str, *, warn: bool = True) -> tuple[str, str]:
         raise ValueError(f"method {family!r} takes calibration "
                          f"{' / '.join(method.calibration_names)}, got {calibration!r}")
     return family, calibration
+
+
+def _deprecated(old: str, family: str, calibration: str) -> None:
+    fixed = METHODS.alias_params.get(old) or {}
+    given = "".join(f", {k}={v!r}" for k, v in fixed.items())
+    warnings.warn(f"method name {old!r} is deprecated; use {method_id(family, calibration)!r} "
+                  f"(family {family!r}, calibration {calibration!r}{given})", FutureWarning,
+                  stacklevel=4)
 
 
 def method_ids() -> list[str]:

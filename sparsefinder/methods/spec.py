@@ -28,6 +28,7 @@ from sparsefinder.methods.registry import (
     Params,
     Parts,
     Variant,
+    alias_params,
     get_method,
     method_id,
     resolve_method,
@@ -67,6 +68,10 @@ class PredictorSpec:
 
     def __post_init__(self) -> None:
         if self.method not in METHODS or self.calibration != "none":
+            fixed = alias_params(self.method)  # an old form's name: its params, fixed
+            if fixed:
+                given = dict(self.params)
+                object.__setattr__(self, "params", tuple(sorted({**fixed, **given}.items())))
             family, calibration = resolve_method(self.method)
             if calibration != "none" and self.calibration not in ("none", calibration):
                 raise ValueError(f"method {self.method!r} already names calibration "
@@ -83,6 +88,11 @@ class PredictorSpec:
                 (name, value) for name, value in self.params
                 if not (value is None and name in optional)))
         method.check_params(dict(self.params), self.calibration)
+        declared = {p.name: p for p in variant.params if p.choices}
+        if any(name in declared for name, _ in self.params):  # "false" from a link → False
+            object.__setattr__(self, "params", tuple(
+                (name, declared[name].coerce(value) if name in declared else value)
+                for name, value in self.params))
         if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 0:
             raise ValueError(f"window must be an integer >= 0, got {self.window!r}")
         bad = [g for g in self.global_tokens if g not in GLOBAL_CHOICES]
@@ -131,9 +141,10 @@ class PredictorSpec:
     def oracle(self) -> bool:
         return self._method.oracle
 
-    def params_json(self) -> str:
-        """The method's parameters as sorted JSON (the ``params`` column of a sweep)."""
-        return json.dumps(self.param_dict, sort_keys=True)
+    def params_json(self, omit: Sequence[str] = ()) -> str:
+        """The method's parameters as sorted JSON (the ``params`` column of a sweep; ``omit``:
+        those its curve's name already says, e.g. ``sparsebert-dams``'s ``kind``)."""
+        return json.dumps({k: v for k, v in self.params if k not in omit}, sort_keys=True)
 
     def label(self) -> str:
         """Short human label, e.g. ``"kmeans n_clusters=8 top_k=1 ∪ window 3"``."""
@@ -189,9 +200,12 @@ class PredictorSpec:
 
     def fit(self, train_records: Sequence[AttentionRecord] | None) -> Any:
         """Run the method's ``fit`` on training records (None for methods without one)."""
-        if self._variant.fit is None:
+        variant = self._variant
+        if variant.fit is None:
             return None
-        return self._variant.fit(list(train_records or []))
+        defaults = {p.name: p.default for p in variant.params}
+        form = {name: self.param_dict.get(name, defaults.get(name)) for name in variant.fit_reads}
+        return variant.fit(list(train_records or []), **form)
 
 
 def _fmt(value: Any) -> str:

@@ -381,7 +381,10 @@ def _grid(name: str) -> tuple[str, int, list[dict]]:
     assert {s.method_id for s in curve.specs} == {curve.method} and curve.name == name
     assert {s.window for s in curve.specs} == {curve.specs[0].window}
     assert all(s.global_tokens == () for s in curve.specs)
-    return curve.method, curve.specs[0].window, [s.param_dict for s in curve.specs]
+    fixed = dict(curve.fixed)  # the form its name says (not in a sweep's params column)
+    assert all(s.param_dict.items() >= fixed.items() for s in curve.specs)
+    return curve.method, curve.specs[0].window, [
+        {k: v for k, v in s.param_dict.items() if k not in fixed} for s in curve.specs]
 
 
 def test_default_curves_exactly(default_curves) -> None:
@@ -401,11 +404,11 @@ def test_default_curves_exactly(default_curves) -> None:
         "reformer": ("reformer", 0, [{"n_buckets": b} for b in (2, 4, 6, 8, 10, 12)]),
         "routing": ("routing", 0, [{"n_clusters": c} for c in (2, 4, 6, 8, 10)]),
         "topk": ("topk", 0, [{"k": k} for k in (1, 2, 4, 8, 16, 32)]),
-        "sparsebert-dams": ("sparsebert-dams", 0,
+        "sparsebert-dams": ("sparsebert", 0,
                             [{"target_sparsity": t} for t in (0.5, 0.7, 0.8, 0.9, 0.95, 0.98)]),
-        "sparsebert-damu": ("sparsebert-damu", 0,
+        "sparsebert-damu": ("sparsebert", 0,
                             [{"target_sparsity": t} for t in (0.5, 0.7, 0.8, 0.9, 0.95, 0.98)]),
-        "distance-nodiag": ("distance-nodiag", 0, distance),
+        "distance-nodiag": ("distance", 0, distance),
     }
     for name in ("distance", "kmeans", "quantization", "kmeans-top2", "reformer", "routing"):
         method, _, grid = expected[name]
@@ -424,7 +427,7 @@ def test_default_curves_exactly(default_curves) -> None:
     for name, grid in calibrated_grids().items():
         expected[name] = (name, 0, grid)
     expected["kmeans-routed"] = ("kmeans-routed", 0, ROUTED_BUDGET_GRID)
-    expected["kmeans-routed-top"] = ("kmeans-routed-top", 0, ROUTED_TOP_GRID)
+    expected["kmeans-routed-top"] = ("kmeans-routed", 0, ROUTED_TOP_GRID)
     expected["topp"] = ("topp", 0, [{"p": p} for p in TOPP_GRID])
     expected["rowfrac"] = ("rowfrac", 0, [{"fraction": f} for f in
                                           (0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.15, 0.2, 0.3,
@@ -452,6 +455,10 @@ def test_default_curves_exactly(default_curves) -> None:
                    for s in default_curves[name].specs)
     assert default_curves["topk"].specs[0].oracle
     assert default_curves["sparsebert-dams"].needs_training
+    # forms that were families: the curve's name says its fixed parameter
+    assert dict(default_curves["sparsebert-damu"].fixed) == {"kind": "unstructured"}
+    assert dict(default_curves["distance-nodiag"].fixed) == {"diag": False}
+    assert dict(default_curves["kmeans-routed-top"].fixed) == {"mode": "top"}
     assert not default_curves["window"].needs_projections
 
 

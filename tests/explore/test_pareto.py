@@ -107,7 +107,10 @@ def test_the_mapping_reaches_the_sliders_of_each_offered_family() -> None:
 
 
 @pytest.mark.parametrize("curve,params,why", [
-    ("sparsebert-dams", {"target_sparsity": 0.9}, "offers sparsebert-dams not at all"),
+    ("sparsebert-dams", {"target_sparsity": 0.9}, "offers sparsebert not at all"),
+    ("distance-nodiag", {"threshold": 1.0}, "offers distance only in its plain form, not with "
+                                             "diag=False"),
+    ("kmeans-routed-top", {"n_clusters": 128, "n_routes": 4}, "not with mode=top"),
     ("topk", {"k": 256}, "k goes up to 128"),
     ("kmeans:budget", {"target_sparsity": 0.9}, "offers kmeans only as none"),
     ("quantization", {"bins": 32}, "bins goes up to 16"),

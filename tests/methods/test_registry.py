@@ -32,13 +32,17 @@ def test_param_check_names_the_parameter_the_range_and_the_value():
     with pytest.raises(ValueError, match=r"p must be a number in \(0, 1\], got 0"):
         share.check(0)
     Param("anything", object, 0).check("whatever")  # undeclared: a plug-in's own check
+    form = Param("diag", bool, True, choices=(True, False))
+    assert (form.coerce("false"), form.coerce("1"), form.coerce(False)) == (False, True, False)
+    with pytest.raises(ValueError, match=r"diag must be one of True / False, got 'maybe'"):
+        form.check("maybe")
 
 
 def test_every_builtin_parameter_is_declared_with_a_default_inside_its_range():
     for method in METHODS.values():
         calibrated = [p for c in method.calibrations for p in (c.target, *c.extra)]
         for param in (*method.params, *calibrated):
-            assert param.kind in (int, float), (method.name, param.name)
+            assert param.kind in (int, float) or param.choices, (method.name, param.name)
             param.check(param.default)
             assert param.label and param.url, (method.name, param.name)
 
@@ -46,7 +50,7 @@ def test_every_builtin_parameter_is_declared_with_a_default_inside_its_range():
 def test_specs_are_validated_against_the_declaration():
     with pytest.raises(ValueError, match=r"method 'kmeans': top_k must be an integer >= 1"):
         PredictorSpec.of("kmeans", {"n_clusters": 4, "top_k": 0})
-    with pytest.raises(ValueError, match=r"takes parameters \['threshold'\]; missing "
+    with pytest.raises(ValueError, match=r"takes parameters \['threshold', 'diag'\]; missing "
                                          r"\['threshold'\], unknown \['t'\]"):
         PredictorSpec.of("distance", {"t": 1.0})
     with pytest.raises(ValueError, match="unknown method 'nope'; choose from: distance"):
@@ -56,7 +60,7 @@ def test_specs_are_validated_against_the_declaration():
 def test_the_catalog_loads_on_first_read_and_nothing_imports_it():
     code = ("import sys; from sparsefinder.methods import registry as r; "
             "a = 'sparsefinder.catalog' in sys.modules; n = len(r.METHODS); "
-            "print(a, 'sparsefinder.catalog' in sys.modules, n > 20)")
+            "print(a, 'sparsefinder.catalog' in sys.modules, n > 10)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == ["False", "True", "True"]

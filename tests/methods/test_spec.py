@@ -41,13 +41,16 @@ def _projections(layers: int = 2) -> HeadProjections:
 
 def test_every_method_declares_what_it_reads_once():
     assert set(METHODS) >= {"distance", "quantization", "kmeans", "fixed", "window", "topk",
-                            "longformer", "bigbird", "reformer", "routing", "sparsebert-dams",
-                            "sparsebert-damu", "distance-nodiag"}
+                            "longformer", "bigbird", "reformer", "routing", "sparsebert",
+                            "kmeans-routed"}
+    # forms that were families of their own are parameters now (their old names are aliases)
+    assert not {"sparsebert-dams", "sparsebert-damu", "distance-nodiag",
+                "kmeans-routed-top"} & set(METHODS)
     assert all(method.inputs in INPUTS for method in METHODS.values())
     assert METHODS["topk"].inputs == "original" and METHODS["topk"].oracle
     assert METHODS["window"].inputs == "shape" and not METHODS["window"].needs_projections
     assert METHODS["distance"].needs_projections and METHODS["kmeans"].needs_projections
-    assert METHODS["sparsebert-dams"].fit is not None
+    assert METHODS["sparsebert"].fit is not None
     with pytest.raises(ValueError, match="unknown method 'nope'.*distance"):
         get_method("nope")
 
@@ -162,7 +165,7 @@ def test_projections_of_another_shape_are_refused_by_record_inputs():
 
 # name: (label, params, inputs, oracle, learned from graphs)
 REGISTRY = {
-    "distance": ("Distance (t)", ("threshold",), "projected", False, False),
+    "distance": ("Distance (t)", ("threshold", "diag"), "projected", False, False),
     "distance-floor": ("Distance (t) ∪ nearest keys per row (floor m)", ("threshold", "floor"),
                        "projected", False, False),
     "quantization": ("Quantization (β)", ("bins",), "projected", False, False),
@@ -174,14 +177,10 @@ REGISTRY = {
     "reformer": ("Reformer (LSH)", ("n_buckets",), "projected", False, False),
     "routing": ("Routing (k-means)", ("n_clusters",), "projected", False, False),
     "topk": ("Top-k by exact scores (reference)", ("k",), "original", True, False),
-    "sparsebert-dams": ("SparseBERT DAMs (static)", ("target_sparsity",), "shape", False, True),
-    "sparsebert-damu": ("SparseBERT DAMu (static)", ("target_sparsity",), "shape", False, True),
-    "distance-nodiag": ("Distance, no diagonal (SparseBERT)", ("threshold",), "projected",
-                        False, False),
-    "kmeans-routed": ("Routed k-means (B, key budget)", ("n_clusters", "budget"), "original",
-                      False, False),
-    "kmeans-routed-top": ("Routed k-means (B, routes)", ("n_clusters", "n_routes"),
-                          "original", False, False),
+    "sparsebert": ("SparseBERT DAM (static)", ("target_sparsity", "kind"), "shape", False,
+                   True),
+    "kmeans-routed": ("Routed k-means (B, key budget or routes)",
+                      ("n_clusters", "budget", "n_routes", "mode"), "original", False, False),
     "topp": ("Top-p of exact entmax (reference)", ("p",), "original", True, False),
     "quest": ("Quest pages (min/max key bounds)", ("page_size", "pages"), "original", False,
               False),
@@ -251,7 +250,8 @@ OLD_NAMES = {
 def test_old_names_are_aliases_with_a_deprecation_note(registered):
     from sparsefinder.methods.registry import resolve_method
 
-    assert registered.aliases() == OLD_NAMES
+    assert {old: new for old, new in registered.aliases().items()
+            if old not in FORMS} == OLD_NAMES
     for old, (family, calibration) in OLD_NAMES.items():
         with pytest.warns(FutureWarning, match=f"'{family}:{calibration}'"):
             spec = PredictorSpec.of(old, {"target_recall" if calibration == "recall"
@@ -263,6 +263,29 @@ def test_old_names_are_aliases_with_a_deprecation_note(registered):
     with pytest.warns(FutureWarning):
         assert PredictorSpec.of("distance-budget", {"target_sparsity": 0.9}) == new
     assert PredictorSpec.of("distance:budget", {"target_sparsity": 0.9}) == new
+
+
+#: families of the time before that are a form (a parameter) of another now
+FORMS = {
+    "distance-nodiag": ("distance", {"diag": False}, {"threshold": 0.5}),
+    "sparsebert-dams": ("sparsebert", {"kind": "structured"}, {"target_sparsity": 0.9}),
+    "sparsebert-damu": ("sparsebert", {"kind": "unstructured"}, {"target_sparsity": 0.9}),
+    "kmeans-routed-top": ("kmeans-routed", {"mode": "top"}, {"n_clusters": 8, "n_routes": 2}),
+}
+
+
+def test_forms_that_were_families_are_parameters_with_their_old_names_aliased(registered):
+    for old, (family, fixed, given) in FORMS.items():
+        assert registered.aliases()[old] == (family, "none")
+        with pytest.warns(FutureWarning, match=f"use '{family}'.*" + ", ".join(
+                f"{k}={v!r}" for k, v in fixed.items())):
+            spec = PredictorSpec.of(old, given)
+        assert spec == PredictorSpec.of(family, {**given, **fixed})
+    # a link or a CSV gives the form as text
+    assert PredictorSpec.of("distance", {"threshold": 0.5, "diag": "false"}) == \
+        PredictorSpec.of("distance", {"threshold": 0.5, "diag": False})
+    with pytest.raises(ValueError, match="kind must be one of structured / unstructured"):
+        PredictorSpec.of("sparsebert", {"target_sparsity": 0.5, "kind": "dense"})
 
 
 def test_a_calibration_a_family_does_not_take_is_refused_by_name(registered):

@@ -78,8 +78,9 @@ def test_bundled_codebooks_match_the_default_model():
 
 
 def test_registered_for_sweeps_and_sweepable():
-    for name in ("kmeans-routed", "kmeans-routed-top", "topp"):
+    for name in ("kmeans-routed", "topp"):
         assert METHODS[name].inputs == "original" and name in CURVES
+    assert CURVES["kmeans-routed-top"].method == "kmeans-routed"  # mode="top", the curve's name
     assert METHODS["topp"].oracle and not METHODS["kmeans-routed"].oracle
     # records shaped like the default model (6 layers × 12 heads, d = 32): bundled codebooks
     records = _records(n_texts=2, n=20, layers=6, heads=12, d=32)
