@@ -56,8 +56,10 @@ def cached_projections(path: str, digest: str, model_id: str) -> Any:
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
-def cached_hash_codes(model_id: str) -> Any:
-    """The bundled HashAttention codes when they were learned for this model, else None."""
+def cached_hash_codes(model_id: str, projections_key: str = "none") -> Any:
+    """The HashAttention codes learned for this model (bundled, or its prepared bundle's),
+    else None; ``projections_key`` changes when a prepared bundle appears, so a bundle
+    prepared while the server runs is found."""
     from sparsefinder.projections.hash_code_table import bundled_hash_codes
 
     return bundled_hash_codes(model_id)
@@ -66,24 +68,27 @@ def cached_hash_codes(model_id: str) -> Any:
 @st.cache_resource(max_entries=4, show_spinner=False)
 def cached_calibration(projections_key: str, model_id: str) -> tuple[Any, Any]:
     """The calibrated target-sparsity settings and the projections they read: the bundled
-    table with the projections file it names (the best one, whatever the app's own
-    projections are), or — a table naming none — the table when it was fitted for the
-    projections with this digest; (None, None) otherwise (the calibrated methods are off)."""
+    table (or, for another model, its prepared bundle's) with the projections file it names
+    (the best one, whatever the app's own projections are), or — a table naming none — the
+    table when it was fitted for the projections with this digest; (None, None) otherwise
+    (the calibrated methods are off)."""
     from sparsefinder.calibration.table import CalibrationError, CalibrationTable
+    from sparsefinder.model_bundles import prepared_file
     from sparsefinder.projections.heads import ProjectionsError
 
-    if not DEFAULT_CALIBRATION.is_file():
-        return None, None
-    try:
-        table = CalibrationTable.load(DEFAULT_CALIBRATION)
-        if table.model_id != model_id:
-            return None, None
-        if table.projections_file:
-            return table, table.own_projections(DEFAULT_CALIBRATION)
-        if table.projections_sha256 == projections_key:
-            return table, None
-    except (CalibrationError, ProjectionsError, OSError):
-        pass
+    for path in (DEFAULT_CALIBRATION, prepared_file(model_id, "calibration")):
+        if path is None or not path.is_file():
+            continue
+        try:
+            table = CalibrationTable.load(path)
+            if table.model_id != model_id:
+                continue
+            if table.projections_file:
+                return table, table.own_projections(path)
+            if table.projections_sha256 == projections_key:
+                return table, None
+        except (CalibrationError, ProjectionsError, OSError):
+            continue
     return None, None
 
 
