@@ -46,4 +46,4 @@ EXPOSE 8501
 HEALTHCHECK --interval=30s --timeout=5s --start-period=120s --retries=3 \
     CMD curl -fsS http://localhost:8501/_stcore/health || exit 1
 
-CMD [".venv/bin/streamlit", "run", "app/main.py", "--server.port", "8501", "--server.headless", "true", "--server.address", "0.0.0.0"]
+CMD [".venv/bin/python", "-m", "app.serve", "--server.port", "8501", "--server.headless", "true", "--server.address", "0.0.0.0"]

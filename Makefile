@@ -41,7 +41,7 @@ $(BROWSER_STAMP):
 browser: $(STAMP) $(BROWSER_STAMP)
 
 run: install
-	$(BIN)/streamlit run app/main.py --server.port $(PORT) --server.headless true --server.address $(HOST)
+	$(BIN)/python -m app.serve --server.port $(PORT) --server.headless true --server.address $(HOST)
 
 lint: install
 	$(BIN)/ruff check .

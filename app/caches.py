@@ -10,14 +10,17 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import streamlit as st
 import torch
 
+from app.progress import progress_bar
 from sparsefinder.bundle import bundle
+from sparsefinder.evaluation.curves import CURVES, curve_display_name
 from sparsefinder.explore import corpus as excorpus
 from sparsefinder.explore import live, text_parts, texts
 from sparsefinder.explore import prepared as prep
@@ -93,12 +96,45 @@ def cached_predictions(cache_key: tuple, spec_key: tuple, _spec: Any,
     return preds, live.score(_prepared, preds)
 
 
-@st.cache_resource(max_entries=8, show_spinner="Sweeping every method on this text…")
-def cached_text_sweep(cache_key: tuple, methods: tuple[str, ...],
-                      _prepared: prep.PreparedText) -> Any:
-    """Sparsity–recall of every grid point of ``methods`` on the current text."""
-    return excorpus.sweep_records([_prepared.record], _prepared.projections, list(methods),
-                                  **calibrated(_prepared))
+def text_curve_names(methods: Sequence[str], prepared: prep.PreparedText) -> list[str]:
+    """Every curve the current text can be swept on: the sweepable ``methods``, then the
+    calibration table's curves and the hash codes' curve where the text has them."""
+    parts = calibrated(prepared)
+    return excorpus.text_curves(methods, parts.get("calibration"), parts.get("hash_codes"))
+
+
+def text_sweep(cache_key: tuple, curves: Sequence[str], prepared: prep.PreparedText,
+               first: Sequence[str] = ()) -> pd.DataFrame:
+    """Sparsity–recall of every grid point of ``curves`` on the current text, rows in the
+    order of ``curves``.
+
+    Each curve is swept once per text and kept in a store shared by sessions, so a page that
+    draws a few curves sweeps only those (those named in ``first`` before the others), adding
+    a group sweeps only its curves, and the bar says which curve runs and how long is left.
+    """
+    store = shared_store("text_sweep", 256)
+    frames = {curve: store.get((cache_key, curve)) for curve in curves}
+    rank = {curve: index for index, curve in enumerate(first)}
+    missing = sorted((curve for curve, frame in frames.items() if frame is None),
+                     key=lambda curve: rank.get(curve, len(rank)))
+    if missing:
+        weights = [max(len(CURVES[c].specs), 1) if c in CURVES else 1 for c in missing]
+        with progress_bar("Sweeping this text") as bar:
+            report, done = bar.stage(), 0
+            for index, (curve, weight) in enumerate(zip(missing, weights, strict=True)):
+                report(done / sum(weights), f"{curve_display_name(curve)} "
+                                            f"({index + 1} of {len(missing)} curves)")
+                frame = excorpus.sweep_curve([prepared.record], prepared.projections, curve,
+                                             **calibrated(prepared))
+                store.put((cache_key, curve), frame)
+                frames[curve] = frame
+                done += weight
+    parts = [frames[c] for c in curves if len(frames[c])]
+    if not parts:
+        raise ValueError("no curve can run on this text with these parts")
+    frame = pd.concat(parts, ignore_index=True)
+    frame.attrs = dict(parts[0].attrs)
+    return frame
 
 
 def calibrated(prepared: prep.PreparedText) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Streamlit entrypoint: shared sidebar controls, then the page chosen in the navigation.
 
-Run with ``make run`` (``streamlit run app/main.py``). Every page reads what the sidebar
+Run with ``make run`` (``python -m app.serve``: ``streamlit run app/main.py`` that warms the
+first screen as the server starts). Every page reads what the sidebar
 produced through ``app.shell.context()``; to add a page, add one line to ``PAGES``.
 
 Pages live in ``app/app_pages/``, not ``app/pages/``: Streamlit treats a ``pages/`` folder next
@@ -34,12 +35,18 @@ st.set_page_config(page_title="Sparsefinder", layout="wide",
 st.markdown("<style>[data-testid='stMainBlockContainer']{padding-top:2.5rem}"
             "[data-testid='stMetricLabel'],[data-testid='stMetricLabel'] *"
             "{white-space:normal!important;overflow:visible!important;"
-            "text-overflow:clip!important;overflow-wrap:anywhere}</style>",
+            "text-overflow:clip!important;overflow-wrap:anywhere}"
+            ".st-key-w_plotly_preload{display:none}</style>",
             unsafe_allow_html=True)
 _starting = st.empty()
 if "_started" not in st.session_state:  # a session's first run only (no flash on reruns)
-    _starting.info("Starting Sparsefinder: loading PyTorch and the model (a few seconds on "
-                   "the first visit)…", icon=":material/hourglass_top:")
+    with _starting.container():
+        st.info("Starting Sparsefinder: loading PyTorch and the model (a few seconds on the "
+                "first visit)…", icon=":material/hourglass_top:")
+        # An empty, hidden chart: the browser fetches and compiles its Plotly code (~4.7 MB)
+        # while the server still imports and loads, not after the first figures arrive.
+        st.plotly_chart({"data": [{"type": "scatter", "x": [], "y": []}], "layout": {}},
+                        key="w_plotly_preload")
 
 from app import run_log, shell  # noqa: E402
 from sparsefinder import runtime  # noqa: E402

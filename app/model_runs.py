@@ -21,6 +21,7 @@ import streamlit as st
 
 from app.caches import cached_calibration, cached_hash_codes, calibrated, shared_store
 from app.context import AppContext
+from app.progress import progress_bar
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.explore import corpus as excorpus
 from sparsefinder.explore import inputs
@@ -140,14 +141,11 @@ def text_accuracy_sweep(ctx: AppContext, methods: list[str], compute: bool,
     key = (*ctx.cache_key, tuple(methods), tuple(e.spec.key for e in extra))
     if key in store or not compute:
         return store.get(key)
-    bar = st.progress(0.0, text="Accuracy axis: waiting for the model…")
-    with model_run(ctx.cache_key.model, ctx.cache_key.alpha) as loaded:
+    with progress_bar("Accuracy axis") as bar, \
+            model_run(ctx.cache_key.model, ctx.cache_key.alpha) as loaded:
         frame = accuracy_sweep(
             loaded, [ctx.prepared.record.text], ctx.prepared.projections, methods,
-            model_name=ctx.cache_key.model, extra=extra,
-            on_progress=lambda f, m: bar.progress(min(max(f, 0.0), 1.0),
-                                                  text=f"Accuracy axis: {m}"))
-    bar.empty()
+            model_name=ctx.cache_key.model, extra=extra, on_progress=bar.stage())
     store.put(key, frame)
     return frame
 
@@ -170,16 +168,6 @@ def validation_records(name: str, alpha: float, passages: int,
     return records
 
 
-def _bar(label: str, low: float = 0.0, high: float = 1.0) -> tuple[Any, ProgressFn]:
-    """An ``st.progress`` bar and a progress callback mapping [0, 1] onto [low, high]."""
-    bar = st.progress(low, text=f"{label}: waiting for the model…")
-
-    def report(fraction: float, message: str) -> None:
-        bar.progress(min(max(low + (high - low) * fraction, 0.0), 1.0), text=f"{label}: "
-                     f"{message}")
-    return bar, report
-
-
 def corpus_sweep(ctx: AppContext, methods: list[str], passages: int, compute: bool
                  ) -> tuple[list, Any] | None:
     """Validation records and their sweep of ``methods`` for the view's model, α and
@@ -191,13 +179,11 @@ def corpus_sweep(ctx: AppContext, methods: list[str], passages: int, compute: bo
     key = (*ctx.cache_key.model_key, int(passages), tuple(methods))
     if key in store or not compute:
         return store.get(key)
-    bar, report = _bar("Validation corpus", 0.0, 0.7)
-    records = validation_records(ctx.cache_key.model, ctx.cache_key.alpha, passages, report)
-    frame = sweep_records(records, ctx.prepared.projections, methods,
-                          on_progress=lambda f, m: bar.progress(
-                              min(max(0.7 + 0.3 * f, 0.0), 1.0), text=f"Validation corpus: {m}"),
-                          **calibrated(ctx.prepared))
-    bar.empty()
+    with progress_bar("Validation corpus") as bar:
+        records = validation_records(ctx.cache_key.model, ctx.cache_key.alpha, passages,
+                                     bar.stage(0.0, 0.7))
+        frame = sweep_records(records, ctx.prepared.projections, methods,
+                              on_progress=bar.stage(0.7, 1.0), **calibrated(ctx.prepared))
     store.put(key, (records, frame))
     return records, frame
 

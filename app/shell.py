@@ -42,10 +42,11 @@ from app.caches import (
     cached_predictions,
     cached_projections,
     cached_text_parts,
-    cached_text_sweep,
     clear_caches,
     shared_store,
+    text_curve_names,
     text_store,
+    text_sweep,
 )
 from app.context import CONTEXT_KEY, AppContext, CacheKey, context
 from app.controls import _method_control, method_sliders
@@ -91,11 +92,11 @@ __all__ = [
     "DEFAULT_PROJECTIONS", "FIXES_CLEARED_KEY", "FIXES_KEY", "PAIR_KEY", "PRED_CACHE_KEY",
     "TASK_PASSAGES", "VIEW_KEY", "AppContext", "CacheKey", "add_fixes", "all_probes", "atlas",
     "bind", "build_context", "cached_accuracy", "cached_model", "cached_predictions",
-    "cached_prepared", "cached_projections", "cached_task_accuracy", "cached_text_sweep",
+    "cached_prepared", "cached_projections", "cached_task_accuracy",
     "clear_caches", "context", "corpus_sweep", "method_sliders", "model_run", "predictions",
     "seed", "selected_cluster", "serving_policy", "set_cluster", "set_view_state",
-    "shared_store", "show_messages", "text_accuracy_sweep", "text_store", "update_view",
-    "user_change", "validation_records", "view_state",
+    "shared_store", "show_messages", "text_accuracy_sweep", "text_curve_names", "text_store",
+    "text_sweep", "update_view", "user_change", "validation_records", "view_state",
 ]
 
 

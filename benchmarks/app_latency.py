@@ -1,19 +1,18 @@
 """Latency of a live slider move in the real app, measured in a real headless browser.
 
-Serves the app (``streamlit run app/main.py``) on a free port, opens the Explorer on the
-~480-token example (assets/examples/long_report_512.txt) in Debian's chromium, waits for its
-first screen (the headline metrics and the head figure: ``FIRST_SCREEN_JS``), then moves a
+Serves the app as ``make run`` does (``python -m app.serve``) on a free port, opens the Explorer
+on the ~480-token example (assets/examples/long_report_512.txt) in Debian's chromium, waits for
+its first screen (the headline metrics and the head figure: ``FIRST_SCREEN_JS``), then moves a
 slider with the keyboard N times. By default that is the app's own first screen: its default
 method (``distance-floor:budget``) and its **target sparsity** slider; ``--method`` picks
 another method, and a method without calibration (``--method kmeans``, the old default) moves
-the **window size** slider instead (``--slider`` forces either). The thumb walks to the
-slider's farther end and back. Each sample is the time from the key press to the moment both
-the metric values and the predicted panel's title (its edge count) show the new setting in
-the page, or, where the viewed head's graph does not change with the setting, the run the
-press started has ended (``MOVED_JS``). A move back to a setting seen before reads the app's
-shared prediction cache, as a user's would; such moves are counted and named. Websocket bytes
-received per move are summed (Streamlit's deltas: figures, metrics), which is the payload of
-one update.
+the **window size** slider instead (``--slider`` forces either). The thumb walks to the slider's
+farther end and back. Each sample is the time from the key press to the moment both the metric
+values and the predicted panel's title (its edge count) show the new setting in the page, or,
+where the viewed head's graph does not change with the setting, the run the press started has
+ended (``MOVED_JS``). A move back to a setting seen before reads the app's shared prediction
+cache, as a user's would; such moves are counted and named. Websocket bytes received per move
+are summed (Streamlit's deltas: figures, metrics), which is the payload of one update.
 
 Prints per-move timings, p50/p95, and last ``p50_ms=<x> p95_ms=<y> payload_kb=<z>``.
 Goal on the 2-core dev CPU: p50 <= 300 ms, p95 <= 600 ms.
@@ -123,10 +122,10 @@ def start_server(port: int, projections: Path | None) -> subprocess.Popen:
                TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(ROOT))
     if projections is not None:
         env["SPARSEFINDER_DEFAULT_PROJECTIONS"] = str(projections)
-    venv = ROOT / ".venv" / "bin" / "streamlit"
-    command = [str(venv)] if venv.exists() else [sys.executable, "-m", "streamlit"]
-    return subprocess.Popen(
-        [*command, "run", "app/main.py",
+    venv = ROOT / ".venv" / "bin" / "python"
+    python = str(venv) if venv.exists() else sys.executable
+    return subprocess.Popen(  # what `make run` serves
+        [python, "-m", "app.serve",
          "--server.port", str(port), "--server.headless", "true",
          "--browser.gatherUsageStats", "false"],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -1,7 +1,7 @@
 """Ten users on one server: first graph and slider latency under load, server memory.
 
-Serves the app (``streamlit run app/main.py``) once and drives ``--sessions`` headless
-chromium pages (Playwright's async API, one browser, one context per user) against it:
+Serves the app as ``make run`` does (``python -m app.serve``) once and drives ``--sessions``
+headless chromium pages (Playwright's async API, one browser, one context per user) against it:
 
 1. one user opens the Explorer on the ~480-token example (the cold start, reported apart);
 2. the other users open the same link at the same moment; each one's time to its first

@@ -14,6 +14,7 @@ import urllib.parse
 import streamlit as st
 
 from app import shell
+from app.progress import progress_bar
 from sparsefinder.analysis.atlas import AtlasInputError, HeadAtlas
 from sparsefinder.analysis.atlas_io import atlas_to_dict
 from sparsefinder.explore import atlas as exatlas
@@ -57,15 +58,12 @@ def _to_url(key: str) -> None:
 def _atlas(ctx: shell.AppContext, passages: int) -> tuple[HeadAtlas | None, bool]:
     request = exatlas.AtlasRequest(ctx.loaded.model_id, float(ctx.state.alpha),
                                    max_passages=passages or None)
-    bar = st.progress(0.0, text="Atlas: waiting for the model…")
     try:
-        return shell.atlas(ctx.state.model, request, on_progress=lambda f, m: bar.progress(
-            min(max(f, 0.0), 1.0), text=f"Atlas: {m}"))
+        with progress_bar("Atlas") as bar:
+            return shell.atlas(ctx.state.model, request, on_progress=bar.stage())
     except (AtlasInputError, ValueError) as error:
         st.error(f"No atlas for this model and corpus: {error}", icon=":material/error:")
         return None, False
-    finally:
-        bar.empty()
 
 
 def _pick_from_grid() -> None:

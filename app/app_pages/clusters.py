@@ -13,6 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from app import shell
+from app.progress import progress_bar
 from sparsefinder.analysis.clusters import HeadClusterAnalysis, cluster_tokens
 from sparsefinder.explore import clusters as exclusters
 from sparsefinder.explore import inputs, tables
@@ -41,17 +42,14 @@ def _corpus_tagged(ctx: shell.AppContext, passages: int, compute: bool):
     key = (*ctx.cache_key.model_alpha, int(passages))
     if key in store or not compute:
         return store.get(key)
-    bar = st.progress(0.0, text="Validation corpus: waiting for the model…")
-    records = shell.validation_records(
-        *ctx.cache_key.model_alpha, passages,
-        on_progress=lambda f, m: bar.progress(min(max(0.7 * f, 0.0), 1.0),
-                                              text=f"Validation corpus: {m}"))
-    tags = []
-    for index, record in enumerate(records):
-        bar.progress(0.7 + 0.3 * index / max(len(records), 1),
-                     text=f"Validation corpus: POS tags {index + 1}/{len(records)}")
-        tags.append(align_pos(record.text, record.offsets, record.special))
-    bar.empty()
+    with progress_bar("Validation corpus") as bar:
+        records = shell.validation_records(*ctx.cache_key.model_alpha, passages,
+                                           on_progress=bar.stage(0.0, 0.7))
+        tagging = bar.stage(0.7, 1.0)
+        tags = []
+        for index, record in enumerate(records):
+            tagging(index / max(len(records), 1), f"POS tags {index + 1}/{len(records)}")
+            tags.append(align_pos(record.text, record.offsets, record.special))
     store.put(key, (records, tags))
     return records, tags
 

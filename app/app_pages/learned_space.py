@@ -158,9 +158,15 @@ def learned_space() -> None:
     tag = f"L{layer}H{head}_q{query}"
     left, right = st.columns([1, 1])
     with left:
-        st.markdown(f"**The head's space** · {plane}")
-        st.plotly_chart(space_figures.space_figure(space, labels),
-                        config=common_figures.chart_config(f"learned_space_{tag}"),
+        around = _around_query(space)
+        if around:
+            st.markdown("**Around the query** · each key at its exact distance, in its "
+                        f"direction on the plane ({plane})")
+            figure = space_figures.query_figure(space, labels)
+        else:
+            st.markdown(f"**The head's space** · {plane}")
+            figure = space_figures.space_figure(space, labels)
+        st.plotly_chart(figure, config=common_figures.chart_config(f"learned_space_{tag}"),
                         key="w_ls_space", on_select=lambda: _pick("w_ls_space"),
                         selection_mode="points")
     with right:
@@ -169,7 +175,7 @@ def learned_space() -> None:
                         config=common_figures.chart_config(f"learned_row_{tag}"),
                         key="w_ls_row", on_select=lambda: _pick("w_ls_row"),
                         selection_mode="points")
-    st.caption(_legend(space))
+    st.caption(_legend(space, around))
     if decision.kind == space_view.QUANTIZATION:
         st.markdown("**The query's bins, per dimension** (exact): a key is kept when it falls "
                     "in the shaded interval of at least one dimension")
@@ -182,21 +188,54 @@ def learned_space() -> None:
         st.dataframe(_why_table(space, labels), hide_index=True, width="stretch")
 
 
-def _legend(space: space_view.HeadSpace) -> str:
+VIEWS = {"auto": "Decision first", "plane": "PCA plane", "query": "Around the query"}
+
+
+def _hidden_on_the_plane(space: space_view.HeadSpace) -> bool:
+    """A threshold whose circle on the PCA plane holds every key: it decides off the plane."""
+    t = space.decision.threshold
+    if space.decision.kind != space_view.THRESHOLD or space.plane.exact or t is None \
+            or not math.isfinite(t):
+        return False
+    flat = (space.keys_2d - space.queries_2d[space.query]).norm(dim=1)
+    return t >= float(flat.max())
+
+
+def _around_query(space: space_view.HeadSpace) -> bool:
+    """Whether the left chart shows the keys around the query (exact distances) rather than
+    the PCA plane: chosen by the user, or, by default, where the plane cannot show the
+    threshold."""
+    if space.decision.kind != space_view.THRESHOLD or space.plane.exact:
+        return False
+    view = st.segmented_control("Left chart", list(VIEWS), format_func=VIEWS.get,
+                                key="w_ls_view", default="auto",
+                                help="Decision first: around the query wherever the PCA plane "
+                                     "cannot show the threshold (every key inside its circle)."
+                                     " Around the query: each key at its exact distance, so "
+                                     "the circle is the decision. PCA plane: where the head's "
+                                     "queries and keys lie.")
+    return view == "query" or (view in (None, "auto") and _hidden_on_the_plane(space))
+
+
+def _legend(space: space_view.HeadSpace, around: bool = False) -> str:
     text = (":blue[● TP] kept gold key · :red[● FN] missed gold key · :orange[● FP] extra "
             "key · grey: other keys; gold keys grow with their probability; ◆ kept by the "
             "window / global tokens; ★ the query. Hover a point for its token and exact "
             "distance.")
     kind = space.decision.kind
-    if kind == space_view.THRESHOLD and not space.plane.exact:
+    if around:
+        text += (" Around the query, a key's distance from the ★ is its exact distance less "
+                 "that of the nearest key (shifted, so the keys spread out); its direction is "
+                 "the plane's. A key lies inside the solid circle iff d ≤ t: the circle is the "
+                 "decision. A dotted circle marks the farthest key a per-row floor keeps.")
+    elif kind == space_view.THRESHOLD and not space.plane.exact:
         text += (" The circle has radius t on the plane: a projection never lengthens a "
                  "distance, so every key within t lies inside it, but a key inside it may "
                  "still be beyond t (the row chart has the exact distances).")
-        t = space.decision.threshold
-        flat = (space.keys_2d - space.queries_2d[space.query]).norm(dim=1)
-        if t is not None and math.isfinite(t) and t >= float(flat.max()):
+        if _hidden_on_the_plane(space):
             text += (" Here every key lies inside it: this head's distances are decided "
-                     "mostly off the plane.")
+                     "mostly off the plane, so the left chart opens around the query, where "
+                     "the circle of radius t is the decision itself.")
     elif kind == space_view.KMEANS:
         text += " ✕ centroids; purple: the query's chosen clusters."
     return text

@@ -101,9 +101,9 @@ def _loaded_note() -> None:
         st.switch_page(EXPLORER)
 
 
-def _downloads(frame, prefix: str) -> None:
+def _downloads(frame, prefix: str, points: str = "All points") -> None:
     a, b = st.columns(2)
-    a.download_button(f"All points ({prefix}, CSV)", functools.partial(tables.to_csv, frame),
+    a.download_button(f"{points} ({prefix}, CSV)", functools.partial(tables.to_csv, frame),
                       file_name=f"sweep_{prefix}.csv", mime="text/csv", on_click="ignore",
                       key=f"w_dl_sweep_{prefix}")
     b.download_button(
@@ -114,7 +114,7 @@ def _downloads(frame, prefix: str) -> None:
 
 
 def _shown(frame, groups: list[str]):
-    """The rows of the curves drawn (the frame also has the calibration table's curves)."""
+    """The rows of the curves drawn (a validation frame also has every other curve)."""
     curves_here = pareto_view_model.chosen_curves(dict.fromkeys(frame["method"]), groups)
     return frame[frame["method"].isin(curves_here)]
 
@@ -195,10 +195,12 @@ def pareto_view() -> None:
     _loaded_note()
 
     st.subheader(f"This text ({prepared.n_tokens} tokens)")
-    frame = shell.cached_text_sweep(ctx.cache_key, tuple(methods), prepared)
+    drawn = pareto_view_model.chosen_curves(shell.text_curve_names(methods, prepared), groups)
+    frame = shell.text_sweep(ctx.cache_key, drawn, prepared,
+                             first=pareto_view_model.DEFAULT_CURVES)
     current = live.summarize(scores, state.layer, state.head)["model"]
     _figure(frame, groups, current, label, "Sparsity–recall on this text", "pareto_text")
-    _downloads(frame, "text")
+    _downloads(frame, "text", points="Points of the drawn curves")
     with st.expander("Recall of each frontier at fixed sparsity"):
         _frontier_table(frame, groups)
 

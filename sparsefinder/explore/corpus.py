@@ -76,6 +76,37 @@ def sweep_records(
     return frame
 
 
+def text_curves(methods: Sequence[str], calibration: CalibrationTable | None = None,
+                hash_codes: HashCodeTable | None = None) -> list[str]:
+    """Every curve :func:`sweep_records` draws with these parts, in its row order: the swept
+    ``methods``, the table's calibrated curves, then ``hashattention`` when codes are given."""
+    table_curves = [m for m in calibration.methods() if m in curves.CURVES] if (
+        calibration is not None) else []
+    return [*methods, *table_curves, *(["hashattention"] if hash_codes is not None else [])]
+
+
+def sweep_curve(
+    records: Sequence[AttentionRecord],
+    projections: HeadProjections | None,
+    curve: str,
+    calibration: CalibrationTable | None = None,
+    calibration_projections: HeadProjections | None = None,
+    hash_codes: HashCodeTable | None = None,
+) -> pd.DataFrame:
+    """The rows of ONE curve of :func:`sweep_records` (same specs, same scoring): a view that
+    draws a few curves sweeps only those, and caches each on its own. A calibrated curve the
+    table holds but cannot build here (routed k-means without its codebooks) has no rows."""
+    if calibration is not None and curve in calibration.methods():
+        try:
+            return calibrated_curves(records, calibration_projections or projections,
+                                     calibration, names=[curve])
+        except ValueError:  # the table's curve cannot run with these parts
+            return pd.DataFrame(columns=["method"])
+    if curve == "hashattention" and hash_codes is not None:
+        return fitted_curve(records, curve, hash_codes.maps)
+    return sweeps.sweep(records, projections, [curve])
+
+
 def fitted_curve(records: Sequence[AttentionRecord], name: str, fitted: Any) -> pd.DataFrame:
     """Rows of :func:`sweeps.sweep` for curve ``name`` built from ``fitted`` (what
     ``spec.fit(train_records)`` would return, e.g. bundled hash codes): same specs, same
@@ -95,12 +126,15 @@ def _points_frame(names: Sequence[str], specs: Sequence[PredictorSpec],
 
 
 def calibrated_curves(records: Sequence[AttentionRecord], projections: HeadProjections | None,
-                      table: CalibrationTable) -> pd.DataFrame:
-    """Rows of :func:`sweeps.sweep` for each calibrated curve the table holds, at the
-    table's targets: the same specs and scoring (``sweeps.score_specs``), the predictors
-    built from the table (fitted on TRAIN graphs) instead of a fit at sweep time."""
+                      table: CalibrationTable, names: Sequence[str] | None = None
+                      ) -> pd.DataFrame:
+    """Rows of :func:`sweeps.sweep` for each calibrated curve the table holds (or those of
+    ``names`` it holds), at the table's targets: the same specs and scoring
+    (``sweeps.score_specs``), the predictors built from the table (fitted on TRAIN graphs)
+    instead of a fit at sweep time."""
     rows, specs, fitted = [], [], []
-    for method in table.methods():  # "distance:budget", …
+    for method in table.methods() if names is None else [m for m in table.methods()
+                                                          if m in names]:
         curve = curves.CURVES.get(method)
         if curve is None:
             continue

@@ -153,6 +153,62 @@ def space_figure(space: HeadSpace, labels: Sequence[str], title: str = "") -> go
     return fast_figure(data, layout)
 
 
+def query_figure(space: HeadSpace, labels: Sequence[str]) -> go.Figure:
+    """The keys around the selected query, each at its EXACT r-dimensional distance.
+
+    Why: the PCA plane cannot show a threshold when the distances are decided off the plane
+    (augmented projections: every key 21–23 away, the plane a few units wide). Here a key's
+    direction from the query is the plane's, its radius ``d − ρ0`` with ``ρ0`` just below the
+    nearest key's distance, a monotone map: a key lies inside the circle of radius ``t − ρ0``
+    iff ``d ≤ t``, so the circle IS the decision. Keys a per-row floor keeps beyond ``t``
+    fall inside a second, dashed circle (the farthest key the learned part kept).
+    """
+    q2 = space.queries_2d[space.query].numpy()
+    k2 = space.keys_2d.numpy()
+    d = space.distances.double().numpy()
+    allowed = space.allowed.numpy()
+    reach = d[allowed] if allowed.any() else d
+    span = float(reach.max() - reach.min()) if len(reach) else 1.0
+    rho0 = float(reach.min()) - 0.08 * max(span, 1e-6) if len(reach) else 0.0
+    offset = k2 - q2
+    norm = np.linalg.norm(offset, axis=1)
+    angle = np.where(norm > 0, np.arctan2(offset[:, 1], offset[:, 0]),
+                     np.linspace(0, 2 * np.pi, len(d), endpoint=False))
+    radius = np.maximum(d - rho0, 0.0)
+    data = _key_traces(space, labels, radius * np.cos(angle), radius * np.sin(angle))
+    circles: list[tuple[float, str, str]] = []
+    decision = space.decision
+    t = decision.threshold if decision.kind == THRESHOLD else None
+    if t is not None and math.isfinite(t):
+        circles.append((t, "solid", f"t = {t:.4g}"))
+    kept = decision.keep.numpy() & allowed
+    if kept.any() and (t is None or not math.isfinite(t) or float(d[kept].max()) > t + 1e-9):
+        circles.append((float(d[kept].max()), "dot", "the row's nearest keys (floor)"))
+    steps = np.linspace(0, 2 * np.pi, 121)
+    for value, dash, name in circles:
+        ring = max(value - rho0, 0.0)
+        data.append(dict(type="scatter", mode="lines", name=name, hoverinfo="skip",
+                         x=(ring * np.cos(steps)).tolist(), y=(ring * np.sin(steps)).tolist(),
+                         line=dict(color=DECISION_COLOR, width=2, dash=dash)))
+    data.append(dict(
+        type="scatter", mode="markers", name=f"selected query {labels[space.query]}", x=[0.0],
+        y=[0.0], customdata=[["q", space.query]], hovertemplate="%{text}<extra></extra>",
+        text=[f"selected query {labels[space.query]}"],
+        marker=dict(color=SELECTED_COLOR, size=18, symbol="star",
+                    line=dict(width=1, color="white"))))
+    extent = float(max(radius.max() if len(radius) else 1.0,
+                       *(max(v - rho0, 0.0) for v, _, _ in circles))) * 1.08
+    layout = dict(
+        height=SPACE_HEIGHT, margin=dict(l=10, r=10, t=10, b=10), plot_bgcolor="white",
+        hovermode="closest", uirevision="query-space", clickmode="event+select",
+        legend=dict(orientation="h", yanchor="top", y=-0.14, x=0, font=dict(size=11)),
+        xaxis=dict(title=dict(text=f"distance − {rho0:.4g} (exact), direction on the plane"),
+                   zeroline=False, gridcolor="#eee", range=[-extent, extent]),
+        yaxis=dict(zeroline=False, gridcolor="#eee", range=[-extent, extent],
+                   scaleanchor="x", scaleratio=1))
+    return fast_figure(data, layout)
+
+
 def _extent(points: np.ndarray, pad: float = 0.08) -> list[list[float]]:
     """[x range, y range] holding ``points`` (n, 2) with a margin."""
     low, high = points.min(0), points.max(0)

@@ -15,8 +15,6 @@ from typing import ClassVar
 
 import numpy as np
 import torch
-from sklearn.cluster import KMeans as _SkKMeans
-from sklearn.exceptions import NotFittedError
 from torch import Tensor
 
 from sparsefinder.attention.masks import apply_causal
@@ -72,12 +70,14 @@ def fit_head_centroids(
     """One scikit-learn k-means (k-means++) per head of float32 points (heads, N, d) →
     (centroids (heads, B, d) float32, inertia (heads,) float64). Heads with more than
     ``max_points`` points are subsampled without replacement (:func:`head_samples`)."""
+    from sklearn.cluster import KMeans as SkKMeans  # here: importing it costs ~0.5 s
+
     samples = head_samples(x_all.shape[1], x_all.shape[0], max_points, random_state)
     centroids, inertia = [], []
     for x, sample in zip(x_all, samples, strict=True):  # one sklearn fit per head
         if sample is not None:
             x = x[sample]
-        km = _SkKMeans(n_clusters=n_clusters, init="k-means++", n_init=n_init,
+        km = SkKMeans(n_clusters=n_clusters, init="k-means++", n_init=n_init,
                        max_iter=max_iter, random_state=random_state).fit(x)
         centroids.append(torch.from_numpy(km.cluster_centers_.astype(np.float32)))
         inertia.append(float(km.inertia_))
@@ -162,6 +162,8 @@ class KMeans:
 
     def _centroids_for(self, x: Tensor) -> Tensor:
         if self.centroids_ is None:
+            from sklearn.exceptions import NotFittedError  # see fit_centroids: import cost
+
             raise NotFittedError(
                 "this KMeans predictor has no centroids; call fit() or from_centroids() first"
             )

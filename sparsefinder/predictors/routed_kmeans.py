@@ -40,7 +40,6 @@ from typing import ClassVar
 
 import numpy as np
 import torch
-from sklearn.exceptions import NotFittedError
 from torch import Tensor
 
 from sparsefinder.attention.masks import apply_causal
@@ -144,6 +143,8 @@ class RoutedKMeans:
 
     def _centroids_for(self, x: Tensor) -> Tensor:
         if self.centroids_ is None:
+            from sklearn.exceptions import NotFittedError  # importing scikit-learn costs ~0.5 s
+
             raise NotFittedError(
                 "this RoutedKMeans predictor has no centroids; call fit() or "
                 "from_centroids() first"

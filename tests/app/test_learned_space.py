@@ -33,11 +33,19 @@ def test_default_setting_draws_the_space_the_row_and_the_threshold():
     # the markers are the metrics' keys: every gold key once, missed ones in red
     assert _count(space, "TP") + _count(space, "FN") == gold
     assert _count(space, "FN") == missed == _count(row, "FN")
-    n_keys = sum(len(t["x"]) for t in space["data"] if t["customdata"][0][0] == "k")
+    n_keys = sum(len(t["x"]) for t in space["data"]
+                 if t.get("customdata") and t["customdata"][0][0] == "k")
     assert n_keys == len(at.selectbox(key="w_query").options)
-    # the calibrated distance draws its threshold: a circle on the plane, a line on the row
-    assert any(s["type"] == "circle" for s in space["layout"]["shapes"])
+    # the calibrated distance draws its threshold, a line on the row; the bundled projections
+    # decide off the PCA plane (every key inside its circle), so the left chart opens around
+    # the query, where the circle of radius t is the decision itself
     assert any(a["text"].startswith("t = ") for a in row["layout"]["annotations"])
+    assert any(m.value.startswith("**Around the query**") for m in at.markdown)
+    assert _traces(space, "t = ") and "exact" in space["layout"]["xaxis"]["title"]["text"]
+    at.button_group(key="w_ls_view").set_value("plane").run()  # the PCA plane on request
+    assert_clean(at)
+    space, _ = figures(at)
+    assert any(s["type"] == "circle" for s in space["layout"]["shapes"])
     assert "PC 1" in space["layout"]["xaxis"]["title"]["text"]  # r > 2: PCA
     assert any("PCA of this head's keys" in m.value for m in at.markdown)
 

@@ -25,7 +25,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 #: Every benchmark script (helpers such as _common.py start with an underscore).
 SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("*.py") if not p.name.startswith("_"))
 #: Real-browser runs (a served app and chromium).
-BROWSER = ("app_latency", "app_load")
+BROWSER = ("app_latency", "app_load", "app_waits")
 #: The costliest of the rest: several fresh processes each, a model built or loaded in each.
 HEAVY = ("distributed", "real_size")
 #: Runs on the default model's vectors (and the two with a GPU-only mode).

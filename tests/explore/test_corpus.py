@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from sparsefinder.evaluation import curves
@@ -119,3 +120,24 @@ def test_sweep_records_adds_the_hash_codes_curve(prepared):
     assert (rows.recall.diff().dropna() >= -1e-12).all()  # a larger radius keeps more keys
     assert (frame[frame.method == "window"].n_texts == 1).all()
     assert "precision" in rows.columns and rows.precision.notna().all()
+
+
+def test_each_curve_swept_alone_gives_the_rows_of_the_whole_sweep(prepared):
+    """The app sweeps a text one curve at a time (only what it draws): every curve's rows equal
+    the rows a sweep of all of them gives, and the curve list is the whole sweep's."""
+    from sparsefinder.bundle import bundle
+    from sparsefinder.calibration.table import CalibrationTable
+
+    record, projections = prepared.record, prepared.projections
+    table = CalibrationTable.load(bundle().path("calibration"))
+    own = table.own_projections(bundle().path("calibration"))
+    parts = {"calibration": table, "calibration_projections": own}
+    methods = ["window", "distance", "topk"]
+    whole = excorpus.sweep_records([record], projections, methods, **parts)
+    names = excorpus.text_curves(methods, table)
+    assert names[:len(methods)] == methods and set(whole.method) <= set(names)
+    for name in ["window", "distance", "distance-floor:budget", "distance:budget"]:
+        alone = excorpus.sweep_curve([record], projections, name, **parts)
+        expected = whole[whole.method == name].reset_index(drop=True)
+        pd.testing.assert_frame_equal(alone.reset_index(drop=True), expected, rtol=0, atol=1e-12)
+        assert alone.attrs["gold_sparsity"] == whole.attrs["gold_sparsity"]

@@ -111,3 +111,37 @@ def test_quantization_bands_one_strip_per_dimension():
     assert len(figs.space_figure(_space(2, _bins), labels).layout.shapes) == 2
     with pytest.raises(ValueError, match="quantization"):
         figs.bands_figure(_space(4, _threshold), labels)
+
+
+@pytest.mark.parametrize("r", [3, 11])
+def test_around_the_query_the_circle_is_the_decision(r):
+    """Each key sits at its exact distance (less ρ0) from the query: inside the solid circle
+    exactly the keys with d ≤ t, whatever the plane keeps of the space."""
+    space = _space(r, lambda q, k, d, query: _threshold(q, k, d, query,
+                                                        t=float(d.median())))
+    fig = figs.query_figure(space, [f"w{i}" for i in range(N)])
+    ring = next(t for t in fig.data if t.mode == "lines" and t.name.startswith("t ="))
+    radius = float(np.hypot(ring.x[0], ring.y[0]))
+    inside = {}
+    for trace in fig.data:
+        if trace.mode != "markers" or trace.customdata is None:
+            continue
+        for (side, j), x, y in zip(trace.customdata, trace.x, trace.y, strict=True):
+            if side == "k":
+                inside[j] = float(np.hypot(x, y)) <= radius + 1e-9
+    assert sorted(inside) == list(range(N))
+    expected = (space.distances <= space.decision.threshold).tolist()
+    assert [inside[j] for j in range(N)] == expected
+    assert any(expected) and not all(expected)  # the test row has keys on both sides
+
+
+def test_around_the_query_a_floor_beyond_t_gets_its_own_circle():
+    def floor(q, k, distances, query):
+        keep = distances <= 1.2
+        keep[distances.argsort()[:6]] = True  # six nearest kept whatever t
+        return ls.Decision(ls.THRESHOLD, keep, "", threshold=float(distances.min()))
+
+    space = _space(4, floor)
+    fig = figs.query_figure(space, [f"w{i}" for i in range(N)])
+    names = [t.name for t in fig.data if t.mode == "lines"]
+    assert len(names) == 2 and "floor" in names[1]

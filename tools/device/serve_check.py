@@ -28,7 +28,7 @@ def apptest_device() -> None:
 
 def served() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.port", "8501",
+        [sys.executable, "-m", "app.serve", "--server.port", "8501",  # the Dockerfile's CMD
          "--server.headless", "true", "--server.address", "0.0.0.0",
          # Streamlit run from an unpacked folder (not site-packages) thinks it is in its own
          # development mode, which refuses --server.port; the image's pip install is not.
