@@ -58,8 +58,10 @@ def cached_projections(path: str, digest: str, model_id: str) -> Any:
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
-def cached_hash_codes(model_id: str) -> Any:
-    """The bundled HashAttention codes when they were learned for this model, else None."""
+def cached_hash_codes(model_id: str, projections_key: str = "none") -> Any:
+    """The HashAttention codes learned for this model (bundled, or its prepared bundle's),
+    else None; ``projections_key`` changes when a prepared bundle appears, so a bundle
+    prepared while the server runs is found."""
     from sparsefinder.projections.hash_code_table import bundled_hash_codes
 
     return bundled_hash_codes(model_id)

@@ -108,8 +108,8 @@ def method_sliders(ctx: AppContext, columns: int = 4) -> urlstate.ViewState:
     box = next(col)
     for choice in urlstate.GLOBAL_CHOICES:
         box.checkbox(
-            f"Global: {choice} token",
-            help="That token ([CLS] / [SEP]) attends and is attended everywhere.",
+            f"Global: {choice}",  # short: a narrow column (1024 px) cut "… token" off
+            help=f"The {choice} token ([CLS] / [SEP]) attends and is attended everywhere.",
             **bind(f"w_global_{choice}", "global_tokens",
                    lambda chosen, c=choice: c in chosen,
                    lambda on, c=choice: _toggle_global(c, on)))

@@ -8,6 +8,7 @@ token labels on hover.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -193,9 +194,24 @@ def head_figure(gold: np.ndarray, pred: np.ndarray, codes: np.ndarray, labels: S
                 if len(rows):
                     data.append(_overlay(rows, cols, tokens, name, index, probs))
         layout["annotations"].append(dict(
-            text=title, x=left + share / 2, y=1.0, xref="paper", yref="paper",
-            yanchor="bottom", showarrow=False, font=dict(size=11)))
+            text=title, y=1.0, xref="paper", yref="paper", yanchor="bottom", showarrow=False,
+            font=dict(size=11), **_title_place(title, left, share, width or DEFAULT_WIDTH)))
     return fast_figure(data, layout)
+
+
+#: Width of one character of an 11-px panel title, in px (a generous average: digits and
+#: capitals of the sans-serif font Plotly draws with).
+TITLE_CHAR_PX = 6.5
+
+
+def _title_place(title: str, left: float, share: float, width: float) -> dict:
+    """Where a panel title goes: centred over its panel, or, when its key line is wider than
+    the panel (thousands of edges on a narrow screen), flush with the panel's right edge, so
+    it runs into the gap on its left and never over the neighbouring panel's title."""
+    visible = max(len(re.sub(r"<[^>]+>", "", line)) for line in title.split("<br>"))
+    if visible * TITLE_CHAR_PX <= share * width:
+        return dict(x=left + share / 2, xanchor="center")
+    return dict(x=left + share, xanchor="right")
 
 
 #: Above this many tokens a cluster's edges are not outlined one by one (the markers would

@@ -104,3 +104,16 @@ def test_overview_greys_and_names_softmax_layers_and_keeps_every_cell_clickable(
     plain = plots.overview_figure(values, "recall", (0, 0)).to_dict()
     assert len(plain["data"]) == 2 and len(plain["data"][0]["x"]) == 12
     assert "softmax" not in " ".join(plain["layout"]["yaxis"]["ticktext"])
+
+
+def test_a_panel_title_wider_than_its_panel_runs_left_not_over_the_next_title():
+    """Thousands of edges on a narrow screen: the diff key line is wider than its panel, so
+    it is set flush right (into the gap on its left), never centred over the neighbour."""
+    share, left = 0.3, 0.7
+    short = "<b>Diff</b><br><span style='color:red'>■</span>TP 8 FN 3 FP 3"
+    wide = "<b>Diff</b><br>" + "■TP 184723 ■FN 30912 ■FP 31623"
+    assert plots._title_place(short, left, share, 560) == {"x": left + share / 2,
+                                                            "xanchor": "center"}
+    assert plots._title_place(wide, left, share, 560) == {"x": left + share,
+                                                           "xanchor": "right"}
+    assert plots._title_place(wide, left, share, 2400)["xanchor"] == "center"  # room enough
