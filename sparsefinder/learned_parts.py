@@ -22,7 +22,13 @@ from sparsefinder.bundle import bundle
 from sparsefinder.calibration.table import CalibrationTable
 from sparsefinder.files import SparsefinderFileError
 from sparsefinder.methods.parts import Parts
-from sparsefinder.methods.registry import get_method, method_id, resolve_method
+from sparsefinder.methods.registry import (
+    Variant,
+    alias_params,
+    get_method,
+    method_id,
+    resolve_method,
+)
 from sparsefinder.methods.spec import PredictorSpec
 from sparsefinder.predictors.base import Predictor
 from sparsefinder.projections.blocks import bundled_block_projections_by_size
@@ -50,25 +56,20 @@ class LearnedParts:
         """The parts ``method``'s ``build`` takes (a spec or a written method such as
         ``distance:budget``), cut to what its family declared; a part not held is None
         (building a method that needs one then says what is missing)."""
-        written = method.method_id if isinstance(method, PredictorSpec) else str(method)
-        family, calibration = resolve_method(written, warn=False)
-        written = method_id(family, calibration)
+        written, variant = _variant(method)
         held = Parts(projections=self.projections,
                      hash_codes=self.hash_codes.maps if self.hash_codes else None,
                      block_projections=self.block_projections)
-        if calibration != "none" and self.calibration is not None \
+        if variant.fits == "calibration" and self.calibration is not None \
                 and self.calibration.has(written):  # the table's settings, its projections
             held = Parts(projections=self.calibration_projections or self.projections,
                          calibration=self.calibration.fitted_for(written))
-        return held.only(get_method(family).variant(calibration).needs)
+        return held.only(variant.needs)
 
     def fitted(self, method: str | PredictorSpec) -> Any:
         """The held part that stands for what ``method``'s ``fit`` returns (the field its family
         declared its fit makes), or None: for callers that pass ``(projections, fitted)``."""
-        written = method.method_id if isinstance(method, PredictorSpec) else str(method)
-        family, calibration = resolve_method(written, warn=False)
-        fits = get_method(family).variant(calibration).fits
-        return getattr(self.for_method(written), fits, None)
+        return getattr(self.for_method(method), _variant(method)[1].fits, None)
 
     def build_layers(self, spec: PredictorSpec, num_layers: int) -> list[Predictor | None]:
         """The spec's per-layer predictors, built with the parts it takes."""
@@ -87,6 +88,16 @@ class LearnedParts:
             blocks = None
         return cls(projections=projections, calibration=table, calibration_projections=own,
                    hash_codes=bundled_hash_codes(model_id), block_projections=blocks or None)
+
+
+def _variant(method: str | PredictorSpec) -> tuple[str, Variant]:
+    """``method`` as written (``distance:budget``) and the variant its parameters pick (an old
+    form's name, ``block-learned``, picks the form it names)."""
+    if isinstance(method, PredictorSpec):
+        return method.method_id, method.variant
+    family, calibration = resolve_method(str(method), warn=False)
+    variant = get_method(family).variant(calibration, alias_params(str(method)))
+    return method_id(family, calibration), variant
 
 
 def calibration_for(model_id: str, path: str | Path | None = None,

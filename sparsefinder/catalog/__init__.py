@@ -41,6 +41,7 @@ from sparsefinder.methods.registry import (
     CALIBRATION_LABELS,
     AppHint,
     Calibration,
+    Form,
     Method,
     Param,
     register_alias,
@@ -92,6 +93,11 @@ DIAG = Param("diag", bool, True, label="keep the diagonal", url="diag", optional
 MASK_KIND = Param("kind", str, "structured", label="mask kind", url="kind", optional=True,
                   choices=("structured", "unstructured"),
                   help="structured: one frequency per offset (DAMs); unstructured: per pair (DAMu)")
+BLOCK = _int("block", 32, 1, "block size", app_high=64)
+N_BLOCKS = _int("n_blocks", 4, 0, "key blocks", app_high=16)
+LEARNED = Param("learned", bool, False, label="learned block projections", url="learned",
+                optional=True, choices=(False, True),
+                help="True: blocks scored by projections learned on pooled blocks")
 FLOOR_SHARE = Param("floor_share", float, DEFAULT_FLOOR_SHARE, label="floor's share",
                     url="floor_share", optional=True, **SHARE,
                     help="a row's floor takes at most this share of the keys the target "
@@ -243,24 +249,22 @@ def _builtin_methods() -> list[Method]:
         # block Sparsefinder (paper §6): nearest key blocks (and single keys) of pooled
         # projected query blocks; what sparsefinder.attention.block_sparse computes on
         Method("block", "Block Sparsefinder (block, key blocks, single keys)",
-               (_int("block", 32, 1, "block size", app_high=64),
-                _int("n_blocks", 4, 0, "key blocks", app_high=16),
-                _int("n_keys", 0, 0, "single keys", app_high=64)),
+               (BLOCK, N_BLOCKS, _int("n_keys", 0, 0, "single keys", app_high=64), LEARNED),
                lambda p, c: BlockSparsefinder(int(p["block"]), int(p["n_blocks"]),
                                               int(p["n_keys"])), needs=PROJ,
-               grids=tuple(g for name, size, keys in (("block", 32, 0), ("block16", 16, 0),
-                                                      ("block+keys", 32, 16))
-                           for g in sweep_grids(name, _over("n_blocks", BLOCK_GRID, block=size,
-                                                            n_keys=keys))),
+               # learned=True: the same selection (no single keys) scored by projections
+               # learned on pooled blocks, from the model's own q/k
+               forms=(Form("learned", True, (BLOCK, N_BLOCKS, LEARNED), _learned_block,
+                           "original", _block_projections_fit, ("block_projections",),
+                           "block_projections"),),
+               grids=(*(g for name, size, keys in (("block", 32, 0), ("block16", 16, 0),
+                                                   ("block+keys", 32, 16))
+                        for g in sweep_grids(name, _over("n_blocks", BLOCK_GRID, block=size,
+                                                         n_keys=keys))),
+                      *(g for name, size in (("block-learned", 32), ("block16-learned", 16))
+                        for g in sweep_grids(name, _over("n_blocks", BLOCK_GRID, block=size),
+                                             fixed={"learned": True}))),
                app=_app(OTHER)),
-        # the same selection (no single keys) scored by projections learned on pooled blocks
-        Method("block-learned", "Block Sparsefinder, learned block projections",
-               (_int("block", 32, 1, "block size"), _int("n_blocks", 4, 0, "key blocks")),
-               _learned_block, inputs="original", fit=_block_projections_fit,
-               needs=("block_projections",), fits="block_projections",
-               grids=tuple(g for name, size in (("block-learned", 32), ("block16-learned", 16))
-                           for g in sweep_grids(name, _over("n_blocks", BLOCK_GRID,
-                                                            block=size)))),
         # per query block: the diagonal block and the single keys nearest (q·k) to any of its
         # sub-blocks of queries; the long-context selector of benchmarks/restricted.py
         Method("block-keys", "Block Sparsefinder, single keys by query sub-blocks",
@@ -301,6 +305,7 @@ FORMS: dict[str, tuple[str, dict[str, Any]]] = {
     "sparsebert-dams": ("sparsebert", {"kind": "structured"}),
     "sparsebert-damu": ("sparsebert", {"kind": "unstructured"}),
     "kmeans-routed-top": ("kmeans-routed", {"mode": "top"}),
+    "block-learned": ("block", {"learned": True}),
 }
 
 
@@ -308,9 +313,11 @@ def _register_builtin() -> None:
     for method in _builtin_methods():
         guarded = tuple(dataclasses.replace(c, build=_unavailable_on_file_errors(c.build))
                         for c in method.calibrations)
+        forms = tuple(dataclasses.replace(f, build=_unavailable_on_file_errors(f.build))
+                      for f in method.forms)
         register_method(dataclasses.replace(
-            method, build=_unavailable_on_file_errors(method.build), calibrations=guarded),
-            replace=True)
+            method, build=_unavailable_on_file_errors(method.build), calibrations=guarded,
+            forms=forms), replace=True)
     for curve in calibrated_methods():  # the names of the time before families
         if curve.old_name:
             register_alias(curve.old_name, curve.family, curve.calibration)

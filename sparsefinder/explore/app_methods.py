@@ -107,8 +107,11 @@ def menu_label(family: str) -> str:
 
 
 def generic_params(family: str) -> tuple[Any, ...]:
-    """The declared raw parameters of a family whose controls are generated."""
-    return METHODS[family].params if family in GENERIC_FAMILIES else ()
+    """The declared raw parameters of a family whose controls are generated (a parameter that
+    picks a form of the family, ``block``'s ``learned``, has no slider: its plain form)."""
+    if family not in GENERIC_FAMILIES:
+        return ()
+    return tuple(p for p in METHODS[family].params if not p.choices)
 
 
 def extra_value(state: Any, family: str, param: Any) -> Any:

@@ -41,8 +41,7 @@ MISSING = "–"
 
 
 def _page_groups() -> dict[str, tuple[str, ...]]:
-    block = tuple(grid.name for family in ("block", "block-learned")
-                  for grid in METHODS[family].grids)
+    block = tuple(grid.name for grid in METHODS["block"].grids)  # learned=True's too
     groups = {
         "sparsefinder": (*GROUPS["sparsefinder"], "kmeans-top2", "kmeans-top2+window",
                          "distance-fine"),

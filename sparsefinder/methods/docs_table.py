@@ -28,6 +28,9 @@ def families_table() -> str:
     for name, method in METHODS.items():
         params = ", ".join(_param(p) for p in method.params) or "none"
         reads = READS[method.inputs] + (", fitted on train graphs" if method.fit else "")
+        for form in method.forms:
+            reads += (f"; `{form.param}={form.value}`: {READS[form.inputs]}"
+                      + (", fitted on train graphs" if form.fit else ""))
         tags = f" ({', '.join(method.tags)})" if method.tags else ""
         curves = ", ".join(f"`{g.name}`" for g in method.curves) or "none"
         rows.append(f"| `{name}` | {method.label}{tags} | {params} | "

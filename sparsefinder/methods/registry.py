@@ -126,6 +126,23 @@ class Variant:
     needs: tuple[str, ...] | None = None
     fits: str = "fitted"
     fit_reads: tuple[str, ...] = ()
+    inputs: Inputs = "projected"
+
+
+@dataclass(frozen=True)
+class Form:
+    """A form of a family picked by one parameter's value (``block`` with ``learned=True``:
+    blocks scored by projections learned on pooled blocks) that takes, reads, needs and fits
+    other things than the family's plain form: a family, not a family per form, still."""
+
+    param: str
+    value: Any
+    params: tuple[Param, ...]
+    build: Builder
+    inputs: Inputs
+    fit: Fitter | None = None
+    needs: tuple[str, ...] | None = None
+    fits: str = "fitted"
 
 
 def method_id(family: str, calibration: str = "none") -> str:
@@ -163,6 +180,7 @@ class Method:
     #: the parameters that pick the form ``fit`` learns (passed to it by name: SparseBERT's
     #: ``kind``); a sweep fits once per curve, whose points share them
     fit_reads: tuple[str, ...] = ()
+    forms: tuple[Form, ...] = ()  # raw forms picked by a parameter's value
 
     def __post_init__(self) -> None:
         check_needs(self.needs, self.fits)
@@ -189,15 +207,22 @@ class Method:
         """The calibrations this family accepts (``none`` first when it has raw settings)."""
         return (("none",) if self.raw else ()) + tuple(c.name for c in self.calibrations)
 
-    def variant(self, calibration: str = "none") -> Variant:
-        """Parameters, builder and fitter of this family under ``calibration``."""
+    def variant(self, calibration: str = "none", params: Params | None = None) -> Variant:
+        """Parameters, builder and fitter of this family under ``calibration`` (and, given
+        ``params``, the :class:`Form` their values pick)."""
         if calibration == "none" and self.raw:
+            declared = {p.name: p for p in self.params}
+            for form in self.forms:
+                if params is not None and params.get(form.param) is not None and \
+                        declared[form.param].coerce(params[form.param]) == form.value:
+                    return Variant(form.params, form.build, form.fit, form.needs, form.fits,
+                                   (), form.inputs)
             return Variant(self.params, self.build, self.fit, self.needs, self.fits,
-                           self.fit_reads)
+                           self.fit_reads, self.inputs)
         for option in self.calibrations:
             if option.name == calibration:
                 return Variant((option.target, *option.extra), option.build, option.fit,
-                               option.needs, "calibration")
+                               option.needs, "calibration", (), self.inputs)
         raise ValueError(f"method {self.name!r} takes calibration "
                          f"{' / '.join(self.calibration_names)}, got {calibration!r}")
 
@@ -212,7 +237,7 @@ class Method:
     def check_params(self, params: Params, calibration: str = "none") -> None:
         """Every declared parameter present (an optional one may be left out), none unknown,
         each within its declared range."""
-        declared = self.variant(calibration).params
+        declared = self.variant(calibration, params).params
         names = [p.name for p in declared]
         missing = [p.name for p in declared if p.name not in params and not p.optional]
         unknown = [name for name in params if name not in names]

@@ -80,7 +80,7 @@ class PredictorSpec:
             object.__setattr__(self, "calibration", calibration if calibration != "none"
                                else self.calibration)
         method = get_method(self.method)
-        variant = method.variant(self.calibration)
+        variant = method.variant(self.calibration, dict(self.params))
         optional = {p.name for p in variant.params if p.optional}
         if any(value is None and name in optional for name, value in self.params):
             # an optional parameter given as None is the same setting as one left out
@@ -127,11 +127,11 @@ class PredictorSpec:
     @property
     def inputs(self) -> Inputs:
         """What the built predictor reads (window/global patterns only read shapes)."""
-        return self._method.inputs
+        return self._variant.inputs
 
     @property
     def needs_projections(self) -> bool:
-        return self._method.needs_projections
+        return self._variant.inputs == "projected"
 
     @property
     def needs_training(self) -> bool:
@@ -157,6 +157,11 @@ class PredictorSpec:
         if self.global_tokens:
             pieces.append("global " + "+".join(self.global_tokens))
         return " ∪ ".join(pieces) or "empty graph"
+
+    @property
+    def variant(self) -> Variant:
+        """What the family takes and does under this calibration and form."""
+        return self._variant
 
     @property
     def needs(self) -> tuple[str, ...] | None:

@@ -443,7 +443,7 @@ def test_default_curves_exactly(default_curves) -> None:
                                        for b in blocks])
     # ... and with projections learned on pooled 32-token blocks (paper §6)
     for name, size in (("block-learned", 32), ("block16-learned", 16)):
-        expected[name] = ("block-learned", 0, [{"block": size, "n_blocks": b} for b in blocks])
+        expected[name] = ("block", 0, [{"block": size, "n_blocks": b} for b in blocks])
     # ... and single keys nearest to sub-blocks of 8 queries (the long-context selector)
     expected["block-keys"] = ("block-keys", 0, [{"block": 32, "n_keys": k, "sub_block": 8}
                                                 for k in (0, 2, 4, 8, 16, 32, 64, 128)])

@@ -15,6 +15,8 @@ def test_every_builtin_family_declares_what_it_needs():
         assert set(method.needs) <= set(NEEDS) and method.fits in NEEDS, name
         if method.fit is not None:  # its fit makes one of the parts its build reads
             assert method.fits in method.needs, name
+        for form in method.forms:
+            assert form.fit is None or form.fits in form.needs, (name, form.param)
         for calibration in method.calibrations:
             assert "calibration" in calibration.needs, (name, calibration.name)
 

@@ -187,9 +187,7 @@ REGISTRY = {
     "hashattention": ("HashAttention (learned bit codes)", ("max_distance",), "original", False,
                       True),
     "block": ("Block Sparsefinder (block, key blocks, single keys)",
-              ("block", "n_blocks", "n_keys"), "projected", False, False),
-    "block-learned": ("Block Sparsefinder, learned block projections", ("block", "n_blocks"),
-                      "original", False, True),
+              ("block", "n_blocks", "n_keys", "learned"), "projected", False, False),
     "block-keys": ("Block Sparsefinder, single keys by query sub-blocks",
                    ("block", "n_keys", "sub_block"), "original", False, False),
     "rowfrac": ("Nearest keys (row fraction)", ("fraction",), "projected", False, False),
@@ -271,6 +269,7 @@ FORMS = {
     "sparsebert-dams": ("sparsebert", {"kind": "structured"}, {"target_sparsity": 0.9}),
     "sparsebert-damu": ("sparsebert", {"kind": "unstructured"}, {"target_sparsity": 0.9}),
     "kmeans-routed-top": ("kmeans-routed", {"mode": "top"}, {"n_clusters": 8, "n_routes": 2}),
+    "block-learned": ("block", {"learned": True}, {"block": 32, "n_blocks": 2}),
 }
 
 
@@ -286,6 +285,15 @@ def test_forms_that_were_families_are_parameters_with_their_old_names_aliased(re
         PredictorSpec.of("distance", {"threshold": 0.5, "diag": False})
     with pytest.raises(ValueError, match="kind must be one of structured / unstructured"):
         PredictorSpec.of("sparsebert", {"target_sparsity": 0.5, "kind": "dense"})
+    # a form reads, needs and fits what it declares, not what the plain family does
+    learned = PredictorSpec.of("block", {"block": 32, "n_blocks": 2, "learned": "true"})
+    plain = PredictorSpec.of("block", {"block": 32, "n_blocks": 2, "n_keys": 0})
+    assert (learned.inputs, learned.needs, learned.needs_training) == (
+        "original", ("block_projections",), True)
+    assert (plain.inputs, plain.needs, plain.needs_training) == ("projected", ("projections",),
+                                                                 False)
+    with pytest.raises(ValueError, match=r"unknown \['n_keys'\]"):  # the learned form has none
+        PredictorSpec.of("block", {"block": 32, "n_blocks": 2, "n_keys": 4, "learned": True})
 
 
 def test_a_calibration_a_family_does_not_take_is_refused_by_name(registered):
