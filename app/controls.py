@@ -64,7 +64,7 @@ def method_sliders(ctx: AppContext, columns: int = 4) -> urlstate.ViewState:
             format_func=lambda t: f"{t:.2f}",
             help="Per-head settings chosen on TRAIN graphs so that the heads together keep "
                  "this share of pairs out, with the highest mean recall (a sparsity budget).",
-            **bind("w_target", "target", float, float))
+            **bind("w_target", "target_sparsity", float, float))
     elif method == "distance":
         next(col).slider(
             "t (distance threshold)", 0.0, float(prepared.t_max),

@@ -46,6 +46,7 @@ from torch import Tensor
 from sparsefinder.calibration.allocation import _BUDGET_GRID, ALLOCATIONS, allocate
 from sparsefinder.calibration.samples import DistanceSamples, _cdf
 from sparsefinder.data.records import AttentionRecord
+from sparsefinder.methods.param import TARGET_RECALL, TARGET_SPARSITY
 from sparsefinder.methods.spec import predict_layer
 from sparsefinder.predictors.row_fraction import RowFraction
 from sparsefinder.predictors.threshold_distance import ThresholdDistance
@@ -59,8 +60,7 @@ def _check_targets(target_sparsity: float | None, target_recall: float | None,
     if len(given) != 1:
         raise ValueError("pass exactly one of target_sparsity= or target_recall=")
     name, value = given[0]
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
-        raise ValueError(f"{name} must be a number in (0, 1), got {value!r}")
+    (TARGET_SPARSITY if name == "target_sparsity" else TARGET_RECALL).check(value, text=False)
     if allocation not in ALLOCATIONS:
         raise ValueError(f"allocation must be one of {ALLOCATIONS}, got {allocation!r}")
 

@@ -34,6 +34,7 @@ from torch import Tensor
 from sparsefinder.calibration.allocation import _BUDGET_GRID, ALLOCATIONS, allocate
 from sparsefinder.calibration.samples import RANK_CAP, DistanceSamples, _cdf
 from sparsefinder.data.records import AttentionRecord
+from sparsefinder.methods.param import TARGET_SPARSITY
 from sparsefinder.predictors.row_floor import RowFloor, floor_counts
 from sparsefinder.predictors.threshold_distance import ThresholdDistance
 
@@ -82,9 +83,7 @@ class CalibratedFlooredDistance:
         return float(self.floor_share) * (1.0 - float(self.target_sparsity))
 
     def _check(self) -> None:
-        s = self.target_sparsity
-        if isinstance(s, bool) or not isinstance(s, int | float) or not 0 < s < 1:
-            raise ValueError(f"target_sparsity must be a number in (0, 1), got {s!r}")
+        TARGET_SPARSITY.check(self.target_sparsity, text=False)
         f = self.floor
         if isinstance(f, bool) or not isinstance(f, int) or not 1 <= f <= RANK_CAP:
             raise ValueError(f"floor must be an integer in [1, {RANK_CAP}] keys per row, "

@@ -31,6 +31,7 @@ from torch import Tensor
 
 from sparsefinder.calibration.allocation import allocate
 from sparsefinder.data.records import AttentionRecord
+from sparsefinder.methods.param import TARGET_SPARSITY
 from sparsefinder.methods.registry import MethodUnavailable
 from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
 from sparsefinder.metrics.scorer import Scorer
@@ -56,8 +57,7 @@ class GridTable:
 
     def choose(self, target_sparsity: float) -> Tensor:
         """Grid index per head, long (layers, heads), meeting ``target_sparsity`` on train."""
-        if isinstance(target_sparsity, bool) or not 0.0 < float(target_sparsity) < 1.0:
-            raise ValueError(f"target_sparsity must be in (0, 1), got {target_sparsity!r}")
+        TARGET_SPARSITY.check(target_sparsity, text=False)
         return allocate(self.density, self.recall, float(target_sparsity), None)[..., 0]
 
     def train_scores(self, choice: Tensor) -> tuple[float, float]:

@@ -37,6 +37,7 @@ from sparsefinder.catalog.builders import (
     _static_masks_fit,
     _unavailable_on_file_errors,
 )
+from sparsefinder.methods.param import TARGET_RECALL, TARGET_SPARSITY
 from sparsefinder.methods.registry import (
     CALIBRATION_LABELS,
     AppHint,
@@ -80,10 +81,6 @@ BINS = _int("bins", 4, 1, "β", "beta")
 CLUSTERS = _int("n_clusters", 8, 1, "B", "B")
 TOP_K = _int("top_k", 1, 1, "k", "k")
 WINDOW = _int("window", 3, 0, "w", "window")
-TARGET_SPARSITY = Param("target_sparsity", float, 0.9, low=0.0, high=1.0,
-                        label="target sparsity", url="target")
-TARGET_RECALL = Param("target_recall", float, 0.9, low=0.0, high=1.0,
-                      label="target recall", url="target")
 SHARE = {"low": 0.0, "high": 1.0, "low_open": True}
 FLOOR = _int("floor", DEFAULT_FLOOR, 1, "keys per row (floor)", "floor", high=RANK_CAP)
 #: the floor's cap by row length (calibrated floors only: it reads the target); left out,

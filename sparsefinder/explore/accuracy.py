@@ -120,7 +120,7 @@ def current_curve(state: Any, prepared: Any) -> list[ExtraPoint]:
     for target in CURVE_TARGETS:
         if target not in table.targets:
             continue
-        spec = live.spec_for(replace(state, target=target), prepared)
+        spec = live.spec_for(replace(state, target_sparsity=target), prepared)
         points.append(ExtraPoint(method, spec, prepared.projections_for(spec.method_id),
                                  prepared.fitted(spec.method_id)))
     return points

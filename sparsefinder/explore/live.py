@@ -66,10 +66,11 @@ def clamp(state: ViewState, prepared: PreparedText) -> tuple[ViewState, list[str
         notes.append(f"{method_label(state.method_id)} {why}: it is off, and only the "
                      "window/global patterns are predicted.")
     targets = prepared.calibration.targets if prepared.calibration is not None else []
-    if targets and not any(abs(state.target - t) < 1e-9 for t in targets):
-        changes["target"] = min(targets, key=lambda t: abs(t - state.target))
-        notes.append(f"target sparsity {state.target:g} is not calibrated: showing the "
-                     f"nearest calibrated target, {changes['target']:g}.")
+    wanted = state.target_sparsity
+    if targets and not any(abs(wanted - t) < 1e-9 for t in targets):
+        changes["target_sparsity"] = min(targets, key=lambda t: abs(t - wanted))
+        notes.append(f"target sparsity {wanted:g} is not calibrated: showing the "
+                     f"nearest calibrated target, {changes['target_sparsity']:g}.")
     if state.t is None or state.t > prepared.t_max:
         changes["t"] = default_threshold(prepared) if state.t is None else prepared.t_max
     if state.pages is None:

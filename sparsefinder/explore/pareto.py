@@ -160,7 +160,7 @@ def explorer_changes(curve: str, params: Mapping[str, Any]) -> dict[str, Any]:
         raise NotInExplorer(f"{name}: the Explorer offers {family} {how}")
     changes.update(method=family, calibration=calibration)
     if calibration != "none":
-        changes["target"] = float(p["target_sparsity"])
+        changes["target_sparsity"] = float(p["target_sparsity"])
     elif family == "distance":
         changes["t"] = float(p["threshold"])
     elif family == "quantization":

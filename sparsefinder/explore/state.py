@@ -77,7 +77,8 @@ class ViewState:
     #: with each row's 5 nearest keys, from the bundled calibration table.
     method: str = "distance-floor"
     calibration: str = "budget"
-    target: float = DEFAULT_TARGET
+    #: the calibrated forms' target (URL key ``target``; range: ``TARGET_SPARSITY``)
+    target_sparsity: float = DEFAULT_TARGET
     t: float | None = None
     bins: int | None = None  # quantization β; None = the β closest to the text's gold sparsity
     clusters: int | None = None  # B; None = the smallest B the projections offer
@@ -132,7 +133,7 @@ PARAM_NAMES: dict[str, str] = {
     "alpha": "alpha",
     "method": "method",
     "calibration": "calibration",
-    "target": "target",
+    "target_sparsity": "target",
     "t": "t",
     "bins": "beta",
     "clusters": "B",
@@ -195,7 +196,7 @@ def parse_view_state(
         "method": lambda s: s if s in APP_METHODS else bad(f"one of {', '.join(APP_METHODS)}"),
         "calibration": lambda s: s if s in CALIBRATION_LABELS else bad(
             f"one of {', '.join(CALIBRATION_LABELS)}"),
-        "target": parse_target,
+        "target_sparsity": parse_target,
         "t": lambda s: finite_nonneg(float(s)),
         "bins": lambda s: parse_int(s, 1, MAX_BINS),
         "clusters": lambda s: parse_int(s, 1, None),
@@ -333,7 +334,7 @@ def to_spec(state: ViewState, method: str | None = None) -> PredictorSpec:
     calibration = calibration or "none"
     params: dict[str, Any] = {}
     if calibration != "none":  # the target; any other declared setting at its default
-        params = {"target_sparsity": float(state.target)}
+        params = {"target_sparsity": float(state.target_sparsity)}
         params.update({p.name: p.default for p in METHODS[method].variant(calibration).params
                        if p.name not in params and not p.optional})
     elif method == "distance":

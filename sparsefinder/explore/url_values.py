@@ -8,6 +8,7 @@ import math
 import re
 from typing import Any
 
+from sparsefinder.methods.param import TARGET_SPARSITY
 from sparsefinder.methods.spec import GLOBAL_CHOICES
 
 #: The α range the app offers (1 = softmax, 1.5 = entmax15, 2 = sparsemax).
@@ -27,9 +28,12 @@ def bad(expected: str) -> Any:
 
 
 def parse_target(text: str) -> float:
+    """The link's ``target``: checked by the one declaration of the target's range."""
     value = float(text)
-    if not math.isfinite(value) or not 0.0 < value < 1.0:
-        raise ValueError("expected a target sparsity strictly between 0 and 1")
+    try:
+        TARGET_SPARSITY.check(value)
+    except ValueError:
+        raise ValueError(f"expected a target sparsity: {TARGET_SPARSITY.describe()}") from None
     return value
 
 

@@ -59,14 +59,18 @@ class ExploreSession:
         return self.prepared.record.tokens
 
     def update(self, **changes: Any) -> ExploreSession:
-        """Set ``method`` (written, e.g. ``distance:budget``), ``target``, ``layer`` or
-        ``head``; the prediction reruns only when the method or target changed."""
+        """Set ``method`` (written, e.g. ``distance:budget``), ``target_sparsity`` (or
+        ``target``, the link's name), ``layer`` or ``head``; the prediction reruns only when
+        the method or target changed."""
+        if "target" in changes:
+            changes["target_sparsity"] = changes.pop("target")
         method = changes.pop("method", None)
         if method is not None:
             family, _, calibration = method.partition(":")
             changes.update(method=family, calibration=calibration or "none")
         state, notes = live.clamp(replace(self.state, **changes), self.prepared)
-        if (state.method_id, state.target) != (self.state.method_id, self.state.target):
+        if (state.method_id, state.target_sparsity) != (self.state.method_id,
+                                                       self.state.target_sparsity):
             self._preds = self._scores = None
         self.state, self.notes = state, notes
         return self

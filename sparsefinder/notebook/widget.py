@@ -62,7 +62,7 @@ class Explorer:
         s = self.session
         self._method = w.Dropdown(options=s.methods, value=s.state.method_id,
                                   description="method")
-        self._target = w.SelectionSlider(options=s.targets, value=s.state.target,
+        self._target = w.SelectionSlider(options=s.targets, value=s.state.target_sparsity,
                                          description="target", continuous_update=False)
         self._layer = w.IntSlider(value=s.state.layer, min=0, max=s.prepared.num_layers - 1,
                                   description="layer", continuous_update=False)
@@ -98,7 +98,7 @@ class Explorer:
         state = self.session.state
         self._syncing = True
         try:
-            self._method.value, self._target.value = state.method_id, state.target
+            self._method.value, self._target.value = state.method_id, state.target_sparsity
             self._layer.value, self._head.value = state.layer, state.head
         finally:
             self._syncing = False

@@ -353,13 +353,15 @@ def test_clamp_keeps_a_calibrated_state_and_snaps_its_target(calibrated):
     p = calibrated
     assert 0.9 in p.calibration.targets and 0.5 in p.calibration.targets
     clamped, notes = live.clamp(urlstate.ViewState(), p)  # distance-floor:budget at 0.9
-    assert notes == [] and clamped.method_id == "distance-floor:budget" and clamped.target == 0.9
+    assert notes == [] and clamped.method_id == "distance-floor:budget"
+    assert clamped.target_sparsity == 0.9
     for wanted, nearest in ((0.903, 0.9), (0.897, 0.9), (0.56, 0.6), (0.3, 0.5)):
-        clamped, notes = live.clamp(urlstate.ViewState(method="distance", target=wanted), p)
-        assert clamped.target == nearest and clamped.method_id == "distance:budget"
+        wanted_state = urlstate.ViewState(method="distance", target_sparsity=wanted)
+        clamped, notes = live.clamp(wanted_state, p)
+        assert clamped.target_sparsity == nearest and clamped.method_id == "distance:budget"
         assert notes == [f"target sparsity {wanted:g} is not calibrated: showing the nearest "
                          f"calibrated target, {nearest:g}."]
-    routed = urlstate.ViewState(method="kmeans-routed", target=0.76)
+    routed = urlstate.ViewState(method="kmeans-routed", target_sparsity=0.76)
     assert live.clamp(routed, p) == (live.clamp(routed, p)[0], [])
     assert live.clamp(routed, p)[0].method_id == "kmeans-routed:budget"
 
@@ -375,11 +377,12 @@ def test_a_target_counts_as_calibrated_only_strictly_within_1e_9():
                            num_layers=1, num_heads=1, n_tokens=4, t_default=0.25,
                            bins_default=None)
     assert 2e-9 - 1e-9 == 1e-9
-    state = urlstate.ViewState(method="fixed", target=2e-9, t=0.5, pages=1)
+    state = urlstate.ViewState(method="fixed", target_sparsity=2e-9, t=0.5, pages=1)
     clamped, notes = live.clamp(state, fake)
-    assert clamped.target == 1e-9 and notes == [
+    assert clamped.target_sparsity == 1e-9 and notes == [
         "target sparsity 2e-09 is not calibrated: showing the nearest calibrated target, 1e-09."]
-    assert live.clamp(state.with_(target=1e-9 + 5e-10), fake)[0].target == 1e-9 + 5e-10
+    near = live.clamp(state.with_(target_sparsity=1e-9 + 5e-10), fake)[0]
+    assert near.target_sparsity == 1e-9 + 5e-10
 
 
 def test_clamp_says_why_a_method_is_off(prepared, record):

@@ -164,7 +164,7 @@ def test_calibration_is_a_parameter_of_the_method_in_links():
     assert state.method_id == "distance" and state.t == 0.5 and not problems
     # the old names are read as family + calibration, with a note saying so
     state, problems = urlstate.parse_view_state({"method": "rowfrac-budget", "target": "0.8"})
-    assert (state.method_id, state.target) == ("rowfrac:budget", 0.8)
+    assert (state.method_id, state.target_sparsity) == ("rowfrac:budget", 0.8)
     assert problems == ["URL parameter method='rowfrac-budget' is an old name: read as "
                         "Nearest keys (row fraction), per head, sparsity budget across heads "
                         "(`rowfrac:budget`), method=rowfrac&calibration=budget"]
@@ -344,11 +344,11 @@ def test_quest_pages_bounds_and_spec():
 def test_target_is_strictly_between_zero_and_one(text, ok):
     state, problems = urlstate.parse_view_state({"target": text})
     if ok:
-        assert problems == [] and state.target == float(text)
+        assert problems == [] and state.target_sparsity == float(text)
     else:
-        assert state.target == urlstate.DEFAULT_TARGET
+        assert state.target_sparsity == urlstate.DEFAULT_TARGET
         assert problems == [f"ignored URL parameter target={text!r}: expected a target "
-                            "sparsity strictly between 0 and 1"]
+                            "sparsity: a number in (0, 1)"]
 
 
 def test_model_name_length_and_characters():

@@ -80,7 +80,7 @@ def current_links() -> dict[str, dict]:
     for family, calibrations in APP_CALIBRATIONS.items():
         for calibration in calibrations:
             state = ViewState(method=family, calibration=calibration, t=1.25, clusters=8, bins=4,
-                              pages=4, target=0.85)
+                              pages=4, target_sparsity=0.85)
             spec = to_spec(state)
             out[f"{family}:{calibration}"] = {
                 "link": view_state_to_params(state),
