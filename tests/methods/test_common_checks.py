@@ -1,6 +1,8 @@
 """Checks every registered family passes (scikit-learn's estimator_checks in spirit): it builds
 at its declared defaults, predicts a mask of the right shape on small records (an encoder, a
-decoder, a local sliding-window layer) that keeps no pair its layer forbids, its declared
+decoder, a local sliding-window layer, grouped-query attention) that keeps no pair its layer
+forbids — each form of a family too (``block`` with ``learned=True``, the old names' fixed
+parameters) — its declared
 bounds refuse the values just outside them, its sweep curves build, and the app's link of
 each family it offers round-trips."""
 
@@ -23,13 +25,20 @@ from sparsefinder.projections.heads import HeadProjections
 
 HEADS, D, R, LAYERS = 2, 8, 4, 2
 FAMILIES = sorted(METHODS)
+#: every family at its defaults, and each form an old name stands for (its fixed parameters)
+SETTINGS = [(family, {}) for family in FAMILIES] + [
+    (METHODS.aliases()[old][0], fixed) for old, fixed in sorted(METHODS.alias_params.items())
+    if fixed]
 
 
-def _record(gen: torch.Generator, n: int, causal: bool, window: int | None) -> AttentionRecord:
+def _record(gen: torch.Generator, n: int, causal: bool, window: int | None,
+            kv_heads: int = HEADS) -> AttentionRecord:
+    """``kv_heads`` < HEADS: grouped-query attention, each key head shared by its group of
+    query heads (stored per query head, as the models' records are)."""
     layers = []
     for layer in range(LAYERS):
         q = torch.randn(HEADS, n, D, generator=gen)
-        k = torch.randn(HEADS, n, D, generator=gen)
+        k = torch.randn(kv_heads, n, D, generator=gen).repeat_interleave(HEADS // kv_heads, 0)
         scores = q @ k.transpose(-1, -2)
         sliding = window if layer == 1 else None  # one local layer, as Gemma / ModernBERT
         allowed = layer_allowed(n, n, causal=causal, sliding_window=sliding)
@@ -46,7 +55,7 @@ def _record(gen: torch.Generator, n: int, causal: bool, window: int | None) -> A
 def records() -> dict[str, AttentionRecord]:
     gen = torch.Generator().manual_seed(0)
     return {"encoder": _record(gen, 40, False, None), "decoder": _record(gen, 36, True, None),
-            "local": _record(gen, 40, True, 8)}
+            "local": _record(gen, 40, True, 8), "gqa": _record(gen, 36, True, None, kv_heads=1)}
 
 
 @pytest.fixture(scope="module")
@@ -63,16 +72,19 @@ def projections() -> HeadProjections:
                            centroids={8: torch.randn(LAYERS, HEADS, 8, R, generator=gen)})
 
 
-def _defaults(family: str) -> dict:
-    return {p.name: p.default for p in METHODS[family].params if p.default is not None}
+def _defaults(family: str, fixed: dict | None = None) -> dict:
+    """The declared defaults of the form ``fixed`` picks (the plain form without it)."""
+    params = METHODS[family].variant("none", fixed or {}).params
+    return {**{p.name: p.default for p in params if p.default is not None}, **(fixed or {})}
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_builds_and_predicts_within_what_each_layer_allows(family, records, train,
+@pytest.mark.parametrize(("family", "fixed"), SETTINGS,
+                         ids=[f"{f}-{'-'.join(map(str, x.values()))}" if x else f
+                              for f, x in SETTINGS])
+def test_builds_and_predicts_within_what_each_layer_allows(family, fixed, records, train,
                                                            projections) -> None:
-    spec = PredictorSpec.of(family, _defaults(family))
-    method = METHODS[family]
-    fitted = method.fit(train) if method.fit else None
+    spec = PredictorSpec.of(family, _defaults(family, fixed))
+    fitted = spec.fit(train)
     try:
         predictors = spec.build_layers(projections, LAYERS, fitted=fitted)
     except MethodUnavailable as why:  # e.g. bundled codebooks of another model: a reason
