@@ -27,8 +27,10 @@ from sparsefinder.explore import prepared as prep
 from sparsefinder.metrics.measures import GraphScores
 
 #: Calibrated target-sparsity settings; used only for the projections they were fitted for.
-DEFAULT_CALIBRATION = Path(os.environ.get("SPARSEFINDER_DEFAULT_CALIBRATION")
-                           or bundle().path("calibration"))
+#: ``SPARSEFINDER_DEFAULT_CALIBRATION`` names another table (None: the library's rule, the
+#: bundle's or the prepared bundle's of the model).
+CALIBRATION_PATH = os.environ.get("SPARSEFINDER_DEFAULT_CALIBRATION") or None
+DEFAULT_CALIBRATION = Path(CALIBRATION_PATH or bundle().path("calibration"))
 
 # ------------------------------------------------------------------------------------------
 # Cached resources (shared by all sessions; keys are plain values)
@@ -56,8 +58,10 @@ def cached_projections(path: str, digest: str, model_id: str) -> Any:
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
-def cached_hash_codes(model_id: str) -> Any:
-    """The bundled HashAttention codes when they were learned for this model, else None."""
+def cached_hash_codes(model_id: str, projections_key: str = "none") -> Any:
+    """The HashAttention codes learned for this model (bundled, or its prepared bundle's),
+    else None; ``projections_key`` changes when a prepared bundle appears, so a bundle
+    prepared while the server runs is found."""
     from sparsefinder.projections.hash_code_table import bundled_hash_codes
 
     return bundled_hash_codes(model_id)
@@ -65,26 +69,14 @@ def cached_hash_codes(model_id: str) -> Any:
 
 @st.cache_resource(max_entries=4, show_spinner=False)
 def cached_calibration(projections_key: str, model_id: str) -> tuple[Any, Any]:
-    """The calibrated target-sparsity settings and the projections they read: the bundled
-    table with the projections file it names (the best one, whatever the app's own
-    projections are), or — a table naming none — the table when it was fitted for the
-    projections with this digest; (None, None) otherwise (the calibrated methods are off)."""
-    from sparsefinder.calibration.table import CalibrationError, CalibrationTable
-    from sparsefinder.projections.heads import ProjectionsError
+    """The calibrated target-sparsity settings and the projections they read, by the library's
+    one rule (:func:`sparsefinder.learned_parts.calibration_for`): the table with the
+    projections file it names (the best one, whatever the app's own projections are), or — a
+    table naming none — the table when it was fitted for the projections with this digest;
+    (None, None) otherwise (the calibrated methods are off)."""
+    from sparsefinder.learned_parts import calibration_for
 
-    if not DEFAULT_CALIBRATION.is_file():
-        return None, None
-    try:
-        table = CalibrationTable.load(DEFAULT_CALIBRATION)
-        if table.model_id != model_id:
-            return None, None
-        if table.projections_file:
-            return table, table.own_projections(DEFAULT_CALIBRATION)
-        if table.projections_sha256 == projections_key:
-            return table, None
-    except (CalibrationError, ProjectionsError, OSError):
-        pass
-    return None, None
+    return calibration_for(model_id, CALIBRATION_PATH, projections_key)
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)

@@ -30,9 +30,21 @@ def placeholder(names: list[str]) -> str:
     return f"e.g. {names[0]} or /path/to/model" if names else "a model folder, e.g. /path/to/model"
 
 
-def caption(names: list[str]) -> str:
-    """One line naming the models of the local cache, or how to add one."""
+def prepared_names() -> list[str]:
+    """Models with a bundle from ``sparsefinder prepare`` (their learned methods are ready),
+    as they were named when prepared."""
+    from sparsefinder.model_bundles import prepared_models
+
+    return sorted(prepared_models())
+
+
+def caption(names: list[str], prepared: list[str] | None = None) -> str:
+    """The models of the local cache (or how to add one), then the prepared ones."""
     if names:
-        return "In the local Hugging Face cache: " + ", ".join(f"`{n}`" for n in names)
-    return ("No model in the local Hugging Face cache: give a folder saved with "
-            "`save_pretrained`, or download one where there is a network.")
+        line = "In the local Hugging Face cache: " + ", ".join(f"`{n}`" for n in names)
+    else:
+        line = ("No model in the local Hugging Face cache: give a folder saved with "
+                "`save_pretrained`, or download one where there is a network.")
+    if prepared:
+        line += "  \nPrepared (learned methods ready): " + ", ".join(f"`{n}`" for n in prepared)
+    return line

@@ -60,6 +60,16 @@ def model_run(name: str, alpha: float) -> Iterator[LoadedModel]:
             _HELD.run = None
 
 
+@st.cache_resource(max_entries=8, show_spinner=False)
+def cached_fingerprint(name: str) -> str:
+    """The weight fingerprint of the model ``name``: the folder of its prepared bundle
+    (reads sampled weights, no forward pass; inside the door all the same)."""
+    from sparsefinder.model_bundles import model_fingerprint
+
+    with model_run(name, 1.5) as loaded:
+        return model_fingerprint(loaded)
+
+
 @st.cache_resource(max_entries=4, show_spinner="Computing gold graphs and projections…")
 def cached_prepared(
     name: str, alpha: float, text: str, projections_key: str, _projections: Any
@@ -75,7 +85,8 @@ def cached_prepared(
         model_id = loaded.model_id
     calibration, own = cached_calibration(projections_key, model_id)
     return prep.prepare(record, _projections, notes, calibration=calibration,
-                        calibration_projections=own, hash_codes=cached_hash_codes(model_id))
+                        calibration_projections=own,
+                        hash_codes=cached_hash_codes(model_id, projections_key))
 
 
 @st.cache_resource(max_entries=64, show_spinner="Running the model on the predicted graph…")

@@ -18,7 +18,7 @@ from typing import Any
 import streamlit as st
 import torch
 
-from app import model_choices
+from app import model_choices, own_model
 from app.binding import (
     CLUSTER_ANCHOR_KEY,
     CLUSTER_KEY,
@@ -142,7 +142,7 @@ def _model_controls() -> tuple[str, Path | None, str | None]:
         st.sidebar.caption("Models on this server: "
                            + ", ".join(("default", *policy.allowlist)))
     else:
-        st.sidebar.caption(model_choices.caption(cached))
+        st.sidebar.caption(model_choices.caption(cached, model_choices.prepared_names()))
     seed("w_proj_path", "")
     proj_path = "" if policy.exposed else st.sidebar.text_input(
         "Projections file (.pt)", key="w_proj_path",
@@ -193,6 +193,8 @@ def build_context() -> AppContext:
     except Exception as error:  # e.g. a hub id that is a dataset: never a traceback
         ctx.errors.append(f"Model not loaded: {type(error).__name__}: {error}")
     projections, proj_key = None, "none"
+    if ctx.loaded is not None and proj_path is None and name != DEFAULT_MODEL:
+        proj_path, ctx.projections_note = own_model.own_projections(name, ctx.projections_note)
     if ctx.loaded is not None and proj_path is not None:
         projections, proj_key = _load_projections(ctx, proj_path)
     if text_error:

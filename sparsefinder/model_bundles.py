@@ -93,6 +93,22 @@ def bundle_for_model(model_id: str, root: str | Path | None = None) -> Bundle | 
     return open_bundle(max(found)[1], verify=False)
 
 
+def prepared_models(root: str | Path | None = None) -> dict[str, Path]:
+    """The models with a prepared bundle: the name each was prepared under (what the app's
+    model box and ``load_model`` take) -> its bundle folder, the newest per name; damaged
+    manifests are left out."""
+    base = bundles_root(root)
+    found: list[tuple[float, str, Path]] = []
+    for manifest in base.glob(f"*/{MANIFEST}") if base.is_dir() else ():
+        try:
+            model = read_manifest(manifest).get("prepared", {}).get("model")
+        except BundleError:
+            continue
+        if model:
+            found.append((manifest.stat().st_mtime, str(model), manifest.parent))
+    return {model: folder for _, model, folder in sorted(found)}
+
+
 def prepared_file(model_id: str, kind: str) -> Path | None:
     """The prepared bundle's file of ``kind`` for ``model_id`` (None: no such file)."""
     try:

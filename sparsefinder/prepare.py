@@ -232,14 +232,25 @@ def _overall_bar(enabled: bool) -> Iterator[Any]:
         bar.close()
 
 
+#: ``on_progress(stage, fraction, seconds_left)``: the stage starting, the cost-weighted
+#: fraction of the work done and the seconds left (None until a stage ran in this run).
+ProgressFn = Callable[[str, float, "float | None"], None]
+
+
 def run_stages(run: PrepareRun, stop_after: str | None = None,
-               log: Callable[[str], None] = print) -> bool:
+               log: Callable[[str], None] = print, on_progress: ProgressFn | None = None
+               ) -> bool:
     """Run the stages not yet done, in order; True when all are done (``stop_after``: end
     after that stage, as an interruption would)."""
+    total = sum(cost for _, cost in STAGES)
+    done_cost = ran_cost = ran_seconds = 0.0
     with _overall_bar(run.world.is_main) as bar:
         for stage, cost in STAGES:
             if bar is not None:
                 bar.set_postfix_str(stage)
+            if on_progress is not None and run.world.is_main:
+                left = ran_seconds / ran_cost * (total - done_cost) if ran_cost else None
+                on_progress(stage, done_cost / total, left)
             done = distributed.broadcast_object(
                 stage_done(run.folder, stage) if run.world.is_main else None)
             if done:
@@ -255,11 +266,15 @@ def run_stages(run: PrepareRun, stop_after: str | None = None,
                     _mark(run.folder, stage, files, run.timings[stage])
                     log(f"stage {stage}: done in {run.timings[stage]:.1f} s")
                 run.done.append(stage)
+                ran_cost, ran_seconds = ran_cost + cost, ran_seconds + run.timings[stage]
                 distributed.barrier()
+            done_cost += cost
             if bar is not None:
                 bar.update(cost)
             if stage == stop_after:
                 return False
+    if on_progress is not None and run.world.is_main:
+        on_progress("done", 1.0, 0.0)
     return True
 
 

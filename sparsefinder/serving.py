@@ -158,6 +158,11 @@ class ServingPolicy:
             f"names to {ENV_ALLOWLIST} (comma-separated ids or folders)."
         )
 
+    def may_prepare(self, name: str) -> bool:
+        """Whether a browser may start ``sparsefinder prepare`` for ``name``: anything on a
+        local server; exposed, only the allowlisted models (minutes of CPU each)."""
+        return not self.exposed or _normalise(name.strip()) in self.allowlist
+
     def check_projections_size(
         self, source: str | Path | bytes, name: str = "the projections file"
     ) -> int:

@@ -280,3 +280,16 @@ def ratio_tol(terms: int, dtype: torch.dtype = torch.float64) -> float:
     division or two (a recall, a precision, a sparsity, their means over rows and heads): in
     float64 for the counted metrics, float32 where probabilities are summed (mass recall)."""
     return bound(1.0, terms=terms + 2, dtype=dtype)
+
+
+def entmax_attention_tol(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                         probs: torch.Tensor | None = None, alpha: float = 1.5) -> float:
+    """How far two correct evaluations of α-entmax attention on (q, k, v) (scaling d^-½) may
+    be apart: the scores' rounding bound carried through the probabilities to the output
+    (``probs``: the reference's probabilities, whose support size tightens it)."""
+    probs = torch.ones(1, k.shape[1], dtype=q.dtype) if probs is None else probs
+    score_err = score_bound(q, k, q.shape[-1] ** -0.5)
+    kept = support_size(probs)
+    prob_err = entmax_prob_tol(score_err, alpha, kept, q.dtype)
+    slack = support_bound(score_err, alpha, kept, q.dtype)
+    return attention_output_tol(prob_err, probs, v, slack)

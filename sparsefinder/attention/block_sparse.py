@@ -128,6 +128,33 @@ def block_sparse_entmax(
     (causal) or ``|i - j| < W`` (see :mod:`~sparsefinder.attention.masks`); keys of a
     selected block or ``extra_keys`` outside the window get probability 0.
     """
+    return block_sparse_rows(query, key, value, block_graph, block, scaling=scaling,
+                             alpha=alpha, causal=causal, warn_empty=warn_empty,
+                             extra_keys=extra_keys, sliding_window=sliding_window,
+                             with_thresholds=False)[0]
+
+
+def block_sparse_rows(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    block_graph: Tensor,
+    block: int,
+    *,
+    scaling: float | None = None,
+    alpha: float = 1.5,
+    causal: bool = False,
+    warn_empty: bool = True,
+    extra_keys: Tensor | None = None,
+    sliding_window: int | None = None,
+    with_thresholds: bool = True,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`block_sparse_entmax`'s output, with what a support certificate needs
+    (:mod:`~sparsefinder.attention.support_certificate`): the repaired block graph, and each
+    row's entmax threshold in score units ``x* = τ/(α−1)`` (heads, n): on its support, a
+    key of score ``x > x*`` has probability ``[(α−1)x − τ]^{1/(α−1)} > 0``. From the row's
+    most probable key ``j``: ``x* = x_j − p_j^{α−1}/(α−1)``; NaN for α = 1 (no threshold) and
+    where ``with_thresholds`` is False (a pass over the probabilities saved)."""
     if query.dim() != 3 or key.shape != query.shape[:2] + key.shape[2:] or key.shape[:2] != (
         value.shape[:2]
     ):
@@ -160,6 +187,8 @@ def block_sparse_entmax(
     counts = graph.sum(-1).view(-1)  # key blocks per (head, query block)
     order = torch.argsort(counts, descending=True)
     out = query.new_empty(heads * nb, block, value.shape[-1])
+    thresholds = torch.full((heads * nb, block), torch.nan, dtype=torch.float64,
+                            device=device)
     positions = torch.arange(block, device=device)
     start = 0
     rows = heads * nb
@@ -207,7 +236,12 @@ def block_sparse_entmax(
         scores.masked_fill_(blocked, _MASKED)
         probs = entmax_normalize(scores, alpha)
         out[chunk] = torch.bmm(probs.to(vals.dtype), vals)
-    return out.view(heads, nb * block, -1)[:, :n]
+        if with_thresholds and alpha > 1.0:
+            top_p, top = probs.max(-1, keepdim=True)
+            top_x = scores.gather(-1, top).double()
+            thresholds[chunk] = (top_x - top_p.double() ** (alpha - 1) / (alpha - 1))[..., 0]
+    return (out.view(heads, nb * block, -1)[:, :n], graph,
+            thresholds.view(heads, nb * block)[:, :n])
 
 
 def _check_extra_keys(extra_keys: Tensor | None, heads: int, nb: int, n: int,

@@ -13,6 +13,7 @@ graphs and the atlas; the fits run on rank 0.
 from __future__ import annotations
 
 import argparse
+import functools
 from pathlib import Path
 
 from sparsefinder.commands._common import add_model_arguments
@@ -42,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from sparsefinder.models.loading import load_model
     from sparsefinder.models.offline import check_available
     from sparsefinder.prepare import finish, new_run, run_stages
+    from sparsefinder.prepare_jobs import write_progress
 
     check_available(args.model)
     with distributed.torchrun_group(args.device) as world:
@@ -60,7 +62,9 @@ def run(args: argparse.Namespace) -> int:
                   f"{args.corpus}: {len(prepared.train_texts)} train and "
                   f"{len(prepared.validation_texts)} validation texts -> {prepared.folder}"
                   + (f" over {world.size} ranks" if world.size > 1 else ""))
-        if not run_stages(prepared, stop_after=args.stop_after, log=_log(world.is_main)):
+        progress = functools.partial(write_progress, prepared.folder)
+        if not run_stages(prepared, stop_after=args.stop_after, log=_log(world.is_main),
+                          on_progress=progress):
             if world.is_main:
                 print(f"stopped after stage {args.stop_after}; rerun to resume")
             return 0

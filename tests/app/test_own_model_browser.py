@@ -1,5 +1,7 @@
 """A model of the local Hugging Face cache, in a real browser and offline: the model box names
-it, and typing it shows its gold graphs with the training-free methods.
+it, typing it shows its gold graphs with the training-free methods, and "Prepare predictors
+for this model" runs `sparsefinder prepare` in the background (a separate process, not a
+model run of the server) with a progress bar, after which its learned methods are on.
 
 Marked ``browser``; skipped (with the reason) only when /usr/bin/chromium is missing.
 """
@@ -38,21 +40,32 @@ def cached_server(tmp_path_factory, default_tokenizer):
     default_tokenizer.save_pretrained(snapshot)
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(commit)
-    before = os.environ.get("HF_HUB_CACHE")
-    os.environ["HF_HUB_CACHE"] = str(cache)  # the server process reads it at start
+    server_env = {"HF_HUB_CACHE": str(cache),  # the server process reads them at start
+                  "SPARSEFINDER_CACHE_DIR": str(tmp_path_factory.mktemp("user-cache")),
+                  "SPARSEFINDER_PREPARE_MAX_PASSAGES": "12"}
+    before = {key: os.environ.get(key) for key in server_env}
+    os.environ.update(server_env)
     try:
         url, stop = start_server()
     finally:
-        if before is None:
-            os.environ.pop("HF_HUB_CACHE")
-        else:
-            os.environ["HF_HUB_CACHE"] = before
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key)
+            else:
+                os.environ[key] = value
     yield url
     stop()
 
 
+def _shot(page, name: str) -> None:
+    """A screenshot for the notes when SPARSEFINDER_SHOTS names a folder."""
+    folder = os.environ.get("SPARSEFINDER_SHOTS")
+    if folder:
+        page.screenshot(path=os.path.join(folder, name))
+
+
 def test_own_model_from_the_cache_in_a_real_browser(cached_server, browser):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
     try:
         page.goto(cached_server, timeout=240_000)
         wait_until_idle(page)
@@ -66,5 +79,18 @@ def test_own_model_from_the_cache_in_a_real_browser(cached_server, browser):
         wait_until_idle(page)
         assert page_problems(page) == []
         assert page.get_by_text("No projections file for this model").count() == 1
+        _shot(page, "prepare_1_own_model.png")
+        page.get_by_role("button", name="Prepare predictors for this model").click()
+        bar = page.get_by_text("Preparing predictors: stage")
+        bar.first.wait_for(timeout=60_000)  # the job's stage and time left
+        _shot(page, "prepare_2_progress.png")
+        page.get_by_text("Gold L", exact=False).first.wait_for()  # the page still works
+        page.get_by_text("Learned methods from this model's prepared bundle").wait_for(
+            timeout=400_000)  # the job ended: the page reran with its bundle
+        wait_until_idle(page)
+        assert page.get_by_text("No projections file for this model").count() == 0
+        assert page.get_by_text("Preparing predictors failed").count() == 0
+        assert page_problems(page) == []
+        _shot(page, "prepare_3_learned_methods.png")
     finally:
         page.close()

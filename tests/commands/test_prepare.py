@@ -155,3 +155,19 @@ def test_prepare_refuses_a_corpus_too_small_naming_the_minimum(tiny_model_dirs, 
     err = capsys.readouterr().err
     assert f"at least {MIN_TRAIN_TEXTS}" in err and str(corpus) in err
     assert not (tmp_path / "bundles").exists()
+
+
+def test_prepare_writes_its_progress_stage_by_stage(bert_bundle) -> None:
+    """The progress file the app's bar reads: every stage in order, fractions rising to 1, a
+    time left once a stage ran in this run."""
+    from sparsefinder.prepare_jobs import PROGRESS, read_progress
+
+    folder = bert_bundle[3]
+    lines = [json.loads(line) for line in (folder / PROGRESS).read_text().splitlines()]
+    assert [line["stage"] for line in lines][-7:] == [name for name, _ in STAGES] + ["done"]
+    fractions = [line["fraction"] for line in lines[-7:]]
+    assert fractions == sorted(fractions) and fractions[0] == 0.0 and fractions[-1] == 1.0
+    # the resumed run ran hash codes first: its time left is known from the next stage on
+    assert lines[-4]["stage"] == "hash-codes" and lines[-4]["seconds_left"] is None
+    assert all(line["seconds_left"] is not None for line in lines[-3:])
+    assert read_progress(folder)["stage"] == "done"

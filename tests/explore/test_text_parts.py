@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sparsefinder.data.chunking import chunk_spans
-from sparsefinder.explore.text_parts import OVERLAP, parts_sentence, text_parts
+from sparsefinder.explore.text_parts import OVERLAP, part_overlap, parts_sentence, text_parts
 
 LONG = " ".join(f"Sentence {i} tells the story of a fox near the river." for i in range(150))
 
@@ -51,3 +51,18 @@ def test_the_parts_tokenize_the_text_once_and_cut_where_chunk_spans_cuts(default
     assert len(calls) == 1
     spans = chunk_spans(LONG, real, default_model.max_length, OVERLAP)
     assert [p.text for p in parts] == [LONG[b:e].strip() for b, e in spans]
+
+
+def test_parts_for_a_model_reading_64_tokens_overlap_by_a_quarter(default_model):
+    """64 tokens less [CLS]/[SEP] leave 62: parts overlap by 15 (a quarter), not by the
+    default 64, which would leave no room for text."""
+    tokenizer = default_model.tokenizer
+    assert part_overlap(tokenizer, 64) == 15
+    assert part_overlap(tokenizer, default_model.max_length) == OVERLAP
+    parts = text_parts(tokenizer, LONG, 64)
+    assert len(parts) > 3 and {p.overlap for p in parts} == {15}
+    for part in parts:
+        assert len(tokenizer(part.text)["input_ids"]) <= 64
+    for before, after in zip(parts, parts[1:], strict=False):
+        assert 0 < before.last_token - after.first_token + 1 <= 15 + 1
+    assert "overlap by about 15 tokens" in parts_sentence(parts, 0, 999, 64)

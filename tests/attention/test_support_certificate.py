@@ -1,0 +1,123 @@
+"""Exact block-sparse entmax: the score bound, the per-row threshold, and the output exact
+on every row (certified rows on their own support, the others recomputed)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tolerances import entmax_attention_tol
+
+from sparsefinder.attention.block_sparse import block_sparse_rows, expand_blocks
+from sparsefinder.attention.entmax_ops import entmax_normalize
+from sparsefinder.attention.masks import layer_allowed
+from sparsefinder.attention.support_certificate import (
+    block_score_bounds,
+    exact_block_sparse_entmax,
+)
+from sparsefinder.metrics.measures import block_graph
+
+pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
+
+
+def _qkv(n: int, scale: float = 1.5, heads: int = 3, d: int = 16):
+    g = torch.Generator().manual_seed(n)
+    return tuple(torch.randn(heads, n, d, generator=g, dtype=torch.float64) * s
+                 for s in (scale, scale, 1.0))
+
+
+def _full_attention(q, k, v, allowed):
+    """Dense α-entmax (1.5) over the allowed pairs: probabilities and output."""
+    probs = entmax_normalize((q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5, 1.5, allowed)
+    return probs, probs @ v
+
+
+@pytest.mark.parametrize(("n", "block"), [(70, 16), (64, 16)])
+def test_the_block_bound_is_above_every_score_of_the_block(n, block):
+    q, k, _ = _qkv(n=n)
+    scaling = q.shape[-1] ** -0.5
+    bounds = block_score_bounds(q, k, block, scaling)
+    scores = (q @ k.transpose(-1, -2)) * scaling
+    nb = bounds.shape[-1]
+    pad = torch.nn.functional.pad(scores, (0, nb * block - n), value=-torch.inf)
+    block_max = pad.view(*scores.shape[:2], nb, block).amax(-1)
+    assert bool((bounds >= block_max).all())
+    assert bool((bounds < block_max + 10 * scores.abs().max()).all())  # a bound, not ∞
+
+
+@pytest.mark.parametrize("alpha", [1.5, 2.0])
+def test_each_rows_threshold_separates_its_support_from_the_rest(alpha):
+    """With every block selected the rows are the full rows: a key has probability > 0 iff its
+    score is above the row's threshold x* = τ/(α−1)."""
+    q, k, v = _qkv(n=96, scale=3.0)
+    nb = 96 // 16
+    everything = torch.ones(3, nb, nb, dtype=torch.bool)
+    _, _, thresholds = block_sparse_rows(q, k, v, everything, 16, alpha=alpha)
+    scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    probs = entmax_normalize(scores, alpha)
+    gap = 1e-9 * scores.abs().max()
+    above = scores > thresholds.unsqueeze(-1) + gap
+    below = scores < thresholds.unsqueeze(-1) - gap
+    assert bool((above <= (probs > 0)).all()) and bool((below <= (probs == 0)).all())
+
+
+@pytest.mark.parametrize(("causal", "window", "piece"), [
+    (False, None, None), (True, None, None), (True, 40, None), (False, 40, None),
+    (True, None, 4), (False, 40, 8)])
+def test_every_row_is_exact_whatever_the_selector_missed(causal, window, piece):
+    """A poor block graph: the rows whose support it misses fall back, so the output equals
+    full α-entmax everywhere; a certified row never misses a key of its true support."""
+    q, k, v = _qkv(n=160, scale=3.0)
+    n, block = 160, 16
+    nb = n // block
+    graph = torch.rand(3, nb, nb, generator=torch.Generator().manual_seed(3)) < 0.25
+    graph |= torch.eye(nb, dtype=torch.bool)
+    out, cert = exact_block_sparse_entmax(q, k, v, graph, block, causal=causal,
+                                          sliding_window=window, piece=piece)
+    allowed = layer_allowed(n, n, causal=causal, sliding_window=window)
+    full = torch.ones(n, n, dtype=torch.bool) if allowed is None else allowed
+    probs, ref = _full_attention(q, k, v, full)
+    torch.testing.assert_close(out, ref, atol=entmax_attention_tol(q, k, v, probs), rtol=0)
+    covered = expand_blocks(graph, block, n, n)
+    missed = ((probs > 0) & ~covered).any(-1)  # rows the selection alone gets wrong
+    assert bool(missed.any()), "the test graph should miss some rows' keys"
+    assert not bool((cert.certified & missed).any())  # never vouches for a wrong row
+    assert cert.fallback_rows >= int(missed.sum())
+
+
+def test_selecting_every_gold_tile_certifies_rows_and_the_full_graph_certifies_all():
+    q, k, v = _qkv(n=256, scale=4.0)  # peaked scores: sparse gold graphs
+    n = q.shape[1]
+    probs, ref = _full_attention(q, k, v, torch.ones(n, n, dtype=torch.bool))
+    tiles = block_graph(probs > 0, 16)
+    out, cert = exact_block_sparse_entmax(q, k, v, tiles, 16)
+    torch.testing.assert_close(out, ref, atol=entmax_attention_tol(q, k, v, probs), rtol=0)
+    assert cert.certified_fraction > 0.0
+    everything = torch.ones_like(tiles)
+    _, cert_all = exact_block_sparse_entmax(q, k, v, everything, 16)
+    assert cert_all.fallback_rows == 0
+
+
+def test_softmax_has_no_threshold_to_certify():
+    q, k, v = _qkv(n=32)
+    with pytest.raises(ValueError, match="α > 1"):
+        exact_block_sparse_entmax(q, k, v, torch.ones(3, 2, 2, dtype=torch.bool), 16,
+                                  alpha=1.0)
+
+
+def test_a_planted_miss_is_caught_and_the_row_made_exact():
+    """Every gold tile selected but one, which holds a gold key of some rows: those rows'
+    τ on the selection is wrong; the certificate flags them and the output is exact."""
+    q, k, v = _qkv(n=128, scale=4.0)
+    n, block = 128, 16
+    probs, ref = _full_attention(q, k, v, torch.ones(n, n, dtype=torch.bool))
+    tiles = block_graph(probs > 0, block)
+    off = [(h, i, j) for h in range(3) for i in range(n // block) for j in range(n // block)
+           if i != j and bool(tiles[h, i, j])]
+    h, i, j = off[0]
+    tiles[h, i, j] = False  # the planted miss
+    missed = (probs[h, i * block:(i + 1) * block, j * block:(j + 1) * block] > 0).any(-1)
+    assert bool(missed.any())
+    out, cert = exact_block_sparse_entmax(q, k, v, tiles, block)
+    flagged = ~cert.certified[h, i * block:(i + 1) * block]
+    assert bool((flagged | ~missed).all())  # every row that lost a gold key is flagged
+    torch.testing.assert_close(out, ref, atol=entmax_attention_tol(q, k, v, probs), rtol=0)
