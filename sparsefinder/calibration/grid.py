@@ -68,8 +68,10 @@ class GridTable:
 
 
 def measure_grid(records: Sequence[AttentionRecord], projections: Any, method: str,
-                 grid: Sequence[Params]) -> GridTable:
-    """Score every raw setting of ``method`` on TRAIN ``records`` per (layer, head)."""
+                 grid: Sequence[Params], fitted: Any = None) -> GridTable:
+    """Score every raw setting of ``method`` on TRAIN ``records`` per (layer, head)
+    (``fitted``: what its build reads besides the projections, e.g. key codebooks not yet
+    in a bundle; None: the library's lookup)."""
     if not records:
         raise ValueError("per-head calibration needs at least one TRAIN record")
     num_layers = records[0].num_layers
@@ -77,7 +79,7 @@ def measure_grid(records: Sequence[AttentionRecord], projections: Any, method: s
     for params in grid:  # points that cannot be built (no centroids for that B) are left out
         spec = PredictorSpec.of(method, params)
         try:
-            built.append(spec.build_layers(projections, num_layers))
+            built.append(spec.build_layers(projections, num_layers, fitted))
         except ValueError as error:  # MethodUnavailable is one
             skipped.append(f"{spec.params_json()}: {error}")
             continue

@@ -30,7 +30,11 @@ from sparsefinder.projections.blocks import (
 from sparsefinder.projections.hash_code_table import HashCodesError
 from sparsefinder.projections.hash_fit import fit_hash_codes
 from sparsefinder.projections.heads import HeadProjections, ProjectionsError
-from sparsefinder.projections.key_codebooks import CodebooksError, bundled_codebooks
+from sparsefinder.projections.key_codebooks import (
+    CodebooksError,
+    KeyCodebooks,
+    bundled_codebooks,
+)
 
 
 def _unavailable_on_file_errors(build: Builder) -> Builder:
@@ -85,7 +89,8 @@ def _routed_kmeans(mode: str) -> Builder:
         if c.projections is None:  # its model_id tells which model's codebooks apply
             raise CodebooksError("kmeans-routed needs the model's projections to know its "
                                  "model id; pass projections=...")
-        books = bundled_codebooks(model_id=c.projections.model_id)
+        books = c.fitted if isinstance(c.fitted, KeyCodebooks) else bundled_codebooks(
+            model_id=c.projections.model_id)  # fitted: codebooks passed in (not yet bundled)
         if c.projections.model_id != books.model_id:
             raise CodebooksError(
                 f"the bundled key codebooks are for {books.model_id!r}, not "

@@ -129,6 +129,12 @@ def test_prepare_lookup_by_model_id_reads_the_cache_dir(bert_bundle, monkeypatch
     assert parts.calibration is not None and parts.calibration.model_id == str(model)
     assert parts.hash_codes is not None and parts.hash_codes.model_id == str(model)
     assert LearnedParts.bundled("some/other-model").calibration is None
+    # routed k-means calibrated with the bundle's own codebooks (fitted before bundle.json)
+    assert parts.calibration.has("kmeans-routed:budget")
+    spec = PredictorSpec.of("kmeans-routed:budget", {"target_sparsity": 0.9})
+    layers = parts.build_layers(spec, parts.calibration_projections.num_layers)
+    assert layers and all(layer is not None for layer in layers)
+    assert "kmeans-routed" in parts.calibration.grids
 
 
 def test_prepare_refuses_a_model_not_cached_offline(tmp_path, monkeypatch, capsys) -> None:
