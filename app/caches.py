@@ -27,8 +27,10 @@ from sparsefinder.explore import prepared as prep
 from sparsefinder.metrics.measures import GraphScores
 
 #: Calibrated target-sparsity settings; used only for the projections they were fitted for.
-DEFAULT_CALIBRATION = Path(os.environ.get("SPARSEFINDER_DEFAULT_CALIBRATION")
-                           or bundle().path("calibration"))
+#: ``SPARSEFINDER_DEFAULT_CALIBRATION`` names another table (None: the library's rule, the
+#: bundle's or the prepared bundle's of the model).
+CALIBRATION_PATH = os.environ.get("SPARSEFINDER_DEFAULT_CALIBRATION") or None
+DEFAULT_CALIBRATION = Path(CALIBRATION_PATH or bundle().path("calibration"))
 
 # ------------------------------------------------------------------------------------------
 # Cached resources (shared by all sessions; keys are plain values)
@@ -67,29 +69,14 @@ def cached_hash_codes(model_id: str, projections_key: str = "none") -> Any:
 
 @st.cache_resource(max_entries=4, show_spinner=False)
 def cached_calibration(projections_key: str, model_id: str) -> tuple[Any, Any]:
-    """The calibrated target-sparsity settings and the projections they read: the bundled
-    table (or, for another model, its prepared bundle's) with the projections file it names
-    (the best one, whatever the app's own projections are), or — a table naming none — the
-    table when it was fitted for the projections with this digest; (None, None) otherwise
-    (the calibrated methods are off)."""
-    from sparsefinder.calibration.table import CalibrationError, CalibrationTable
-    from sparsefinder.model_bundles import prepared_file
-    from sparsefinder.projections.heads import ProjectionsError
+    """The calibrated target-sparsity settings and the projections they read, by the library's
+    one rule (:func:`sparsefinder.learned_parts.calibration_for`): the table with the
+    projections file it names (the best one, whatever the app's own projections are), or — a
+    table naming none — the table when it was fitted for the projections with this digest;
+    (None, None) otherwise (the calibrated methods are off)."""
+    from sparsefinder.learned_parts import calibration_for
 
-    for path in (DEFAULT_CALIBRATION, prepared_file(model_id, "calibration")):
-        if path is None or not path.is_file():
-            continue
-        try:
-            table = CalibrationTable.load(path)
-            if table.model_id != model_id:
-                continue
-            if table.projections_file:
-                return table, table.own_projections(path)
-            if table.projections_sha256 == projections_key:
-                return table, None
-        except (CalibrationError, ProjectionsError, OSError):
-            continue
-    return None, None
+    return calibration_for(model_id, CALIBRATION_PATH, projections_key)
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)

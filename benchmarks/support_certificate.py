@@ -1,18 +1,22 @@
 """How often block Sparsefinder's rows are certified exact, and what the fallback costs.
 
 For one layer of the default model (real q/k over consecutive 512-token windows, as in
-``restricted.py``) at ``--n`` tokens: the block graph of the gold tiles (an oracle selector:
-every gold edge inside a selected block, so every row's restricted τ equals its true τ), then
-:func:`~sparsefinder.attention.support_certificate.exact_block_sparse_entmax`. Reports the
-fraction of rows the cheap bound certifies (``--piece`` keys per bound), the max |Δ| of the
-output against dense α-entmax, and the time of the certified path against the plain block
-path and dense entmax (same inputs, one process, CPU). Whatever the bound certifies, the
-output is exact: the rest fall back to their full row.
+``restricted.py``) at ``--n`` tokens, a selection — ``--selector keys``: block Sparsefinder's
+default (``restricted.py``'s diagonal band ∪ single keys); ``oracle``: the gold tiles, so every
+row's restricted τ is its true τ and only the bound is measured — then
+:func:`~sparsefinder.attention.support_certificate.exact_block_sparse_entmax`. Reports how
+many rows' τ on the selection differs from the true τ (a key outside it scores above the
+restricted threshold, counted on the dense scores), how many rows the cheap bound certifies
+(``--piece`` keys per bound) and never a wrong one, the max |Δ| of the output against dense
+α-entmax, and the time of the certified path against the plain block path and dense entmax
+(same inputs, one process, CPU). The output is exact either way: uncertified rows fall back
+to their full row.
 
     .venv/bin/python benchmarks/support_certificate.py [--n 2048] [--layer 3] [--block 64]
         [--piece 64]
 
-Last line: ``certified=<f> max_abs_diff=<x> vs_block=<t_block/t_exact> vs_dense=<t_dense/t_exact>``.
+Last line: ``tau_differs=<f> certified=<f> max_abs_diff=<x> vs_block=<t_block/t_exact>
+vs_dense=<t_dense/t_exact>``.
 ``--smoke``: random q/k, n = 128, block 16.
 """
 
@@ -38,6 +42,19 @@ def _best_of(runs: int, fn) -> tuple[float, object]:  # noqa: ANN001
     return best, out
 
 
+def _rows_off_their_tau(q, k, v, tiles, extra, block: int, scaling: float):  # noqa: ANN001
+    """bool (heads, n): rows whose threshold on the selection is not their true one — a key
+    outside the selection scores above it (dense scores: for reporting, not the fast path)."""
+    from sparsefinder.attention.block_sparse import block_sparse_rows, expand_blocks
+
+    _, graph, thresholds = block_sparse_rows(q, k, v, tiles, block, extra_keys=extra)
+    n = q.shape[1]
+    selected = expand_blocks(graph, block, n, n, extra)
+    scores = (q @ k.transpose(-1, -2)) * scaling
+    outside = scores.masked_fill(selected, -torch.inf).amax(-1).double()
+    return outside > thresholds
+
+
 def main() -> int:
     made = parser(__doc__.splitlines()[0])
     made.add_argument("--n", type=int, default=2048)
@@ -45,6 +62,7 @@ def main() -> int:
     made.add_argument("--block", type=int, default=64)
     made.add_argument("--piece", type=int, default=None, help="keys per bound (default block)")
     made.add_argument("--runs", type=int, default=3)
+    made.add_argument("--selector", choices=["keys", "oracle"], default="keys")
     args = parse(made, smoke={"n": 128, "block": 16, "runs": 1})
     from sparsefinder.attention.block_sparse import block_sparse_entmax
     from sparsefinder.attention.entmax_ops import entmax_normalize
@@ -67,18 +85,33 @@ def main() -> int:
 
         t_dense, probs = _best_of(args.runs, dense)
         t_dense_out, reference = _best_of(args.runs, lambda: dense() @ v)
-        tiles = block_graph(probs > 0, args.block)
-        t_block, _ = _best_of(args.runs, lambda: block_sparse_entmax(q, k, v, tiles,
-                                                                     args.block))
+        if args.selector == "oracle":
+            tiles, extra = block_graph(probs > 0, args.block), None
+        else:
+            from restricted import KEYS_DEFAULT
+
+            from sparsefinder.predictors.block_keys import BlockKeySparsefinder
+
+            tiles, extra = BlockKeySparsefinder(
+                args.block, KEYS_DEFAULT["n_keys"], sub_block=KEYS_DEFAULT["sub_block"],
+                window_blocks=KEYS_DEFAULT["window_blocks"]).select(q, k)
+        t_block, _ = _best_of(args.runs, lambda: block_sparse_entmax(
+            q, k, v, tiles, args.block, extra_keys=extra))
         t_exact, (out, cert) = _best_of(args.runs, lambda: exact_block_sparse_entmax(
-            q, k, v, tiles, args.block, piece=args.piece))
+            q, k, v, tiles, args.block, extra_keys=extra, piece=args.piece))
+        wrong = _rows_off_their_tau(q, k, v, tiles, extra, args.block, scaling)
     diff = float((out - reference).abs().max())
-    print(f"{source}, layer {args.layer}, n={args.n}, block {args.block}, piece "
-          f"{args.piece or args.block}: gold tiles {float(tiles.float().mean()):.3f} of all; "
-          f"certified rows {cert.certified_fraction:.3f} ({cert.fallback_rows} of "
+    if bool((cert.certified & wrong).any()):
+        raise SystemExit("the certificate vouched for a row whose τ is wrong")
+    print(f"{source}, layer {args.layer}, n={args.n}, {args.selector} selector, block "
+          f"{args.block}, piece {args.piece or args.block}: selected tiles "
+          f"{float(tiles.float().mean()):.3f} of all; rows whose τ differs "
+          f"{float(wrong.double().mean()):.3f}; certified rows {cert.certified_fraction:.3f} "
+          f"({cert.fallback_rows} of "
           f"{cert.rows} fell back); max |Δ| vs dense {diff:.2e}; time: dense {t_dense_out:.3f} s,"
           f" block {t_block:.3f} s, certified block {t_exact:.3f} s (best of {args.runs})")
-    print(f"certified={cert.certified_fraction:.4f} max_abs_diff={diff:.3e} "
+    print(f"tau_differs={float(wrong.double().mean()):.4f} "
+          f"certified={cert.certified_fraction:.4f} max_abs_diff={diff:.3e} "
           f"vs_block={t_block / t_exact:.3f} vs_dense={t_dense_out / t_exact:.3f}")
     return 0
 

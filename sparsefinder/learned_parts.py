@@ -2,22 +2,27 @@
 
 A method's parameters are not all it needs: calibrated forms read a calibration table (and
 the projections it was fitted for), HashAttention its learned codes, learned block
-Sparsefinder its block projections, the raw learned families the projections. Instead of
-each caller looking these up by method name, a :class:`LearnedParts` holds what is at hand
-and :meth:`LearnedParts.resolve` hands a spec's ``build`` the projections and the fitted part
-it takes. (A sweep with training records fits them instead: ``PredictorSpec.fit``.)
+Sparsefinder its block projections, the raw learned families the projections. Each family
+declares which (``Method.needs``); a :class:`LearnedParts` holds what is at hand for one model
+and :meth:`LearnedParts.for_method` hands a spec's ``build`` the typed bundle
+(:class:`~sparsefinder.methods.parts.Parts`) of what it declared, with no family name looked
+at. :func:`calibration_for` is the one rule of which calibration table a model reads (the
+library's and the app's). (A sweep with training records fits the parts instead:
+``PredictorSpec.fit``.)
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from sparsefinder.bundle import bundle
 from sparsefinder.calibration.table import CalibrationTable
 from sparsefinder.files import SparsefinderFileError
-from sparsefinder.methods.registry import method_id, resolve_method
+from sparsefinder.methods.parts import Parts
+from sparsefinder.methods.registry import get_method, method_id, resolve_method
 from sparsefinder.methods.spec import PredictorSpec
 from sparsefinder.predictors.base import Predictor
 from sparsefinder.projections.blocks import bundled_block_projections_by_size
@@ -41,28 +46,33 @@ class LearnedParts:
     hash_codes: HashCodeTable | None = None
     block_projections: Mapping[int, Any] | None = None
 
-    def resolve(self, method: str | PredictorSpec) -> tuple[HeadProjections | None, Any]:
-        """``(projections, fitted)`` that ``method``'s ``build`` takes (a spec or a written
-        method such as ``distance:budget``); ``fitted`` is None where nothing fitted is held
+    def for_method(self, method: str | PredictorSpec) -> Parts:
+        """The parts ``method``'s ``build`` takes (a spec or a written method such as
+        ``distance:budget``), cut to what its family declared; a part not held is None
         (building a method that needs one then says what is missing)."""
         written = method.method_id if isinstance(method, PredictorSpec) else str(method)
         family, calibration = resolve_method(written, warn=False)
         written = method_id(family, calibration)
-        if calibration != "none":
-            if self.calibration is None or not self.calibration.has(written):
-                return self.projections, None
-            own = self.calibration_projections or self.projections
-            return own, self.calibration.fitted_for(written)
-        if family == "hashattention":
-            return self.projections, self.hash_codes.maps if self.hash_codes else None
-        if family == "block-learned":
-            return self.projections, self.block_projections
-        return self.projections, None
+        held = Parts(projections=self.projections,
+                     hash_codes=self.hash_codes.maps if self.hash_codes else None,
+                     block_projections=self.block_projections)
+        if calibration != "none" and self.calibration is not None \
+                and self.calibration.has(written):  # the table's settings, its projections
+            held = Parts(projections=self.calibration_projections or self.projections,
+                         calibration=self.calibration.fitted_for(written))
+        return held.only(get_method(family).variant(calibration).needs)
+
+    def fitted(self, method: str | PredictorSpec) -> Any:
+        """The held part that stands for what ``method``'s ``fit`` returns (the field its family
+        declared its fit makes), or None: for callers that pass ``(projections, fitted)``."""
+        written = method.method_id if isinstance(method, PredictorSpec) else str(method)
+        family, calibration = resolve_method(written, warn=False)
+        fits = get_method(family).variant(calibration).fits
+        return getattr(self.for_method(written), fits, None)
 
     def build_layers(self, spec: PredictorSpec, num_layers: int) -> list[Predictor | None]:
         """The spec's per-layer predictors, built with the parts it takes."""
-        projections, fitted = self.resolve(spec)
-        return spec.build_layers(projections, num_layers, fitted)
+        return spec.build_layers(self.for_method(spec), num_layers)
 
     @classmethod
     def bundled(cls, model_id: str, projections: HeadProjections | None = None,
@@ -70,23 +80,39 @@ class LearnedParts:
         """The parts the bundle holds for ``model_id`` (for another model: its prepared
         bundle's, else none), with the calibration table from ``calibration_path`` (default:
         the bundle's) and its own projections."""
-        from sparsefinder.model_bundles import prepared_file
-
-        table = own = None
-        path = calibration_path or bundle().path("calibration")
-        if calibration_path is None and model_id != bundle().model_id:
-            path = prepared_file(model_id, "calibration") or path  # `sparsefinder prepare`
-        try:
-            table = CalibrationTable.load(path)
-            if table.model_id == model_id:
-                own = table.own_projections(path)
-            else:
-                table = None
-        except (SparsefinderFileError, OSError, ValueError):
-            table = None
+        table, own = calibration_for(model_id, calibration_path)
         try:
             blocks = bundled_block_projections_by_size(model_id)
         except (SparsefinderFileError, OSError, ValueError):
             blocks = None
         return cls(projections=projections, calibration=table, calibration_projections=own,
                    hash_codes=bundled_hash_codes(model_id), block_projections=blocks or None)
+
+
+def calibration_for(model_id: str, path: str | Path | None = None,
+                    projections_digest: str | None = None
+                    ) -> tuple[CalibrationTable | None, HeadProjections | None]:
+    """The calibration table ``model_id`` reads and the projections it was fitted for:
+    ``path``'s (default: the bundle's, for another model its prepared bundle's), when it was
+    fitted for this model. A table naming no projections file serves only the projections with
+    ``projections_digest`` (then ``(table, None)``: the caller's own projections). ``(None,
+    None)`` otherwise: the calibrated forms are off."""
+    from sparsefinder.model_bundles import prepared_file
+
+    if path is None:
+        path = bundle().path("calibration")
+        if model_id != bundle().model_id:
+            path = prepared_file(model_id, "calibration") or path  # `sparsefinder prepare`
+    if not Path(path).is_file():
+        return None, None
+    try:
+        table = CalibrationTable.load(path)
+        if table.model_id != model_id:
+            return None, None
+        if table.projections_file:
+            return table, table.own_projections(path)
+        if projections_digest is not None and table.projections_sha256 == projections_digest:
+            return table, None
+    except (SparsefinderFileError, OSError, ValueError):
+        pass
+    return None, None

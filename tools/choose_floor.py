@@ -18,6 +18,13 @@ The rule (:func:`choose`), fixed before the run:
 4. exact ties (same cosine) go to the uncapped reference, then to the smaller m, then to the
    smaller c; no setting qualifying at every level: none is chosen.
 
+``--lengths`` splits the selection texts at their median token count into a short and a long
+half and runs each half alone (a ``texts`` column says which): a setting then qualifies at a
+level only when it reaches ``t − slack`` on BOTH halves, and its output cosine at the level is
+the mean of the halves' (weighted by their text counts). A floor denser than the target on
+short texts then fails there even where long texts hide it. ``--slack`` sets the slack
+(default 0.005).
+
     PYTHONPATH=$PWD .venv/bin/python tools/choose_floor.py --fit-passages 100 --select-passages 40
 """
 
@@ -52,12 +59,17 @@ def main() -> None:
     parser.add_argument("--targets", default="0.75,0.9,0.95")
     parser.add_argument("--out", default="runs/choose-floor.csv")
     parser.add_argument("--from-csv", help="only choose, from a CSV this tool wrote")
+    parser.add_argument("--lengths", action="store_true",
+                        help="run the short and the long half of the selection texts apart; "
+                             "qualify on both")
+    parser.add_argument("--slack", type=float, default=SLACK)
     args = parser.parse_args()
     targets = [float(t) for t in args.targets.split(",")]
     if args.from_csv:
         df = pd.read_csv(args.from_csv)
-        print(table(df, targets))
-        print(describe(choose(df, targets)))
+        for group in (df["texts"].unique() if "texts" in df.columns else [None]):
+            print(table(df if group is None else df[df["texts"] == group], targets))
+        print(describe(choose(df, targets, args.slack)))
         return
     loaded = load_model("default")
     projections = HeadProjections.load(args.projections, expected_model_id=loaded.model_id)
@@ -83,14 +95,48 @@ def main() -> None:
         register_curve(names[-1], "distance-floor:budget",
                        [{"target_sparsity": t, "floor": m, **share} for t in targets],
                        replace=True)
-    df = accuracy_sweep(loaded, select_texts, projections, names, train_records=train_records,
-                        model_name="default")
+    groups = {"all": select_texts}
+    if args.lengths:
+        groups = split_by_length(select_texts, loaded.tokenizer)
+        print(", ".join(f"{g}: {len(t)} texts, {min(c)}–{max(c)} tokens"
+                        for g, t in groups.items()
+                        for c in [[len(loaded.tokenizer(x)["input_ids"]) for x in t]]))
+    parts = []
+    for group, texts in groups.items():
+        part = accuracy_sweep(loaded, texts, projections, names, train_records=train_records,
+                              model_name="default")
+        parts.append(part.assign(texts=group) if args.lengths else part)
+    df = pd.concat(parts, ignore_index=True)
     df.to_csv(args.out, index=False)
     pd.set_option("display.width", 200)
     print(df[["method", "params", "sparsity", "output_cosine", "embedding_cosine",
               "retrieval_top1", "repaired_rows"]].to_string(index=False))
-    print(table(df, targets))
-    print(describe(choose(df, targets)))
+    for group in groups:
+        print(f"\n{group} texts:" if args.lengths else "")
+        print(table(df[df["texts"] == group] if args.lengths else df, targets))
+    print(describe(choose(df, targets, args.slack)))
+
+
+def split_by_length(texts: list[str], tokenizer) -> dict[str, list[str]]:
+    """The shorter half (by token count; ties by position) and the longer half."""
+    counts = [len(tokenizer(t)["input_ids"]) for t in texts]
+    order = sorted(range(len(texts)), key=lambda i: (counts[i], i))
+    half = len(texts) // 2
+    return {"short": [texts[i] for i in sorted(order[:half])],
+            "long": [texts[i] for i in sorted(order[half:])]}
+
+
+def _pooled(floors: pd.DataFrame) -> pd.DataFrame:
+    """One row per (setting, target): with a ``texts`` column, the lowest sparsity of the
+    groups (a level counts as reached only where every group reaches it) and the output
+    cosine averaged over the groups, weighted by their text counts."""
+    if "texts" not in floors.columns:
+        return floors
+    weight = floors["n_texts"] if "n_texts" in floors.columns else pd.Series(1.0, floors.index)
+    floors = floors.assign(_w=weight, _wc=weight * floors["output_cosine"])
+    out = floors.groupby(["setting", "target"], as_index=False).agg(
+        sparsity=("sparsity", "min"), _wc=("_wc", "sum"), _w=("_w", "sum"))
+    return out.assign(output_cosine=out["_wc"] / out["_w"]).drop(columns=["_wc", "_w"])
 
 
 def curve_name(floor: int, share: float | None) -> str:
@@ -125,6 +171,7 @@ def choose(df: pd.DataFrame, targets: list[float], slack: float = SLACK) -> dict
     ``(m, c)``, c 0 for the uncapped floor."""
     floors = _settings(df)
     floors["setting"] = list(zip(floors["floor"], floors["share"], strict=True))
+    floors = _pooled(floors)
     winners: dict[float, tuple[int, float] | None] = {}
     qualifying: list[set] = []
     for t in targets:

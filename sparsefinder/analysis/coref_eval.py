@@ -60,10 +60,10 @@ def predict_layer_masks(spec: PredictorSpec, parts: LearnedParts, vectors: Seque
     """Bool (heads, n, m) masks of ``layer`` for each record, as the library predicts them
     (:func:`~sparsefinder.methods.spec.predict_layer`) with the parts ``parts`` resolves."""
     inputs = vectors if isinstance(vectors, _Inputs) else _Inputs(vectors)
-    projections, fitted = parts.resolve(spec)
-    predictor = spec.build(projections, layer, fitted)
+    bundle = parts.for_method(spec)
+    predictor = spec.build(bundle, layer)
     masks = []
-    for item in inputs.get(projections if spec.needs_projections else None):
+    for item in inputs.get(bundle.projections if spec.needs_projections else None):
         graph = item.record.layers[layer]
         if predictor is None:  # nothing switched on: the empty graph
             masks.append(torch.zeros(graph.gold_shape, dtype=torch.bool))

@@ -133,8 +133,10 @@ def calibrated_grids() -> dict[str, list[Params]]:
 
 
 def fitted_build(params: Params, context: Any) -> Any:
-    """``Method.build`` of a calibrated method: the fitted factory (``context.fitted``, what
-    :func:`calibrated_fitter` returned) for these params, projections and layer."""
-    if context.fitted is None:
+    """``Method.build`` of a calibrated method: the fitted factory (``context.parts.calibration``,
+    what :func:`calibrated_fitter` returned or a table's settings) for these params,
+    projections and layer."""
+    factory = context.parts.calibration
+    if factory is None:
         raise ValueError("calibrated methods are fitted on training graphs; pass train_records=")
-    return context.fitted(params, context.projections, context.layer)
+    return factory(params, context.projections, context.layer)

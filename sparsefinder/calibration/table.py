@@ -132,7 +132,7 @@ class CalibrationTable:
         for method in grid_methods:
             try:
                 table = measure_grid(records, projections, method, HEAD_GRIDS[method],
-                                     codebooks if method == "kmeans-routed" else None)
+                                     codebooks=codebooks if method == "kmeans-routed" else None)
             except MethodUnavailable:  # e.g. no key codebooks for this model: not in the table
                 continue
             choices = torch.stack([table.choose(float(t)) for t in targets])  # (T, L, H)

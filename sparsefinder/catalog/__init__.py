@@ -109,6 +109,8 @@ WINDOW_GRID = (0, 1, 3, 5, 7, 9, 11, 15, 19, 23, 27, 31, 41, 51, 75, 101, 125, 1
 STATIC_MASK_GRID = [{"target_sparsity": t} for t in (0.5, 0.7, 0.8, 0.9, 0.95, 0.98)]
 #: key blocks per query block (besides the diagonal one); 512 tokens = 16 blocks of 32
 BLOCK_GRID = (0, 1, 2, 3, 4, 5, 6, 8, 10, 12)
+#: the learned parts a family's build reads (``Method.needs``)
+PROJ, BOOKS = ("projections",), ("projections", "codebooks")
 SF, BASE, LONG = ("sparsefinder",), ("baselines",), ("long-context",)
 OWN, OTHER, FIXED = "own", "Other predictors", "Fixed patterns"
 
@@ -130,7 +132,7 @@ def _builtin_methods() -> list[Method]:
     """Every built-in family, each with the calibrations that can set its parameters."""
     raw = [
         Method("distance", "Distance (t)", (THRESHOLD,),
-               lambda p, c: Distance(float(p["threshold"])),
+               lambda p, c: Distance(float(p["threshold"])), needs=PROJ,
                grids=(*sweep_grids("distance", DISTANCE_GRID, window=True, groups=SF),
                       *sweep_grids("distance-fine", DISTANCE_FINE_GRID)),
                app=_app("Sparsefinder", "budget", "none", controls=OWN)),
@@ -138,67 +140,73 @@ def _builtin_methods() -> list[Method]:
         Method("distance-floor", "Distance (t) ∪ nearest keys per row (floor m)",
                (THRESHOLD, FLOOR),
                lambda p, c: RowFloor(Distance(float(p["threshold"])), int(p["floor"])),
+               needs=PROJ,
                app=_app("Sparsefinder", "budget", controls=OWN, first=True)),
         Method("quantization", "Quantization (β)", (BINS,),
-               lambda p, c: Quantization(int(p["bins"])),
+               lambda p, c: Quantization(int(p["bins"])), needs=PROJ,
                grids=sweep_grids("quantization", _over("bins", BINS_GRID), window=True,
                                  groups=SF),
                app=_app("Sparsefinder", controls=OWN)),
-        Method("kmeans", "k-means (B, k)", (CLUSTERS, TOP_K), _kmeans,
+        Method("kmeans", "k-means (B, k)", (CLUSTERS, TOP_K), _kmeans, needs=PROJ,
                grids=(*sweep_grids("kmeans", _over("n_clusters", CLUSTERS_GRID, top_k=1),
                                    window=True, groups=SF),  # top 2: denser, higher recall
                       *sweep_grids("kmeans-top2", _over("n_clusters", CLUSTERS_GRID[1:],
                                                         top_k=2), window=True)),
                app=_app("Sparsefinder", controls=OWN)),
-        Method("fixed", "Window / global only", (), lambda p, c: None, inputs="shape",
+        Method("fixed", "Window / global only", (), lambda p, c: None, inputs="shape", needs=(),
                tags=("cheap",),
                app=_app(FIXED, controls=OWN)),
         Method("window", "Window (w)", (WINDOW,), lambda p, c: Window(int(p["window"])),
-               inputs="shape", tags=("cheap",),
+               inputs="shape", tags=("cheap",), needs=(),
                grids=sweep_grids("window", _over("window", WINDOW_GRID), groups=SF)),
         Method("longformer", "Longformer", (_int("n_global", 2, 0, "global tokens", app_high=32),),
                lambda p, c: Longformer(BASELINE_WINDOW, int(p["n_global"]), seed=c.layer),
-               inputs="shape", tags=("cheap", "baseline"),
+               inputs="shape", tags=("cheap", "baseline"), needs=(),
                grids=sweep_grids("longformer", _over("n_global", (4, 8, 12, 16, 20)),
                                  groups=BASE),
                app=_app(FIXED)),
         Method("bigbird", "BigBird", (_int("n_random", 2, 0, "random keys", app_high=32),),
                lambda p, c: BigBird(BASELINE_WINDOW, int(p["n_random"]), seed=c.layer),
-               inputs="shape", tags=("cheap", "baseline"),
+               inputs="shape", tags=("cheap", "baseline"), needs=(),
                grids=sweep_grids("bigbird", _over("n_random", (2, 4, 6, 8, 10)), groups=BASE),
                app=_app(FIXED)),
         Method("reformer", "Reformer (LSH)", (_int("n_buckets", 4, 1, "buckets", app_high=32),),
                lambda p, c: Reformer(int(p["n_buckets"]), seed=c.layer), tags=("baseline",),
+               needs=PROJ,
                grids=sweep_grids("reformer", _over("n_buckets", (2, 4, 6, 8, 10, 12)),
                                  window=True, groups=BASE),
                app=_app(FIXED)),
         Method("routing", "Routing (k-means)", (_int("n_clusters", 4, 1, "clusters", app_high=32),),
                lambda p, c: Routing(int(p["n_clusters"]), seed=c.layer), tags=("baseline",),
+               needs=PROJ,
                grids=sweep_grids("routing", _over("n_clusters", (2, 4, 6, 8, 10)),
                                  window=True, groups=BASE),
                app=_app(FIXED)),
         Method("topk", "Top-k by exact scores (reference)",
                (_int("k", 8, 1, "keys per query", "keys", app_high=128),),
-               lambda p, c: TopK(int(p["k"])), inputs="original", oracle=True,
+               lambda p, c: TopK(int(p["k"])), inputs="original", oracle=True, needs=(),
                tags=("oracle",),
                grids=sweep_grids("topk", _over("k", (1, 2, 4, 8, 16, 32)), groups=BASE),
                app=_app("Oracles (bounds)")),
         Method("sparsebert-dams", "SparseBERT DAMs (static)", (TARGET_SPARSITY,),
                _static_mask, inputs="shape", fit=_static_mask_fitter("structured"),
+               needs=("fitted",),
                tags=("baseline",),
                grids=sweep_grids("sparsebert-dams", STATIC_MASK_GRID, groups=BASE)),
         Method("sparsebert-damu", "SparseBERT DAMu (static)", (TARGET_SPARSITY,),
                _static_mask, inputs="shape", fit=_static_mask_fitter("unstructured"),
+               needs=("fitted",),
                tags=("baseline",),
                grids=sweep_grids("sparsebert-damu", STATIC_MASK_GRID, groups=BASE)),
         Method("distance-nodiag", "Distance, no diagonal (SparseBERT)", (THRESHOLD,),
                lambda p, c: NoDiagonal(Distance(float(p["threshold"]))), tags=("baseline",),
+               needs=PROJ,
                grids=sweep_grids("distance-nodiag", DISTANCE_GRID, groups=BASE)),
         # keys clustered offline, queries routed by q·c
         Method("kmeans-routed", "Routed k-means (B, key budget)",
                (_int("n_clusters", 128, 1, "B", app_high=128),
                 Param("budget", float, 0.1, label="key budget", url="budget", **SHARE)),
-               _routed_kmeans("budget"), inputs="original",  # grids chosen on TRAIN
+               _routed_kmeans("budget"), inputs="original", needs=BOOKS,  # grids: TRAIN
                grids=sweep_grids("kmeans-routed", [
                    {"n_clusters": b, "budget": f} for b in (64, 128)
                    for f in (0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.1, 0.12, 0.15,
@@ -207,12 +215,12 @@ def _builtin_methods() -> list[Method]:
         Method("kmeans-routed-top", "Routed k-means (B, routes)",
                (_int("n_clusters", 128, 1, "B", app_high=128),
                 _int("n_routes", 4, 1, "routes", app_high=64)),
-               _routed_kmeans("top"), inputs="original",
+               _routed_kmeans("top"), inputs="original", needs=BOOKS,
                grids=sweep_grids("kmeans-routed-top", _over(
                    "n_routes", (2, 4, 6, 8, 9, 10, 11, 12, 14, 16, 20, 24, 32), n_clusters=128))),
         Method("topp", "Top-p of exact entmax (reference)",
                (Param("p", float, 0.9, label="mass p", url="p", **SHARE),),
-               lambda p, c: TopP(float(p["p"])), inputs="original", oracle=True,
+               lambda p, c: TopP(float(p["p"])), inputs="original", oracle=True, needs=(),
                tags=("oracle",), grids=sweep_grids("topp", _over(
                    "p", (0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99, 1.0))),
                app=_app("Oracles (bounds)")),
@@ -220,13 +228,14 @@ def _builtin_methods() -> list[Method]:
         Method("quest", "Quest pages (min/max key bounds)",
                (_int("page_size", 16, 1, "page size"), _int("pages", 8, 0, "pages", "pages")),
                lambda p, c: QuestPages(int(p["pages"]), int(p["page_size"])),
-               inputs="original", tags=("baseline", "long-context"),
+               inputs="original", tags=("baseline", "long-context"), needs=(),
                grids=sweep_grids("quest", _over("pages", (1, 2, 4, 8, 16, 32, 64),
                                                 page_size=16), groups=LONG),
                app=_app(OTHER, controls=OWN)),
         Method("hashattention", "HashAttention (learned bit codes)",
                (_int("max_distance", 3, 0, "Hamming distance", "hd"),),
                _hash_codes, inputs="original", fit=_hash_codes_fit,
+               needs=("hash_codes",), fits="hash_codes",
                tags=("baseline", "long-context"),
                grids=sweep_grids("hashattention", _over("max_distance", range(9)),
                                  groups=LONG),
@@ -238,7 +247,7 @@ def _builtin_methods() -> list[Method]:
                 _int("n_blocks", 4, 0, "key blocks", app_high=16),
                 _int("n_keys", 0, 0, "single keys", app_high=64)),
                lambda p, c: BlockSparsefinder(int(p["block"]), int(p["n_blocks"]),
-                                              int(p["n_keys"])),
+                                              int(p["n_keys"])), needs=PROJ,
                grids=tuple(g for name, size, keys in (("block", 32, 0), ("block16", 16, 0),
                                                       ("block+keys", 32, 16))
                            for g in sweep_grids(name, _over("n_blocks", BLOCK_GRID, block=size,
@@ -248,6 +257,7 @@ def _builtin_methods() -> list[Method]:
         Method("block-learned", "Block Sparsefinder, learned block projections",
                (_int("block", 32, 1, "block size"), _int("n_blocks", 4, 0, "key blocks")),
                _learned_block, inputs="original", fit=_block_projections_fit,
+               needs=("block_projections",), fits="block_projections",
                grids=tuple(g for name, size in (("block-learned", 32), ("block16-learned", 16))
                            for g in sweep_grids(name, _over("n_blocks", BLOCK_GRID,
                                                             block=size)))),
@@ -259,14 +269,14 @@ def _builtin_methods() -> list[Method]:
                 _int("sub_block", 8, 1, "query sub-block", app_high=64)),
                lambda p, c: BlockKeySparsefinder(int(p["block"]), int(p["n_keys"]),
                                                  int(p["sub_block"])),
-               inputs="original", tags=("long-context",),
+               inputs="original", tags=("long-context",), needs=(),
                grids=sweep_grids("block-keys", _over("n_keys", (0, 2, 4, 8, 16, 32, 64, 128),
                                                      block=32, sub_block=8), groups=LONG)),
         # each query keeps its nearest share of keys in the learned space (the raw form of
         # the calibrated row fractions)
         Method("rowfrac", "Nearest keys (row fraction)",
                (Param("fraction", float, 0.1, label="keep fraction", url="frac", **SHARE),),
-               _row_fraction, grids=sweep_grids("rowfrac", _over(
+               _row_fraction, needs=PROJ, grids=sweep_grids("rowfrac", _over(
                    "fraction", (0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.15, 0.2, 0.3, 0.5))),
                app=_app("Sparsefinder", "budget", "none")),
     ]

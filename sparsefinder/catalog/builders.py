@@ -30,11 +30,7 @@ from sparsefinder.projections.blocks import (
 from sparsefinder.projections.hash_code_table import HashCodesError
 from sparsefinder.projections.hash_fit import fit_hash_codes
 from sparsefinder.projections.heads import HeadProjections, ProjectionsError
-from sparsefinder.projections.key_codebooks import (
-    CodebooksError,
-    KeyCodebooks,
-    bundled_codebooks,
-)
+from sparsefinder.projections.key_codebooks import CodebooksError, bundled_codebooks
 
 
 def _unavailable_on_file_errors(build: Builder) -> Builder:
@@ -59,11 +55,12 @@ def _require_projections(context: BuildContext, what: str) -> HeadProjections:
     return context.projections
 
 
-def _require_fitted(context: BuildContext, hint: str = "") -> Any:
-    if context.fitted is None:
+def _require_fitted(context: BuildContext, hint: str = "", part: str = "fitted") -> Any:
+    value = getattr(context.parts, part)
+    if value is None:
         raise ValueError("this method is learned from training graphs; pass train_records=..."
                          + hint)
-    return context.fitted
+    return value
 
 
 def _training_graphs(
@@ -89,8 +86,7 @@ def _routed_kmeans(mode: str) -> Builder:
         if c.projections is None:  # its model_id tells which model's codebooks apply
             raise CodebooksError("kmeans-routed needs the model's projections to know its "
                                  "model id; pass projections=...")
-        books = c.fitted if isinstance(c.fitted, KeyCodebooks) else bundled_codebooks(
-            model_id=c.projections.model_id)  # fitted: codebooks passed in (not yet bundled)
+        books = c.parts.codebooks or bundled_codebooks(model_id=c.projections.model_id)
         if c.projections.model_id != books.model_id:
             raise CodebooksError(
                 f"the bundled key codebooks are for {books.model_id!r}, not "
@@ -141,7 +137,7 @@ def _hash_codes_fit(train_records: Sequence[AttentionRecord]) -> Any:
 
 
 def _hash_codes(p: Params, c: BuildContext) -> Predictor:
-    w_query, w_key = _require_fitted(c)[c.layer]
+    w_query, w_key = _require_fitted(c, part="hash_codes")[c.layer]
     return HammingCodes(w_query, w_key, int(p["max_distance"]))
 
 
@@ -151,9 +147,10 @@ def _block_projections_fit(train_records: Sequence[AttentionRecord]) -> Any:
 
 
 def _learned_block(p: Params, c: BuildContext) -> Predictor:
-    """``fitted``: block projections by block size (the fit's result or the bundled ones),
-    or one size's projections."""
-    fitted_all = _require_fitted(c, " (or the bundled block projections as fitted=...)")
+    """``parts.block_projections``: block projections by block size (the fit's result or the
+    bundled ones), or one size's projections."""
+    fitted_all = _require_fitted(c, " (or the bundled block projections in Parts)",
+                                 part="block_projections")
     block = int(p["block"])
     fitted = fitted_all.get(block) if isinstance(fitted_all, dict) else fitted_all
     if fitted is None:

@@ -88,8 +88,8 @@ class PreparedText:
         else the app's (one file need not serve every method: k-means needs the shared
         space of the paper's projections, the calibrated distance the best file)."""
         own = self.calibrated_vectors
-        if own is not None and self.parts.resolve(method)[0] is own.projections:
-            return own  # the rule is LearnedParts.resolve's, the one resolver
+        if own is not None and self.parts.for_method(method).projections is own.projections:
+            return own  # the rule is LearnedParts.for_method's, the one resolver
         return self.vectors
 
     def projections_for(self, method: str) -> HeadProjections | None:
@@ -139,7 +139,7 @@ class PreparedText:
     def fitted(self, method: str) -> Any:
         """What ``method``'s predictors are built from besides the projections: the
         calibration table's settings, the learned hash codes, …; None when nothing is."""
-        return self.parts.resolve(method)[1]
+        return self.parts.fitted(method)
 
 
 @torch.inference_mode()

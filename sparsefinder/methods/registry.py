@@ -22,7 +22,6 @@ aliases (:func:`resolve_method`): accepted everywhere a method is named, with a
 from __future__ import annotations
 
 import importlib
-import math
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +32,10 @@ from sparsefinder.methods.grids import WITH_WINDOW_SIZE as WITH_WINDOW_SIZE
 from sparsefinder.methods.grids import AppHint as AppHint
 from sparsefinder.methods.grids import SweepGrid as SweepGrid
 from sparsefinder.methods.grids import sweep_grids as sweep_grids
+from sparsefinder.methods.param import Param as Param
+from sparsefinder.methods.parts import NEEDS as NEEDS
+from sparsefinder.methods.parts import Parts as Parts
+from sparsefinder.methods.parts import check_needs
 
 if TYPE_CHECKING:
     from sparsefinder.data.records import AttentionRecord
@@ -70,77 +73,22 @@ class MethodUnavailable(ValueError):
 
 
 @dataclass(frozen=True)
-class Param:
-    """One hyperparameter of a family, declared once.
-
-    ``low``/``high`` are inclusive bounds (None: unbounded); ``low_open`` makes ``low``
-    exclusive (a share in (0, 1]). ``url`` is the short query-parameter name of the app's
-    links; ``label`` what a slider or a table header shows; ``app_high`` the largest value the
-    app's slider offers where ``high`` is unbounded (its useful region on 512-token texts).
-    ``optional``: the parameter may be left out (or given as None, the same setting), which
-    means the family works without it; its ``default`` may then be None.
-    """
-
-    name: str
-    kind: type  # int or float; object: undeclared (any value, e.g. a plug-in's own)
-    default: float | None
-    low: float | None = None
-    high: float | None = None
-    label: str = ""
-    url: str = ""
-    help: str = ""
-    low_open: bool = False
-    app_high: float | None = None
-    optional: bool = False
-
-    def describe(self) -> str:
-        """The allowed values in words, e.g. ``"an integer >= 1"``."""
-        what = "an integer" if self.kind is int else "a number"
-        if self.low is not None and self.high is not None:
-            left = "(" if self.low_open else "["
-            return f"{what} in {left}{_fmt(self.low)}, {_fmt(self.high)}]"
-        if self.low is not None:
-            return f"{what} {'>' if self.low_open else '>='} {_fmt(self.low)}"
-        if self.high is not None:
-            return f"{what} <= {_fmt(self.high)}"
-        return what
-
-    def check(self, value: Any) -> None:
-        """Raise a ValueError naming the parameter, the allowed values and the bad value."""
-        if self.kind is object or (value is None and self.optional):
-            return
-        number = value
-        if isinstance(value, str):  # builders coerce; a link or a CSV gives text
-            try:
-                number = float(value)
-            except ValueError:
-                number = None
-        ok = isinstance(number, int | float) and not isinstance(number, bool)
-        if ok and isinstance(number, float):
-            ok = math.isfinite(number) and (self.kind is float or number.is_integer())
-        if ok and self.low is not None:
-            ok = number > self.low if self.low_open else number >= self.low
-        if ok and self.high is not None:
-            ok = number <= self.high
-        if not ok:
-            raise ValueError(f"{self.name} must be {self.describe()}, got {value!r}")
-
-
-def _fmt(value: float) -> str:
-    return f"{value:g}"
-
-
-@dataclass(frozen=True)
 class BuildContext:
-    """What a method's ``build`` may use besides its parameters.
+    """What a method's ``build`` may use besides its parameters: ``parts``, the learned parts
+    its family declared (:class:`Parts`), and ``layer``, which seeds the random baselines
+    (``seed = layer``) and selects per-layer learned parts."""
 
-    ``layer`` seeds the random baselines (``seed = layer``) and selects per-layer learned
-    parts; ``fitted`` is what the method's ``fit`` returned on training records.
-    """
-
-    projections: HeadProjections | None
+    parts: Parts
     layer: int
-    fitted: Any = None
+
+    @property
+    def projections(self) -> HeadProjections | None:
+        return self.parts.projections
+
+    @property
+    def fitted(self) -> Any:
+        """What the family's own ``fit`` returned (:attr:`Parts.fitted`)."""
+        return self.parts.fitted
 
 
 Builder = Callable[[Params, BuildContext], "Predictor | None"]
@@ -163,15 +111,20 @@ class Calibration:
     extra: tuple[Param, ...] = ()
     #: the sweep's targets (each point: the target's name, and the ``extra`` at their default)
     grid: tuple[Mapping[str, Any], ...] = ()
+    #: the learned parts its build reads (its fit makes ``calibration``)
+    needs: tuple[str, ...] = ("projections", "calibration")
 
 
 @dataclass(frozen=True)
 class Variant:
-    """What a family under one calibration takes and does: its parameters, ``build``, ``fit``."""
+    """What a family under one calibration takes and does: its parameters, ``build``, ``fit``,
+    the parts ``build`` reads and the one ``fit`` makes."""
 
     params: tuple[Param, ...]
     build: Builder
     fit: Fitter | None
+    needs: tuple[str, ...] | None = None
+    fits: str = "fitted"
 
 
 def method_id(family: str, calibration: str = "none") -> str:
@@ -186,7 +139,9 @@ class Method:
     ``inputs``: ``"projected"`` (the learned low-dimensional q/k: Sparsefinder, Reformer,
     Routing), ``"original"`` (the model's own q/k: oracles, Quest, routed k-means) or
     ``"shape"`` (only the sizes: window, Longformer, BigBird, static masks). ``fit`` runs once
-    on training records; its result is handed to ``build`` as ``context.fitted``.
+    on training records; its result is handed to ``build`` in the :class:`Parts` field
+    ``fits`` names. ``needs``: the learned parts ``build`` reads (among :data:`NEEDS`; None:
+    every part at hand, for families that declare nothing).
     """
 
     name: str
@@ -202,8 +157,11 @@ class Method:
     grids: tuple[SweepGrid, ...] = ()
     tags: tuple[str, ...] = ()  # among :data:`TAGS`
     app: AppHint | None = None  # None: the app does not offer the family
+    needs: tuple[str, ...] | None = None
+    fits: str = "fitted"
 
     def __post_init__(self) -> None:
+        check_needs(self.needs, self.fits)
         # a bare name declares a parameter without type or range (plug-ins, tests)
         params = tuple(p if isinstance(p, Param) else Param(p, object, 0) for p in self.params)
         object.__setattr__(self, "params", params)
@@ -230,10 +188,11 @@ class Method:
     def variant(self, calibration: str = "none") -> Variant:
         """Parameters, builder and fitter of this family under ``calibration``."""
         if calibration == "none" and self.raw:
-            return Variant(self.params, self.build, self.fit)
+            return Variant(self.params, self.build, self.fit, self.needs, self.fits)
         for option in self.calibrations:
             if option.name == calibration:
-                return Variant((option.target, *option.extra), option.build, option.fit)
+                return Variant((option.target, *option.extra), option.build, option.fit,
+                               option.needs, "calibration")
         raise ValueError(f"method {self.name!r} takes calibration "
                          f"{' / '.join(self.calibration_names)}, got {calibration!r}")
 

@@ -26,6 +26,7 @@ from sparsefinder.methods.registry import (
     Inputs,
     Method,
     Params,
+    Parts,
     Variant,
     get_method,
     method_id,
@@ -146,27 +147,45 @@ class PredictorSpec:
             pieces.append("global " + "+".join(self.global_tokens))
         return " ∪ ".join(pieces) or "empty graph"
 
-    def build(self, projections: HeadProjections | None, layer: int,
+    @property
+    def needs(self) -> tuple[str, ...] | None:
+        """The learned parts this setting's ``build`` reads (:data:`~sparsefinder.methods.
+        parts.NEEDS`; None: the family declared none, so it gets every part at hand)."""
+        return self._variant.needs
+
+    def parts(self, projections: HeadProjections | None = None, fitted: Any = None) -> Parts:
+        """The bundle of ``projections`` and what :meth:`fit` returned (put in the field the
+        family's ``fit`` makes: ``calibration``, ``hash_codes``, ``block_projections``…)."""
+        bundle = Parts(projections=projections)
+        return bundle if fitted is None else bundle.with_fit(self._variant.fits, fitted)
+
+    def build(self, parts: Parts | HeadProjections | None, layer: int,
               fitted: Any = None) -> Predictor | None:
-        """The predictor of one layer (``None``: nothing switched on, the empty graph)."""
-        context = BuildContext(projections=projections, layer=layer, fitted=fitted)
-        parts: list[Predictor] = []
+        """The predictor of one layer (``None``: nothing switched on, the empty graph), built
+        from ``parts`` cut to what the family declared. Projections (or None) with what
+        :meth:`fit` returned are accepted too and bundled by :meth:`parts`."""
+        if not isinstance(parts, Parts):
+            parts = self.parts(parts, fitted)
+        context = BuildContext(parts.only(self.needs), layer)
+        pieces: list[Predictor] = []
         base = self._variant.build(self.param_dict, context)
         if base is not None:
-            parts.append(base)
+            pieces.append(base)
         if self.window > 0:
-            parts.append(Window(self.window))
+            pieces.append(Window(self.window))
         if self.global_tokens:
-            parts.append(GlobalTokens(first="first" in self.global_tokens,
-                                      last="last" in self.global_tokens))
-        if not parts:
+            pieces.append(GlobalTokens(first="first" in self.global_tokens,
+                                       last="last" in self.global_tokens))
+        if not pieces:
             return None
-        return parts[0] if len(parts) == 1 else Union(*parts)
+        return pieces[0] if len(pieces) == 1 else Union(*pieces)
 
-    def build_layers(self, projections: HeadProjections | None, num_layers: int,
+    def build_layers(self, parts: Parts | HeadProjections | None, num_layers: int,
                      fitted: Any = None) -> list[Predictor | None]:
         """:meth:`build` for every layer."""
-        return [self.build(projections, layer, fitted) for layer in range(num_layers)]
+        if not isinstance(parts, Parts):
+            parts = self.parts(parts, fitted)
+        return [self.build(parts, layer) for layer in range(num_layers)]
 
     def fit(self, train_records: Sequence[AttentionRecord] | None) -> Any:
         """Run the method's ``fit`` on training records (None for methods without one)."""

@@ -102,3 +102,22 @@ def test_softmax_has_no_threshold_to_certify():
     with pytest.raises(ValueError, match="α > 1"):
         exact_block_sparse_entmax(q, k, v, torch.ones(3, 2, 2, dtype=torch.bool), 16,
                                   alpha=1.0)
+
+
+def test_a_planted_miss_is_caught_and_the_row_made_exact():
+    """Every gold tile selected but one, which holds a gold key of some rows: those rows'
+    τ on the selection is wrong; the certificate flags them and the output is exact."""
+    q, k, v = _qkv(n=128, scale=4.0)
+    n, block = 128, 16
+    probs, ref = _full_attention(q, k, v, torch.ones(n, n, dtype=torch.bool))
+    tiles = block_graph(probs > 0, block)
+    off = [(h, i, j) for h in range(3) for i in range(n // block) for j in range(n // block)
+           if i != j and bool(tiles[h, i, j])]
+    h, i, j = off[0]
+    tiles[h, i, j] = False  # the planted miss
+    missed = (probs[h, i * block:(i + 1) * block, j * block:(j + 1) * block] > 0).any(-1)
+    assert bool(missed.any())
+    out, cert = exact_block_sparse_entmax(q, k, v, tiles, block)
+    flagged = ~cert.certified[h, i * block:(i + 1) * block]
+    assert bool((flagged | ~missed).all())  # every row that lost a gold key is flagged
+    torch.testing.assert_close(out, ref, atol=entmax_attention_tol(q, k, v, probs), rtol=0)

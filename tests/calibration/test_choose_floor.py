@@ -78,3 +78,50 @@ def test_the_markdown_table() -> None:
     assert "| 5 | — | 0.9900 (0.7500) | 0.9900 (0.9000) | 0.9900 (0.9500) |" in text
     assert "| 4 | 0.5 | 0.9800 (0.7500)" in text
     assert "| `distance:budget` | — | — | 1.0000 (0.9000) | — |" in text
+
+
+def _halves(rows: list[tuple[int, float | None, float, float, float, float, float]]
+            ) -> pd.DataFrame:
+    """(m, c, target, short sparsity, short cosine, long sparsity, long cosine) rows, as the
+    tool writes them with ``--lengths`` (20 texts in each half)."""
+    short = _table([(m, c, t, s, cos) for m, c, t, s, cos, _, _ in rows]).assign(
+        texts="short", n_texts=20)
+    long = _table([(m, c, t, s, cos) for m, c, t, _, _, s, cos in rows]).assign(
+        texts="long", n_texts=20)
+    return pd.concat([short, long], ignore_index=True)
+
+
+def test_with_length_halves_a_level_counts_only_where_both_halves_reach_it() -> None:
+    rows = [
+        # the uncapped floor: fine on long texts, too dense for 0.95 on short ones
+        (5, None, 0.75, 0.75, 0.999, 0.75, 0.999), (5, None, 0.9, 0.90, 0.99, 0.90, 0.99),
+        (5, None, 0.95, 0.93, 0.99, 0.967, 0.97),
+        (8, 1.0, 0.75, 0.75, 0.998, 0.75, 0.998), (8, 1.0, 0.9, 0.90, 0.98, 0.90, 0.98),
+        (8, 1.0, 0.95, 0.95, 0.90, 0.95, 0.96),
+    ]
+    result = choose_floor.choose(_halves(rows), TARGETS)
+    assert result["winners"] == {0.75: (5, 0.0), 0.9: (5, 0.0), 0.95: (8, 1.0)}
+    assert result["qualify_all"] == [(8, 1.0)]
+    assert result["chosen"] == (8, 1.0) and result["how"] == "best mean"
+    # pooled over all the texts alone (the short half's 0.93 averaged away) the uncapped
+    # floor would have qualified at 0.95 and won it
+    pooled = _table([(m, c, t, (s1 + s2) / 2, (c1 + c2) / 2)
+                     for m, c, t, s1, c1, s2, c2 in rows])
+    assert choose_floor.choose(pooled, TARGETS)["winners"][0.95] == (5, 0.0)
+
+
+def test_the_halves_cosine_is_weighted_by_their_text_counts() -> None:
+    rows = [(m, None, t, t, cs, t, cl) for m, cs, cl in [(4, 0.90, 1.00), (5, 1.00, 0.94)]
+            for t in TARGETS]
+    table = _halves(rows)
+    table.loc[table["texts"] == "long", "n_texts"] = 60  # three times the short half
+    # m = 4: (20 · 0.90 + 60 · 1.00) / 80 = 0.975; m = 5: (20 · 1.00 + 60 · 0.94) / 80 = 0.955
+    assert choose_floor.choose(table, TARGETS)["chosen"] == (4, 0.0)
+    table["n_texts"] = 20  # equal halves: 0.95 against 0.97
+    assert choose_floor.choose(table, TARGETS)["chosen"] == (5, 0.0)
+
+
+def test_the_slack_is_a_parameter() -> None:
+    rows = [(5, None, t, t - 0.004, 0.99) for t in TARGETS]
+    assert choose_floor.choose(_table(rows), TARGETS)["chosen"] == (5, 0.0)
+    assert choose_floor.choose(_table(rows), TARGETS, slack=0.002)["chosen"] is None

@@ -265,3 +265,37 @@ def test_floor_share_errors(samples) -> None:
                              pair_rank=samples.pair_rank, gold_rank=samples.gold_rank)
     with pytest.raises(TypeError, match="row length"):
         CalibratedFlooredDistance(0.9, 2, floor_share=0.5).fit(ranked)
+
+
+# the floor chosen on train by tools/choose_floor.py --lengths (docs/results.md, "A floor that
+# fits the length"): m = 12 keys, capped at the keys the target leaves the row (c = 1)
+LENGTH_RULE = {"floor": 12, "floor_share": 1.0}
+
+
+@pytest.fixture(scope="module")
+def by_length() -> dict[str, tuple[list[AttentionRecord], list[AttentionRecord]]]:
+    """(train, held-out) texts of 20–28 tokens and of 120–160 tokens."""
+    return {"short": (_short(5, 10, 20, 28), _short(7, 8, 20, 28)),
+            "long": (_short(6, 5, 120, 160), _short(8, 4, 120, 160))}
+
+
+@pytest.mark.parametrize("target", [0.75, 0.9, 0.95])
+@pytest.mark.parametrize("length", ["short", "long"])
+def test_the_length_rule_reaches_each_level_on_short_and_long_texts(by_length, length,
+                                                                    target) -> None:
+    """The capped floor alone never takes more than the target leaves a row, on any length,
+    so the calibrated curve lands on its target on held-out short (20–28 tokens) and long
+    (120–160) texts; the uncapped five-key floor alone is already denser than 0.9 and 0.95
+    allow on the short ones (the curve cannot reach those levels there)."""
+    train, held_out = by_length[length]
+    rule = _fitted(PredictorSpec.of("distance-floor:budget",
+                                    {"target_sparsity": target, **LENGTH_RULE}), train)
+    measured, _, fewest = _macro(rule, held_out)
+    assert abs(measured - target) < 0.01, measured
+    assert fewest >= 1
+    alone = RowFloor(None, LENGTH_RULE["floor"], row_share=LENGTH_RULE["floor_share"]
+                     * (1.0 - target))
+    assert _macro(lambda layer: alone, held_out)[0] >= target
+    if length == "short" and target >= 0.9:
+        plain = RowFloor(None, 5)
+        assert _macro(lambda layer: plain, held_out)[0] < target - 0.05
