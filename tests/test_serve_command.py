@@ -56,7 +56,7 @@ def _option(command: list[str], flag: str) -> str:
 @needs_make
 def test_make_run_binds_loopback_unless_host_is_given():
     default = _make_run_dry()  # an environment variable HOST does not change it
-    assert default[:3] == [".venv/bin/streamlit", "run", "app/main.py"]
+    assert default[:3] == [".venv/bin/python", "-m", "app.serve"]  # streamlit run + warm-up
     assert _option(default, "--server.address") == "127.0.0.1"
     assert _option(default, "--server.port") == "8501"
     exposed = _make_run_dry("HOST=0.0.0.0", "PORT=9000")

@@ -1,0 +1,245 @@
+"""Long-context α-entmax attention on one device, against the field's kernel: SDPA softmax,
+dense entmax, AdaSplash and block Sparsefinder (plain and exact), on the same inputs in one
+process.
+
+For each input (``--inputs``: ``default`` = real q/k of one layer of the default model over
+consecutive 512-token validation windows, as ``restricted.py`` reads them, or ``--qk FILE``
+saved by ``gpu_solver.py --save``; ``random`` = seeded Gaussian q/k at the default's scale;
+``decoder`` = q/k of a long-context decoder saved the same way, ``--decoder-qk FILE``), each
+length ``--sizes`` and each dtype ``--dtypes`` (fp32, fp16, bf16), every method runs on the
+same q/k/v and reports:
+
+- ``ms``: median of ``--repeats`` after a warm-up, each bracketed by a device synchronize;
+- ``peak MiB``: the device's peak allocation during the call (CUDA; NaN on a CPU);
+- ``max |Δ|``: against exact 1.5-entmax attention computed tile by tile in float32
+  (:func:`~sparsefinder.attention.gold_edges.entmax_edges` with values, memory O(n · tile));
+  SDPA is softmax, so its Δ is how far softmax attention is from entmax, not an error;
+- ``recall``: the gold edges the method computes (1 for dense methods and AdaSplash, the
+  selection's edge recall for block Sparsefinder, whose exact variant recomputes the rest).
+
+Methods: ``sdpa`` (``scaled_dot_product_attention``), ``dense-entmax`` (the project's exact
+solver over the full scores, rows in chunks), ``adasplash`` (``pip install adasplash``: the
+``gpu`` extra; CUDA only, skipped with the reason otherwise), ``block`` (block Sparsefinder,
+its default selector as in ``restricted.py``), ``block-exact`` (the same with the support
+certificate and the dense fallback of uncertified rows) and ``block-triton`` (the selection's
+key blocks in the one-kernel path, :mod:`~sparsefinder.attention.triton_block_sparse`; CUDA
+only here, its recall that of the key blocks alone).
+
+    .venv/bin/python benchmarks/gpu_attention.py --device cuda [--sizes 4096 8192 16384 32768]
+        [--dtypes fp32 fp16] [--inputs default random] [--repeats 5]
+
+Last line: ``device=<cpu|cuda> n=<largest> block_vs_sdpa=<t_sdpa/t_block>
+block_vs_adasplash=<t_ada/t_block or nan> block_recall=<r> exact_max_diff=<x>`` at the largest n
+in the first dtype (fp16 where run). ``--smoke``: CPU, random q/k, n = 256, fp32, one repeat.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import cuda_missing, parse, parser, skip  # noqa: E402
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+METHODS = ("sdpa", "dense-entmax", "adasplash", "block", "block-exact", "block-triton")
+#: Rows of the dense-entmax scores materialised at once (heads · rows · n floats).
+DENSE_ROWS = 1024
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _measure(fn, repeats: int, device: torch.device) -> tuple[float, float, object]:
+    """(median ms, peak MiB or NaN, last result) of ``fn()``."""
+    result = fn()  # warm-up (compiles, allocator)
+    _sync(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = fn()
+        _sync(device)
+        times.append((time.perf_counter() - start) * 1e3)
+    peak = ((torch.cuda.max_memory_allocated(device) - base) / 2**20
+            if device.type == "cuda" else math.nan)
+    return statistics.median(times), peak, result
+
+
+def _inputs(kind: str, n: int, args) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: ANN001
+    if kind == "random":
+        g = torch.Generator().manual_seed(n)
+        return tuple(torch.randn(12, n, 32, generator=g) * 2.5 for _ in range(2))
+    path = args.qk if kind == "default" else args.decoder_qk
+    if path:
+        saved = torch.load(path, weights_only=True)
+        q, k = saved["q"], saved["k"]
+        if q.shape[1] < n:
+            raise SystemExit(f"{path} holds {q.shape[1]} tokens, fewer than n={n}")
+        return q[:, :n].float().contiguous(), k[:, :n].float().contiguous()
+    if kind == "decoder":
+        raise SystemExit("--inputs decoder needs --decoder-qk FILE (q/k saved from the decoder)")
+    from restricted import real_qk
+
+    q, k, _ = real_qk(args.layer, n)
+    return q, k
+
+
+def _method(name: str, args):  # noqa: ANN001, ANN202
+    """(q, k, v) → (output, selection recall or None) for one method, or a reason it can't."""
+    import torch.nn.functional as F
+
+    from sparsefinder.attention.block_sparse import block_sparse_entmax
+    from sparsefinder.attention.entmax_ops import entmax_normalize
+    from sparsefinder.attention.support_certificate import exact_block_sparse_entmax
+
+    if name == "sdpa":
+        return lambda q, k, v: F.scaled_dot_product_attention(q, k, v)
+    if name == "dense-entmax":
+        def dense(q, k, v):
+            out = torch.empty_like(q)
+            for start in range(0, q.shape[1], DENSE_ROWS):
+                rows = q[:, start:start + DENSE_ROWS]
+                scores = (rows @ k.transpose(-1, -2)).float() * q.shape[-1] ** -0.5
+                out[:, start:start + DENSE_ROWS] = (entmax_normalize(scores, 1.5).to(v.dtype)
+                                                    @ v)
+            return out
+        return dense
+    if name == "adasplash":
+        if args.device_obj.type != "cuda":
+            return "AdaSplash's Triton kernels need CUDA"
+        try:
+            from adasplash import adasplash
+        except ImportError:
+            return "adasplash is not installed (pip install adasplash: the gpu extra)"
+        return lambda q, k, v: adasplash(q[None], k[None], v[None], alpha=1.5,
+                                         is_causal=False)[0]
+    from restricted import KEYS_DEFAULT
+
+    from sparsefinder.predictors.block_keys import BlockKeySparsefinder
+
+    select = BlockKeySparsefinder(args.block, KEYS_DEFAULT["n_keys"],
+                                  sub_block=KEYS_DEFAULT["sub_block"],
+                                  window_blocks=KEYS_DEFAULT["window_blocks"]).select
+    if name == "block-triton":
+        if args.device_obj.type != "cuda":
+            return "the Triton kernel runs here only in its interpreter (tests: TRITON_INTERPRET=1)"
+        from sparsefinder.attention.triton_block_sparse import triton_block_sparse_entmax
+
+        def kernel(q, k, v):
+            graph, _ = select(q.float(), k.float())  # the kernel reads key blocks only
+            return triton_block_sparse_entmax(q, k, v, graph, args.block)
+        return kernel
+    if name == "block":
+        def block(q, k, v):
+            graph, extra = select(q.float(), k.float())
+            return block_sparse_entmax(q, k, v, graph, args.block, extra_keys=extra)
+        return block
+
+    def exact(q, k, v):
+        graph, extra = select(q.float(), k.float())
+        return exact_block_sparse_entmax(q, k, v, graph, args.block, extra_keys=extra)[0]
+    return exact
+
+
+def _recall(q: torch.Tensor, k: torch.Tensor, block: int) -> tuple[float, float]:
+    """Gold-edge recall of block Sparsefinder's default selection (``restricted.py``'s), with
+    its single keys and of its key blocks alone (what the Triton kernel reads)."""
+    from restricted import KEYS_DEFAULT, score_selection
+
+    from sparsefinder.attention.gold_edges import entmax_edges
+    from sparsefinder.predictors.block_keys import BlockKeySparsefinder
+
+    graph, extra = BlockKeySparsefinder(block, KEYS_DEFAULT["n_keys"],
+                                        sub_block=KEYS_DEFAULT["sub_block"],
+                                        window_blocks=KEYS_DEFAULT["window_blocks"]).select(q, k)
+    edges, _ = entmax_edges(q, k, q.shape[-1] ** -0.5)
+    edges = edges.to("cpu")
+    recall, _ = score_selection(graph.cpu(), None if extra is None else extra.cpu(), edges,
+                                block)
+    blocks_only, _ = score_selection(graph.cpu(), None, edges, block)
+    return recall, blocks_only
+
+
+def main() -> int:
+    made = parser(__doc__.splitlines()[0])
+    made.add_argument("--device", default="cuda")
+    made.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192, 16384, 32768])
+    made.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=["fp32", "fp16"])
+    made.add_argument("--inputs", nargs="+", choices=["default", "random", "decoder"],
+                      default=["default", "random"])
+    made.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    made.add_argument("--layer", type=int, default=2)
+    made.add_argument("--block", type=int, default=32)
+    made.add_argument("--repeats", type=int, default=5)
+    made.add_argument("--qk", help="q/k of the default model saved by gpu_solver.py --save")
+    made.add_argument("--decoder-qk", help="q/k of a long-context decoder, same format")
+    args = parse(made, smoke={"device": "cpu", "sizes": [256], "dtypes": ["fp32"],
+                              "inputs": ["random"], "repeats": 1, "block": 16})
+    reason = cuda_missing(args.device)
+    if reason:
+        skip(reason, device=args.device)
+        return 0
+    device = args.device_obj = torch.device(args.device)
+    rows, headline = [], {}
+    for kind in args.inputs:
+        for n in args.sizes:
+            q32, k32 = (t.to(device) for t in _inputs(kind, n, args))
+            v32 = torch.randn(q32.shape, generator=torch.Generator().manual_seed(7)).to(device)
+            with torch.inference_mode():
+                _, reference = _reference(q32, k32, v32)
+                recall = _recall(q32, k32, args.block)
+            for dtype_name in args.dtypes:
+                dtype = DTYPES[dtype_name]
+                q, k, v = (t.to(dtype) for t in (q32, k32, v32))
+                for name in args.methods:
+                    run = _method(name, args)
+                    if isinstance(run, str):
+                        rows.append((kind, n, dtype_name, name, run))
+                        continue
+                    with torch.inference_mode():
+                        ms, peak, out = _measure(lambda run=run, q=q, k=k, v=v: run(q, k, v),
+                                                 args.repeats, device)
+                    diff = float((out.float() - reference).abs().max())
+                    sel = {"block": recall[0], "block-exact": recall[0],
+                           "block-triton": recall[1]}.get(name, 1.0)
+                    rows.append((kind, n, dtype_name, name,
+                                 f"{ms:9.2f} ms  {peak:9.1f} MiB  max|Δ| {diff:.2e}  "
+                                 f"recall {sel:.4f}"))
+                    headline[(kind, n, dtype_name, name)] = (ms, diff, sel)
+    for kind, n, dtype_name, name, text in rows:
+        print(f"{kind:>8} n={n:<6} {dtype_name:<5} {name:<13} {text}")
+    kind, n = args.inputs[0], max(args.sizes)
+    dtype_name = "fp16" if "fp16" in args.dtypes else args.dtypes[0]
+
+    def ms(name: str) -> float:
+        return headline.get((kind, n, dtype_name, name), (math.nan,))[0]
+
+    block = headline.get((kind, n, dtype_name, "block"), (math.nan, math.nan, math.nan))
+    exact = headline.get((kind, n, dtype_name, "block-exact"), (math.nan, math.nan, math.nan))
+    print(f"device={device.type} n={n} block_vs_sdpa={ms('sdpa') / block[0]:.3f} "
+          f"block_vs_adasplash={ms('adasplash') / block[0]:.3f} block_recall={block[2]:.4f} "
+          f"exact_max_diff={exact[1]:.3e}")
+    return 0
+
+
+def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):  # noqa: ANN202
+    """Exact 1.5-entmax attention in float32, tile by tile (gold edges and output)."""
+    from sparsefinder.attention.gold_edges import entmax_edges
+
+    return entmax_edges(q, k, q.shape[-1] ** -0.5, value=v)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
