@@ -11,6 +11,11 @@ from hypothesis import settings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Without a GPU, Triton kernels run in Triton's CPU interpreter (the Triton kernel's tests).
+# Triton reads this when it is first imported, and transformers imports it (through
+# torch._dynamo) long before any test runs: it must be set here, before anything else.
+if not Path("/dev/nvidiactl").exists():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 # CI runs the property tests on a fixed set of examples (a red CI must be reproducible, and
 # must not depend on the draw); local runs keep exploring new ones.

@@ -105,8 +105,26 @@ class MassObjective(BilinearObjective):
             return autograd_gradients(loss, params)
 
 
+class PairwiseMassObjective(MassObjective):
+    """:class:`MassObjective` plus a mass-weighted pairwise term (objective
+    ``"lowrank-pairwise"``): each gold edge's logit against its row's drawn non-edges,
+    ``−log σ(z_pos − z_neg)``, weighted by the edge's probability. Why: the pointwise terms
+    place each logit against one threshold shared by every row of a head; the pairwise term
+    asks only that a row's heavy keys come ahead of that row's others, which is what a row's
+    floor and top keys read. The pointwise terms stay, so a shared threshold still works."""
+
+    def batch_gradients(self, params: list[Tensor], pairs: _LayerPairs, q_rows: Tensor,
+                        k_rows: Tensor, n_rows: Tensor) -> tuple[list[Tensor], Tensor]:
+        with torch.enable_grad():
+            loss = _loss(pairs.q_table[q_rows], pairs.k_table[k_rows], pairs.k_table[n_rows],
+                         params[:4], params[4], params[5], weights=self.weights,
+                         pairwise=True)
+            return autograd_gradients(loss, params)
+
+
 #: The refinement's weighting of the gold edges, by objective name.
-WEIGHTINGS = {"uniform": BilinearObjective, "mass": MassObjective}
+WEIGHTINGS = {"uniform": BilinearObjective, "mass": MassObjective,
+              "pairwise": PairwiseMassObjective}
 
 
 def refine_lowrank(
@@ -170,6 +188,12 @@ def fit_lowrank_mass(records: Sequence[AttentionRecord], **options: Any) -> Head
     return fit_lowrank_logistic(records, weighting="mass", **options)
 
 
+def fit_lowrank_pairwise(records: Sequence[AttentionRecord], **options: Any) -> HeadProjections:
+    """Objective ``"lowrank-pairwise"``: :func:`fit_lowrank_mass` plus the mass-weighted
+    pairwise term (:class:`PairwiseMassObjective`)."""
+    return fit_lowrank_logistic(records, weighting="pairwise", **options)
+
+
 def fit_lowrank_logistic(records: Sequence[AttentionRecord], *, rank: int = 8,
                          row_threshold: bool = True, radius_slack: float = 1.05,
                          model_id: str = "", alpha: float = 1.5, **refine: Any
@@ -182,10 +206,11 @@ def fit_lowrank_logistic(records: Sequence[AttentionRecord], *, rank: int = 8,
 
 
 def _loss(q: Tensor, k_pos: Tensor, k_neg: Tensor, params: list[Tensor], scale: Tensor,
-          shift: Tensor, weights: Tensor | None = None) -> Tensor:
+          shift: Tensor, weights: Tensor | None = None, pairwise: bool = False) -> Tensor:
     """Mean over heads of the class-balanced logistic loss; q, k_pos (heads, B, d), k_neg
     (heads, B, num, d); ``weights`` (heads, B): the positives' weights (None: uniform), the
-    positive term their weighted mean."""
+    positive term their weighted mean. ``pairwise``: plus ``−log σ(z_pos − z_neg)`` over each
+    positive's own negatives, weighted the same."""
     wq, bq, wk, bk = params
     heads, size, num, d = k_neg.shape
     q_hat = torch.baddbmm(bq[:, None], q, wq.transpose(1, 2))  # (heads, B, r)
@@ -194,8 +219,10 @@ def _loss(q: Tensor, k_pos: Tensor, k_neg: Tensor, params: list[Tensor], scale: 
                            wk.transpose(1, 2)).view(heads, size, num, -1)
     z_pos = scale[:, None] * (q_hat * kp_hat).sum(-1) + shift[:, None]
     z_neg = scale[:, None, None] * (q_hat[:, :, None] * kn_hat).sum(-1) + shift[:, None, None]
-    if weights is None:
-        positive = logsigmoid(z_pos).mean()
-    else:
-        positive = (weights * logsigmoid(z_pos)).sum() / weights.sum().clamp_min(1e-12)
-    return -(positive + logsigmoid(-z_neg).mean())
+    w = torch.ones_like(z_pos) if weights is None else weights
+    total = w.sum().clamp_min(1e-12)
+    loss = -((w * logsigmoid(z_pos)).sum() / total + logsigmoid(-z_neg).mean())
+    if pairwise:
+        ahead = logsigmoid(z_pos[..., None] - z_neg).mean(-1)  # (heads, B)
+        loss = loss - (w * ahead).sum() / total
+    return loss

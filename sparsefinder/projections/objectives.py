@@ -9,7 +9,9 @@
   (:func:`~sparsefinder.projections.bilinear.fit_lowrank_logistic`);
 - ``"lowrank-mass"``: the same refinement with each gold edge weighted by its entmax
   probability, so the heavy keys of a row count most
-  (:func:`~sparsefinder.projections.bilinear.fit_lowrank_mass`).
+  (:func:`~sparsefinder.projections.bilinear.fit_lowrank_mass`);
+- ``"lowrank-pairwise"``: that objective plus a mass-weighted pairwise term, each gold edge
+  ahead of its row's non-edges (:func:`~sparsefinder.projections.bilinear.fit_lowrank_pairwise`).
 
 The learned ones run on :class:`~sparsefinder.projections.trainer.Trainer`.
 """
@@ -25,6 +27,7 @@ from sparsefinder.data.records import AttentionRecord
 from sparsefinder.projections.bilinear import (
     fit_lowrank_logistic,
     fit_lowrank_mass,
+    fit_lowrank_pairwise,
     refine_lowrank,
 )
 from sparsefinder.projections.heads import HeadProjections
@@ -70,6 +73,10 @@ OBJECTIVES: dict[str, ProjectionObjective] = {
         ProjectionObjective("lowrank-mass", fit_lowrank_mass,
                             "lowrank refined with a logistic loss, gold edges weighted by "
                             "their entmax probability", defaults={"lr": 3e-3},
+                            forwards_to=(fit_lowrank_logistic, refine_lowrank)),
+        ProjectionObjective("lowrank-pairwise", fit_lowrank_pairwise,
+                            "lowrank-mass plus a mass-weighted pairwise term: each gold edge "
+                            "ahead of its row's non-edges", defaults={"lr": 3e-3},
                             forwards_to=(fit_lowrank_logistic, refine_lowrank)),
     )
 }

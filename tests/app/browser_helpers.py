@@ -133,3 +133,8 @@ def page_problems(page) -> list[str]:
     return ([f"exception box: {text}" for text in boxes["exceptions"]]
             + [f"error box: {text}" for text in boxes["errors"]]
             + [f"cut-off metric {text}" for text in page.evaluate(CUT_METRICS_JS)])
+
+
+#: The page's Plotly charts, less the hidden empty one a session's first run draws so that the
+#: browser loads Plotly early (app/main.py): it is gone once the page's own charts are drawn.
+PLOTS_JS = "document.querySelectorAll('.js-plotly-plot:not(.st-key-w_plotly_preload *)')"

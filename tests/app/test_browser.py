@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from browser_helpers import ARTIFACTS, CHROMIUM, SKIP_REASON, wait_until_idle
+from browser_helpers import ARTIFACTS, CHROMIUM, PLOTS_JS, SKIP_REASON, wait_until_idle
 
 METRIC_JS = """(label) => {
   for (const m of document.querySelectorAll('[data-testid="stMetric"]')) {
@@ -38,14 +38,14 @@ def _wait_for_explorer(page) -> None:
     """The six headline metrics (recall, sparsity at three scopes) and two figures."""
     page.wait_for_function(
         "document.querySelectorAll('[data-testid=\"stMetricValue\"]').length >= 6 && "
-        "document.querySelectorAll('.js-plotly-plot').length >= 2", timeout=240_000)
+        f"{PLOTS_JS}.length >= 2", timeout=240_000)
 
 
 def test_deep_link_to_a_page_works_on_first_load(server, page):
     """First request of a fresh server (regression: a pages/ folder made it legacy MPA)."""
     page.goto(f"{server}/tokens?method=fixed&window=3&global=first,last&query=5",
               timeout=240_000)
-    page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 1",
+    page.wait_for_function(f"{PLOTS_JS}.length >= 1",
                            timeout=240_000)
     assert page.locator("[data-testid='stException']").count() == 0
     assert page.evaluate(METRIC_JS, "Predicted keys per head") == "5.0"  # window + globals
@@ -178,7 +178,7 @@ def test_head_view_draws_the_selected_token_and_a_click_selects_another(server, 
     page and the link (its column)."""
     page.goto(f"{server}/tokens?method=fixed&window=3&global=none&query=5&layer=0",
               timeout=240_000)
-    page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 1",
+    page.wait_for_function(f"{PLOTS_JS}.length >= 1",
                            timeout=240_000)
     view = page.locator(".st-key-w_head_lines")
     view.locator("text[data-side='query'][data-index='5']").wait_for(timeout=60_000)
@@ -242,7 +242,7 @@ def test_a_click_on_a_pareto_point_loads_its_setting(server, page):
     """Clicking a frontier point of `distance` sets the sliders and the link to that
     threshold (raw distance, no window, no global tokens: the sweep's own setting)."""
     page.goto(f"{server}/pareto?method=fixed&window=3", timeout=240_000)
-    page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 1",
+    page.wait_for_function(f"{PLOTS_JS}.length >= 1",
                            timeout=240_000)
     wait_until_idle(page)
     index = page.evaluate("() => document.querySelector('.js-plotly-plot').data"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 import pytest
-from browser_helpers import CHROMIUM, SKIP_REASON, wait_until_idle
+from browser_helpers import CHROMIUM, PLOTS_JS, SKIP_REASON, wait_until_idle
 
 pytestmark = [
     pytest.mark.browser,
@@ -37,7 +37,7 @@ def test_a_page_load_makes_no_request_outside_the_machine(server, browser, path)
     page = context.new_page()
     try:
         page.goto(f"{server}{path}", timeout=240_000)
-        page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 1",
+        page.wait_for_function(f"{PLOTS_JS}.length >= 1",
                                timeout=240_000)
         wait_until_idle(page)
         icons = page.evaluate("[...document.querySelectorAll('link[rel~=\"icon\"]')]"

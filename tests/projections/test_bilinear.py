@@ -14,7 +14,8 @@ from sparsefinder.projections.objectives import fit_projections
 pytestmark = pytest.mark.numerical
 
 
-def _logits_after_one_step(weights: torch.Tensor | None) -> tuple[float, float]:
+def _logits_after_one_step(weights: torch.Tensor | None,
+                           pairwise: bool = False) -> tuple[float, float]:
     """One query row with two gold keys mirrored about the query's axis (equal logits, equal
     non-edge): the logits of the (heavy, light) key after one gradient step on the maps."""
     q = torch.tensor([[[1.0, 0.0], [1.0, 0.0]]], dtype=torch.float64)  # (heads, B, d)
@@ -26,7 +27,8 @@ def _logits_after_one_step(weights: torch.Tensor | None) -> tuple[float, float]:
             torch.zeros(1, 2, dtype=torch.float64, requires_grad=True)]
     scale = torch.ones(1, dtype=torch.float64)
     shift = torch.zeros(1, dtype=torch.float64)
-    _loss(q, k_pos, k_neg, maps, scale, shift, weights=weights).backward()
+    _loss(q, k_pos, k_neg, maps, scale, shift, weights=weights,
+          pairwise=pairwise).backward()
     with torch.no_grad():
         wq, bq, wk, bk = (p - 0.5 * p.grad for p in maps)
         q_hat = q[0, 0] @ wq[0].T + bq[0]
@@ -63,3 +65,44 @@ def test_lowrank_mass_trains_and_says_so() -> None:
     assert not torch.equal(fitted.weight, uniform.weight)  # the weighting changed the fit
     with pytest.raises(ValueError, match="weighting must be one of"):
         refine_lowrank(start, records, weighting="heavy")
+
+
+@pytest.mark.parametrize("pairwise", [False, True])
+def test_the_pairwise_term_ranks_the_heavy_key_first_too(pairwise) -> None:
+    heavy, light = _logits_after_one_step(torch.tensor([[0.9, 0.1]], dtype=torch.float64),
+                                          pairwise=pairwise)
+    assert heavy > light
+    same_heavy, same_light = _logits_after_one_step(None, pairwise=pairwise)
+    assert same_heavy == same_light
+
+
+def test_the_pairwise_term_reads_only_each_rows_order() -> None:
+    """The term is ``−log σ(z_pos − z_neg)``: it adds to the pointwise loss, does not move
+    with the shared shift, and weighs each positive by its weight."""
+    gen = torch.Generator().manual_seed(2)
+    q, k_pos = torch.randn(2, 5, 3, generator=gen), torch.randn(2, 5, 3, generator=gen)
+    k_neg = torch.randn(2, 5, 2, 3, generator=gen)
+    maps = [torch.randn(2, 2, 3, generator=gen), torch.zeros(2, 2),
+            torch.randn(2, 2, 3, generator=gen), torch.zeros(2, 2)]
+    scale, weights = torch.ones(2), torch.rand(2, 5, generator=gen)
+
+    def term(shift: torch.Tensor) -> torch.Tensor:
+        return (_loss(q, k_pos, k_neg, maps, scale, shift, weights=weights, pairwise=True)
+                - _loss(q, k_pos, k_neg, maps, scale, shift, weights=weights))
+
+    torch.testing.assert_close(term(torch.zeros(2)), term(torch.full((2,), 3.0)))
+    q_hat = q @ maps[0].transpose(1, 2)
+    z_pos = (q_hat * (k_pos @ maps[2].transpose(1, 2))).sum(-1)
+    z_neg = torch.einsum("hbr,hbnr->hbn", q_hat, torch.einsum("hbnd,hrd->hbnr", k_neg, maps[2]))
+    expected = -(weights * torch.nn.functional.logsigmoid(z_pos[..., None] - z_neg).mean(-1)
+                 ).sum() / weights.sum()
+    torch.testing.assert_close(term(torch.zeros(2)), expected)
+
+
+def test_lowrank_pairwise_trains_and_says_so() -> None:
+    gen = torch.Generator().manual_seed(1)
+    records = [cluster_record(gen, 24, uniform_probs=True) for _ in range(4)]
+    fitted = fit_projections(records, "lowrank-pairwise", rank=2, epochs=1, batch_size=32)
+    assert fitted.metadata["objective"] == "lowrank-pairwise" and fitted.kind == "augmented"
+    mass = fit_projections(records, "lowrank-mass", rank=2, epochs=1, batch_size=32)
+    assert not torch.equal(fitted.weight, mass.weight)  # the pairwise term changed the fit
