@@ -57,6 +57,8 @@ def own_projections(name: str, note: str | None) -> tuple[Path | None, str | Non
         st.sidebar.caption(f"Learned methods from this model's prepared bundle: `{path.parent}`")
         return path, None
     prepare_panel(name)
+    if note and serving_policy().may_prepare(name):
+        note += f" To fit them for this model: “{BUTTON}” in the sidebar."
     return None, note
 
 

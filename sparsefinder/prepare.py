@@ -159,10 +159,12 @@ def _hash_codes(run: PrepareRun) -> list[str]:
 def _calibration(run: PrepareRun) -> list[str]:
     from sparsefinder.calibration.table import CalibrationTable
     from sparsefinder.projections.heads import HeadProjections
+    from sparsefinder.projections.key_codebooks import KeyCodebooks
 
     path = run.folder / PROJECTIONS
     projections = HeadProjections.load(path, expected_model_id=run.loaded.model_id)
-    table = CalibrationTable.fit(run.records(), projections, file_sha256(path))
+    books = KeyCodebooks.load(run.folder / "key_codebooks.pt")  # bundle.json comes last
+    table = CalibrationTable.fit(run.records(), projections, file_sha256(path), codebooks=books)
     table.projections_file = PROJECTIONS
     table.metadata.update({**run.meta(), "alpha": run.loaded.alpha})
     table.save(run.folder / "calibration.pt")

@@ -32,6 +32,7 @@ from torch import Tensor
 from sparsefinder.calibration.allocation import allocate
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.methods.param import TARGET_SPARSITY
+from sparsefinder.methods.parts import Parts
 from sparsefinder.methods.registry import MethodUnavailable
 from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
 from sparsefinder.metrics.scorer import Scorer
@@ -68,16 +69,19 @@ class GridTable:
 
 
 def measure_grid(records: Sequence[AttentionRecord], projections: Any, method: str,
-                 grid: Sequence[Params]) -> GridTable:
-    """Score every raw setting of ``method`` on TRAIN ``records`` per (layer, head)."""
+                 grid: Sequence[Params], codebooks: Any = None) -> GridTable:
+    """Score every raw setting of ``method`` on TRAIN ``records`` per (layer, head)
+    (``codebooks``: routed k-means' key codebooks when they are not yet where the library
+    looks them up, a bundle being prepared; None: the library's lookup)."""
     if not records:
         raise ValueError("per-head calibration needs at least one TRAIN record")
     num_layers = records[0].num_layers
     specs, built, kept, skipped = [], [], [], []
+    parts = Parts(projections=projections, codebooks=codebooks)
     for params in grid:  # points that cannot be built (no centroids for that B) are left out
         spec = PredictorSpec.of(method, params)
         try:
-            built.append(spec.build_layers(projections, num_layers))
+            built.append(spec.build_layers(parts, num_layers))
         except ValueError as error:  # MethodUnavailable is one
             skipped.append(f"{spec.params_json()}: {error}")
             continue

@@ -107,9 +107,11 @@ class CalibrationTable:
             projections_sha256: str, targets: Sequence[float] = SPARSITY_TARGETS,
             samples_per_text: int = 1024, seed: int = 0,
             grid_methods: Sequence[str] = GRID_METHODS,
-            floor: int | None = DEFAULT_FLOOR) -> CalibrationTable:
+            floor: int | None = DEFAULT_FLOOR, codebooks: Any = None) -> CalibrationTable:
         """Fit every method of :data:`ESTIMATORS`, ``distance-floor`` with ``floor`` keys per
-        row (None: not fitted) and ``grid_methods`` at every target on TRAIN records."""
+        row (None: not fitted) and ``grid_methods`` at every target on TRAIN records
+        (``codebooks``: the key codebooks routed k-means is measured with, when they are not
+        yet where the library looks them up: a bundle being prepared)."""
         # one draw serves every estimator: the floored one also reads each pair's rank in
         # its row, which does not change the pairs the others read
         samples = DistanceSamples.from_records(records, projections, samples_per_text, seed,
@@ -129,7 +131,8 @@ class CalibrationTable:
         grids = {}
         for method in grid_methods:
             try:
-                table = measure_grid(records, projections, method, HEAD_GRIDS[method])
+                table = measure_grid(records, projections, method, HEAD_GRIDS[method],
+                                     codebooks=codebooks if method == "kmeans-routed" else None)
             except MethodUnavailable:  # e.g. no key codebooks for this model: not in the table
                 continue
             choices = torch.stack([table.choose(float(t)) for t in targets])  # (T, L, H)

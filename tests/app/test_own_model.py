@@ -49,6 +49,7 @@ def test_own_model_prepare_in_the_background_then_its_learned_methods(
     assert_clean(at)
     before = _available(at)
     assert "distance" not in before and not any(":budget" in m for m in before)
+    assert any("“Prepare predictors for this model” in the sidebar" in i.value for i in at.info)
     at.button(key="w_prepare").click().run()
     assert_clean(at)
     bars = [p.proto.text for p in at.get("progress")]

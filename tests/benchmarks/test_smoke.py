@@ -26,8 +26,9 @@ CHROMIUM = Path("/usr/bin/chromium")
 SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("*.py") if not p.name.startswith("_"))
 #: Real-browser runs (a served app and chromium).
 BROWSER = ("app_latency", "app_load", "app_waits")
-#: The costliest of the rest: several fresh processes each, a model built or loaded in each.
-HEAVY = ("distributed", "real_size")
+#: The costliest of the rest: several fresh processes each, a model built or loaded in each
+#: (prepare: a whole `sparsefinder prepare` of a tiny model).
+HEAVY = ("distributed", "prepare", "real_size")
 #: Runs on the default model's vectors (and the two with a GPU-only mode).
 MODEL = ("accuracy", "calibration_gap", "extract", "extract_long", "gpu_solver", "restricted")
 #: Everything else, and any new script.

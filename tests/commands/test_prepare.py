@@ -129,6 +129,12 @@ def test_prepare_lookup_by_model_id_reads_the_cache_dir(bert_bundle, monkeypatch
     assert parts.calibration is not None and parts.calibration.model_id == str(model)
     assert parts.hash_codes is not None and parts.hash_codes.model_id == str(model)
     assert LearnedParts.bundled("some/other-model").calibration is None
+    # routed k-means calibrated with the bundle's own codebooks (fitted before bundle.json)
+    assert parts.calibration.has("kmeans-routed:budget")
+    spec = PredictorSpec.of("kmeans-routed:budget", {"target_sparsity": 0.9})
+    layers = parts.build_layers(spec, parts.calibration_projections.num_layers)
+    assert layers and all(layer is not None for layer in layers)
+    assert "kmeans-routed" in parts.calibration.grids
 
 
 def test_prepare_refuses_a_model_not_cached_offline(tmp_path, monkeypatch, capsys) -> None:
@@ -171,3 +177,29 @@ def test_prepare_writes_its_progress_stage_by_stage(bert_bundle) -> None:
     assert lines[-4]["stage"] == "hash-codes" and lines[-4]["seconds_left"] is None
     assert all(line["seconds_left"] is not None for line in lines[-3:])
     assert read_progress(folder)["stage"] == "done"
+
+
+def test_prepare_on_two_torchrun_ranks_writes_the_same_bundle(bert_bundle, tmp_path) -> None:
+    """`torchrun --nproc_per_node=2 -m sparsefinder prepare` (gloo, CPU): the ranks split the
+    gold graphs and the atlas, rank 0 fits; the bundle lands in the same fingerprint folder
+    with the same files, and its atlas covers the same validation texts as one process's."""
+    import importlib.util
+
+    worker = Path(__file__).resolve().parents[1] / "distributed_worker.py"
+    spec = importlib.util.spec_from_file_location("distributed_worker", worker)
+    helpers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(helpers)
+    model, _, _, folder, _ = bert_bundle
+    out = tmp_path / "bundles"
+    run = helpers.torchrun(["-m", "sparsefinder", "prepare", "--model", str(model), "--device",
+                            "cpu", "--max-passages", PASSAGES, "--out", str(out)], timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "over 2 ranks" in run.stdout
+    two = find_bundle(load_model(str(model), device="cpu"), out)
+    assert two is not None and two.folder.name == folder.name and two.verify() == []
+    assert sorted(two.kinds()) == sorted(find_bundle(bert_bundle[1], bert_bundle[2]).kinds())
+    one_atlas = (folder / "atlas" / "heads.csv").read_text().splitlines()
+    two_atlas = (two.folder / "atlas" / "heads.csv").read_text().splitlines()
+    assert len(two_atlas) == len(one_atlas) and two_atlas[0] == one_atlas[0]
+    meta = json.loads((two.folder / "atlas" / "atlas.json").read_text())
+    assert meta.get("meta", meta).get("ranks", 2) == 2
