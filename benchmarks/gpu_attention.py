@@ -125,13 +125,9 @@ def _method(name: str, args):  # noqa: ANN001, ANN202
             return "adasplash is not installed (pip install adasplash: the gpu extra)"
         return lambda q, k, v: adasplash(q[None], k[None], v[None], alpha=1.5,
                                          is_causal=False)[0]
-    from restricted import KEYS_DEFAULT
+    from restricted import keys_selector
 
-    from sparsefinder.predictors.block_keys import BlockKeySparsefinder
-
-    select = BlockKeySparsefinder(args.block, KEYS_DEFAULT["n_keys"],
-                                  sub_block=KEYS_DEFAULT["sub_block"],
-                                  window_blocks=KEYS_DEFAULT["window_blocks"]).select
+    select = keys_selector(args.block)
     if name == "block-triton":
         if args.device_obj.type != "cuda":
             return "the Triton kernel runs here only in its interpreter (tests: TRITON_INTERPRET=1)"
@@ -156,14 +152,11 @@ def _method(name: str, args):  # noqa: ANN001, ANN202
 def _recall(q: torch.Tensor, k: torch.Tensor, block: int) -> tuple[float, float]:
     """Gold-edge recall of block Sparsefinder's default selection (``restricted.py``'s), with
     its single keys and of its key blocks alone (what the Triton kernel reads)."""
-    from restricted import KEYS_DEFAULT, score_selection
+    from restricted import keys_selector, score_selection
 
     from sparsefinder.attention.gold_edges import entmax_edges
-    from sparsefinder.predictors.block_keys import BlockKeySparsefinder
 
-    graph, extra = BlockKeySparsefinder(block, KEYS_DEFAULT["n_keys"],
-                                        sub_block=KEYS_DEFAULT["sub_block"],
-                                        window_blocks=KEYS_DEFAULT["window_blocks"]).select(q, k)
+    graph, extra = keys_selector(block)(q, k)
     edges, _ = entmax_edges(q, k, q.shape[-1] ** -0.5)
     edges = edges.to("cpu")
     recall, _ = score_selection(graph.cpu(), None if extra is None else extra.cpu(), edges,

@@ -208,18 +208,27 @@ def _n_keys(args: argparse.Namespace) -> int:
     return KEYS_DEFAULT["n_keys"] if args.selector == "keys" else 256
 
 
+def keys_selector(block: int, n_keys: int | None = None, sub_block: int | None = None,
+                  window_blocks: int | None = None):
+    """(q, k) → (block graph, extra keys) of the default block Sparsefinder (the diagonal band
+    ∪ single keys by q·k on pooled query sub-blocks), at :data:`KEYS_DEFAULT` where a setting
+    is not given: shared by the benchmarks that compare against it."""
+    from sparsefinder.predictors.block_keys import BlockKeySparsefinder
+
+    return BlockKeySparsefinder(block, n_keys or KEYS_DEFAULT["n_keys"],
+                                sub_block=sub_block or KEYS_DEFAULT["sub_block"],
+                                window_blocks=window_blocks or KEYS_DEFAULT["window_blocks"]
+                                ).select
+
+
 def _selector(args: argparse.Namespace, layer: int):
     """(q, k) → (block graph, extra keys) of the block Sparsefinder. ``--selector keys``: the
     diagonal band ∪ single keys by q·k on pooled query sub-blocks (``BlockKeySparsefinder``);
     otherwise key blocks from the pooled token projections (``pooled``) or from the learned
     block projections (``learned``) and single keys from the token projections."""
     if args.selector == "keys":
-        from sparsefinder.predictors.block_keys import BlockKeySparsefinder
-
-        sub = getattr(args, "sub_block", None) or KEYS_DEFAULT["sub_block"]
-        window = getattr(args, "window_blocks", None) or KEYS_DEFAULT["window_blocks"]
-        return BlockKeySparsefinder(args.block, _n_keys(args), sub_block=sub,
-                                    window_blocks=window).select
+        return keys_selector(args.block, _n_keys(args), getattr(args, "sub_block", None),
+                             getattr(args, "window_blocks", None))
 
     from sparsefinder.bundle import bundle
     from sparsefinder.predictors.block import BlockSparsefinder, LearnedBlockSparsefinder

@@ -88,13 +88,9 @@ def main() -> int:
         if args.selector == "oracle":
             tiles, extra = block_graph(probs > 0, args.block), None
         else:
-            from restricted import KEYS_DEFAULT
+            from restricted import keys_selector
 
-            from sparsefinder.predictors.block_keys import BlockKeySparsefinder
-
-            tiles, extra = BlockKeySparsefinder(
-                args.block, KEYS_DEFAULT["n_keys"], sub_block=KEYS_DEFAULT["sub_block"],
-                window_blocks=KEYS_DEFAULT["window_blocks"]).select(q, k)
+            tiles, extra = keys_selector(args.block)(q, k)
         t_block, _ = _best_of(args.runs, lambda: block_sparse_entmax(
             q, k, v, tiles, args.block, extra_keys=extra))
         t_exact, (out, cert) = _best_of(args.runs, lambda: exact_block_sparse_entmax(

@@ -52,6 +52,30 @@ def expand_blocks(block_graph: Tensor, block: int, n: int, m: int,
     return per_block.repeat_interleave(block, -2)[:, :n]
 
 
+def check_block_inputs(query: Tensor, key: Tensor, value: Tensor, block_graph: Tensor,
+                       block: int, sliding_window: int | None) -> tuple[int, int, int, int]:
+    """(heads, n, d, query blocks) of block-sparse self-attention inputs, or an error naming
+    the expected shapes (every block-sparse path checks its inputs here)."""
+    if query.dim() != 3 or key.shape != query.shape[:2] + key.shape[2:] or key.shape[:2] != (
+        value.shape[:2]
+    ):
+        raise ValueError(
+            f"query, key and value must be (heads, n, ·) with the same heads and n, got "
+            f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
+        )
+    heads, n, d = query.shape
+    nb = num_blocks(n, block)
+    if block_graph.dtype != torch.bool or tuple(block_graph.shape) != (heads, nb, nb):
+        raise ValueError(
+            f"block_graph must be bool (heads={heads}, {nb}, {nb}) for n={n} and block={block}, "
+            f"got {block_graph.dtype} {tuple(block_graph.shape)}"
+        )
+    if sliding_window is not None and (isinstance(sliding_window, bool) or int(sliding_window)
+                                       != sliding_window or sliding_window < 1):
+        raise ValueError(f"sliding_window must be an integer >= 1, got {sliding_window!r}")
+    return heads, n, d, nb
+
+
 def repair_block_graph(block_graph: Tensor, *, causal: bool, warn: bool = True,
                        sliding_window: int | None = None, n: int | None = None,
                        block: int | None = None) -> Tensor:
@@ -155,25 +179,10 @@ def block_sparse_rows(
     key of score ``x > x*`` has probability ``[(α−1)x − τ]^{1/(α−1)} > 0``. From the row's
     most probable key ``j``: ``x* = x_j − p_j^{α−1}/(α−1)``; NaN for α = 1 (no threshold) and
     where ``with_thresholds`` is False (a pass over the probabilities saved)."""
-    if query.dim() != 3 or key.shape != query.shape[:2] + key.shape[2:] or key.shape[:2] != (
-        value.shape[:2]
-    ):
-        raise ValueError(
-            f"query, key and value must be (heads, n, ·) with the same heads and n, got "
-            f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
-        )
-    heads, n, d = query.shape
-    nb = num_blocks(n, block)
-    if block_graph.dtype != torch.bool or tuple(block_graph.shape) != (heads, nb, nb):
-        raise ValueError(
-            f"block_graph must be bool (heads={heads}, {nb}, {nb}) for n={n} and block={block}, "
-            f"got {block_graph.dtype} {tuple(block_graph.shape)}"
-        )
+    heads, n, d, nb = check_block_inputs(query, key, value, block_graph, block,
+                                         sliding_window)
     scaling = d**-0.5 if scaling is None else scaling
     device = query.device
-    if sliding_window is not None and (isinstance(sliding_window, bool) or int(sliding_window)
-                                       != sliding_window or sliding_window < 1):
-        raise ValueError(f"sliding_window must be an integer >= 1, got {sliding_window!r}")
     graph = repair_block_graph(block_graph.to(device), causal=causal, warn=warn_empty,
                                sliding_window=sliding_window, n=n, block=block)
     extra = _check_extra_keys(extra_keys, heads, nb, n, device)

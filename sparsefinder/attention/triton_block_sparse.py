@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from sparsefinder.attention.block_sparse import num_blocks, repair_block_graph
+from sparsefinder.attention.block_sparse import check_block_inputs, repair_block_graph
 
 #: Newton steps of the kernel's τ solve (see the module docstring).
 N_ITER = 32
@@ -115,16 +115,9 @@ def triton_block_sparse_entmax(
     the same result as :func:`~sparsefinder.attention.block_sparse.block_sparse_entmax`
     without ``extra_keys`` (single keys are not read by this kernel). ``block`` a power of two
     ≥ 16 (Triton's matrix tiles)."""
-    if query.dim() != 3 or key.shape != query.shape or key.shape[:2] != value.shape[:2]:
-        raise ValueError(f"query, key and value must be (heads, n, ·) alike, got "
-                         f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}")
     if block < 16 or block & (block - 1):
         raise ValueError(f"block must be a power of two >= 16 for the kernel, got {block}")
-    heads, n, d = query.shape
-    nb = num_blocks(n, block)
-    if block_graph.dtype != torch.bool or tuple(block_graph.shape) != (heads, nb, nb):
-        raise ValueError(f"block_graph must be bool (heads={heads}, {nb}, {nb}), got "
-                         f"{block_graph.dtype} {tuple(block_graph.shape)}")
+    heads, n, d, nb = check_block_inputs(query, key, value, block_graph, block, sliding_window)
     scaling = d ** -0.5 if scaling is None else scaling
     graph = repair_block_graph(block_graph.to(query.device), causal=causal, warn=warn_empty,
                                sliding_window=sliding_window, n=n, block=block)

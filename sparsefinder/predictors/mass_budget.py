@@ -24,6 +24,7 @@ from torch import Tensor
 from sparsefinder.attention.masks import allowed_key_range, layer_allowed
 from sparsefinder.predictors.base import check_shapes
 from sparsefinder.predictors.distance import pairwise_sq_dist
+from sparsefinder.predictors.row_fraction import check_fractions
 
 _BISECTION_STEPS = 64
 
@@ -89,11 +90,7 @@ class MassRowBudget:
     honours_window: ClassVar[bool] = True  # see base.WindowAware
 
     def __post_init__(self) -> None:
-        f = self.fractions
-        if not isinstance(f, Tensor) or f.dim() != 1:
-            raise ValueError("fractions must be a 1-d tensor with one keep fraction per head")
-        if torch.isnan(f).any() or (f < 0).any() or (f > 1).any():
-            raise ValueError(f"fractions must lie in [0, 1], got {f.tolist()}")
+        check_fractions(self.fractions)
 
     def predict(self, q: Tensor, k: Tensor, *, causal: bool = False,
                 sliding_window: int | None = None) -> Tensor:

@@ -25,6 +25,14 @@ from sparsefinder.predictors.base import check_shapes
 from sparsefinder.predictors.distance import pairwise_sq_dist
 
 
+def check_fractions(fractions: Tensor) -> None:
+    """One keep fraction per head, each in [0, 1], or an error saying which rule it breaks."""
+    if not isinstance(fractions, Tensor) or fractions.dim() != 1:
+        raise ValueError("fractions must be a 1-d tensor with one keep fraction per head")
+    if torch.isnan(fractions).any() or (fractions < 0).any() or (fractions > 1).any():
+        raise ValueError(f"fractions must lie in [0, 1], got {fractions.tolist()}")
+
+
 @dataclass
 class RowFraction:
     """Query ``i`` of head ``h`` keeps its ``⌊fractions[h] · allowed_i⌋`` nearest keys."""
@@ -35,11 +43,7 @@ class RowFraction:
     honours_window: ClassVar[bool] = True  # see base.WindowAware
 
     def __post_init__(self) -> None:
-        f = self.fractions
-        if not isinstance(f, Tensor) or f.dim() != 1:
-            raise ValueError("fractions must be a 1-d tensor with one keep fraction per head")
-        if torch.isnan(f).any() or (f < 0).any() or (f > 1).any():
-            raise ValueError(f"fractions must lie in [0, 1], got {f.tolist()}")
+        check_fractions(self.fractions)
 
     def predict(self, q: Tensor, k: Tensor, *, causal: bool = False,
                 sliding_window: int | None = None) -> Tensor:
