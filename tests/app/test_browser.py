@@ -45,7 +45,10 @@ def test_deep_link_to_a_page_works_on_first_load(server, page):
     """First request of a fresh server (regression: a pages/ folder made it legacy MPA)."""
     page.goto(f"{server}/tokens?method=fixed&window=3&global=first,last&query=5",
               timeout=240_000)
-    page.wait_for_function(f"{PLOTS_JS}.length >= 1",
+    # Wait for this page's own metric as well as a figure: a drawn figure does not prove the
+    # metrics have arrived (CI once read the metric a moment too early).
+    page.wait_for_function(f"{PLOTS_JS}.length >= 1 && "
+                           f"({METRIC_JS})('Predicted keys per head') !== null",
                            timeout=240_000)
     assert page.locator("[data-testid='stException']").count() == 0
     assert page.evaluate(METRIC_JS, "Predicted keys per head") == "5.0"  # window + globals
