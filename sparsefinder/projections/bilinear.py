@@ -122,6 +122,13 @@ class PairwiseMassObjective(MassObjective):
             return autograd_gradients(loss, params)
 
 
+#: The most optimizer steps of one layer's epoch. Why: an epoch has ``ceil(max_h P_h / batch)``
+#: steps, and a near-dense layer (a random BERT-base: ~n² gold edges a text) needs ~100 times
+#: the steps of a sparse one for no better fit, while the bundled model's layers need at most
+#: 34 (docs/results.md); a head with more positives trains on a uniform sample of them
+#: (:func:`~sparsefinder.projections.pairs.subsample_pairs`).
+MAX_STEPS = 256
+
 #: The refinement's weighting of the gold edges, by objective name.
 WEIGHTINGS = {"uniform": BilinearObjective, "mass": MassObjective,
               "pairwise": PairwiseMassObjective}
@@ -142,11 +149,16 @@ def refine_lowrank(
     checkpoint: Callable[[dict[str, Any]], None] | None = None,
     resume: dict[str, Any] | None = None,
     weighting: str = "uniform",
+    max_steps: int | None = MAX_STEPS,
 ) -> HeadProjections:
     """A refined copy of augmented (``lowrank``) projections, trained on TRAIN records
     (loop options as in :func:`~sparsefinder.projections.hinge.train_projections`);
     ``weighting="mass"``: each gold edge weighted by its entmax probability
-    (:class:`MassObjective`)."""
+    (:class:`MassObjective`); ``max_steps``: the most optimizer steps of a layer's epoch
+    (None: no bound; see :data:`MAX_STEPS`)."""
+    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int)
+                                  or max_steps < 1):
+        raise ValueError(f"max_steps must be an integer >= 1 or None, got {max_steps!r}")
     if weighting not in WEIGHTINGS:
         raise ValueError(f"weighting must be one of {', '.join(WEIGHTINGS)}, got {weighting!r}")
     if projections.kind != "augmented":
@@ -159,7 +171,8 @@ def refine_lowrank(
         projections.check_record(record)
     fit, held = early_stop.split(records) if early_stop is not None else (records, [])
     objective = WEIGHTINGS[weighting](projections, fit, held_out=held, batch_size=batch_size,
-                                      negatives_per_positive=negatives_per_positive, seed=seed)
+                                      negatives_per_positive=negatives_per_positive, seed=seed,
+                                      max_steps=max_steps)
     trainer = Trainer(epochs=epochs, lr=lr, device=device, progress=progress,
                       desc="refine (logistic)", early_stop=early_stop, checkpoint=checkpoint)
     done = trainer.fit(objective, projections.num_layers, resume=resume)
@@ -171,6 +184,7 @@ def refine_lowrank(
         "lr": float(lr),
         "epochs": epochs, "batch_size": batch_size,
         "negatives_per_positive": negatives_per_positive, "seed": seed,
+        "max_steps": max_steps, "steps": [len(layer["log"].losses) for layer in done],
         **loss_metadata([layer["log"] for layer in done]),
         "logistic_bias": [layer["logistic_bias"] for layer in done],
     }
