@@ -143,3 +143,30 @@ def test_max_steps_bounds_each_layers_epoch_and_the_capped_fit_still_learns() ->
                                                                   free.key_weight)
     with pytest.raises(ValueError, match="max_steps must be an integer >= 1 or None"):
         refine_lowrank(start, records, max_steps=0)
+
+
+def test_dense_heads_keep_their_start_and_an_all_dense_layer_is_not_trained() -> None:
+    """A head attending to every key of every row has no non-edge to contrast (the last
+    layers of a random BERT-base): the refinement leaves it as it started, trains the rest."""
+    import dataclasses
+
+    gen = torch.Generator().manual_seed(4)
+    records = []
+    for _ in range(4):
+        record = cluster_record(gen, 24)
+        first, second = record.layers
+        gold = first.gold.clone()
+        gold[1] = True  # layer 0: head 1 dense
+        dense0 = dataclasses.replace(first, gold=gold, prob_values=torch.ones(int(gold.sum())))
+        full = torch.ones_like(second.gold)  # layer 1: every head dense
+        dense1 = dataclasses.replace(second, gold=full, prob_values=torch.ones(int(full.sum())))
+        records.append(dataclasses.replace(record, layers=[dense0, dense1]))
+    start = fit_lowrank(records, rank=2)
+    refined = refine_lowrank(start, records, lr=0.02, epochs=2, batch_size=32)
+    assert refined.metadata["dense_heads"] == [[1], [0, 1]]
+    assert refined.metadata["steps"][1] == 0  # nothing to learn in layer 1
+    for name in ("weight", "bias", "key_weight", "key_bias"):
+        torch.testing.assert_close(getattr(refined, name)[0, 1], getattr(start, name)[0, 1])
+        torch.testing.assert_close(getattr(refined, name)[1], getattr(start, name)[1])
+    assert not torch.allclose(refined.weight[0, 0], start.weight[0, 0])  # head 0 trained
+    assert refined.metadata["logistic_bias"][1] == [0.0, 0.0]
