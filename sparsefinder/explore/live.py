@@ -40,9 +40,10 @@ from sparsefinder.projections.heads import HeadProjections
 
 def effective_method(state: ViewState, prepared: PreparedText) -> str:
     """The method that actually runs, written with its calibration (``distance:budget``): a
-    learned one without projections becomes "fixed"."""
+    learned one without projections becomes "window" (the app's window and global tokens
+    only)."""
     wanted = state.method_id
-    return wanted if wanted in prepared.available_methods() else "fixed"
+    return wanted if wanted in prepared.available_methods() else "window"
 
 
 def clamp(state: ViewState, prepared: PreparedText) -> tuple[ViewState, list[str]]:
@@ -215,7 +216,7 @@ def describe(spec: PredictorSpec) -> str:
     }
     if spec.method_id in labels:
         pieces = [labels[spec.method_id]()]
-    elif spec.method == "fixed":
+    elif spec.empty_base:
         pieces = []
     else:  # a generated family: its name, each parameter by its slider label
         declared = {param.name: param.label for param in get_method(spec.method).params}

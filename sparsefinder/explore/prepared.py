@@ -19,7 +19,7 @@ from torch import Tensor
 from sparsefinder.calibration.table import CalibrationTable
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.evaluation.curves import QUEST_PAGE
-from sparsefinder.explore.app_methods import GENERIC_FAMILIES, generic_params
+from sparsefinder.explore.app_methods import GENERIC_FAMILIES, generic_params, pinned_params
 from sparsefinder.explore.state import MAX_BINS
 from sparsefinder.learned_parts import LearnedParts
 from sparsefinder.methods.spec import PredictorSpec, RecordInputs
@@ -108,7 +108,7 @@ class PreparedText:
                 methods.append("kmeans")
         if self.hash_codes is not None:
             methods.append("hashattention")
-        return [*methods, "quest", "fixed", *self._generic_methods()]  # Quest: own q/k
+        return [*methods, "quest", *self._generic_methods()]  # Quest: own q/k
 
     def _generic_methods(self) -> list[str]:
         """The families with generated controls that build here (at their declared defaults):
@@ -118,8 +118,8 @@ class PreparedText:
         if self._generic is None:
             generic = []
             for family in GENERIC_FAMILIES:
-                spec = PredictorSpec.of(family, {p.name: p.default
-                                                 for p in generic_params(family)})
+                spec = PredictorSpec.of(family, {**pinned_params(family), **{
+                    p.name: p.default for p in generic_params(family)}})
                 if spec.needs_projections and not self.has_projections:
                     continue
                 try:
