@@ -114,11 +114,10 @@ def predict(prepared: PreparedText, spec: PredictorSpec) -> LazyMasks:
     not all): a window/global pattern is one (n, n) mask broadcast over the heads
     (``shared``), which the scorer reads once per layer, so a slider move on a long text
     costs no per-head n² work (the numbers are the same)."""
-    predictors = spec.build_layers(prepared.projections_for(spec.method_id), prepared.num_layers,
-                                   prepared.fitted(spec.method_id))
+    predictors = spec.build_layers(prepared.parts_for(spec), prepared.num_layers)
     heads, n, m = prepared.record.layers[0].gold_shape
-    return LazyMasks(LayerPrediction(spec, predictors, prepared.inputs_for(spec.method_id),
-                                     shared=True), prepared.num_layers, heads * n * m)
+    return LazyMasks(LayerPrediction(spec, predictors, prepared.inputs_for(spec), shared=True),
+                     prepared.num_layers, heads * n * m)
 
 
 def score(prepared: PreparedText, preds: Sequence[Tensor]) -> GraphScores:
