@@ -61,6 +61,7 @@ from sparsefinder.predictors import (
     Window,
 )
 from sparsefinder.predictors.block_keys import BlockKeySparsefinder
+from sparsefinder.predictors.hash_codes import HASH_BITS
 from sparsefinder.predictors.quest import QuestPages
 
 #: Window of the Longformer / BigBird baselines (the paper's efficiency study uses w = 3).
@@ -77,10 +78,15 @@ def _int(name: str, default: int, low: int, label: str = "", url: str = "",
 
 THRESHOLD = Param("threshold", float, 1.0, low=0.0, label="t", url="t",
                   help="keep a pair when its projected distance is at most t")
-BINS = _int("bins", 4, 1, "β", "beta")
+#: the app's slider and link ranges are these declarations' (``app_high``: its useful region)
+BINS = _int("bins", 4, 1, "β", "beta", app_high=16)
 CLUSTERS = _int("n_clusters", 8, 1, "B", "B")
-TOP_K = _int("top_k", 1, 1, "k", "k")
-WINDOW = _int("window", 3, 0, "w", "window")
+TOP_K = _int("top_k", 1, 1, "k", "k", app_high=8)
+WINDOW = _int("window", 3, 0, "w", "window", app_high=31)
+#: Quest: pages of QUEST_PAGE keys kept per query
+PAGES = _int("pages", 8, 0, "pages", "pages", app_high=64)
+#: HashAttention: the largest Hamming distance of a kept key's code (16-bit bundled codes)
+HAMMING = _int("max_distance", 3, 0, "Hamming distance", "hd", app_high=HASH_BITS)
 SHARE = {"low": 0.0, "high": 1.0, "low_open": True}
 FLOOR = _int("floor", DEFAULT_FLOOR, 1, "keys per row (floor)", "floor", high=RANK_CAP)
 #: the floor's cap by row length (calibrated floors only: it reads the target); left out,
@@ -233,14 +239,14 @@ def _builtin_methods() -> list[Method]:
                app=_app("Oracles (bounds)")),
         # long-context baselines: training-free page bounds; learned hash codes
         Method("quest", "Quest pages (min/max key bounds)",
-               (_int("page_size", 16, 1, "page size"), _int("pages", 8, 0, "pages", "pages")),
+               (_int("page_size", 16, 1, "page size"), PAGES),
                lambda p, c: QuestPages(int(p["pages"]), int(p["page_size"])),
                inputs="original", tags=("baseline", "long-context"), needs=(),
                grids=sweep_grids("quest", _over("pages", (1, 2, 4, 8, 16, 32, 64),
                                                 page_size=16), groups=LONG),
                app=_app(OTHER, controls=OWN)),
         Method("hashattention", "HashAttention (learned bit codes)",
-               (_int("max_distance", 3, 0, "Hamming distance", "hd"),),
+               (HAMMING,),
                _hash_codes, inputs="original", fit=_hash_codes_fit,
                needs=("hash_codes",), fits="hash_codes",
                tags=("baseline", "long-context"),

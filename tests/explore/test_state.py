@@ -320,16 +320,32 @@ def test_bad_coreference_fields_fall_back_with_a_message_each():
     ]
 
 
+def test_the_apps_ranges_are_the_catalogs():
+    """Every bound the app's link and sliders use is a family's declared one."""
+    from sparsefinder.methods.registry import METHODS
+
+    declared = {f"{family}.{p.name}": p for family in ("quantization", "kmeans", "quest",
+                                                        "hashattention", "window")
+                for p in METHODS[family].params}
+    for key, low, high in (("quantization.bins", 1, urlstate.MAX_BINS),
+                           ("kmeans.top_k", 1, urlstate.MAX_TOP_K),
+                           ("quest.pages", 0, urlstate.MAX_PAGES),
+                           ("hashattention.max_distance", 0, urlstate.HASH_BITS),
+                           ("window.window", 0, urlstate.MAX_WINDOW)):
+        assert (declared[key].low, declared[key].app_high) == (low, high), key
+
+
 def test_quest_pages_bounds_and_spec():
     default = urlstate.ViewState()
-    for text, expected in (("1", 1), (str(urlstate.MAX_PAGES), urlstate.MAX_PAGES)):
+    # the catalog's range: 0 pages (the empty graph) up to the slider's useful region
+    for text, expected in (("0", 0), (str(urlstate.MAX_PAGES), urlstate.MAX_PAGES)):
         state, problems = urlstate.parse_view_state({"pages": text})
         assert problems == [] and state.pages == expected
-    for bad, shown in (("0", 0), (str(urlstate.MAX_PAGES + 1), urlstate.MAX_PAGES + 1)):
+    for bad, shown in (("-1", -1), (str(urlstate.MAX_PAGES + 1), urlstate.MAX_PAGES + 1)):
         state, problems = urlstate.parse_view_state({"pages": bad})
         assert state.pages == default.pages
         assert problems == [f"ignored URL parameter pages={bad!r}: {shown} is outside "
-                            f"[1, {urlstate.MAX_PAGES}]"]
+                            f"[0, {urlstate.MAX_PAGES}]"]
     quest = urlstate.ViewState(method="quest", pages=3)
     assert urlstate.to_spec(quest).param_dict == {"page_size": urlstate.QUEST_PAGE, "pages": 3}
     assert urlstate.to_spec(quest.with_(method="distance"), "quest").params == (
