@@ -113,7 +113,7 @@ RULES = (
 )
 _WHY_PROJECTIONS = ("the calibration table was fitted for it; the best measured projections "
                     "(distance:budget R@0.90 = 0.850 on the validation split with the bundled "
-                    "adapter, above the top-k oracle's 0.810; docs/results.md)")
+                    "adapter, above the top-k oracle's 0.810; docs/results/quality.md)")
 _WHY_CENTROIDS = ("shared query/key space with k-means centroids, which k-means, quantization, "
                   "clusters and coref need (the augmented low-rank files have none)")
 

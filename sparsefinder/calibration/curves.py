@@ -32,7 +32,7 @@ DISTANCE_FINE_GRID = [round(0.05 * i, 2) for i in range(1, 101)]
 #: passages, the restricted model scored on the next 40; the rule is written in the tool)
 #: among m = 4, 5, 6, 8 with c = 0.25, 0.5, 1 and the uncapped m = 5: no setting had the
 #: highest output cosine at all three targets 0.75 / 0.90 / 0.95, and among the settings
-#: within 0.005 of every target the uncapped m = 5 had the best mean (docs/results.md).
+#: within 0.005 of every target the uncapped m = 5 had the best mean (docs/results/quality.md).
 DEFAULT_FLOOR = 5
 DEFAULT_FLOOR_SHARE: float | None = None
 #: what a floored calibration is given besides the target

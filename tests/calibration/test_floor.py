@@ -267,8 +267,8 @@ def test_floor_share_errors(samples) -> None:
         CalibratedFlooredDistance(0.9, 2, floor_share=0.5).fit(ranked)
 
 
-# the floor chosen on train by tools/choose_floor.py --lengths (docs/results.md, "A floor that
-# fits the length"): m = 12 keys, capped at the keys the target leaves the row (c = 1)
+# the floor chosen on train by tools/choose_floor.py --lengths (docs/results/quality.md, "A
+# floor that fits the length"): m = 12 keys, capped at the keys the target leaves the row (c = 1)
 LENGTH_RULE = {"floor": 12, "floor_share": 1.0}
 
 
