@@ -23,7 +23,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from sparsefinder.calibration.curves import DEFAULT_FLOOR, SPARSITY_TARGETS, calibrated_methods
+from sparsefinder.calibration.curves import (
+    DEFAULT_FLOOR,
+    DEFAULT_FLOOR_SHARE,
+    SPARSITY_TARGETS,
+    calibrated_methods,
+)
 from sparsefinder.calibration.estimators import CalibratedDistance, CalibratedRowFraction
 from sparsefinder.calibration.floor import CalibratedFlooredDistance
 from sparsefinder.calibration.grid import HEAD_GRIDS, layer_predictor, measure_grid
@@ -45,7 +50,8 @@ from sparsefinder.projections.heads import HeadProjections
 FORMAT = "sparsefinder-calibration"
 #: Families a table holds under ``calibration="budget"``, and the estimator of each.
 ESTIMATORS = {"distance": CalibratedDistance, "rowfrac": CalibratedRowFraction}
-#: The floored distance family a table holds, at ONE floor (``metadata["floor"]``).
+#: The floored distance family a table holds, at ONE floor (``metadata["floor"]``) and ONE
+#: length cap (``metadata["floor_share"]``; tables written before the cap lack it: uncapped).
 FLOOR_METHOD = "distance-floor"
 #: Families whose per-head raw settings a table holds (:mod:`.grid`): those that do not read
 #: the projections, so they hold whatever projections the table is fitted for.
@@ -85,11 +91,12 @@ class CalibrationTable:
     """Per-head parameters of each family under ``calibration="budget"`` at each target.
 
     ``params[family]`` is float32 (targets, layers, heads): squared thresholds for
-    ``distance`` and ``distance-floor`` (its floor of ``metadata["floor"]`` keys per row, no
-    length cap), keep fractions for ``rowfrac``, indices into ``grids[family]``
-    (the raw settings) for the :data:`GRID_METHODS`; ``train_sparsity`` and ``train_recall``
-    the train estimates, same shapes. ``projections_file`` names the projections file (next
-    to the table) it was fitted for, so an app can load them whatever its own projections.
+    ``distance`` and ``distance-floor`` (its floor of ``metadata["floor"]`` keys per row,
+    capped by the row's length with ``metadata["floor_share"]``, None or absent: uncapped),
+    keep fractions for ``rowfrac``, indices into ``grids[family]`` (the raw settings) for
+    the :data:`GRID_METHODS`; ``train_sparsity`` and ``train_recall`` the train estimates,
+    same shapes. ``projections_file`` names the projections file (next to the table) it was
+    fitted for, so an app can load them whatever its own projections.
     """
 
     model_id: str
@@ -107,11 +114,13 @@ class CalibrationTable:
             projections_sha256: str, targets: Sequence[float] = SPARSITY_TARGETS,
             samples_per_text: int = 1024, seed: int = 0,
             grid_methods: Sequence[str] = GRID_METHODS,
-            floor: int | None = DEFAULT_FLOOR, codebooks: Any = None) -> CalibrationTable:
+            floor: int | None = DEFAULT_FLOOR, codebooks: Any = None,
+            floor_share: float | None = DEFAULT_FLOOR_SHARE) -> CalibrationTable:
         """Fit every method of :data:`ESTIMATORS`, ``distance-floor`` with ``floor`` keys per
-        row (None: not fitted) and ``grid_methods`` at every target on TRAIN records
-        (``codebooks``: the key codebooks routed k-means is measured with, when they are not
-        yet where the library looks them up: a bundle being prepared)."""
+        row capped by ``floor_share`` (the floor None: not fitted; the share None: no cap) and
+        ``grid_methods`` at every target on TRAIN records (``codebooks``: the key codebooks
+        routed k-means is measured with, when they are not yet where the library looks them
+        up: a bundle being prepared)."""
         # one draw serves every estimator: the floored one also reads each pair's rank in
         # its row, which does not change the pairs the others read
         samples = DistanceSamples.from_records(records, projections, samples_per_text, seed,
@@ -119,8 +128,9 @@ class CalibrationTable:
         estimators = {method: [estimator(target_sparsity=float(t), allocation="budget")
                                for t in targets] for method, estimator in ESTIMATORS.items()}
         if floor is not None:
-            estimators[FLOOR_METHOD] = [CalibratedFlooredDistance(float(t), int(floor), "budget")
-                                        for t in targets]
+            estimators[FLOOR_METHOD] = [
+                CalibratedFlooredDistance(float(t), int(floor), "budget", floor_share)
+                for t in targets]
         params, sparsity, recall = {}, {}, {}
         for method, unfitted in estimators.items():
             fitted = [estimator.fit(samples) for estimator in unfitted]
@@ -147,7 +157,8 @@ class CalibrationTable:
                    train_sparsity=sparsity, train_recall=recall,
                    metadata={"n_texts": len(records), "samples_per_text": samples_per_text,
                              "seed": seed, "allocation": "budget",
-                             **({"floor": int(floor)} if floor is not None else {})},
+                             **({"floor": int(floor), "floor_share": _share(floor_share)}
+                                if floor is not None else {})},
                    grids=grids)
 
     def index(self, target: float) -> int:
@@ -169,8 +180,16 @@ class CalibrationTable:
         if method in self.grids:
             return layer_predictor(method, self.grids[method], values.long(), projections, layer)
         if method == FLOOR_METHOD:
-            return RowFloor(ThresholdDistance(values), int(self.metadata["floor"]))
+            share = self.floor_share
+            row_share = None if share is None else share * (1.0 - float(target))
+            return RowFloor(ThresholdDistance(values), int(self.metadata["floor"]), row_share)
         return ThresholdDistance(values) if method == "distance" else RowFraction(values)
+
+    @property
+    def floor_share(self) -> float | None:
+        """The length cap of the table's ``distance-floor`` (None: uncapped, also for the tables
+        written before the cap was recorded)."""
+        return _share(self.metadata.get("floor_share"))
 
     def has(self, method: str) -> bool:
         """Whether the table holds ``method``, a calibrated form (``distance:budget`` or the
@@ -187,13 +206,14 @@ class CalibrationTable:
         """The ``fitted`` factory of one calibrated method (what a sweep's ``fit`` returns)."""
 
         def build(params: dict, projections: Any, layer: int) -> Any:
-            if table_key(method) == FLOOR_METHOD:  # the table holds one floor, uncapped
-                held = int(self.metadata["floor"])
-                if int(params.get("floor", held)) != held or params.get("floor_share"):
+            if table_key(method) == FLOOR_METHOD:  # the table holds one floor and one cap
+                held, share = int(self.metadata["floor"]), self.floor_share
+                asked = _share(params.get("floor_share"))  # left out: uncapped
+                if int(params.get("floor", held)) != held or not _same_share(asked, share):
                     raise MethodUnavailable(
                         f"the calibration table holds {FLOOR_METHOD}:budget with floor={held} "
-                        "and no floor_share; other settings need train graphs (a sweep with "
-                        "--train-passages)")
+                        f"and floor_share={share}; other settings need train graphs (a sweep "
+                        "with --train-passages)")
             return self.predictor(method, float(params["target_sparsity"]), layer, projections)
 
         return build
@@ -237,6 +257,18 @@ class CalibrationTable:
                                    "is missing or not the file the table was fitted for; remake "
                                    "it with `make assets`")
         return HeadProjections.load(path, expected_model_id=self.model_id)
+
+
+def _share(value: Any) -> float | None:
+    """A floor share as a float (None: no cap)."""
+    return None if value is None else float(value)
+
+
+def _same_share(a: float | None, b: float | None) -> bool:
+    """Whether two floor shares are the same cap (None only equals None)."""
+    if a is None or b is None:
+        return a is b
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
 
 
 def _renamed(table: dict | None) -> dict:

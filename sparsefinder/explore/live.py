@@ -35,6 +35,7 @@ from sparsefinder.methods.spec import (
     predict_layer,
 )
 from sparsefinder.metrics.measures import GraphScores
+from sparsefinder.predictors.row_floor import floor_counts
 from sparsefinder.projections.heads import HeadProjections
 
 
@@ -243,6 +244,9 @@ def short_text_note(spec: PredictorSpec, n_keys: int, sparsity: float) -> str | 
     if target is None or n_keys < 1:
         return None
     kept = max(int(params.get("floor", 1) or 1), 1)
+    if params.get("floor_share") is not None:  # the floor capped by the row's length
+        share = float(params["floor_share"]) * (1.0 - float(target))
+        kept = int(floor_counts(kept, share, torch.tensor(n_keys)))
     reachable = max(0.0, 1.0 - kept / n_keys)
     if reachable >= float(target):
         return None

@@ -338,9 +338,10 @@ def to_spec(state: ViewState, method: str | None = None) -> PredictorSpec:
     calibration = calibration or "none"
     params: dict[str, Any] = {}
     if calibration != "none":  # the target; any other declared setting at its default
-        params = {"target_sparsity": float(state.target_sparsity)}
+        params = {"target_sparsity": float(state.target_sparsity)}  # (an optional one too,
         params.update({p.name: p.default for p in METHODS[method].variant(calibration).params
-                       if p.name not in params and not p.optional})
+                       if p.name not in params  # when its default is a setting, not None)
+                       and (not p.optional or p.default is not None)})
     elif method == "distance":
         params = {"threshold": float(state.t if state.t is not None else 0.0)}
     elif method == "quantization":

@@ -39,12 +39,19 @@ _NAMES = ("weight", "bias", "key_weight", "key_bias")
 
 class BilinearObjective(PairsObjective):
     """The logistic loss of the bilinear logit on the layer pairs: parameters ``[A, a, B, b,
-    s, c]`` (maps, biases, per-head scale and shift), started from ``projections``."""
+    s, c]`` (maps, biases, per-head scale and shift), started from ``projections``.
+
+    A dense head (every row of every text attends to every key it may see: a barely sparse
+    layer, e.g. the last layers of a random BERT) has no non-edge to contrast: it keeps its
+    start (its batches are borrowed only so the heads train together, see
+    :func:`~sparsefinder.projections.pairs.dense_heads_of`), and a layer of dense heads only
+    is not trained at all."""
 
     def __init__(self, projections: HeadProjections, records: Sequence[AttentionRecord],
                  **data: Any) -> None:
         super().__init__(records, heads=projections.num_heads, **data)
         self.start_from = projections
+        self.zero_dense = True
 
     def init(self) -> list[Tensor]:
         maps = [getattr(self.start_from, name)[self.layer].clone().requires_grad_()
@@ -60,17 +67,22 @@ class BilinearObjective(PairsObjective):
             return autograd_gradients(loss, params)
 
     def finish(self, params: list[Tensor] | None, log: LayerLog) -> dict[str, Any]:
-        if params is None:  # a softmax layer: nothing learned, the start is kept
-            params = [*(getattr(self.start_from, name)[self.layer] for name in _NAMES),
-                      torch.ones(self.heads), torch.zeros(self.heads)]
-        wq, bq, wk, bk, scale, shift = (p.detach().cpu() for p in params)
+        start = [*(getattr(self.start_from, name)[self.layer] for name in _NAMES),
+                 torch.ones(self.heads), torch.zeros(self.heads)]
+        if params is None:  # a softmax or all-dense layer: nothing learned, the start is kept
+            params = start
+        wq, bq, wk, bk, scale, shift = (p.detach().cpu().clone() for p in params)
+        dense = list(self.borrow)
+        for learned, first in zip((wq, bq, wk, bk, scale, shift), start, strict=True):
+            learned[dense] = first[dense].to(learned.dtype)  # dense heads: their start
         s = scale[:, None]
         wq, bq = wq * s[..., None], bq * s  # fold the scale into the query side
         q_norm, k_norm = max_norms(self.records + self.held, self.layer, wq, bq, wk, bk)
         slack = float(self.start_from.metadata.get("radius_slack", 1.05))
         return {"weight": wq, "bias": bq, "key_weight": wk, "key_bias": bk,
                 "query_radius": q_norm * slack, "key_radius": k_norm * slack,
-                "logistic_bias": [round(float(x), 6) for x in shift], "log": log}
+                "logistic_bias": [round(float(x), 6) for x in shift], "dense": dense,
+                "log": log}
 
 
 class MassObjective(BilinearObjective):
@@ -122,9 +134,35 @@ class PairwiseMassObjective(MassObjective):
             return autograd_gradients(loss, params)
 
 
+#: The most optimizer steps of one layer's epoch. Why: an epoch has ``ceil(max_h P_h / batch)``
+#: steps, and a near-dense layer (a random BERT-base: ~n² gold edges a text) needs ~100 times
+#: the steps of a sparse one for no better fit, while the bundled model's layers need at most
+#: 34 (docs/results.md); a head with more positives trains on a uniform sample of them
+#: (:func:`~sparsefinder.projections.pairs.subsample_pairs`).
+MAX_STEPS = 256
+
+
+class ListwiseMassObjective(MassObjective):
+    """:class:`MassObjective` plus a listwise term (objective ``"lowrank-listwise"``): the
+    cross-entropy of the gold entmax distribution against a softmax over each row's logits
+    (−d²/2 in the augmented space, up to the row's own constant), sampled: each gold edge
+    ``(i, j)`` against its row's drawn non-edges, ``−p_ij · log softmax(z_ij, z_ij')_j``.
+    Why: the row's softmax asks that the keys carrying the mass come first within the row,
+    in proportion to that mass, and does not move with the shared shift; the pointwise terms
+    stay, so one threshold per head still works."""
+
+    def batch_gradients(self, params: list[Tensor], pairs: _LayerPairs, q_rows: Tensor,
+                        k_rows: Tensor, n_rows: Tensor) -> tuple[list[Tensor], Tensor]:
+        with torch.enable_grad():
+            loss = _loss(pairs.q_table[q_rows], pairs.k_table[k_rows], pairs.k_table[n_rows],
+                         params[:4], params[4], params[5], weights=self.weights,
+                         listwise=True)
+            return autograd_gradients(loss, params)
+
+
 #: The refinement's weighting of the gold edges, by objective name.
 WEIGHTINGS = {"uniform": BilinearObjective, "mass": MassObjective,
-              "pairwise": PairwiseMassObjective}
+              "pairwise": PairwiseMassObjective, "listwise": ListwiseMassObjective}
 
 
 def refine_lowrank(
@@ -142,11 +180,16 @@ def refine_lowrank(
     checkpoint: Callable[[dict[str, Any]], None] | None = None,
     resume: dict[str, Any] | None = None,
     weighting: str = "uniform",
+    max_steps: int | None = MAX_STEPS,
 ) -> HeadProjections:
     """A refined copy of augmented (``lowrank``) projections, trained on TRAIN records
     (loop options as in :func:`~sparsefinder.projections.hinge.train_projections`);
     ``weighting="mass"``: each gold edge weighted by its entmax probability
-    (:class:`MassObjective`)."""
+    (:class:`MassObjective`); ``max_steps``: the most optimizer steps of a layer's epoch
+    (None: no bound; see :data:`MAX_STEPS`)."""
+    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int)
+                                  or max_steps < 1):
+        raise ValueError(f"max_steps must be an integer >= 1 or None, got {max_steps!r}")
     if weighting not in WEIGHTINGS:
         raise ValueError(f"weighting must be one of {', '.join(WEIGHTINGS)}, got {weighting!r}")
     if projections.kind != "augmented":
@@ -159,7 +202,8 @@ def refine_lowrank(
         projections.check_record(record)
     fit, held = early_stop.split(records) if early_stop is not None else (records, [])
     objective = WEIGHTINGS[weighting](projections, fit, held_out=held, batch_size=batch_size,
-                                      negatives_per_positive=negatives_per_positive, seed=seed)
+                                      negatives_per_positive=negatives_per_positive, seed=seed,
+                                      max_steps=max_steps)
     trainer = Trainer(epochs=epochs, lr=lr, device=device, progress=progress,
                       desc="refine (logistic)", early_stop=early_stop, checkpoint=checkpoint)
     done = trainer.fit(objective, projections.num_layers, resume=resume)
@@ -171,8 +215,10 @@ def refine_lowrank(
         "lr": float(lr),
         "epochs": epochs, "batch_size": batch_size,
         "negatives_per_positive": negatives_per_positive, "seed": seed,
+        "max_steps": max_steps, "steps": [len(layer["log"].losses) for layer in done],
         **loss_metadata([layer["log"] for layer in done]),
         "logistic_bias": [layer["logistic_bias"] for layer in done],
+        "dense_heads": [layer["dense"] for layer in done],
     }
     return HeadProjections(
         weight=out["weight"], bias=out["bias"], model_id=projections.model_id,
@@ -194,6 +240,12 @@ def fit_lowrank_pairwise(records: Sequence[AttentionRecord], **options: Any) -> 
     return fit_lowrank_logistic(records, weighting="pairwise", **options)
 
 
+def fit_lowrank_listwise(records: Sequence[AttentionRecord], **options: Any) -> HeadProjections:
+    """Objective ``"lowrank-listwise"``: :func:`fit_lowrank_mass` plus the sampled listwise
+    term (:class:`ListwiseMassObjective`)."""
+    return fit_lowrank_logistic(records, weighting="listwise", **options)
+
+
 def fit_lowrank_logistic(records: Sequence[AttentionRecord], *, rank: int = 8,
                          row_threshold: bool = True, radius_slack: float = 1.05,
                          model_id: str = "", alpha: float = 1.5, **refine: Any
@@ -206,11 +258,13 @@ def fit_lowrank_logistic(records: Sequence[AttentionRecord], *, rank: int = 8,
 
 
 def _loss(q: Tensor, k_pos: Tensor, k_neg: Tensor, params: list[Tensor], scale: Tensor,
-          shift: Tensor, weights: Tensor | None = None, pairwise: bool = False) -> Tensor:
+          shift: Tensor, weights: Tensor | None = None, pairwise: bool = False,
+          listwise: bool = False) -> Tensor:
     """Mean over heads of the class-balanced logistic loss; q, k_pos (heads, B, d), k_neg
     (heads, B, num, d); ``weights`` (heads, B): the positives' weights (None: uniform), the
     positive term their weighted mean. ``pairwise``: plus ``−log σ(z_pos − z_neg)`` over each
-    positive's own negatives, weighted the same."""
+    positive's own negatives, weighted the same; ``listwise``: plus
+    ``−log softmax(z_pos, z_neg…)_pos``, weighted the same."""
     wq, bq, wk, bk = params
     heads, size, num, d = k_neg.shape
     q_hat = torch.baddbmm(bq[:, None], q, wq.transpose(1, 2))  # (heads, B, r)
@@ -225,4 +279,8 @@ def _loss(q: Tensor, k_pos: Tensor, k_neg: Tensor, params: list[Tensor], scale: 
     if pairwise:
         ahead = logsigmoid(z_pos[..., None] - z_neg).mean(-1)  # (heads, B)
         loss = loss - (w * ahead).sum() / total
+    if listwise:
+        row = torch.cat([z_pos[..., None], z_neg], -1)  # (heads, B, 1 + num)
+        first = z_pos - torch.logsumexp(row, -1)  # log softmax of the gold key in its list
+        loss = loss - (w * first).sum() / total
     return loss

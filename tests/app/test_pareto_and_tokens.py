@@ -136,7 +136,8 @@ def test_pareto_text_sweep_has_the_calibrated_curves_and_the_default_star_on_one
         assert f"{curve} (all)" in names
     assert not any("distance" in c.value for c in at.caption if "not swept" in c.value)
     assert _star(text_figure) == _grid_point(text_figure, "distance-floor:budget",
-                                             {"target_sparsity": 0.9, "floor": 5})
+                                             {"target_sparsity": 0.9, "floor": 12,
+                                              "floor_share": 1.0})
 
 
 def test_the_accuracy_axis_draws_the_current_method_and_its_star():

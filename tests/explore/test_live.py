@@ -518,6 +518,13 @@ def test_short_text_note_says_why_a_target_is_out_of_reach():
     assert live.short_text_note(floor, 60, 0.9) is None  # 1 - 5/60 > 0.9: reachable
     plain = PredictorSpec.of("distance", {"threshold": 0.5})
     assert live.short_text_note(plain, 5, 0.0) is None  # no target, nothing to explain
+    # the default's floor, capped by the row's length, takes min(12, max(1, ⌊0.1 n⌋)) keys:
+    # a 40-key row keeps 4 of them (reachable 0.90), a 5-key row still one (0.80 at most)
+    capped = PredictorSpec.of("distance-floor", {"target_sparsity": 0.9, "floor": 12,
+                                                 "floor_share": 1.0}, calibration="budget")
+    assert live.short_text_note(capped, 40, 0.9) is None
+    note = live.short_text_note(capped, 5, 0.0)
+    assert note is not None and "at least one key" in note and "10 keys" in note
 
 
 def test_quantization_opens_at_the_beta_closest_to_the_gold_sparsity(prepared):

@@ -182,7 +182,9 @@ def test_calibration_is_a_parameter_of_the_method_in_links():
         "kmeans-routed:budget")
     assert urlstate.to_spec(default).method_id == "distance-floor:budget"
     # the calibrated family's other declared settings at their defaults (the table's floor)
-    assert urlstate.to_spec(default).param_dict == {"target_sparsity": 0.9, "floor": 5}
+    # (and the optional floor_share, whose default is a cap, not None: the length rule)
+    assert urlstate.to_spec(default).param_dict == {"target_sparsity": 0.9, "floor": 12,
+                                                    "floor_share": 1.0}
     assert urlstate.to_spec(default.with_(method="distance")).param_dict == {
         "target_sparsity": 0.9}
     assert urlstate.parse_view_state({}, urlstate.ViewState(window=7))[0].window == 7
