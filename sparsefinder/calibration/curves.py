@@ -16,9 +16,10 @@ from typing import Any
 
 from sparsefinder.calibration.estimators import CalibratedDistance, CalibratedRowFraction
 from sparsefinder.calibration.floor import floored_fitter
-from sparsefinder.calibration.grid import HEAD_GRIDS, head_grid_fitter
+from sparsefinder.calibration.grid import head_grid_fitter
 from sparsefinder.calibration.samples import DistanceSamples
 from sparsefinder.data.records import AttentionRecord
+from sparsefinder.methods.registry import METHODS, method_id
 
 #: Target sparsities: coarse below 0.75, every 0.01 from 0.75 to 0.99.
 SPARSITY_TARGETS = [0.5, 0.6, 0.7] + [round(0.75 + 0.01 * i, 2) for i in range(25)]
@@ -120,16 +121,21 @@ def calibrated_methods() -> list[CalibratedCurve]:
                         extra=FLOOR_PARAMS),
         CalibratedCurve("distance-floor", "budget", _floor_grid(), floored_fitter("budget"),
                         extra=FLOOR_PARAMS),
-    ] + [  # one raw setting per head (B/k, β, window, key budget): calibration.grid
-        CalibratedCurve(family, "budget", _sparsity_grid(), head_grid_fitter(family),
-                        f"{family}-budget")
-        for family in HEAD_GRIDS
     ]
 
 
+def head_grid_curve(family: str, grid: Sequence[Params]) -> CalibratedCurve:
+    """The per-head ("budget") calibration of a family that declares a raw ``head_grid``
+    (B/k, β, window, key budget; :mod:`.grid`): one raw setting per head for a target."""
+    return CalibratedCurve(family, "budget", _sparsity_grid(), head_grid_fitter(family, grid),
+                           f"{family}-budget")
+
+
 def calibrated_grids() -> dict[str, list[Params]]:
-    """``family:calibration`` → grid of targets of every calibrated family (sweep curves)."""
-    return {f"{c.family}:{c.calibration}": c.grid for c in calibrated_methods()}
+    """``family:calibration`` → grid of targets of every calibrated family (sweep curves),
+    read from the registered families."""
+    return {method_id(name, c.name): list(c.grid) for name, method in METHODS.items()
+            for c in method.calibrations if c.grid}
 
 
 def fitted_build(params: Params, context: Any) -> Any:

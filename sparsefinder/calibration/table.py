@@ -27,11 +27,10 @@ from sparsefinder.calibration.curves import (
     DEFAULT_FLOOR,
     DEFAULT_FLOOR_SHARE,
     SPARSITY_TARGETS,
-    calibrated_methods,
 )
 from sparsefinder.calibration.estimators import CalibratedDistance, CalibratedRowFraction
 from sparsefinder.calibration.floor import CalibratedFlooredDistance
-from sparsefinder.calibration.grid import HEAD_GRIDS, layer_predictor, measure_grid
+from sparsefinder.calibration.grid import head_grid, layer_predictor, measure_grid
 from sparsefinder.calibration.samples import DistanceSamples
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.files import (
@@ -41,7 +40,7 @@ from sparsefinder.files import (
     load_payload,
     save_payload,
 )
-from sparsefinder.methods.registry import MethodUnavailable
+from sparsefinder.methods.registry import METHODS, MethodUnavailable
 from sparsefinder.predictors.row_floor import RowFloor
 from sparsefinder.predictors.row_fraction import RowFraction
 from sparsefinder.predictors.threshold_distance import ThresholdDistance
@@ -56,9 +55,11 @@ FLOOR_METHOD = "distance-floor"
 #: Families whose per-head raw settings a table holds (:mod:`.grid`): those that do not read
 #: the projections, so they hold whatever projections the table is fitted for.
 GRID_METHODS = ("kmeans-routed", "window")
-#: Keys of tables written before calibration was a parameter (``distance-budget`` …).
-OLD_KEYS = {c.old_name: c.family for c in calibrated_methods()
-            if c.calibration == "budget" and c.old_name}
+def old_keys() -> dict[str, str]:
+    """Keys of tables written before calibration was a parameter (``distance-budget`` …):
+    the old names of the families' budget calibrations."""
+    return {old: family for old, (family, calibration) in METHODS.aliases().items()
+            if calibration == "budget"}
 
 
 def table_key(method: str) -> str:
@@ -67,7 +68,7 @@ def table_key(method: str) -> str:
     family, _, calibration = method.partition(":")
     if calibration and calibration != "budget":
         raise ValueError(f"a calibration table holds calibration 'budget' only, got {method!r}")
-    return OLD_KEYS.get(family, family)
+    return old_keys().get(family, family)
 
 
 class CalibrationError(SparsefinderFileError):
@@ -141,7 +142,7 @@ class CalibrationTable:
         grids = {}
         for method in grid_methods:
             try:
-                table = measure_grid(records, projections, method, HEAD_GRIDS[method],
+                table = measure_grid(records, projections, method, head_grid(method),
                                      codebooks=codebooks if method == "kmeans-routed" else None)
             except MethodUnavailable:  # e.g. no key codebooks for this model: not in the table
                 continue
@@ -194,7 +195,7 @@ class CalibrationTable:
     def has(self, method: str) -> bool:
         """Whether the table holds ``method``, a calibrated form (``distance:budget`` or the
         old ``distance-budget``); a raw family (``distance``) is not held."""
-        if not method.endswith(":budget") and method not in OLD_KEYS:
+        if not method.endswith(":budget") and method not in old_keys():
             return False
         return table_key(method) in self.params
 
@@ -274,4 +275,5 @@ def _same_share(a: float | None, b: float | None) -> bool:
 def _renamed(table: dict | None) -> dict:
     """A saved per-method dict with the keys of older files (``distance-budget``) renamed to
     their family (``distance``)."""
-    return {OLD_KEYS.get(key, key): value for key, value in (table or {}).items()}
+    old = old_keys()
+    return {old.get(key, key): value for key, value in (table or {}).items()}

@@ -19,8 +19,10 @@ from typing import Any
 from sparsefinder.calibration.curves import (
     DEFAULT_FLOOR,
     DEFAULT_FLOOR_SHARE,
+    CalibratedCurve,
     calibrated_methods,
     fitted_build,
+    head_grid_curve,
 )
 from sparsefinder.calibration.curves import DISTANCE_FINE_GRID as _FINE
 from sparsefinder.calibration.samples import RANK_CAP
@@ -125,6 +127,16 @@ WINDOW_GRID = (0, 1, 3, 5, 7, 9, 11, 15, 19, 23, 27, 31, 41, 51, 75, 101, 125, 1
 STATIC_MASK_GRID = [{"target_sparsity": t} for t in (0.5, 0.7, 0.8, 0.9, 0.95, 0.98)]
 #: key blocks per query block (besides the diagonal one); 512 tokens = 16 blocks of 32
 BLOCK_GRID = (0, 1, 2, 3, 4, 5, 6, 8, 10, 12)
+# the raw grids the per-head ("budget") calibrations choose from: the sweep grids, finer
+# where a head's sparsity moves in large steps (``Method.head_grid``)
+WINDOW_HEAD_GRID = (0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 15, 19, 23, 27, 31, 41, 51, 63, 75, 101,
+                    125, 151, 201, 251, 511)
+BINS_HEAD_GRID = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64, 96, 128)
+KMEANS_HEAD_GRID = tuple({"n_clusters": b, "top_k": k} for b in (2, 4, 6, 8, 10, 12, 16, 20)
+                         for k in (1, 2, 3) if k < b)
+ROUTED_HEAD_GRID = tuple({"n_clusters": 128, "budget": f} for f in (
+    0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.1, 0.12, 0.14, 0.16,
+    0.18, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.8, 1.0))
 #: the learned parts a family's build reads (``Method.needs``)
 PROJ, BOOKS = ("projections",), ("projections", "codebooks")
 SF, BASE, LONG = ("sparsefinder",), ("baselines",), ("long-context",)
@@ -163,18 +175,21 @@ def _builtin_methods() -> list[Method]:
                lambda p, c: Quantization(int(p["bins"])), needs=PROJ,
                grids=sweep_grids("quantization", _over("bins", BINS_GRID), window=True,
                                  groups=SF),
+               head_grid=tuple(_over("bins", BINS_HEAD_GRID)),
                app=_app("Sparsefinder", controls=OWN)),
         Method("kmeans", "k-means (B, k)", (CLUSTERS, TOP_K), _kmeans, needs=PROJ,
                grids=(*sweep_grids("kmeans", _over("n_clusters", CLUSTERS_GRID, top_k=1),
                                    window=True, groups=SF),  # top 2: denser, higher recall
                       *sweep_grids("kmeans-top2", _over("n_clusters", CLUSTERS_GRID[1:],
                                                         top_k=2), window=True)),
+               head_grid=KMEANS_HEAD_GRID,
                app=_app("Sparsefinder", controls=OWN)),
         # window 0 keeps nothing: with the app's window and global tokens (united with every
         # method), the "window / global only" setting the app falls back to
         Method("window", "Window (w)", (WINDOW,), lambda p, c: Window(int(p["window"])),
                inputs="shape", tags=("cheap",),
                needs=(), grids=sweep_grids("window", _over("window", WINDOW_GRID), groups=SF),
+               head_grid=tuple(_over("window", WINDOW_HEAD_GRID)),
                app=_app(FIXED, pinned={"window": 0})),
         Method("longformer", "Longformer", (_int("n_global", 2, 0, "global tokens", app_high=32),),
                lambda p, c: Longformer(BASELINE_WINDOW, int(p["n_global"]), seed=c.layer),
@@ -230,6 +245,7 @@ def _builtin_methods() -> list[Method]:
                       *sweep_grids("kmeans-routed-top", _over(
                           "n_routes", (2, 4, 6, 8, 9, 10, 11, 12, 14, 16, 20, 24, 32),
                           n_clusters=128), fixed={"mode": "top"})),
+               head_grid=ROUTED_HEAD_GRID,
                app=_app(OTHER, "budget", controls=OWN)),
         Method("topp", "Top-p of exact entmax (reference)",
                (Param("p", float, 0.9, label="mass p", url="p", **SHARE),),
@@ -297,10 +313,17 @@ def _builtin_methods() -> list[Method]:
     return _with_calibrations(raw)
 
 
+def _calibrated_curves(raw: Sequence[Method]) -> list[CalibratedCurve]:
+    """Every calibration of the families: the calibrated distances, and one per-head
+    ("budget") calibration per family that declares a ``head_grid``."""
+    return [*calibrated_methods(), *(head_grid_curve(method.name, method.head_grid)
+                                     for method in raw if method.head_grid)]
+
+
 def _with_calibrations(raw: list[Method]) -> list[Method]:
     """The families with their calibrations (a target fitted on TRAIN graphs) attached."""
     by_family: dict[str, list[Calibration]] = {}
-    for curve in calibrated_methods():
+    for curve in _calibrated_curves(raw):
         by_family.setdefault(curve.family, []).append(Calibration(
             curve.calibration, CALIBRATION_PARAMS[curve.target], curve.fit, fitted_build,
             CALIBRATION_LABELS[curve.calibration],
@@ -322,7 +345,8 @@ FORMS: dict[str, tuple[str, dict[str, Any]]] = {
 
 
 def _register_builtin() -> None:
-    for method in _builtin_methods():
+    methods = _builtin_methods()
+    for method in methods:
         guarded = tuple(dataclasses.replace(c, build=_unavailable_on_file_errors(c.build))
                         for c in method.calibrations)
         forms = tuple(dataclasses.replace(f, build=_unavailable_on_file_errors(f.build))
@@ -330,7 +354,7 @@ def _register_builtin() -> None:
         register_method(dataclasses.replace(
             method, build=_unavailable_on_file_errors(method.build), calibrations=guarded,
             forms=forms), replace=True)
-    for curve in calibrated_methods():  # the names of the time before families
+    for curve in _calibrated_curves(methods):  # the names of the time before families
         if curve.old_name:
             register_alias(curve.old_name, curve.family, curve.calibration)
     for old, (family, params) in FORMS.items():
