@@ -11,6 +11,8 @@ model's WordPiece tokenizer, saved as local folders (nothing downloaded):
 Each run is ``python -m sparsefinder prepare --model DIR --device D --out TMP`` in a fresh
 process, as a user runs it: the wall time includes Python's start and the model's load; the
 stage times come from the bundle's ``bundle.json``; the peak memory is the child's max RSS.
+The refinement's optimizer steps per layer (at most ``MAX_STEPS`` an epoch) and its dense heads
+are printed too: they do not depend on the load.
 The machine's load average is printed with each run (a shared machine's timings are only
 indicative). The last line: ``<shape>_s=<wall seconds> <shape>_within=<1|0> ...``.
 
@@ -72,9 +74,16 @@ def prepare_once(model: Path, out: Path, device: str, passages: int | None) -> d
     wall = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"prepare failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    manifest = json.loads(next(out.glob("*/bundle.json")).read_text())
+    manifest_path = next(out.glob("*/bundle.json"))
+    manifest = json.loads(manifest_path.read_text())
     rss_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    return {"wall": wall, "stages": manifest["prepared"]["seconds"], "rss_mib": rss_mib}
+    from sparsefinder.prepare import PROJECTIONS
+    from sparsefinder.projections.heads import HeadProjections
+
+    meta = HeadProjections.load(manifest_path.parent / PROJECTIONS).metadata
+    return {"wall": wall, "stages": manifest["prepared"]["seconds"], "rss_mib": rss_mib,
+            "steps": meta.get("steps", []),
+            "dense": sum(len(heads) for heads in meta.get("dense_heads", []))}
 
 
 def main() -> None:
@@ -101,8 +110,11 @@ def main() -> None:
               f"stages: {stages}), peak {result['rss_mib']:.0f} MiB, passages "
               f"{passages or 'all'}, device {args.device}, load {load:.2f} -> "
               f"{os.getloadavg()[0]:.2f}; budget {spec['budget_s']} s", flush=True)
+        print(f"{shape}: refinement steps per layer {result['steps']}, dense heads "
+              f"{result['dense']} (not refined)", flush=True)
         fields[f"{shape}_s"] = f"{result['wall']:.1f}"
         fields[f"{shape}_within"] = int(result["wall"] <= spec["budget_s"])
+        fields[f"{shape}_refine_steps"] = sum(result["steps"])
         for stage, seconds in result["stages"].items():
             fields[f"{shape}_{stage}_s"] = f"{seconds:.1f}"
     print(" ".join(f"{key}={value}" for key, value in fields.items()))

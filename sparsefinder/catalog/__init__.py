@@ -95,6 +95,10 @@ N_BLOCKS = _int("n_blocks", 4, 0, "key blocks", app_high=16)
 LEARNED = Param("learned", bool, False, label="learned block projections", url="learned",
                 optional=True, choices=(False, True),
                 help="True: blocks scored by projections learned on pooled blocks")
+SELECT = Param("select", str, "blocks", label="what is selected", url="select", optional=True,
+               choices=("blocks", "keys"),
+               help="blocks: key blocks of pooled projected blocks (and single keys); keys: "
+                    "single keys nearest to sub-blocks of queries, on the model's own q/k")
 FLOOR_SHARE = Param("floor_share", float, DEFAULT_FLOOR_SHARE, label="floor's share",
                     url="floor_share", optional=True, **SHARE,
                     help="a row's floor takes at most this share of the keys the target "
@@ -122,8 +126,8 @@ OWN, OTHER, FIXED = "own", "Other predictors", "Fixed patterns"
 
 
 def _app(group: str, *calibrations: str, controls: str = "generated",
-         first: bool = False) -> AppHint:
-    return AppHint(group, calibrations or ("none",), controls, first)
+         first: bool = False, pinned: dict[str, Any] | None = None) -> AppHint:
+    return AppHint(group, calibrations or ("none",), controls, first, dict(pinned or {}))
 
 
 def _over(name: str, values: Sequence[Any], **fixed: Any) -> list[dict[str, Any]]:
@@ -160,12 +164,12 @@ def _builtin_methods() -> list[Method]:
                       *sweep_grids("kmeans-top2", _over("n_clusters", CLUSTERS_GRID[1:],
                                                         top_k=2), window=True)),
                app=_app("Sparsefinder", controls=OWN)),
-        Method("fixed", "Window / global only", (), lambda p, c: None, inputs="shape", needs=(),
-               tags=("cheap",),
-               app=_app(FIXED, controls=OWN)),
+        # window 0 keeps nothing: with the app's window and global tokens (united with every
+        # method), the "window / global only" setting the app falls back to
         Method("window", "Window (w)", (WINDOW,), lambda p, c: Window(int(p["window"])),
-               inputs="shape", tags=("cheap",), needs=(),
-               grids=sweep_grids("window", _over("window", WINDOW_GRID), groups=SF)),
+               inputs="shape", tags=("cheap",),
+               needs=(), grids=sweep_grids("window", _over("window", WINDOW_GRID), groups=SF),
+               app=_app(FIXED, pinned={"window": 0})),
         Method("longformer", "Longformer", (_int("n_global", 2, 0, "global tokens", app_high=32),),
                lambda p, c: Longformer(BASELINE_WINDOW, int(p["n_global"]), seed=c.layer),
                inputs="shape", tags=("cheap", "baseline"), needs=(),
@@ -246,33 +250,36 @@ def _builtin_methods() -> list[Method]:
         # block Sparsefinder (paper §6): nearest key blocks (and single keys) of pooled
         # projected query blocks; what sparsefinder.attention.block_sparse computes on
         Method("block", "Block Sparsefinder (block, key blocks, single keys)",
-               (BLOCK, N_BLOCKS, _int("n_keys", 0, 0, "single keys", app_high=64), LEARNED),
+               (BLOCK, N_BLOCKS, _int("n_keys", 0, 0, "single keys", app_high=64), LEARNED,
+                SELECT),
                lambda p, c: BlockSparsefinder(int(p["block"]), int(p["n_blocks"]),
                                               int(p["n_keys"])), needs=PROJ,
                # learned=True: the same selection (no single keys) scored by projections
                # learned on pooled blocks, from the model's own q/k
                forms=(Form("learned", True, (BLOCK, N_BLOCKS, LEARNED), _learned_block,
                            "original", _block_projections_fit, ("block_projections",),
-                           "block_projections"),),
+                           "block_projections"),
+                      # per query block: the diagonal block and the single keys nearest (q·k)
+                      # to any of its sub-blocks of queries, on the model's own q/k; the
+                      # long-context selector of benchmarks/restricted.py
+                      Form("select", "keys", (BLOCK, _int("n_keys", 448, 0, "single keys",
+                                                          app_high=1024),
+                                              _int("sub_block", 8, 1, "query sub-block",
+                                                   app_high=64), SELECT),
+                           lambda p, c: BlockKeySparsefinder(int(p["block"]), int(p["n_keys"]),
+                                                             int(p["sub_block"])),
+                           "original", needs=())),
                grids=(*(g for name, size, keys in (("block", 32, 0), ("block16", 16, 0),
                                                    ("block+keys", 32, 16))
                         for g in sweep_grids(name, _over("n_blocks", BLOCK_GRID, block=size,
                                                          n_keys=keys))),
                       *(g for name, size in (("block-learned", 32), ("block16-learned", 16))
                         for g in sweep_grids(name, _over("n_blocks", BLOCK_GRID, block=size),
-                                             fixed={"learned": True}))),
+                                             fixed={"learned": True})),
+                      *sweep_grids("block-keys", _over("n_keys", (0, 2, 4, 8, 16, 32, 64, 128),
+                                                       block=32, sub_block=8), groups=LONG,
+                                   fixed={"select": "keys"})),
                app=_app(OTHER)),
-        # per query block: the diagonal block and the single keys nearest (q·k) to any of its
-        # sub-blocks of queries; the long-context selector of benchmarks/restricted.py
-        Method("block-keys", "Block Sparsefinder, single keys by query sub-blocks",
-               (_int("block", 32, 1, "block size", app_high=64),
-                _int("n_keys", 448, 0, "single keys", app_high=1024),
-                _int("sub_block", 8, 1, "query sub-block", app_high=64)),
-               lambda p, c: BlockKeySparsefinder(int(p["block"]), int(p["n_keys"]),
-                                                 int(p["sub_block"])),
-               inputs="original", tags=("long-context",), needs=(),
-               grids=sweep_grids("block-keys", _over("n_keys", (0, 2, 4, 8, 16, 32, 64, 128),
-                                                     block=32, sub_block=8), groups=LONG)),
         # each query keeps its nearest share of keys in the learned space (the raw form of
         # the calibrated row fractions)
         Method("rowfrac", "Nearest keys (row fraction)",
@@ -303,6 +310,8 @@ FORMS: dict[str, tuple[str, dict[str, Any]]] = {
     "sparsebert-damu": ("sparsebert", {"kind": "unstructured"}),
     "kmeans-routed-top": ("kmeans-routed", {"mode": "top"}),
     "block-learned": ("block", {"learned": True}),
+    "block-keys": ("block", {"select": "keys"}),
+    "fixed": ("window", {"window": 0}),
 }
 
 

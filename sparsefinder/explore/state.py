@@ -20,6 +20,7 @@ from sparsefinder.explore.app_methods import (
     extra_value,
     generic_params,
     old_method_name,
+    pinned_params,
     shown,
 )
 from sparsefinder.explore.inputs import DEFAULT_EXAMPLE, list_examples
@@ -329,7 +330,7 @@ def view_state_to_params(state: ViewState) -> dict[str, str]:
 
 def to_spec(state: ViewState, method: str | None = None) -> PredictorSpec:
     """The predictor spec the sliders stand for (``method``, a written family with its
-    calibration, overrides the state's, e.g. "fixed" when the learned methods cannot run)."""
+    calibration, overrides the state's, e.g. "window" when the learned methods cannot run)."""
     method, _, calibration = (method or state.method_id).partition(":")
     calibration = calibration or "none"
     params: dict[str, Any] = {}
@@ -355,7 +356,8 @@ def to_spec(state: ViewState, method: str | None = None) -> PredictorSpec:
     elif method == "hashattention":
         params = {"max_distance": int(state.hamming)}
     elif method in GENERIC_FAMILIES:
-        params = {p.name: extra_value(state, method, p) for p in generic_params(method)}
+        params = {**pinned_params(method),
+                  **{p.name: extra_value(state, method, p) for p in generic_params(method)}}
     return PredictorSpec.of(method, params, window=int(state.window),
                             global_tokens=state.global_tokens, calibration=calibration)
 

@@ -39,12 +39,19 @@ _NAMES = ("weight", "bias", "key_weight", "key_bias")
 
 class BilinearObjective(PairsObjective):
     """The logistic loss of the bilinear logit on the layer pairs: parameters ``[A, a, B, b,
-    s, c]`` (maps, biases, per-head scale and shift), started from ``projections``."""
+    s, c]`` (maps, biases, per-head scale and shift), started from ``projections``.
+
+    A dense head (every row of every text attends to every key it may see: a barely sparse
+    layer, e.g. the last layers of a random BERT) has no non-edge to contrast: it keeps its
+    start (its batches are borrowed only so the heads train together, see
+    :func:`~sparsefinder.projections.pairs.dense_heads_of`), and a layer of dense heads only
+    is not trained at all."""
 
     def __init__(self, projections: HeadProjections, records: Sequence[AttentionRecord],
                  **data: Any) -> None:
         super().__init__(records, heads=projections.num_heads, **data)
         self.start_from = projections
+        self.zero_dense = True
 
     def init(self) -> list[Tensor]:
         maps = [getattr(self.start_from, name)[self.layer].clone().requires_grad_()
@@ -60,17 +67,22 @@ class BilinearObjective(PairsObjective):
             return autograd_gradients(loss, params)
 
     def finish(self, params: list[Tensor] | None, log: LayerLog) -> dict[str, Any]:
-        if params is None:  # a softmax layer: nothing learned, the start is kept
-            params = [*(getattr(self.start_from, name)[self.layer] for name in _NAMES),
-                      torch.ones(self.heads), torch.zeros(self.heads)]
-        wq, bq, wk, bk, scale, shift = (p.detach().cpu() for p in params)
+        start = [*(getattr(self.start_from, name)[self.layer] for name in _NAMES),
+                 torch.ones(self.heads), torch.zeros(self.heads)]
+        if params is None:  # a softmax or all-dense layer: nothing learned, the start is kept
+            params = start
+        wq, bq, wk, bk, scale, shift = (p.detach().cpu().clone() for p in params)
+        dense = list(self.borrow)
+        for learned, first in zip((wq, bq, wk, bk, scale, shift), start, strict=True):
+            learned[dense] = first[dense].to(learned.dtype)  # dense heads: their start
         s = scale[:, None]
         wq, bq = wq * s[..., None], bq * s  # fold the scale into the query side
         q_norm, k_norm = max_norms(self.records + self.held, self.layer, wq, bq, wk, bk)
         slack = float(self.start_from.metadata.get("radius_slack", 1.05))
         return {"weight": wq, "bias": bq, "key_weight": wk, "key_bias": bk,
                 "query_radius": q_norm * slack, "key_radius": k_norm * slack,
-                "logistic_bias": [round(float(x), 6) for x in shift], "log": log}
+                "logistic_bias": [round(float(x), 6) for x in shift], "dense": dense,
+                "log": log}
 
 
 class MassObjective(BilinearObjective):
@@ -122,6 +134,14 @@ class PairwiseMassObjective(MassObjective):
             return autograd_gradients(loss, params)
 
 
+#: The most optimizer steps of one layer's epoch. Why: an epoch has ``ceil(max_h P_h / batch)``
+#: steps, and a near-dense layer (a random BERT-base: ~n² gold edges a text) needs ~100 times
+#: the steps of a sparse one for no better fit, while the bundled model's layers need at most
+#: 34 (docs/results.md); a head with more positives trains on a uniform sample of them
+#: (:func:`~sparsefinder.projections.pairs.subsample_pairs`).
+MAX_STEPS = 256
+
+
 class ListwiseMassObjective(MassObjective):
     """:class:`MassObjective` plus a listwise term (objective ``"lowrank-listwise"``): the
     cross-entropy of the gold entmax distribution against a softmax over each row's logits
@@ -160,11 +180,16 @@ def refine_lowrank(
     checkpoint: Callable[[dict[str, Any]], None] | None = None,
     resume: dict[str, Any] | None = None,
     weighting: str = "uniform",
+    max_steps: int | None = MAX_STEPS,
 ) -> HeadProjections:
     """A refined copy of augmented (``lowrank``) projections, trained on TRAIN records
     (loop options as in :func:`~sparsefinder.projections.hinge.train_projections`);
     ``weighting="mass"``: each gold edge weighted by its entmax probability
-    (:class:`MassObjective`)."""
+    (:class:`MassObjective`); ``max_steps``: the most optimizer steps of a layer's epoch
+    (None: no bound; see :data:`MAX_STEPS`)."""
+    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int)
+                                  or max_steps < 1):
+        raise ValueError(f"max_steps must be an integer >= 1 or None, got {max_steps!r}")
     if weighting not in WEIGHTINGS:
         raise ValueError(f"weighting must be one of {', '.join(WEIGHTINGS)}, got {weighting!r}")
     if projections.kind != "augmented":
@@ -177,7 +202,8 @@ def refine_lowrank(
         projections.check_record(record)
     fit, held = early_stop.split(records) if early_stop is not None else (records, [])
     objective = WEIGHTINGS[weighting](projections, fit, held_out=held, batch_size=batch_size,
-                                      negatives_per_positive=negatives_per_positive, seed=seed)
+                                      negatives_per_positive=negatives_per_positive, seed=seed,
+                                      max_steps=max_steps)
     trainer = Trainer(epochs=epochs, lr=lr, device=device, progress=progress,
                       desc="refine (logistic)", early_stop=early_stop, checkpoint=checkpoint)
     done = trainer.fit(objective, projections.num_layers, resume=resume)
@@ -189,8 +215,10 @@ def refine_lowrank(
         "lr": float(lr),
         "epochs": epochs, "batch_size": batch_size,
         "negatives_per_positive": negatives_per_positive, "seed": seed,
+        "max_steps": max_steps, "steps": [len(layer["log"].losses) for layer in done],
         **loss_metadata([layer["log"] for layer in done]),
         "logistic_bias": [layer["logistic_bias"] for layer in done],
+        "dense_heads": [layer["dense"] for layer in done],
     }
     return HeadProjections(
         weight=out["weight"], bias=out["bias"], model_id=projections.model_id,

@@ -96,7 +96,7 @@ class HingeObjective(PairsObjective):
     def init(self) -> list[Tensor]:
         if self.init_kind == "discriminative":
             sample = self.ids[:, : min(_INIT_SAMPLE, self.ids.shape[1])]
-            w0 = _discriminative_init(self.pairs, self.neg_rows, sample, self.rank, self.margin)
+            w0 = _discriminative_init(self.drawn, self.neg_rows, sample, self.rank, self.margin)
         else:
             w0 = torch.randn(self.heads, self.rank, self.d, generator=self.generator)
             w0 = w0 / math.sqrt(self.d)

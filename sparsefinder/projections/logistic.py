@@ -98,8 +98,8 @@ class LogisticObjective(PairsObjective):
 
     def init(self) -> list[Tensor]:
         sample = self.ids[:, : min(_INIT_SAMPLE, self.ids.shape[1])]
-        weight = _discriminative_init(self.pairs, self.neg_rows, sample, self.rank, 1.0)
-        return [weight, _initial_bias(self.pairs, weight.contiguous(), sample, self.neg_rows)]
+        weight = _discriminative_init(self.drawn, self.neg_rows, sample, self.rank, 1.0)
+        return [weight, _initial_bias(self.drawn, weight.contiguous(), sample, self.neg_rows)]
 
     def batch_gradients(self, params: list[Tensor], pairs: _LayerPairs, q_rows: Tensor,
                         k_rows: Tensor, n_rows: Tensor) -> tuple[list[Tensor], Tensor]:

@@ -6,7 +6,12 @@ negatives of an epoch are drawn up front, vectorised: a uniform column of the ro
 if it is an edge and redrawn (a few rounds); the few rows still unlucky (rows that are nearly
 all edges) are sampled exactly among their non-edges; rows without any non-edge are skipped.
 Heads differ a lot in their number of edges (x20 in MiniLM), so an epoch is
-``ceil(max_h P_h / batch)`` steps and heads with fewer positives cycle through theirs.
+``ceil(max_h P_h / batch)`` steps and heads with fewer positives cycle through theirs. A
+near-dense layer (a random or barely sparse model) has ~n² edges per text, so its epoch can be
+a hundred times longer than a sparse one's; ``max_steps`` bounds it: a head with more than
+``max_steps · batch`` positives trains on a uniform sample of that many, drawn afresh each
+epoch (:func:`subsample_pairs`). Where the bound does not bind nothing is drawn, so the result
+is the same as without it.
 """
 
 from __future__ import annotations
@@ -112,6 +117,29 @@ def _layer_pairs(records: Sequence[AttentionRecord], layer: int) -> _LayerPairs:
         gold_edges=gold_edges,
         mass=cat["p"] if with_mass else None,
     )
+
+
+def subsample_pairs(pairs: _LayerPairs, heads: int, cap: int,
+                    generator: torch.Generator) -> _LayerPairs:
+    """At most ``cap`` positives of each head, a uniform sample without replacement (kept in
+    their order); ``pairs`` itself when no head has more (then nothing is drawn)."""
+    counts = torch.bincount(pairs.head, minlength=heads)
+    if int(counts.max()) <= cap:
+        return pairs
+    order = torch.argsort(pairs.head, stable=True)
+    starts = torch.cumsum(counts, 0) - counts
+    keep = []
+    for h in range(heads):
+        count = int(counts[h])
+        chosen = torch.randperm(count, generator=generator)[:cap] if count > cap else \
+            torch.arange(count)
+        keep.append(order[starts[h] + chosen])
+    index = torch.sort(torch.cat(keep)).values
+    return replace(pairs, **{name: getattr(pairs, name)[index] for name in _PER_PAIR
+                             if getattr(pairs, name) is not None})
+
+
+_PER_PAIR = ("head", "q_row", "k_row", "k_base", "n_allowed", "gold_base", "mass")
 
 
 def sample_negatives(
@@ -240,7 +268,8 @@ class PairsObjective:
 
     Per layer, the gold edges of the records (:func:`_layer_pairs`); per epoch, a negative per
     positive and a shuffled schedule from ONE generator (negatives first, then the schedule, then
-    whatever ``init`` draws); batch ``s`` of an epoch is slice ``s`` of its table rows. A
+    whatever ``init`` draws; with ``max_steps``, a binding epoch first draws its sample of
+    positives, :func:`subsample_pairs`); batch ``s`` of an epoch is slice ``s`` of its rows. A
     subclass supplies ``init``, ``batch_gradients`` (the gradients and loss of a batch of rows)
     and ``finish``. With early stopping, the held-out records' positives of each layer (at most
     ``_HELD_OUT_PAIRS`` per head) and one negative each are drawn once from a generator of their
@@ -248,11 +277,11 @@ class PairsObjective:
     """
 
     def __init__(self, records: Sequence[AttentionRecord], *, heads: int, batch_size: int,
-                 negatives_per_positive: int, seed: int, held_out: Sequence[AttentionRecord] = ()
-                 ) -> None:
+                 negatives_per_positive: int, seed: int, held_out: Sequence[AttentionRecord] = (),
+                 max_steps: int | None = None) -> None:
         self.records, self.held = list(records), list(held_out)
         self.heads, self.batch_size, self.num = heads, batch_size, negatives_per_positive
-        self.seed = seed
+        self.seed, self.max_steps = seed, max_steps
         self.generator = torch.Generator().manual_seed(seed)
         self.generators = [self.generator]
         self.zero_dense = False  # True: dense heads train nothing (see dense_heads_of)
@@ -281,6 +310,9 @@ class PairsObjective:
 
     def draw(self, epoch: int) -> int:
         p = self.pairs
+        if self.max_steps is not None:
+            p = subsample_pairs(p, self.heads, self.max_steps * self.batch_size, self.generator)
+        self.drawn = p  # the epoch's positives: what ``ids`` and ``neg_rows`` index
         negs = sample_negatives(p.gold_flat, p.gold_base, p.n_allowed, self.num, self.generator)
         self.neg_rows = p.k_base[:, None] + negs  # (P, num) rows into k_table
         self.ids, steps = _schedule(p, self.heads, self.batch_size, self.generator,

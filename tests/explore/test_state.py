@@ -211,7 +211,8 @@ def test_to_spec_for_every_app_method():
     assert urlstate.to_spec(state, "quantization").params == (("bins", 5),)
     assert urlstate.to_spec(state, "kmeans").params == (("n_clusters", 6), ("top_k", 2))
     assert urlstate.to_spec(state.with_(method="quantization")).method == "quantization"
-    assert urlstate.to_spec(state, "fixed").params == ()
+    # window is pinned to 0: the state's own window (3) is the window
+    assert urlstate.to_spec(state, "window").params == (("window", 0),)
     assert urlstate.to_spec(state.with_(hamming=5), "hashattention").params == (
         ("max_distance", 5),)
     with pytest.raises(ValueError, match="^k-means needs a number of clusters B; clamp the"):
@@ -232,7 +233,7 @@ def test_problem_messages_name_what_is_expected():
                                              "global": "first,middle"})
     assert problems == [
         "ignored URL parameter method='magic': expected one of distance-floor, distance, "
-        "quantization, kmeans, rowfrac, kmeans-routed, quest, hashattention, block, fixed, "
+        "quantization, kmeans, rowfrac, kmeans-routed, quest, hashattention, block, window, "
         "longformer, bigbird, reformer, routing, topk, topp",
         "ignored URL parameter global='first,middle': expected a comma list of "
         "('first', 'last') or 'none'",

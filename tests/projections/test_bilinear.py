@@ -108,6 +108,70 @@ def test_lowrank_pairwise_trains_and_says_so() -> None:
     assert not torch.equal(fitted.weight, mass.weight)  # the pairwise term changed the fit
 
 
+def _gold_auc(projections, records) -> float:
+    """How often a gold edge's bilinear logit tops a non-edge's, over every layer and head."""
+    pos, neg = [], []
+    for record in records:
+        for layer, graph in enumerate(record.layers):
+            q = torch.baddbmm(projections.bias[layer][:, None], graph.queries.float(),
+                              projections.weight[layer].transpose(1, 2))
+            k = torch.baddbmm(projections.key_bias[layer][:, None], graph.keys.float(),
+                              projections.key_weight[layer].transpose(1, 2))
+            z = q @ k.transpose(1, 2)
+            pos.append(z[graph.gold])
+            neg.append(z[~graph.gold])
+    return float((torch.cat(pos)[:, None] > torch.cat(neg)[None]).double().mean())
+
+
+def test_max_steps_bounds_each_layers_epoch_and_the_capped_fit_still_learns() -> None:
+    gen = torch.Generator().manual_seed(3)
+    records = [cluster_record(gen, 24) for _ in range(4)]  # ~26 steps of 32 positives a layer
+    start = fit_lowrank(records, rank=1)  # under capacity: room to learn
+    options = {"lr": 0.02, "epochs": 6, "batch_size": 32}
+    free = refine_lowrank(start, records, max_steps=None, **options)
+    capped = refine_lowrank(start, records, max_steps=8, **options)
+    assert all(steps > 8 * 6 for steps in free.metadata["steps"])  # the cap binds here
+    assert capped.metadata["steps"] == [8 * 6] * len(records[0].layers)
+    assert capped.metadata["max_steps"] == 8
+    # on a uniform sample of the positives the fit still separates gold from non-gold
+    before, after = _gold_auc(start, records), _gold_auc(capped, records)
+    assert after > before + 0.03 and after > 0.8, (before, after)
+    # a cap that does not bind draws nothing: the very same fit as none
+    natural = max(free.metadata["steps"]) // 6
+    same = refine_lowrank(start, records, max_steps=natural, **options)
+    assert torch.equal(same.weight, free.weight) and torch.equal(same.key_weight,
+                                                                  free.key_weight)
+    with pytest.raises(ValueError, match="max_steps must be an integer >= 1 or None"):
+        refine_lowrank(start, records, max_steps=0)
+
+
+def test_dense_heads_keep_their_start_and_an_all_dense_layer_is_not_trained() -> None:
+    """A head attending to every key of every row has no non-edge to contrast (the last
+    layers of a random BERT-base): the refinement leaves it as it started, trains the rest."""
+    import dataclasses
+
+    gen = torch.Generator().manual_seed(4)
+    records = []
+    for _ in range(4):
+        record = cluster_record(gen, 24)
+        first, second = record.layers
+        gold = first.gold.clone()
+        gold[1] = True  # layer 0: head 1 dense
+        dense0 = dataclasses.replace(first, gold=gold, prob_values=torch.ones(int(gold.sum())))
+        full = torch.ones_like(second.gold)  # layer 1: every head dense
+        dense1 = dataclasses.replace(second, gold=full, prob_values=torch.ones(int(full.sum())))
+        records.append(dataclasses.replace(record, layers=[dense0, dense1]))
+    start = fit_lowrank(records, rank=2)
+    refined = refine_lowrank(start, records, lr=0.02, epochs=2, batch_size=32)
+    assert refined.metadata["dense_heads"] == [[1], [0, 1]]
+    assert refined.metadata["steps"][1] == 0  # nothing to learn in layer 1
+    for name in ("weight", "bias", "key_weight", "key_bias"):
+        torch.testing.assert_close(getattr(refined, name)[0, 1], getattr(start, name)[0, 1])
+        torch.testing.assert_close(getattr(refined, name)[1], getattr(start, name)[1])
+    assert not torch.allclose(refined.weight[0, 0], start.weight[0, 0])  # head 0 trained
+    assert refined.metadata["logistic_bias"][1] == [0.0, 0.0]
+
+
 def _listwise_term(weights: torch.Tensor | None, shift: float = 0.0) -> tuple[torch.Tensor, ...]:
     """The listwise term alone on random rows, and its gradient w.r.t. the query map."""
     gen = torch.Generator().manual_seed(3)

@@ -215,3 +215,46 @@ def test_held_out_rows_are_drawn_from_their_own_seeded_generator():
                                          r"more \(or longer\) texts; hold out more records \(a "
                                          r"larger early-stop fraction\) or train on more texts$"):
         objective.start(0, torch.device("cpu"))
+
+
+def test_subsample_pairs_keeps_at_most_cap_uniform_positives_per_head():
+    from sparsefinder.projections.pairs import subsample_pairs
+
+    pairs = _layer_pairs([_record(None, causal=False, seed=s) for s in range(3)], 0)
+    counts = torch.bincount(pairs.head, minlength=HEADS)  # head 1 has about twice head 0's
+    cap = int(counts.min())  # binds on head 1 only
+    gen = torch.Generator().manual_seed(0)
+    kept = subsample_pairs(pairs, HEADS, cap, gen)
+    assert torch.bincount(kept.head, minlength=HEADS).tolist() == [cap, cap]
+    # every kept positive is one of the layer's, with all its fields, none twice
+    sorted_key, order = (pairs.q_row * pairs.k_table.shape[0] + pairs.k_row).sort()
+
+    def positions(some):  # where each of ``some``'s positives sits in ``pairs``
+        return order[torch.searchsorted(sorted_key, some.q_row * pairs.k_table.shape[0]
+                                        + some.k_row)]
+
+    where = positions(kept)
+    assert where.unique().numel() == where.numel()
+    assert torch.equal(pairs.q_row[where], kept.q_row)
+    assert torch.equal(pairs.k_row[where], kept.k_row)
+    for name in ("head", "k_base", "n_allowed", "gold_base"):
+        assert torch.equal(getattr(kept, name), getattr(pairs, name)[where]), name
+    assert torch.equal(kept.q_table, pairs.q_table)  # the tables are shared, not cut
+    # uniform: over many draws each of head 1's positives is kept about equally often
+    hits = torch.zeros(pairs.head.numel())
+    for _ in range(400):
+        hits[positions(subsample_pairs(pairs, HEADS, cap, gen))] += 1
+    assert (hits[pairs.head == 0] == 400).all()  # under the cap: every positive, every time
+    hits = hits[pairs.head == 1]
+    expected = 400 * cap / int(counts[1])
+    assert (hits - expected).abs().max() < 5 * (expected * (1 - cap / int(counts[1]))) ** 0.5
+
+
+def test_subsample_pairs_draws_nothing_where_the_cap_does_not_bind():
+    from sparsefinder.projections.pairs import subsample_pairs
+
+    pairs = _layer_pairs([_record(None, causal=False)], 0)
+    gen = torch.Generator().manual_seed(0)
+    before = gen.get_state()
+    same = subsample_pairs(pairs, HEADS, int(pairs.head.numel()), gen)
+    assert same is pairs and torch.equal(gen.get_state(), before)
