@@ -263,9 +263,9 @@ def test_output_accuracy_of_the_setting(with_projections):
 
 def test_first_screen_is_the_best_method_at_its_calibrated_setting():
     """With the bundled projections and calibration (no fixture), the Explorer opens on the
-    calibrated distance with each row's 5 nearest keys (the method whose restricted output is
-    closest to the full model's at sparsity 0.90) at target sparsity 0.90, read with the
-    calibration table's own (r = 8 lowrank-logistic) projections; the target slider moves
+    calibrated distance with each row's nearest keys, capped by length (the default method)
+    at target sparsity 0.90, read with the calibration table's own (r = 8 lowrank-mass)
+    projections; the target slider moves
     sparsity."""
     at = new_app().run()
     assert_clean(at)
