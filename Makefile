@@ -92,8 +92,9 @@ bench: install
 mutation: install
 	OMP_NUM_THREADS=1 $(BIN)/python tools/mutation.py
 
-# The calibration table is fitted for the best projections (r = 8, lowrank-logistic, from
-# assets-projections), which the app then loads for the calibrated methods. Every assets*
+# The calibration table is fitted for the best projections (r = 8, lowrank-mass: the low-rank
+# logistic refinement with each gold edge weighted by its entmax probability), which the app
+# then loads for the calibrated methods. Every assets*
 # target ends by rewriting the manifests (assets/default/bundle.json: sizes, sha256, the
 # model each file was built for; tests/test_bundle.py fails on a stale one).
 assets: install assets-projections
@@ -103,8 +104,10 @@ assets: install assets-projections
 	for b in 16 32; do $(BIN)/sparsefinder fit-block-projections --model default \
 	  --corpus default --block $$b --out assets/default/block_projections-b$$b.pt \
 	  || exit 1; done
+	$(BIN)/sparsefinder train --model default --corpus default --out assets/default \
+	  --objective lowrank-mass --rank 8 --filename projections-r8-lowrank-mass.pt
 	$(BIN)/sparsefinder calibrate --model default \
-	  --projections assets/default/projections-r8-lowrank-logistic.pt \
+	  --projections assets/default/projections-r8-lowrank-mass.pt \
 	  --out assets/default/calibration.pt
 	$(BIN)/python -m sparsefinder.bundle_manifest --write
 

@@ -73,7 +73,7 @@ def method_sliders(ctx: AppContext, columns: int = 4) -> urlstate.ViewState:
             **bind("w_t", "t", float, float))
     elif method == "quantization":
         next(col).slider(
-            "β (bins per dimension)", 1, urlstate.MAX_BINS,
+            "β (bins per dimension)", int(urlstate.BINS.low), urlstate.MAX_BINS,
             help="Each projected dimension cut into β equal-population bins (§4.4).",
             **bind("w_bins", "bins", int, int))
     elif method == "kmeans":
@@ -84,18 +84,19 @@ def method_sliders(ctx: AppContext, columns: int = 4) -> urlstate.ViewState:
         top = min(urlstate.MAX_TOP_K, int(view_state().clusters))
         if top > 1:
             next(col).slider(
-                "k (nearest centroids)", 1, top,
+                "k (nearest centroids)", int(urlstate.TOP_K.low), top,
                 help="Queries and keys join their k nearest centroids; larger k, more edges.",
                 **bind("w_top_k", "top_k", lambda k: min(int(k), top), int))
     elif method == "quest":
         next(col).slider(
-            f"Quest pages (of {urlstate.QUEST_PAGE} keys) per query", 1, urlstate.MAX_PAGES,
+            f"Quest pages (of {urlstate.QUEST_PAGE} keys) per query", int(urlstate.PAGES.low),
+            urlstate.MAX_PAGES,
             help="Keys in pages; each query keeps the pages with the highest upper bound "
                  "Σ_d max(q_d·min_d, q_d·max_d) of its score (Quest, training-free).",
             **bind("w_pages", "pages", int, int))
     elif method == "hashattention":
         next(col).slider(
-            "Hamming distance (of 16-bit codes)", 0, urlstate.HASH_BITS,
+            "Hamming distance (of 16-bit codes)", int(urlstate.HAMMING.low), urlstate.HASH_BITS,
             help="Each query keeps the keys whose learned binary code differs from its own "
                  "in at most this many bits (HashAttention-style codes, learned on TRAIN "
                  "gold graphs; bundled for the default model).",

@@ -24,10 +24,10 @@ Long texts (issue 14): ``--tokens N`` pastes a text of N tokens (consecutive pas
 the default corpus' train split) instead of opening the example, on ``--model PATH``, or,
 without ``--model``, on a tiny random long-context decoder (``sparsefinder.models.decoders``: Qwen2,
 4096 positions, GQA, a sliding-window layer) saved to a temporary folder. Such a model has
-no projections, so use ``--method fixed`` (the window-size slider drives window ∪ global
+no projections, so use ``--method window`` (the window-size slider drives window ∪ global
 tokens; prediction, scoring, the windowed head figure and the block overview all rerun).
 
-    .venv/bin/python benchmarks/app_latency.py --tokens 4096 --method fixed --moves 20
+    .venv/bin/python benchmarks/app_latency.py --tokens 4096 --method window --moves 20
 
 ``--smoke``: one timed move (after the two warm-up moves), waits of at most 180 s.
 """

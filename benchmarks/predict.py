@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _common import parse, parser  # noqa: E402
 
-from sparsefinder.calibration.curves import DEFAULT_FLOOR  # noqa: E402
+from sparsefinder.calibration.curves import DEFAULT_FLOOR, DEFAULT_FLOOR_SHARE  # noqa: E402
 from sparsefinder.data.records import AttentionRecord, LayerGraph  # noqa: E402
 from sparsefinder.metrics.measures import recall, sparsity  # noqa: E402
 from sparsefinder.metrics.scorer import Scorer
@@ -51,6 +51,8 @@ REPEATS, WARMUP = 30, 3
 # Coordinates of the calibrated distance predictors' vectors: the bundled projections'
 # rank 9 plus the two augmentation coordinates.
 PROJECTED_DIM = 11
+#: the first screen's floor cap at its target 0.90 (None: uncapped)
+FLOOR_ROW_SHARE = None if DEFAULT_FLOOR_SHARE is None else DEFAULT_FLOOR_SHARE * (1 - 0.9)
 
 
 def timings_ms(fn: Callable[[], object], repeats: int = REPEATS, warmup: int = WARMUP
@@ -175,7 +177,7 @@ def all_metrics(name: str, n: int, timed: Callable) -> None:
             squared = torch.cdist(q, k).square().flatten(1)
             threshold = ThresholdDistance(squared.quantile(0.1, dim=-1))
             predictors.append(threshold if name == "distance-budget"
-                              else RowFloor(threshold, DEFAULT_FLOOR))
+                              else RowFloor(threshold, DEFAULT_FLOOR, FLOOR_ROW_SHARE))
     else:
         predictors = [TopP(TOPP_P) for _ in range(LAYERS)]
     scorer, basic = Scorer(record), Scorer(record, extra=False)

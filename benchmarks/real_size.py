@@ -289,7 +289,7 @@ def main() -> None:
           f"{result['move_max_ms']:.0f})", flush=True)
     if args.app:
         command = [sys.executable, str(ROOT / "benchmarks" / "app_latency.py"), "--model",
-                   str(folder), "--tokens", str(tokens), "--method", "fixed", "--moves", "20"]
+                   str(folder), "--tokens", str(tokens), "--method", "window", "--moves", "20"]
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
         fields = dict(part.split("=") for part in last.split() if "=" in part)

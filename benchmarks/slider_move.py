@@ -75,7 +75,7 @@ def main() -> int:
     record = long_record(args.tokens, args.record)
     prepared = prep.prepare(record)
     labels = inputs.token_labels(record)
-    state, _ = live.clamp(ViewState(method="fixed", window=3), prepared)
+    state, _ = live.clamp(ViewState(method="window", window=3), prepared)
     shown = slice(0, min(record.n_tokens, long_view.DEFAULT_WINDOW))
     layer, head = state.layer, state.head
     parts: dict[str, list[float]] = {}

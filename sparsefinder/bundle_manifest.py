@@ -53,6 +53,10 @@ _OBJECTIVES = {
                "distance (separate query/key maps)",
     "lowrank-logistic": "the lowrank fit refined by one epoch of logistic loss on the bilinear "
                         "logit (separate query/key maps)",
+    "lowrank-mass": "the lowrank-logistic refinement with each gold edge weighted by its entmax "
+                    "probability (separate query/key maps)",
+    "lowrank-pairwise": "lowrank-mass plus a mass-weighted pairwise term (separate query/key "
+                        "maps)",
 }
 
 
@@ -79,6 +83,9 @@ class Rule:
 
 RULES = (
     Rule(r"projections\.pt", "projections", "assets", _TRAIN, _projections_purpose),
+    # the default's projections: built by `make assets` (the others by assets-projections)
+    Rule(r"projections-r(?P<r>8)-(?P<objective>lowrank-mass)\.pt", "projections", "assets",
+         _TRAIN + " --objective {objective} --rank {r} --filename {name}", _projections_purpose),
     Rule(r"projections-r(?P<r>\d+)-(?P<objective>[a-z-]+)\.pt", "projections",
          "assets-projections", _TRAIN + " --objective {objective} --rank {r} --filename {name}",
          _projections_purpose),
@@ -112,8 +119,9 @@ RULES = (
                     "model)")),
 )
 _WHY_PROJECTIONS = ("the calibration table was fitted for it; the best measured projections "
-                    "(distance:budget R@0.90 = 0.850 on the validation split with the bundled "
-                    "adapter, above the top-k oracle's 0.810; docs/results.md)")
+                    "(chosen on train: the default distance-floor:budget's output cosine at "
+                    "sparsity 0.90 above the lowrank-logistic file's, on validation too; "
+                    "docs/results/quality.md)")
 _WHY_CENTROIDS = ("shared query/key space with k-means centroids, which k-means, quantization, "
                   "clusters and coref need (the augmented low-rank files have none)")
 

@@ -87,30 +87,41 @@ def _creation_mode() -> int:
     return 0o644
 
 
-def atomic_write(path: str | Path, fill: Callable[[IO[bytes]], object]) -> Path:
+def atomic_write(path: str | Path, fill: Callable[[IO[bytes]], object], *,
+                 temp: str | None = None, fsync: bool = True) -> Path:
     """Write a file all at once or not at all; returns ``path``.
 
     ``fill(handle)`` writes the content into a temporary file in the same folder (created with
     its parents), which is flushed, fsynced and renamed over ``path`` (``os.replace``, atomic on
     one file system). If ``fill`` or any step raises, the temporary file is removed and
     ``path`` is left as it was. The new file gets the mode a plain ``open`` would give it.
+
+    ``temp``: a fixed name for the temporary file (default: a unique one), so a resumable
+    writer finds what a killed run left (the shard store's ``chunk-N.pt.partial``).
+    ``fsync`` False skips the fsyncs: a killed process loses no written pages, only an OS
+    crash may (for files whose checksum catches that, and that are redone then).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle = tempfile.NamedTemporaryFile(  # noqa: SIM115 (closed below, also on failure)
-        "wb", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False)
+    if temp is None:
+        handle = tempfile.NamedTemporaryFile(  # noqa: SIM115 (closed below, also on failure)
+            "wb", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False)
+    else:
+        handle = open(path.with_name(temp), "wb")  # noqa: SIM115 (closed below)
     tmp = Path(handle.name)
     try:
         with handle:
             fill(handle)
             handle.flush()
-            os.fsync(handle.fileno())
+            if fsync:
+                os.fsync(handle.fileno())
         os.chmod(tmp, _creation_mode())  # NamedTemporaryFile creates 0o600
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_folder(path.parent)
+    if fsync:
+        _fsync_folder(path.parent)
     return path
 
 

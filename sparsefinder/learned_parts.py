@@ -56,7 +56,7 @@ class LearnedParts:
         """The parts ``method``'s ``build`` takes (a spec or a written method such as
         ``distance:budget``), cut to what its family declared; a part not held is None
         (building a method that needs one then says what is missing)."""
-        written, variant = _variant(method)
+        written, variant = method_variant(method)
         held = Parts(projections=self.projections,
                      hash_codes=self.hash_codes.maps if self.hash_codes else None,
                      block_projections=self.block_projections)
@@ -69,7 +69,7 @@ class LearnedParts:
     def fitted(self, method: str | PredictorSpec) -> Any:
         """The held part that stands for what ``method``'s ``fit`` returns (the field its family
         declared its fit makes), or None: for callers that pass ``(projections, fitted)``."""
-        return getattr(self.for_method(method), _variant(method)[1].fits, None)
+        return getattr(self.for_method(method), method_variant(method)[1].fits, None)
 
     def build_layers(self, spec: PredictorSpec, num_layers: int) -> list[Predictor | None]:
         """The spec's per-layer predictors, built with the parts it takes."""
@@ -90,7 +90,7 @@ class LearnedParts:
                    hash_codes=bundled_hash_codes(model_id), block_projections=blocks or None)
 
 
-def _variant(method: str | PredictorSpec) -> tuple[str, Variant]:
+def method_variant(method: str | PredictorSpec) -> tuple[str, Variant]:
     """``method`` as written (``distance:budget``) and the variant its parameters pick (an old
     form's name, ``block-learned``, picks the form it names)."""
     if isinstance(method, PredictorSpec):

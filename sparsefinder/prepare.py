@@ -208,7 +208,7 @@ def write_manifest(run: PrepareRun) -> Path:
     if "projections" in manifest["best"]:  # the bundled reason quotes the bundled model's numbers
         manifest["best"]["projections"]["why"] = (
             "the calibration table was fitted for it; the recipe measured best on the bundled "
-            "model (r = 8 low-rank logistic, docs/results.md)")
+            "model (r = 8 low-rank logistic, docs/results/quality.md)")
     manifest["note"] = ("Written by `sparsefinder prepare`; read with "
                         "sparsefinder.model_bundles.find_bundle().")
     manifest.update(manifest_extras(run.fingerprint, run.model, run.corpus, run.done,

@@ -108,7 +108,7 @@ def test_best_projections_are_the_calibration_tables_and_centroids_the_shared_on
     default = bundle()
     table = CalibrationTable.load(default.path("calibration"))
     assert default.best("projections").name == table.projections_file \
-        == "projections-r8-lowrank-logistic.pt"
+        == "projections-r8-lowrank-mass.pt"
     assert default.best() == default.best("projections") == default.path("projections")
     centroids = HeadProjections.load(default.best("centroids"))
     assert default.best("centroids").name == "projections.pt"

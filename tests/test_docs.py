@@ -121,5 +121,5 @@ def test_library_examples_run(capsys):
     assert mask.dtype == torch.bool and tuple(mask.shape) == (12, n, n)
     assert 0 < 1 - mask.float().mean().item() < 1
     # 4. The bundled files, through their manifest.
-    assert namespace["best"].name == "projections-r8-lowrank-logistic.pt"
+    assert namespace["best"].name == "projections-r8-lowrank-mass.pt"
     assert namespace["problems"] == [] and "block_projections-b32.pt" in printed

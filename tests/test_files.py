@@ -218,3 +218,24 @@ def test_every_file_error_is_the_projects_file_error() -> None:
 
     assert issubclass(AtlasFileError, SparsefinderFileError)
     assert issubclass(ShardsError, SparsefinderFileError)
+
+
+def test_a_fixed_temporary_name_and_no_fsync(tmp_path, monkeypatch) -> None:
+    """``temp``: the temporary file has that name while ``fill`` writes (a resumable writer
+    finds it after a kill) and is gone after; ``fsync`` False never calls fsync."""
+    from sparsefinder.files import atomic_write
+
+    seen = []
+    synced = []
+    monkeypatch.setattr(files.os, "fsync", lambda fd: synced.append(fd))
+    path = tmp_path / "chunk.pt"
+
+    def fill(handle) -> None:
+        seen.append(sorted(p.name for p in tmp_path.iterdir()))
+        handle.write(b"data")
+
+    atomic_write(path, fill, temp="chunk.pt.partial", fsync=False)
+    assert seen == [["chunk.pt.partial"]] and synced == []
+    assert [p.name for p in tmp_path.iterdir()] == ["chunk.pt"] and path.read_bytes() == b"data"
+    atomic_write(path, lambda handle: handle.write(b"more"), temp="chunk.pt.partial")
+    assert synced and path.read_bytes() == b"more"

@@ -26,7 +26,7 @@ assert Path(sparsefinder.__file__).is_relative_to(where), sparsefinder.__file__
 assets = Path(str(files("sparsefinder.assets")))
 assert assets == where / sys.argv[2], assets
 assert assets_root() == assets and (assets / "default" / "bundle.json").is_file()
-assert bundle().best("projections").name == "projections-r8-lowrank-logistic.pt"
+assert bundle().best("projections").name == "projections-r8-lowrank-mass.pt"
 assert bundle().best("centroids").is_relative_to(assets)
 assert bundle().verify() == [] and examples_dir().is_dir() and coref_probes().is_file()
 print("BUNDLE OK", assets)

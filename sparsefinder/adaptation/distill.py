@@ -5,6 +5,7 @@ training loop, the fidelity measure and the adapter it writes (objective: :mod:`
 from __future__ import annotations
 
 import math
+import pickle
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -27,6 +28,7 @@ from sparsefinder.adaptation.objective import (
 )
 from sparsefinder.attention.interface import AttentionCall, capture
 from sparsefinder.data.chunking import chunk_passages
+from sparsefinder.files import atomic_write
 from sparsefinder.models.adapter_file import base_fingerprint, base_module_name, save_adapter
 from sparsefinder.models.loading import LoadedModel
 from sparsefinder.models.pooling import mean_pool
@@ -76,6 +78,18 @@ class TrainState:
     history: list[dict[str, float]] = field(default_factory=list)
 
 
+def _load_checkpoint(checkpoint: Path, device: torch.device) -> dict:
+    """A training checkpoint, read without running code (``weights_only``: tensors, numbers,
+    strings, lists and dicts; the scheduler's lambda is not in its state dict)."""
+    try:
+        return torch.load(checkpoint, map_location=device, weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError) as error:
+        raise AdaptError(f"cannot read the checkpoint {checkpoint}: it is damaged, or holds "
+                         "objects other than tensors, numbers and text (not loaded: that could "
+                         "run code); delete it, or rerun without --resume to start over"
+                         ) from error
+
+
 def train(student: nn.Module, targets: Targets, config: AdaptConfig, device: torch.device,
           checkpoint: Path | None = None, resume: bool = False,
           on_step: Callable[[int, dict[str, float]], None] | None = None) -> TrainState:
@@ -93,7 +107,7 @@ def train(student: nn.Module, targets: Targets, config: AdaptConfig, device: tor
     state = TrainState()
     entropy0: Tensor | None = None
     if resume and checkpoint is not None and checkpoint.exists():
-        saved = torch.load(checkpoint, map_location=device, weights_only=False)
+        saved = _load_checkpoint(checkpoint, device)
         if saved["config"] != config.as_dict():
             raise AdaptError(
                 f"{checkpoint} was written with other settings ({saved['config']}); rerun "
@@ -109,14 +123,11 @@ def train(student: nn.Module, targets: Targets, config: AdaptConfig, device: tor
     def save() -> None:
         if checkpoint is None:
             return
-        checkpoint.parent.mkdir(parents=True, exist_ok=True)
-        tmp = checkpoint.with_suffix(".tmp")
-        torch.save({"config": config.as_dict(), "step": state.step, "seconds": state.seconds,
-                    "history": state.history, "entropy0": entropy0,
-                    "adapter": get_peft_model_state_dict(student),
-                    "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
-                   tmp)
-        tmp.replace(checkpoint)  # never a half-written checkpoint
+        saved = {"config": config.as_dict(), "step": state.step, "seconds": state.seconds,
+                 "history": state.history, "entropy0": entropy0,
+                 "adapter": get_peft_model_state_dict(student),
+                 "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}
+        atomic_write(checkpoint, lambda handle: torch.save(saved, handle))  # never half-written
 
     # Eval mode while training: no dropout, so the student matches the teacher's exact
     # (dropout-free) function, and a resumed run repeats an uninterrupted one bit for bit.

@@ -18,7 +18,7 @@ from typing import Any
 from torch import Tensor
 
 from sparsefinder.bundle import bundle
-from sparsefinder.calibration.curves import DEFAULT_FLOOR
+from sparsefinder.calibration.curves import DEFAULT_FLOOR, DEFAULT_FLOOR_SHARE
 from sparsefinder.calibration.table import CalibrationError, CalibrationTable
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
@@ -34,8 +34,9 @@ ATLAS_GLOBAL: tuple[str, ...] = ()
 
 def default_spec(target: float = ATLAS_TARGET) -> PredictorSpec:
     """The setting the atlas scores: the app's default setting at ``target`` sparsity."""
+    share = {} if DEFAULT_FLOOR_SHARE is None else {"floor_share": DEFAULT_FLOOR_SHARE}
     return PredictorSpec.of(ATLAS_METHOD, {"target_sparsity": float(target),
-                                           "floor": DEFAULT_FLOOR},
+                                           "floor": DEFAULT_FLOOR, **share},
                             window=ATLAS_WINDOW, global_tokens=ATLAS_GLOBAL)
 
 

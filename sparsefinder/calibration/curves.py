@@ -16,9 +16,10 @@ from typing import Any
 
 from sparsefinder.calibration.estimators import CalibratedDistance, CalibratedRowFraction
 from sparsefinder.calibration.floor import floored_fitter
-from sparsefinder.calibration.grid import HEAD_GRIDS, head_grid_fitter
+from sparsefinder.calibration.grid import head_grid_fitter
 from sparsefinder.calibration.samples import DistanceSamples
 from sparsefinder.data.records import AttentionRecord
+from sparsefinder.methods.registry import METHODS, method_id
 
 #: Target sparsities: coarse below 0.75, every 0.01 from 0.75 to 0.99.
 SPARSITY_TARGETS = [0.5, 0.6, 0.7] + [round(0.75 + 0.01 * i, 2) for i in range(25)]
@@ -28,13 +29,13 @@ DISTANCE_FINE_GRID = [round(0.05 * i, 2) for i in range(1, 101)]
 #: Keys per row of the ``distance-floor`` curves and the floor's default, and the curves'
 #: cap on the floor (``floor_share`` c: row i keeps at most
 #: ``min(m, max(1, ⌊c · (1 − target) · allowed_i⌋))`` floor keys; None: no cap, m keys in every
-#: row). Both chosen on TRAIN texts (``tools/choose_floor.py``: thresholds fitted on 100 train
-#: passages, the restricted model scored on the next 40; the rule is written in the tool)
-#: among m = 4, 5, 6, 8 with c = 0.25, 0.5, 1 and the uncapped m = 5: no setting had the
-#: highest output cosine at all three targets 0.75 / 0.90 / 0.95, and among the settings
-#: within 0.005 of every target the uncapped m = 5 had the best mean (docs/results.md).
-DEFAULT_FLOOR = 5
-DEFAULT_FLOOR_SHARE: float | None = None
+#: row). Chosen on TRAIN texts (``tools/choose_floor.py --lengths``: thresholds fitted on 100
+#: train passages, the restricted model scored on the next 40, split into a short and a long
+#: half): the setting with the best mean output cosine among those whose short AND long halves
+#: both reach every target 0.75 / 0.90 / 0.95 was m = 12, c = 1; the uncapped m = 5 stops
+#: short of 0.95 on short texts, its 5 keys being 5/n of every row (docs/results/quality.md).
+DEFAULT_FLOOR = 12
+DEFAULT_FLOOR_SHARE: float | None = 1.0
 #: what a floored calibration is given besides the target
 FLOOR_PARAMS = ("floor", "floor_share")
 
@@ -120,16 +121,21 @@ def calibrated_methods() -> list[CalibratedCurve]:
                         extra=FLOOR_PARAMS),
         CalibratedCurve("distance-floor", "budget", _floor_grid(), floored_fitter("budget"),
                         extra=FLOOR_PARAMS),
-    ] + [  # one raw setting per head (B/k, β, window, key budget): calibration.grid
-        CalibratedCurve(family, "budget", _sparsity_grid(), head_grid_fitter(family),
-                        f"{family}-budget")
-        for family in HEAD_GRIDS
     ]
 
 
+def head_grid_curve(family: str, grid: Sequence[Params]) -> CalibratedCurve:
+    """The per-head ("budget") calibration of a family that declares a raw ``head_grid``
+    (B/k, β, window, key budget; :mod:`.grid`): one raw setting per head for a target."""
+    return CalibratedCurve(family, "budget", _sparsity_grid(), head_grid_fitter(family, grid),
+                           f"{family}-budget")
+
+
 def calibrated_grids() -> dict[str, list[Params]]:
-    """``family:calibration`` → grid of targets of every calibrated family (sweep curves)."""
-    return {f"{c.family}:{c.calibration}": c.grid for c in calibrated_methods()}
+    """``family:calibration`` → grid of targets of every calibrated family (sweep curves),
+    read from the registered families."""
+    return {method_id(name, c.name): list(c.grid) for name, method in METHODS.items()
+            for c in method.calibrations if c.grid}
 
 
 def fitted_build(params: Params, context: Any) -> Any:

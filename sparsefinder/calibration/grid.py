@@ -33,7 +33,7 @@ from sparsefinder.calibration.allocation import allocate
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.methods.param import TARGET_SPARSITY
 from sparsefinder.methods.parts import Parts
-from sparsefinder.methods.registry import MethodUnavailable
+from sparsefinder.methods.registry import METHODS, MethodUnavailable, get_method
 from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
 from sparsefinder.metrics.scorer import Scorer
 from sparsefinder.predictors.per_head import PerHeadSelect
@@ -120,28 +120,27 @@ def layer_predictor(method: str, grid: Sequence[Params], picks: Tensor, projecti
     return PerHeadSelect(predictors, remap)
 
 
-#: The raw grids the per-head ("budget") calibration of each family chooses from (the
-#: families' sweep grids, finer where a head's sparsity moves in large steps).
-HEAD_GRIDS: dict[str, list[Params]] = {
-    "window": [{"window": w} for w in
-               [0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 15, 19, 23, 27, 31, 41, 51, 63, 75, 101, 125,
-                151, 201, 251, 511]],
-    "quantization": [{"bins": b} for b in
-                     [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64, 96, 128]],
-    "kmeans": [{"n_clusters": b, "top_k": k}
-               for b in [2, 4, 6, 8, 10, 12, 16, 20] for k in (1, 2, 3) if k < b],
-    "kmeans-routed": [
-        {"n_clusters": 128, "budget": f} for f in
-        [0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.1, 0.12, 0.14,
-         0.16, 0.18, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.8, 1.0]],
-}
+def head_grid(method: str) -> list[Params]:
+    """The raw settings ``method``'s per-head ("budget") calibration chooses from: its
+    catalog entry's ``Method.head_grid`` (its sweep grid, finer where a head's sparsity moves
+    in large steps)."""
+    grid = list(get_method(method).head_grid)
+    if not grid:
+        raise ValueError(f"method {method!r} declares no per-head grid (Method.head_grid)")
+    return grid
 
 
-def head_grid_fitter(method: str) -> Callable[[Sequence[AttentionRecord]], Callable]:
+def head_grid_families() -> list[str]:
+    """The families that declare a per-head grid, in catalog order."""
+    return [name for name, method in METHODS.items() if method.head_grid]
+
+
+def head_grid_fitter(method: str, grid: Sequence[Params]
+                     ) -> Callable[[Sequence[AttentionRecord]], Callable]:
     """``fit(train_records) -> factory(params, projections, layer)`` of one family's per-head
-    ("budget") calibration: the grid is measured once per projections object, each target
-    allocated once, and every layer built from that choice."""
-    grid = HEAD_GRIDS[method]
+    ("budget") calibration over ``grid`` (the family's declared ``head_grid``): the grid is
+    measured once per projections object, each target allocated once, and every layer built
+    from that choice."""
 
     def fit(train_records: Sequence[AttentionRecord]) -> Callable:
         cache: dict[int, tuple[Any, GridTable, dict[float, Tensor]]] = {}

@@ -23,10 +23,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from sparsefinder.calibration.curves import DEFAULT_FLOOR, SPARSITY_TARGETS, calibrated_methods
+from sparsefinder.calibration.curves import (
+    DEFAULT_FLOOR,
+    DEFAULT_FLOOR_SHARE,
+    SPARSITY_TARGETS,
+)
 from sparsefinder.calibration.estimators import CalibratedDistance, CalibratedRowFraction
 from sparsefinder.calibration.floor import CalibratedFlooredDistance
-from sparsefinder.calibration.grid import HEAD_GRIDS, layer_predictor, measure_grid
+from sparsefinder.calibration.grid import head_grid, layer_predictor, measure_grid
 from sparsefinder.calibration.samples import DistanceSamples
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.files import (
@@ -36,7 +40,7 @@ from sparsefinder.files import (
     load_payload,
     save_payload,
 )
-from sparsefinder.methods.registry import MethodUnavailable
+from sparsefinder.methods.registry import METHODS, MethodUnavailable
 from sparsefinder.predictors.row_floor import RowFloor
 from sparsefinder.predictors.row_fraction import RowFraction
 from sparsefinder.predictors.threshold_distance import ThresholdDistance
@@ -45,14 +49,17 @@ from sparsefinder.projections.heads import HeadProjections
 FORMAT = "sparsefinder-calibration"
 #: Families a table holds under ``calibration="budget"``, and the estimator of each.
 ESTIMATORS = {"distance": CalibratedDistance, "rowfrac": CalibratedRowFraction}
-#: The floored distance family a table holds, at ONE floor (``metadata["floor"]``).
+#: The floored distance family a table holds, at ONE floor (``metadata["floor"]``) and ONE
+#: length cap (``metadata["floor_share"]``; tables written before the cap lack it: uncapped).
 FLOOR_METHOD = "distance-floor"
 #: Families whose per-head raw settings a table holds (:mod:`.grid`): those that do not read
 #: the projections, so they hold whatever projections the table is fitted for.
 GRID_METHODS = ("kmeans-routed", "window")
-#: Keys of tables written before calibration was a parameter (``distance-budget`` …).
-OLD_KEYS = {c.old_name: c.family for c in calibrated_methods()
-            if c.calibration == "budget" and c.old_name}
+def old_keys() -> dict[str, str]:
+    """Keys of tables written before calibration was a parameter (``distance-budget`` …):
+    the old names of the families' budget calibrations."""
+    return {old: family for old, (family, calibration) in METHODS.aliases().items()
+            if calibration == "budget"}
 
 
 def table_key(method: str) -> str:
@@ -61,7 +68,7 @@ def table_key(method: str) -> str:
     family, _, calibration = method.partition(":")
     if calibration and calibration != "budget":
         raise ValueError(f"a calibration table holds calibration 'budget' only, got {method!r}")
-    return OLD_KEYS.get(family, family)
+    return old_keys().get(family, family)
 
 
 class CalibrationError(SparsefinderFileError):
@@ -85,11 +92,12 @@ class CalibrationTable:
     """Per-head parameters of each family under ``calibration="budget"`` at each target.
 
     ``params[family]`` is float32 (targets, layers, heads): squared thresholds for
-    ``distance`` and ``distance-floor`` (its floor of ``metadata["floor"]`` keys per row, no
-    length cap), keep fractions for ``rowfrac``, indices into ``grids[family]``
-    (the raw settings) for the :data:`GRID_METHODS`; ``train_sparsity`` and ``train_recall``
-    the train estimates, same shapes. ``projections_file`` names the projections file (next
-    to the table) it was fitted for, so an app can load them whatever its own projections.
+    ``distance`` and ``distance-floor`` (its floor of ``metadata["floor"]`` keys per row,
+    capped by the row's length with ``metadata["floor_share"]``, None or absent: uncapped),
+    keep fractions for ``rowfrac``, indices into ``grids[family]`` (the raw settings) for
+    the :data:`GRID_METHODS`; ``train_sparsity`` and ``train_recall`` the train estimates,
+    same shapes. ``projections_file`` names the projections file (next to the table) it was
+    fitted for, so an app can load them whatever its own projections.
     """
 
     model_id: str
@@ -107,11 +115,13 @@ class CalibrationTable:
             projections_sha256: str, targets: Sequence[float] = SPARSITY_TARGETS,
             samples_per_text: int = 1024, seed: int = 0,
             grid_methods: Sequence[str] = GRID_METHODS,
-            floor: int | None = DEFAULT_FLOOR, codebooks: Any = None) -> CalibrationTable:
+            floor: int | None = DEFAULT_FLOOR, codebooks: Any = None,
+            floor_share: float | None = DEFAULT_FLOOR_SHARE) -> CalibrationTable:
         """Fit every method of :data:`ESTIMATORS`, ``distance-floor`` with ``floor`` keys per
-        row (None: not fitted) and ``grid_methods`` at every target on TRAIN records
-        (``codebooks``: the key codebooks routed k-means is measured with, when they are not
-        yet where the library looks them up: a bundle being prepared)."""
+        row capped by ``floor_share`` (the floor None: not fitted; the share None: no cap) and
+        ``grid_methods`` at every target on TRAIN records (``codebooks``: the key codebooks
+        routed k-means is measured with, when they are not yet where the library looks them
+        up: a bundle being prepared)."""
         # one draw serves every estimator: the floored one also reads each pair's rank in
         # its row, which does not change the pairs the others read
         samples = DistanceSamples.from_records(records, projections, samples_per_text, seed,
@@ -119,8 +129,9 @@ class CalibrationTable:
         estimators = {method: [estimator(target_sparsity=float(t), allocation="budget")
                                for t in targets] for method, estimator in ESTIMATORS.items()}
         if floor is not None:
-            estimators[FLOOR_METHOD] = [CalibratedFlooredDistance(float(t), int(floor), "budget")
-                                        for t in targets]
+            estimators[FLOOR_METHOD] = [
+                CalibratedFlooredDistance(float(t), int(floor), "budget", floor_share)
+                for t in targets]
         params, sparsity, recall = {}, {}, {}
         for method, unfitted in estimators.items():
             fitted = [estimator.fit(samples) for estimator in unfitted]
@@ -131,7 +142,7 @@ class CalibrationTable:
         grids = {}
         for method in grid_methods:
             try:
-                table = measure_grid(records, projections, method, HEAD_GRIDS[method],
+                table = measure_grid(records, projections, method, head_grid(method),
                                      codebooks=codebooks if method == "kmeans-routed" else None)
             except MethodUnavailable:  # e.g. no key codebooks for this model: not in the table
                 continue
@@ -147,7 +158,8 @@ class CalibrationTable:
                    train_sparsity=sparsity, train_recall=recall,
                    metadata={"n_texts": len(records), "samples_per_text": samples_per_text,
                              "seed": seed, "allocation": "budget",
-                             **({"floor": int(floor)} if floor is not None else {})},
+                             **({"floor": int(floor), "floor_share": _share(floor_share)}
+                                if floor is not None else {})},
                    grids=grids)
 
     def index(self, target: float) -> int:
@@ -169,13 +181,21 @@ class CalibrationTable:
         if method in self.grids:
             return layer_predictor(method, self.grids[method], values.long(), projections, layer)
         if method == FLOOR_METHOD:
-            return RowFloor(ThresholdDistance(values), int(self.metadata["floor"]))
+            share = self.floor_share
+            row_share = None if share is None else share * (1.0 - float(target))
+            return RowFloor(ThresholdDistance(values), int(self.metadata["floor"]), row_share)
         return ThresholdDistance(values) if method == "distance" else RowFraction(values)
+
+    @property
+    def floor_share(self) -> float | None:
+        """The length cap of the table's ``distance-floor`` (None: uncapped, also for the tables
+        written before the cap was recorded)."""
+        return _share(self.metadata.get("floor_share"))
 
     def has(self, method: str) -> bool:
         """Whether the table holds ``method``, a calibrated form (``distance:budget`` or the
         old ``distance-budget``); a raw family (``distance``) is not held."""
-        if not method.endswith(":budget") and method not in OLD_KEYS:
+        if not method.endswith(":budget") and method not in old_keys():
             return False
         return table_key(method) in self.params
 
@@ -187,13 +207,14 @@ class CalibrationTable:
         """The ``fitted`` factory of one calibrated method (what a sweep's ``fit`` returns)."""
 
         def build(params: dict, projections: Any, layer: int) -> Any:
-            if table_key(method) == FLOOR_METHOD:  # the table holds one floor, uncapped
-                held = int(self.metadata["floor"])
-                if int(params.get("floor", held)) != held or params.get("floor_share"):
+            if table_key(method) == FLOOR_METHOD:  # the table holds one floor and one cap
+                held, share = int(self.metadata["floor"]), self.floor_share
+                asked = _share(params.get("floor_share"))  # left out: uncapped
+                if int(params.get("floor", held)) != held or not _same_share(asked, share):
                     raise MethodUnavailable(
                         f"the calibration table holds {FLOOR_METHOD}:budget with floor={held} "
-                        "and no floor_share; other settings need train graphs (a sweep with "
-                        "--train-passages)")
+                        f"and floor_share={share}; other settings need train graphs (a sweep "
+                        "with --train-passages)")
             return self.predictor(method, float(params["target_sparsity"]), layer, projections)
 
         return build
@@ -239,7 +260,20 @@ class CalibrationTable:
         return HeadProjections.load(path, expected_model_id=self.model_id)
 
 
+def _share(value: Any) -> float | None:
+    """A floor share as a float (None: no cap)."""
+    return None if value is None else float(value)
+
+
+def _same_share(a: float | None, b: float | None) -> bool:
+    """Whether two floor shares are the same cap (None only equals None)."""
+    if a is None or b is None:
+        return a is b
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+
 def _renamed(table: dict | None) -> dict:
     """A saved per-method dict with the keys of older files (``distance-budget``) renamed to
     their family (``distance``)."""
-    return {OLD_KEYS.get(key, key): value for key, value in (table or {}).items()}
+    old = old_keys()
+    return {old.get(key, key): value for key, value in (table or {}).items()}

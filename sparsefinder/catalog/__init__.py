@@ -19,8 +19,10 @@ from typing import Any
 from sparsefinder.calibration.curves import (
     DEFAULT_FLOOR,
     DEFAULT_FLOOR_SHARE,
+    CalibratedCurve,
     calibrated_methods,
     fitted_build,
+    head_grid_curve,
 )
 from sparsefinder.calibration.curves import DISTANCE_FINE_GRID as _FINE
 from sparsefinder.calibration.samples import RANK_CAP
@@ -61,6 +63,7 @@ from sparsefinder.predictors import (
     Window,
 )
 from sparsefinder.predictors.block_keys import BlockKeySparsefinder
+from sparsefinder.predictors.hash_codes import HASH_BITS
 from sparsefinder.predictors.quest import QuestPages
 
 #: Window of the Longformer / BigBird baselines (the paper's efficiency study uses w = 3).
@@ -77,10 +80,15 @@ def _int(name: str, default: int, low: int, label: str = "", url: str = "",
 
 THRESHOLD = Param("threshold", float, 1.0, low=0.0, label="t", url="t",
                   help="keep a pair when its projected distance is at most t")
-BINS = _int("bins", 4, 1, "β", "beta")
+#: the app's slider and link ranges are these declarations' (``app_high``: its useful region)
+BINS = _int("bins", 4, 1, "β", "beta", app_high=16)
 CLUSTERS = _int("n_clusters", 8, 1, "B", "B")
-TOP_K = _int("top_k", 1, 1, "k", "k")
-WINDOW = _int("window", 3, 0, "w", "window")
+TOP_K = _int("top_k", 1, 1, "k", "k", app_high=8)
+WINDOW = _int("window", 3, 0, "w", "window", app_high=31)
+#: Quest: pages of QUEST_PAGE keys kept per query
+PAGES = _int("pages", 8, 0, "pages", "pages", app_high=64)
+#: HashAttention: the largest Hamming distance of a kept key's code (16-bit bundled codes)
+HAMMING = _int("max_distance", 3, 0, "Hamming distance", "hd", app_high=HASH_BITS)
 SHARE = {"low": 0.0, "high": 1.0, "low_open": True}
 FLOOR = _int("floor", DEFAULT_FLOOR, 1, "keys per row (floor)", "floor", high=RANK_CAP)
 #: the floor's cap by row length (calibrated floors only: it reads the target); left out,
@@ -95,6 +103,10 @@ N_BLOCKS = _int("n_blocks", 4, 0, "key blocks", app_high=16)
 LEARNED = Param("learned", bool, False, label="learned block projections", url="learned",
                 optional=True, choices=(False, True),
                 help="True: blocks scored by projections learned on pooled blocks")
+SELECT = Param("select", str, "blocks", label="what is selected", url="select", optional=True,
+               choices=("blocks", "keys"),
+               help="blocks: key blocks of pooled projected blocks (and single keys); keys: "
+                    "single keys nearest to sub-blocks of queries, on the model's own q/k")
 FLOOR_SHARE = Param("floor_share", float, DEFAULT_FLOOR_SHARE, label="floor's share",
                     url="floor_share", optional=True, **SHARE,
                     help="a row's floor takes at most this share of the keys the target "
@@ -115,6 +127,16 @@ WINDOW_GRID = (0, 1, 3, 5, 7, 9, 11, 15, 19, 23, 27, 31, 41, 51, 75, 101, 125, 1
 STATIC_MASK_GRID = [{"target_sparsity": t} for t in (0.5, 0.7, 0.8, 0.9, 0.95, 0.98)]
 #: key blocks per query block (besides the diagonal one); 512 tokens = 16 blocks of 32
 BLOCK_GRID = (0, 1, 2, 3, 4, 5, 6, 8, 10, 12)
+# the raw grids the per-head ("budget") calibrations choose from: the sweep grids, finer
+# where a head's sparsity moves in large steps (``Method.head_grid``)
+WINDOW_HEAD_GRID = (0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 15, 19, 23, 27, 31, 41, 51, 63, 75, 101,
+                    125, 151, 201, 251, 511)
+BINS_HEAD_GRID = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64, 96, 128)
+KMEANS_HEAD_GRID = tuple({"n_clusters": b, "top_k": k} for b in (2, 4, 6, 8, 10, 12, 16, 20)
+                         for k in (1, 2, 3) if k < b)
+ROUTED_HEAD_GRID = tuple({"n_clusters": 128, "budget": f} for f in (
+    0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.1, 0.12, 0.14, 0.16,
+    0.18, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.8, 1.0))
 #: the learned parts a family's build reads (``Method.needs``)
 PROJ, BOOKS = ("projections",), ("projections", "codebooks")
 SF, BASE, LONG = ("sparsefinder",), ("baselines",), ("long-context",)
@@ -122,8 +144,8 @@ OWN, OTHER, FIXED = "own", "Other predictors", "Fixed patterns"
 
 
 def _app(group: str, *calibrations: str, controls: str = "generated",
-         first: bool = False) -> AppHint:
-    return AppHint(group, calibrations or ("none",), controls, first)
+         first: bool = False, pinned: dict[str, Any] | None = None) -> AppHint:
+    return AppHint(group, calibrations or ("none",), controls, first, dict(pinned or {}))
 
 
 def _over(name: str, values: Sequence[Any], **fixed: Any) -> list[dict[str, Any]]:
@@ -153,19 +175,22 @@ def _builtin_methods() -> list[Method]:
                lambda p, c: Quantization(int(p["bins"])), needs=PROJ,
                grids=sweep_grids("quantization", _over("bins", BINS_GRID), window=True,
                                  groups=SF),
+               head_grid=tuple(_over("bins", BINS_HEAD_GRID)),
                app=_app("Sparsefinder", controls=OWN)),
         Method("kmeans", "k-means (B, k)", (CLUSTERS, TOP_K), _kmeans, needs=PROJ,
                grids=(*sweep_grids("kmeans", _over("n_clusters", CLUSTERS_GRID, top_k=1),
                                    window=True, groups=SF),  # top 2: denser, higher recall
                       *sweep_grids("kmeans-top2", _over("n_clusters", CLUSTERS_GRID[1:],
                                                         top_k=2), window=True)),
+               head_grid=KMEANS_HEAD_GRID,
                app=_app("Sparsefinder", controls=OWN)),
-        Method("fixed", "Window / global only", (), lambda p, c: None, inputs="shape", needs=(),
-               tags=("cheap",),
-               app=_app(FIXED, controls=OWN)),
+        # window 0 keeps nothing: with the app's window and global tokens (united with every
+        # method), the "window / global only" setting the app falls back to
         Method("window", "Window (w)", (WINDOW,), lambda p, c: Window(int(p["window"])),
-               inputs="shape", tags=("cheap",), needs=(),
-               grids=sweep_grids("window", _over("window", WINDOW_GRID), groups=SF)),
+               inputs="shape", tags=("cheap",),
+               needs=(), grids=sweep_grids("window", _over("window", WINDOW_GRID), groups=SF),
+               head_grid=tuple(_over("window", WINDOW_HEAD_GRID)),
+               app=_app(FIXED, pinned={"window": 0})),
         Method("longformer", "Longformer", (_int("n_global", 2, 0, "global tokens", app_high=32),),
                lambda p, c: Longformer(BASELINE_WINDOW, int(p["n_global"]), seed=c.layer),
                inputs="shape", tags=("cheap", "baseline"), needs=(),
@@ -220,6 +245,7 @@ def _builtin_methods() -> list[Method]:
                       *sweep_grids("kmeans-routed-top", _over(
                           "n_routes", (2, 4, 6, 8, 9, 10, 11, 12, 14, 16, 20, 24, 32),
                           n_clusters=128), fixed={"mode": "top"})),
+               head_grid=ROUTED_HEAD_GRID,
                app=_app(OTHER, "budget", controls=OWN)),
         Method("topp", "Top-p of exact entmax (reference)",
                (Param("p", float, 0.9, label="mass p", url="p", **SHARE),),
@@ -229,14 +255,14 @@ def _builtin_methods() -> list[Method]:
                app=_app("Oracles (bounds)")),
         # long-context baselines: training-free page bounds; learned hash codes
         Method("quest", "Quest pages (min/max key bounds)",
-               (_int("page_size", 16, 1, "page size"), _int("pages", 8, 0, "pages", "pages")),
+               (_int("page_size", 16, 1, "page size"), PAGES),
                lambda p, c: QuestPages(int(p["pages"]), int(p["page_size"])),
                inputs="original", tags=("baseline", "long-context"), needs=(),
                grids=sweep_grids("quest", _over("pages", (1, 2, 4, 8, 16, 32, 64),
                                                 page_size=16), groups=LONG),
                app=_app(OTHER, controls=OWN)),
         Method("hashattention", "HashAttention (learned bit codes)",
-               (_int("max_distance", 3, 0, "Hamming distance", "hd"),),
+               (HAMMING,),
                _hash_codes, inputs="original", fit=_hash_codes_fit,
                needs=("hash_codes",), fits="hash_codes",
                tags=("baseline", "long-context"),
@@ -246,33 +272,36 @@ def _builtin_methods() -> list[Method]:
         # block Sparsefinder (paper §6): nearest key blocks (and single keys) of pooled
         # projected query blocks; what sparsefinder.attention.block_sparse computes on
         Method("block", "Block Sparsefinder (block, key blocks, single keys)",
-               (BLOCK, N_BLOCKS, _int("n_keys", 0, 0, "single keys", app_high=64), LEARNED),
+               (BLOCK, N_BLOCKS, _int("n_keys", 0, 0, "single keys", app_high=64), LEARNED,
+                SELECT),
                lambda p, c: BlockSparsefinder(int(p["block"]), int(p["n_blocks"]),
                                               int(p["n_keys"])), needs=PROJ,
                # learned=True: the same selection (no single keys) scored by projections
                # learned on pooled blocks, from the model's own q/k
                forms=(Form("learned", True, (BLOCK, N_BLOCKS, LEARNED), _learned_block,
                            "original", _block_projections_fit, ("block_projections",),
-                           "block_projections"),),
+                           "block_projections"),
+                      # per query block: the diagonal block and the single keys nearest (q·k)
+                      # to any of its sub-blocks of queries, on the model's own q/k; the
+                      # long-context selector of benchmarks/restricted.py
+                      Form("select", "keys", (BLOCK, _int("n_keys", 448, 0, "single keys",
+                                                          app_high=1024),
+                                              _int("sub_block", 8, 1, "query sub-block",
+                                                   app_high=64), SELECT),
+                           lambda p, c: BlockKeySparsefinder(int(p["block"]), int(p["n_keys"]),
+                                                             int(p["sub_block"])),
+                           "original", needs=())),
                grids=(*(g for name, size, keys in (("block", 32, 0), ("block16", 16, 0),
                                                    ("block+keys", 32, 16))
                         for g in sweep_grids(name, _over("n_blocks", BLOCK_GRID, block=size,
                                                          n_keys=keys))),
                       *(g for name, size in (("block-learned", 32), ("block16-learned", 16))
                         for g in sweep_grids(name, _over("n_blocks", BLOCK_GRID, block=size),
-                                             fixed={"learned": True}))),
+                                             fixed={"learned": True})),
+                      *sweep_grids("block-keys", _over("n_keys", (0, 2, 4, 8, 16, 32, 64, 128),
+                                                       block=32, sub_block=8), groups=LONG,
+                                   fixed={"select": "keys"})),
                app=_app(OTHER)),
-        # per query block: the diagonal block and the single keys nearest (q·k) to any of its
-        # sub-blocks of queries; the long-context selector of benchmarks/restricted.py
-        Method("block-keys", "Block Sparsefinder, single keys by query sub-blocks",
-               (_int("block", 32, 1, "block size", app_high=64),
-                _int("n_keys", 448, 0, "single keys", app_high=1024),
-                _int("sub_block", 8, 1, "query sub-block", app_high=64)),
-               lambda p, c: BlockKeySparsefinder(int(p["block"]), int(p["n_keys"]),
-                                                 int(p["sub_block"])),
-               inputs="original", tags=("long-context",), needs=(),
-               grids=sweep_grids("block-keys", _over("n_keys", (0, 2, 4, 8, 16, 32, 64, 128),
-                                                     block=32, sub_block=8), groups=LONG)),
         # each query keeps its nearest share of keys in the learned space (the raw form of
         # the calibrated row fractions)
         Method("rowfrac", "Nearest keys (row fraction)",
@@ -284,10 +313,17 @@ def _builtin_methods() -> list[Method]:
     return _with_calibrations(raw)
 
 
+def _calibrated_curves(raw: Sequence[Method]) -> list[CalibratedCurve]:
+    """Every calibration of the families: the calibrated distances, and one per-head
+    ("budget") calibration per family that declares a ``head_grid``."""
+    return [*calibrated_methods(), *(head_grid_curve(method.name, method.head_grid)
+                                     for method in raw if method.head_grid)]
+
+
 def _with_calibrations(raw: list[Method]) -> list[Method]:
     """The families with their calibrations (a target fitted on TRAIN graphs) attached."""
     by_family: dict[str, list[Calibration]] = {}
-    for curve in calibrated_methods():
+    for curve in _calibrated_curves(raw):
         by_family.setdefault(curve.family, []).append(Calibration(
             curve.calibration, CALIBRATION_PARAMS[curve.target], curve.fit, fitted_build,
             CALIBRATION_LABELS[curve.calibration],
@@ -303,11 +339,14 @@ FORMS: dict[str, tuple[str, dict[str, Any]]] = {
     "sparsebert-damu": ("sparsebert", {"kind": "unstructured"}),
     "kmeans-routed-top": ("kmeans-routed", {"mode": "top"}),
     "block-learned": ("block", {"learned": True}),
+    "block-keys": ("block", {"select": "keys"}),
+    "fixed": ("window", {"window": 0}),
 }
 
 
 def _register_builtin() -> None:
-    for method in _builtin_methods():
+    methods = _builtin_methods()
+    for method in methods:
         guarded = tuple(dataclasses.replace(c, build=_unavailable_on_file_errors(c.build))
                         for c in method.calibrations)
         forms = tuple(dataclasses.replace(f, build=_unavailable_on_file_errors(f.build))
@@ -315,7 +354,7 @@ def _register_builtin() -> None:
         register_method(dataclasses.replace(
             method, build=_unavailable_on_file_errors(method.build), calibrations=guarded,
             forms=forms), replace=True)
-    for curve in calibrated_methods():  # the names of the time before families
+    for curve in _calibrated_curves(methods):  # the names of the time before families
         if curve.old_name:
             register_alias(curve.old_name, curve.family, curve.calibration)
     for old, (family, params) in FORMS.items():

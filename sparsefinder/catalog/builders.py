@@ -172,3 +172,4 @@ def _distance(p: Params, c: BuildContext) -> Predictor:
     if p.get("floor") is not None:
         predictor = RowFloor(predictor, int(p["floor"]))
     return predictor
+

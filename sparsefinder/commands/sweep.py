@@ -10,7 +10,7 @@ first ``--train-passages`` passages of the TRAIN split of the same corpus, never
 split being evaluated.
 
 Without ``--projections`` the default model is swept with the bundle's best projections
-(:func:`sparsefinder.bundle.Bundle.best`: r = 8 lowrank-logistic, the file the calibration
+(:func:`sparsefinder.bundle.Bundle.best`: r = 8 lowrank-mass, the file the calibration
 table was fitted for). They hold no k-means centroids, so the k-means curves are skipped and a
 note names the bundle's projections with centroids to sweep them with.
 
@@ -77,7 +77,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument(
         "--projections", type=Path, default=None,
         help="projections file from `sparsefinder train` (default for --model default: the "
-             "bundle's best, assets/default/projections-r8-lowrank-logistic.pt)",
+             "bundle's best, assets/default/projections-r8-lowrank-mass.pt)",
     )
     parser.add_argument("--out", required=True, type=Path, help="folder for the results")
     parser.add_argument(

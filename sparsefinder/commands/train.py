@@ -64,7 +64,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
              "(projected vectors then have r + 3 coordinates, see "
              "sparsefinder.projections.lowrank); "
              "lowrank-logistic: lowrank refined with a logistic loss; lowrank-mass: the "
-             "same with each gold edge weighted by its entmax probability",
+             "same with each gold edge weighted by its entmax probability; "
+             "lowrank-pairwise / lowrank-listwise: lowrank-mass plus a pairwise / listwise "
+             "term within each row",
     )
     parser.add_argument("--rank", type=int, default=4,
                         help="projection dimension r (lowrank: rank of the score approximation)")

@@ -21,7 +21,7 @@ import torch
 
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.data.records_io import records_from_payload, records_payload
-from sparsefinder.files import SparsefinderFileError
+from sparsefinder.files import SparsefinderFileError, atomic_write
 
 FORMAT = "sparsefinder-shards"
 
@@ -102,31 +102,31 @@ class _HashingFile:
 
 
 def _write_atomic(path: Path, fill: Callable[[_HashingFile], object]) -> _HashingFile:
-    """temp file + fsync + rename: ``path`` either holds all that ``fill`` wrote or does not
-    exist. Returns the writer (``.hash``: SHA-256 of the bytes, ``.size``).
+    """:func:`~sparsefinder.files.atomic_write` through the hashing writer, into
+    ``chunk-N.pt.partial``: ``path`` either holds all that ``fill`` wrote or does not exist.
+    Returns the writer (``.hash``: SHA-256 of the bytes, ``.size``).
 
     ``SPARSEFINDER_SHARDS_FSYNC=0`` skips the fsync (a killed process loses no written pages;
     after an OS crash a lost chunk fails its checksum and is redone).
     """
-    tmp = path.with_name(path.name + _PARTIAL)
-    writer = None
+    writers: list[_HashingFile] = []
+
+    def hashed(handle: BinaryIO) -> None:
+        writers.append(_HashingFile(handle))
+        fill(writers[-1])
+
     try:
-        with open(tmp, "wb") as handle:
-            writer = _HashingFile(handle)
-            fill(writer)
-            handle.flush()
-            if os.environ.get("SPARSEFINDER_SHARDS_FSYNC", "1") != "0":
-                os.fsync(handle.fileno())  # durable across power loss, not only process kills
+        atomic_write(path, hashed, temp=path.name + _PARTIAL,
+                     fsync=os.environ.get("SPARSEFINDER_SHARDS_FSYNC", "1") != "0")
     except (OSError, RuntimeError) as exc:
-        error = writer.error if writer is not None and writer.error is not None else exc
+        error = writers[-1].error if writers and writers[-1].error is not None else exc
         if not isinstance(error, OSError):
             raise
         with_hint = (f"writing {path.name} failed ({error.strerror or error}); the chunk was "
-                     f"not completed (only {tmp.name} may remain) — free disk space and rerun "
-                     "the same command: complete chunks are kept, this one is redone")
+                     "not completed — free disk space and rerun the same command: complete "
+                     "chunks are kept, this one is redone")
         raise OSError(error.errno, with_hint) from error
-    os.replace(tmp, path)
-    return writer
+    return writers[-1]
 
 
 def _write_bytes(path: Path, data: bytes) -> None:

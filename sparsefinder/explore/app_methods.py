@@ -108,10 +108,18 @@ def menu_label(family: str) -> str:
 
 def generic_params(family: str) -> tuple[Any, ...]:
     """The declared raw parameters of a family whose controls are generated (a parameter that
-    picks a form of the family, ``block``'s ``learned``, has no slider: its plain form)."""
+    picks a form of the family, ``block``'s ``learned``, has no slider: its plain form; nor
+    has one the app pins, ``window``'s own size)."""
     if family not in GENERIC_FAMILIES:
         return ()
-    return tuple(p for p in METHODS[family].params if not p.choices)
+    pinned = METHODS[family].app.pinned
+    return tuple(p for p in METHODS[family].params if not p.choices and p.name not in pinned)
+
+
+def pinned_params(family: str) -> dict[str, Any]:
+    """The parameters the app holds at one value for ``family`` (no slider, no link key)."""
+    method = METHODS.get(family)
+    return dict(method.app.pinned) if method is not None and method.app else {}
 
 
 def extra_value(state: Any, family: str, param: Any) -> Any:

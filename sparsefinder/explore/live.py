@@ -35,14 +35,16 @@ from sparsefinder.methods.spec import (
     predict_layer,
 )
 from sparsefinder.metrics.measures import GraphScores
+from sparsefinder.predictors.row_floor import floor_counts
 from sparsefinder.projections.heads import HeadProjections
 
 
 def effective_method(state: ViewState, prepared: PreparedText) -> str:
     """The method that actually runs, written with its calibration (``distance:budget``): a
-    learned one without projections becomes "fixed"."""
+    learned one without projections becomes "window" (the app's window and global tokens
+    only)."""
     wanted = state.method_id
-    return wanted if wanted in prepared.available_methods() else "fixed"
+    return wanted if wanted in prepared.available_methods() else "window"
 
 
 def clamp(state: ViewState, prepared: PreparedText) -> tuple[ViewState, list[str]]:
@@ -113,11 +115,10 @@ def predict(prepared: PreparedText, spec: PredictorSpec) -> LazyMasks:
     not all): a window/global pattern is one (n, n) mask broadcast over the heads
     (``shared``), which the scorer reads once per layer, so a slider move on a long text
     costs no per-head n² work (the numbers are the same)."""
-    predictors = spec.build_layers(prepared.projections_for(spec.method_id), prepared.num_layers,
-                                   prepared.fitted(spec.method_id))
+    predictors = spec.build_layers(prepared.parts_for(spec), prepared.num_layers)
     heads, n, m = prepared.record.layers[0].gold_shape
-    return LazyMasks(LayerPrediction(spec, predictors, prepared.inputs_for(spec.method_id),
-                                     shared=True), prepared.num_layers, heads * n * m)
+    return LazyMasks(LayerPrediction(spec, predictors, prepared.inputs_for(spec), shared=True),
+                     prepared.num_layers, heads * n * m)
 
 
 def score(prepared: PreparedText, preds: Sequence[Tensor]) -> GraphScores:
@@ -215,7 +216,7 @@ def describe(spec: PredictorSpec) -> str:
     }
     if spec.method_id in labels:
         pieces = [labels[spec.method_id]()]
-    elif spec.method == "fixed":
+    elif spec.empty_base:
         pieces = []
     else:  # a generated family: its name, each parameter by its slider label
         declared = {param.name: param.label for param in get_method(spec.method).params}
@@ -243,6 +244,9 @@ def short_text_note(spec: PredictorSpec, n_keys: int, sparsity: float) -> str | 
     if target is None or n_keys < 1:
         return None
     kept = max(int(params.get("floor", 1) or 1), 1)
+    if params.get("floor_share") is not None:  # the floor capped by the row's length
+        share = float(params["floor_share"]) * (1.0 - float(target))
+        kept = int(floor_counts(kept, share, torch.tensor(n_keys)))
     reachable = max(0.0, 1.0 - kept / n_keys)
     if reachable >= float(target):
         return None

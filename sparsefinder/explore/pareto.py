@@ -22,7 +22,7 @@ from sparsefinder.evaluation.curves import (
     curve_name,
     curve_spec,
 )
-from sparsefinder.explore.app_methods import APP_CALIBRATIONS, GENERIC_FAMILIES, generic_params
+from sparsefinder.explore.app_methods import APP_CALIBRATIONS, generic_params
 from sparsefinder.explore.state import MAX_BINS, MAX_PAGES, MAX_TOP_K, WINDOW_CHOICES
 from sparsefinder.methods.registry import METHODS
 
@@ -145,8 +145,8 @@ def explorer_changes(curve: str, params: Mapping[str, Any]) -> dict[str, Any]:
     family, calibration, p = spec.method, spec.calibration, spec.param_dict
     name = curve_name(curve)
     changes: dict[str, Any] = {"window": spec.window, "global_tokens": spec.global_tokens}
-    if family == "window" and calibration == "none":
-        family, changes["window"] = "fixed", int(p["window"])
+    if family == "window" and calibration == "none":  # the app pins its own size to 0
+        changes["window"] = int(p["window"])
     if changes["window"] not in WINDOW_CHOICES:
         raise NotInExplorer(f"{name}: the Explorer's window goes up to {WINDOW_CHOICES[-1]}, "
                             f"this point has {changes['window']}")
@@ -174,7 +174,7 @@ def explorer_changes(curve: str, params: Mapping[str, Any]) -> dict[str, Any]:
         changes["pages"] = int(p["pages"])
     elif family == "hashattention":
         changes["hamming"] = int(p["max_distance"])
-    elif family in GENERIC_FAMILIES:  # baselines and oracles: the declared parameters
+    elif generic_params(family):  # baselines and oracles: the declared parameters
         extra: dict[str, Any] = {}
         for param in generic_params(family):
             value = param.kind(p[param.name])

@@ -19,9 +19,10 @@ from torch import Tensor
 from sparsefinder.calibration.table import CalibrationTable
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.evaluation.curves import QUEST_PAGE
-from sparsefinder.explore.app_methods import GENERIC_FAMILIES, generic_params
+from sparsefinder.explore.app_methods import GENERIC_FAMILIES, generic_params, pinned_params
 from sparsefinder.explore.state import MAX_BINS
-from sparsefinder.learned_parts import LearnedParts
+from sparsefinder.learned_parts import LearnedParts, method_variant
+from sparsefinder.methods.parts import Parts
 from sparsefinder.methods.spec import PredictorSpec, RecordInputs
 from sparsefinder.metrics.scorer import Scorer
 from sparsefinder.predictors.quantization import Quantization
@@ -57,6 +58,8 @@ class PreparedText:
     #: learned HashAttention codes that read this model's q/k (None: the method is off)
     hash_codes: HashCodeTable | None = None
     _generic: list[str] | None = field(default=None, repr=False)
+    #: the parts each method takes, resolved once per text (a slider move reads them again)
+    _resolved: dict[tuple, Parts] = field(default_factory=dict, repr=False)
 
     @property
     def projections(self) -> HeadProjections | None:
@@ -83,12 +86,24 @@ class PreparedText:
     def n_tokens(self) -> int:
         return self.record.n_tokens
 
-    def inputs_for(self, method: str) -> RecordInputs:
+    def parts_for(self, method: str | PredictorSpec) -> Parts:
+        """The parts ``method`` (a written method or a spec) takes on this text, resolved by
+        :meth:`LearnedParts.for_method` the first time and kept: the parts of a prepared text
+        do not change, and one slider move reads them for the build, the inputs and the
+        fitted part."""
+        written, variant = method_variant(method)
+        key = (written, variant.needs, variant.fits)
+        parts = self._resolved.get(key)
+        if parts is None:  # sessions share a prepared text: a race resolves twice, same value
+            parts = self._resolved[key] = self.parts.for_method(method)
+        return parts
+
+    def inputs_for(self, method: str | PredictorSpec) -> RecordInputs:
         """The inputs ``method`` reads: the calibration table's projections for its methods,
         else the app's (one file need not serve every method: k-means needs the shared
         space of the paper's projections, the calibrated distance the best file)."""
         own = self.calibrated_vectors
-        if own is not None and self.parts.for_method(method).projections is own.projections:
+        if own is not None and self.parts_for(method).projections is own.projections:
             return own  # the rule is LearnedParts.for_method's, the one resolver
         return self.vectors
 
@@ -108,7 +123,7 @@ class PreparedText:
                 methods.append("kmeans")
         if self.hash_codes is not None:
             methods.append("hashattention")
-        return [*methods, "quest", "fixed", *self._generic_methods()]  # Quest: own q/k
+        return [*methods, "quest", *self._generic_methods()]  # Quest: own q/k
 
     def _generic_methods(self) -> list[str]:
         """The families with generated controls that build here (at their declared defaults):
@@ -118,8 +133,8 @@ class PreparedText:
         if self._generic is None:
             generic = []
             for family in GENERIC_FAMILIES:
-                spec = PredictorSpec.of(family, {p.name: p.default
-                                                 for p in generic_params(family)})
+                spec = PredictorSpec.of(family, {**pinned_params(family), **{
+                    p.name: p.default for p in generic_params(family)}})
                 if spec.needs_projections and not self.has_projections:
                     continue
                 try:
@@ -139,7 +154,8 @@ class PreparedText:
     def fitted(self, method: str) -> Any:
         """What ``method``'s predictors are built from besides the projections: the
         calibration table's settings, the learned hash codes, …; None when nothing is."""
-        return self.parts.fitted(method)
+        written, variant = method_variant(method)
+        return getattr(self.parts_for(method), variant.fits, None)
 
 
 @torch.inference_mode()

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from sparsefinder.catalog import BINS, CLUSTERS, HAMMING, PAGES, TOP_K, WINDOW
 from sparsefinder.evaluation.curves import QUEST_PAGE
 from sparsefinder.explore.app_methods import (
     APP_CALIBRATIONS,
@@ -20,6 +21,7 @@ from sparsefinder.explore.app_methods import (
     extra_value,
     generic_params,
     old_method_name,
+    pinned_params,
     shown,
 )
 from sparsefinder.explore.inputs import DEFAULT_EXAMPLE, list_examples
@@ -41,18 +43,20 @@ from sparsefinder.methods.registry import CALIBRATION_LABELS, METHODS, method_id
 from sparsefinder.methods.spec import GLOBAL_CHOICES as GLOBAL_CHOICES  # the app reads it
 from sparsefinder.methods.spec import PredictorSpec
 from sparsefinder.metrics.measures import EXTRA_METRICS
-from sparsefinder.predictors.hash_codes import HASH_BITS
 
 DEFAULT_TARGET = 0.9
-MAX_BINS = 16
+#: The app's ranges are the families' declared ones (the catalog's ``Param``: ``low`` and
+#: ``app_high``, the slider's useful region), not numbers of its own.
+MAX_BINS = int(BINS.app_high)
 #: Quantization's β where a text gives none (no projections: the method does not run there).
 DEFAULT_BINS = 4
-MAX_WINDOW = 31
+MAX_WINDOW = int(WINDOW.app_high)
 #: Window sizes worth offering: an even size behaves like the next odd one (Window docs).
 WINDOW_CHOICES = (0, *range(1, MAX_WINDOW + 1, 2))
-MAX_TOP_K = 8
+MAX_TOP_K = int(TOP_K.app_high)
 #: Quest: at most MAX_PAGES pages of QUEST_PAGE keys kept per query.
-MAX_PAGES = 64
+MAX_PAGES = int(PAGES.app_high)
+HASH_BITS = int(HAMMING.app_high)
 #: B shown first: mid-range of the paper's grid (2–20), where k-means is neither trivial
 #: (B = 2 keeps half the pairs) nor starved.
 DEFAULT_CLUSTERS = 8
@@ -73,8 +77,8 @@ class ViewState:
     alpha: float = 1.5
     #: The method whose restricted model's output is closest to the full model's at the
     #: calibrated setting (validation, sparsity 0.90: output cosine 0.9912 against 0.9897 for
-    #: distance:budget, docs/results.md "A per-row floor"): the calibrated distance threshold
-    #: with each row's 5 nearest keys, from the bundled calibration table.
+    #: distance:budget, docs/results/quality.md "A per-row floor"): the calibrated distance
+    #: threshold with each row's 5 nearest keys, from the bundled calibration table.
     method: str = "distance-floor"
     calibration: str = "budget"
     #: the calibrated forms' target (URL key ``target``; range: ``TARGET_SPARSITY``)
@@ -198,12 +202,12 @@ def parse_view_state(
             f"one of {', '.join(CALIBRATION_LABELS)}"),
         "target_sparsity": parse_target,
         "t": lambda s: finite_nonneg(float(s)),
-        "bins": lambda s: parse_int(s, 1, MAX_BINS),
-        "clusters": lambda s: parse_int(s, 1, None),
-        "top_k": lambda s: parse_int(s, 1, None),
-        "pages": lambda s: parse_int(s, 1, MAX_PAGES),
-        "hamming": lambda s: parse_int(s, 0, HASH_BITS),
-        "window": lambda s: parse_int(s, 0, MAX_WINDOW),
+        "bins": lambda s: parse_int(s, int(BINS.low), MAX_BINS),
+        "clusters": lambda s: parse_int(s, int(CLUSTERS.low), None),
+        "top_k": lambda s: parse_int(s, int(TOP_K.low), None),
+        "pages": lambda s: parse_int(s, int(PAGES.low), MAX_PAGES),
+        "hamming": lambda s: parse_int(s, int(HAMMING.low), HASH_BITS),
+        "window": lambda s: parse_int(s, int(WINDOW.low), MAX_WINDOW),
         "global_tokens": parse_global,
         "layer": lambda s: parse_int(s, 0, None),
         "head": lambda s: parse_int(s, 0, None),
@@ -329,14 +333,15 @@ def view_state_to_params(state: ViewState) -> dict[str, str]:
 
 def to_spec(state: ViewState, method: str | None = None) -> PredictorSpec:
     """The predictor spec the sliders stand for (``method``, a written family with its
-    calibration, overrides the state's, e.g. "fixed" when the learned methods cannot run)."""
+    calibration, overrides the state's, e.g. "window" when the learned methods cannot run)."""
     method, _, calibration = (method or state.method_id).partition(":")
     calibration = calibration or "none"
     params: dict[str, Any] = {}
     if calibration != "none":  # the target; any other declared setting at its default
-        params = {"target_sparsity": float(state.target_sparsity)}
+        params = {"target_sparsity": float(state.target_sparsity)}  # (an optional one too,
         params.update({p.name: p.default for p in METHODS[method].variant(calibration).params
-                       if p.name not in params and not p.optional})
+                       if p.name not in params  # when its default is a setting, not None)
+                       and (not p.optional or p.default is not None)})
     elif method == "distance":
         params = {"threshold": float(state.t if state.t is not None else 0.0)}
     elif method == "quantization":
@@ -354,7 +359,8 @@ def to_spec(state: ViewState, method: str | None = None) -> PredictorSpec:
     elif method == "hashattention":
         params = {"max_distance": int(state.hamming)}
     elif method in GENERIC_FAMILIES:
-        params = {p.name: extra_value(state, method, p) for p in generic_params(method)}
+        params = {**pinned_params(method),
+                  **{p.name: extra_value(state, method, p) for p in generic_params(method)}}
     return PredictorSpec.of(method, params, window=int(state.window),
                             global_tokens=state.global_tokens, calibration=calibration)
 

@@ -52,12 +52,15 @@ class AppHint:
     ``calibrations`` it offers (its default first), whether its sliders and link keys are
     generated from its declared parameters (``controls="generated"``) or are the app's own
     (``"own"``: the paper's families, with text-dependent ranges), and ``first``: shown first
-    in its group (the app's default method)."""
+    in its group (the app's default method). ``pinned``: parameters the app holds at one
+    value, without a slider or a link key (``window``'s own size is 0: the app's window
+    control, united with every method, sets the window)."""
 
     group: str
     calibrations: tuple[str, ...] = ("none",)
     controls: str = "generated"
     first: bool = False
+    pinned: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.group not in APP_GROUPS:

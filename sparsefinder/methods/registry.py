@@ -181,6 +181,8 @@ class Method:
     #: ``kind``); a sweep fits once per curve, whose points share them
     fit_reads: tuple[str, ...] = ()
     forms: tuple[Form, ...] = ()  # raw forms picked by a parameter's value
+    #: the raw settings its per-head ("budget") calibration picks from (calibration.grid)
+    head_grid: tuple[Mapping[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         check_needs(self.needs, self.fits)

@@ -149,7 +149,7 @@ class PredictorSpec:
     def label(self) -> str:
         """Short human label, e.g. ``"kmeans n_clusters=8 top_k=1 ∪ window 3"``."""
         pieces = []
-        if self.method != "fixed":
+        if not self.empty_base:
             values = " ".join(f"{k}={_fmt(v)}" for k, v in self.params)
             pieces.append(f"{self.method_id} {values}".strip())
         if self.window:
@@ -157,6 +157,13 @@ class PredictorSpec:
         if self.global_tokens:
             pieces.append("global " + "+".join(self.global_tokens))
         return " ∪ ".join(pieces) or "empty graph"
+
+    @property
+    def empty_base(self) -> bool:
+        """The family's own part keeps nothing (a window of 0: only the spec's window and
+        global tokens, the setting once called ``fixed``)."""
+        return self.method == "window" and self.calibration == "none" and \
+            not self.param_dict.get("window")
 
     @property
     def variant(self) -> Variant:
@@ -184,7 +191,7 @@ class PredictorSpec:
             parts = self.parts(parts, fitted)
         context = BuildContext(parts.only(self.needs), layer)
         pieces: list[Predictor] = []
-        base = self._variant.build(self.param_dict, context)
+        base = None if self.empty_base else self._variant.build(self.param_dict, context)
         if base is not None:
             pieces.append(base)
         if self.window > 0:

@@ -29,7 +29,8 @@ class PerHeadSelect:
     prediction (the calibration's choices are few per layer).
     """
 
-    predictors: Sequence[Predictor]
+    #: None: a setting that keeps nothing (a window of 0), which builds no predictor
+    predictors: Sequence[Predictor | None]
     choice: Tensor  # long (heads,): index into predictors
 
     returns_fresh_mask: ClassVar[bool] = True  # see base.FreshOutput
@@ -50,6 +51,8 @@ class PerHeadSelect:
         out = torch.zeros(q.shape[0], q.shape[1], k.shape[1], dtype=torch.bool, device=q.device)
         choice = self.choice.to(q.device)
         for index in torch.unique(choice).tolist():
+            if self.predictors[index] is None:  # its heads keep nothing
+                continue
             heads = choice == index
             out[heads] = self.predictors[index].predict(q, k, causal=causal)[heads]
         return out

@@ -41,7 +41,9 @@ def floor_counts(floor: int, row_share: float | None, per_row: Tensor) -> Tensor
     per_row = per_row.long()
     if row_share is None:
         return per_row.clamp(max=int(floor))
-    capped = torch.floor(per_row.double() * float(row_share)).long().clamp(min=1)
+    # the share is c · (1 − target) in floating point: 0.2 reads 0.19999999999999996, which
+    # would floor 0.2 · 30 to 5; a rounding slack keeps ⌊(1 − t) · n⌋ exact
+    capped = torch.floor(per_row.double() * float(row_share) + 1e-9).long().clamp(min=1)
     return capped.clamp(max=int(floor)).minimum(per_row)
 
 

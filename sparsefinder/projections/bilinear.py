@@ -141,9 +141,28 @@ class PairwiseMassObjective(MassObjective):
 #: (:func:`~sparsefinder.projections.pairs.subsample_pairs`).
 MAX_STEPS = 256
 
+
+class ListwiseMassObjective(MassObjective):
+    """:class:`MassObjective` plus a listwise term (objective ``"lowrank-listwise"``): the
+    cross-entropy of the gold entmax distribution against a softmax over each row's logits
+    (−d²/2 in the augmented space, up to the row's own constant), sampled: each gold edge
+    ``(i, j)`` against its row's drawn non-edges, ``−p_ij · log softmax(z_ij, z_ij')_j``.
+    Why: the row's softmax asks that the keys carrying the mass come first within the row,
+    in proportion to that mass, and does not move with the shared shift; the pointwise terms
+    stay, so one threshold per head still works."""
+
+    def batch_gradients(self, params: list[Tensor], pairs: _LayerPairs, q_rows: Tensor,
+                        k_rows: Tensor, n_rows: Tensor) -> tuple[list[Tensor], Tensor]:
+        with torch.enable_grad():
+            loss = _loss(pairs.q_table[q_rows], pairs.k_table[k_rows], pairs.k_table[n_rows],
+                         params[:4], params[4], params[5], weights=self.weights,
+                         listwise=True)
+            return autograd_gradients(loss, params)
+
+
 #: The refinement's weighting of the gold edges, by objective name.
 WEIGHTINGS = {"uniform": BilinearObjective, "mass": MassObjective,
-              "pairwise": PairwiseMassObjective}
+              "pairwise": PairwiseMassObjective, "listwise": ListwiseMassObjective}
 
 
 def refine_lowrank(
@@ -221,6 +240,12 @@ def fit_lowrank_pairwise(records: Sequence[AttentionRecord], **options: Any) -> 
     return fit_lowrank_logistic(records, weighting="pairwise", **options)
 
 
+def fit_lowrank_listwise(records: Sequence[AttentionRecord], **options: Any) -> HeadProjections:
+    """Objective ``"lowrank-listwise"``: :func:`fit_lowrank_mass` plus the sampled listwise
+    term (:class:`ListwiseMassObjective`)."""
+    return fit_lowrank_logistic(records, weighting="listwise", **options)
+
+
 def fit_lowrank_logistic(records: Sequence[AttentionRecord], *, rank: int = 8,
                          row_threshold: bool = True, radius_slack: float = 1.05,
                          model_id: str = "", alpha: float = 1.5, **refine: Any
@@ -233,11 +258,13 @@ def fit_lowrank_logistic(records: Sequence[AttentionRecord], *, rank: int = 8,
 
 
 def _loss(q: Tensor, k_pos: Tensor, k_neg: Tensor, params: list[Tensor], scale: Tensor,
-          shift: Tensor, weights: Tensor | None = None, pairwise: bool = False) -> Tensor:
+          shift: Tensor, weights: Tensor | None = None, pairwise: bool = False,
+          listwise: bool = False) -> Tensor:
     """Mean over heads of the class-balanced logistic loss; q, k_pos (heads, B, d), k_neg
     (heads, B, num, d); ``weights`` (heads, B): the positives' weights (None: uniform), the
     positive term their weighted mean. ``pairwise``: plus ``−log σ(z_pos − z_neg)`` over each
-    positive's own negatives, weighted the same."""
+    positive's own negatives, weighted the same; ``listwise``: plus
+    ``−log softmax(z_pos, z_neg…)_pos``, weighted the same."""
     wq, bq, wk, bk = params
     heads, size, num, d = k_neg.shape
     q_hat = torch.baddbmm(bq[:, None], q, wq.transpose(1, 2))  # (heads, B, r)
@@ -252,4 +279,8 @@ def _loss(q: Tensor, k_pos: Tensor, k_neg: Tensor, params: list[Tensor], scale: 
     if pairwise:
         ahead = logsigmoid(z_pos[..., None] - z_neg).mean(-1)  # (heads, B)
         loss = loss - (w * ahead).sum() / total
+    if listwise:
+        row = torch.cat([z_pos[..., None], z_neg], -1)  # (heads, B, 1 + num)
+        first = z_pos - torch.logsumexp(row, -1)  # log softmax of the gold key in its list
+        loss = loss - (w * first).sum() / total
     return loss

@@ -11,7 +11,10 @@
   probability, so the heavy keys of a row count most
   (:func:`~sparsefinder.projections.bilinear.fit_lowrank_mass`);
 - ``"lowrank-pairwise"``: that objective plus a mass-weighted pairwise term, each gold edge
-  ahead of its row's non-edges (:func:`~sparsefinder.projections.bilinear.fit_lowrank_pairwise`).
+  ahead of its row's non-edges (:func:`~sparsefinder.projections.bilinear.fit_lowrank_pairwise`);
+- ``"lowrank-listwise"``: ``lowrank-mass`` plus a listwise term, the gold entmax distribution
+  against a softmax over each row's (sampled) logits
+  (:func:`~sparsefinder.projections.bilinear.fit_lowrank_listwise`).
 
 The learned ones run on :class:`~sparsefinder.projections.trainer.Trainer`.
 """
@@ -25,6 +28,7 @@ from typing import Any
 
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.projections.bilinear import (
+    fit_lowrank_listwise,
     fit_lowrank_logistic,
     fit_lowrank_mass,
     fit_lowrank_pairwise,
@@ -77,6 +81,10 @@ OBJECTIVES: dict[str, ProjectionObjective] = {
         ProjectionObjective("lowrank-pairwise", fit_lowrank_pairwise,
                             "lowrank-mass plus a mass-weighted pairwise term: each gold edge "
                             "ahead of its row's non-edges", defaults={"lr": 3e-3},
+                            forwards_to=(fit_lowrank_logistic, refine_lowrank)),
+        ProjectionObjective("lowrank-listwise", fit_lowrank_listwise,
+                            "lowrank-mass plus a listwise term: the gold entmax distribution "
+                            "against a softmax over each row's logits", defaults={"lr": 3e-3},
                             forwards_to=(fit_lowrank_logistic, refine_lowrank)),
     )
 }

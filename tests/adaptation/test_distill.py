@@ -72,6 +72,25 @@ def test_resume_with_other_settings_is_refused(tiny_model_dirs, tmp_path):
               resume=True)
 
 
+class _RunsOnLoad:
+    """A pickled object whose loading would call ``print`` (code run by a checkpoint)."""
+
+    def __reduce__(self):
+        return (print, ("code ran while loading a checkpoint",))
+
+
+def test_a_checkpoint_is_loaded_without_running_code(tiny_model_dirs, tmp_path, capsys):
+    config, _, _, targets, student = _setup(tiny_model_dirs["bert"])
+    bad = tmp_path / "c.pt"
+    torch.save({"config": config.as_dict(), "payload": _RunsOnLoad()}, bad)
+    with pytest.raises(AdaptError, match="cannot read the checkpoint.*without --resume"):
+        train(student, targets, config, torch.device("cpu"), checkpoint=bad, resume=True)
+    assert "code ran" not in capsys.readouterr().out
+    bad.write_bytes(b"not a checkpoint")
+    with pytest.raises(AdaptError, match="cannot read the checkpoint"):
+        train(student, targets, config, torch.device("cpu"), checkpoint=bad, resume=True)
+
+
 def test_training_moves_toward_the_teacher_and_measure_counts_support(tiny_model_dirs):
     config, base, teacher, targets, student = _setup(tiny_model_dirs["bert"], steps=30,
                                                      lr=5e-3)

@@ -97,7 +97,8 @@ def test_predictor_scores_are_the_scorers_macro_means(default_model):
     for name in ("recall", "mass_recall", "exact_fraction", "sparsity"):
         expected = torch.stack([getattr(s, name) for s in per_text]).mean(0).reshape(-1)
         np.testing.assert_allclose(atlas.heads[f"pred_{name}"], expected.numpy(), atol=1e-12)
-    assert atlas.meta["predictor"] == "distance-floor:budget floor=5 target_sparsity=0.9"
+    assert atlas.meta["predictor"] == (
+        "distance-floor:budget floor=12 floor_share=1 target_sparsity=0.9")
 
 
 def test_local_layers_are_measured_over_their_window(sparse_modernbert_records):

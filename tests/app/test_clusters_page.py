@@ -87,7 +87,7 @@ def test_selected_cluster_is_shared_and_highlighted_in_the_explorer(with_project
 
 
 def test_cluster_from_the_url_outside_kmeans_is_a_caption(with_projections):
-    at = new_app(method="fixed", cluster="1").run()
+    at = new_app(method="window", cluster="1").run()
     at.switch_page("app_pages/explorer.py").run()
     assert_clean(at)
     assert any("choose the k-means" in c.value for c in at.caption)

@@ -43,7 +43,7 @@ def test_opens_on_the_demo_setting_and_keeps_the_explorers_alone(with_projection
 
 
 def test_coreference_on_the_text_in_the_sidebar(with_projections):
-    at = new_app(method="fixed").run()
+    at = new_app(method="window").run()
     at.radio(key="w_source").set_value("paste").run()
     text = "The pilots thanked the mechanic because he had fixed their engine overnight."
     at.text_area(key="w_paste").input(text).run()
@@ -86,7 +86,7 @@ def test_the_best_guess_of_every_pronoun_is_chosen_and_a_second_can_be_added(wit
     one pronoun once crashed the pronoun figure (a reshape into one row per pair): each
     pronoun token is one row, with all its candidates outlined."""
     for example in ("short_dialogue", "coreference_story"):
-        at = new_app(method="fixed", example=example).run()
+        at = new_app(method="window", example=example).run()
         at.switch_page("app_pages/coreference.py").run()
         at.radio(key="w_coref_source").set_value("own").run()
         assert_clean(at)
@@ -114,7 +114,7 @@ HAND = "he (1st) → Priya (added by you)"  # short_dialogue's word 85 "he" → 
 
 
 def test_text_choice_and_pairs_survive_a_page_switch_and_are_in_the_link(with_projections):
-    at = new_app(method="fixed").run()  # the default example, short_dialogue
+    at = new_app(method="window").run()  # the default example, short_dialogue
     at.switch_page(COREF).run()
     assert not PAGE_KEYS & set(at.query_params)  # the page's defaults stay out of the link
     layer, head = at.selectbox(key="w_coref_head").value  # but the head shown is in it
@@ -143,7 +143,7 @@ def test_text_choice_and_pairs_survive_a_page_switch_and_are_in_the_link(with_pr
 
 
 def test_a_link_with_pairs_b_and_k_reproduces_the_view(with_projections):
-    at = new_app(method="fixed", coref="own", pairs="85-10,14-10", coref_B="4",
+    at = new_app(method="window", coref="own", pairs="85-10,14-10", coref_B="4",
                  coref_k="1").run()
     at.switch_page(COREF).run()
     assert_clean(at)
@@ -163,7 +163,7 @@ def test_a_link_with_pairs_b_and_k_reproduces_the_view(with_projections):
 
 
 def test_a_bad_link_gives_one_warning_listing_every_fix(with_projections):
-    at = new_app(method="fixed", coref="mine", probe="p999", pairs="999-1,14-10",
+    at = new_app(method="window", coref="mine", probe="p999", pairs="999-1,14-10",
                  coref_B="5", coref_k="0", coref_rank="every", coref_head="L9H0").run()
     at.switch_page(COREF).run()
     assert_clean(at)
@@ -217,7 +217,7 @@ def test_a_link_opens_on_the_head_and_the_ranking_it_was_taken_from(with_project
 def test_the_own_text_view_opens_on_its_own_best_head(with_projections):
     """A head picked on the probes is not carried over to the sidebar's text (nor to another
     probe): the view opens on the best head of its own ranking."""
-    at = new_app(method="fixed").run()
+    at = new_app(method="window").run()
     at.switch_page(COREF).run()
     at.radio(key="w_coref_source").set_value("own").run()
     own = _top(at)  # the own text's top 5, best first
@@ -243,7 +243,7 @@ GERMAN = ("Die Ingenieurin prüfte den Motor, weil sie wusste, dass er seit Tage
 def test_a_text_in_another_language_shows_the_text_and_the_way_on(with_projections):
     """No automatic guesses for a German text: the page says they read English only, still
     shows the text, opens "Name a pair by hand", and ranks the heads on a pair named there."""
-    at = new_app(method="fixed").run()
+    at = new_app(method="window").run()
     at.radio(key="w_source").set_value("paste").run()
     at.text_area(key="w_paste").input(GERMAN).run()
     at.switch_page(COREF).run()

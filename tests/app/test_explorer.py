@@ -78,13 +78,13 @@ def test_larger_k_never_lowers_recall(with_projections):
 
 
 def test_larger_window_never_lowers_recall(with_projections):
-    at = new_app(method="fixed", **ALONE).run()
+    at = new_app(method="window", **ALONE).run()
     assert _model_scores(at) == (0.0, 1.0)  # nothing switched on: the empty graph
     _assert_monotone(_sweep_slider(at, "select_slider", "w_window", [1, 3, 9, 31]))
 
 
 def test_global_tokens_add_edges(with_projections):
-    at = new_app(method="fixed", **ALONE).run()
+    at = new_app(method="window", **ALONE).run()
     at.checkbox(key="w_global_first").check().run()
     recall_first, sparsity_first = _model_scores(at)
     assert recall_first > 0.0 and sparsity_first < 1.0
@@ -217,7 +217,7 @@ def _library_scores(projections_file, method: str, **values):
 
 
 def test_model_view_compare_and_token_range(with_projections):
-    at = new_app(method="fixed", window="3", example="long_report_512", overview="sparsity",
+    at = new_app(method="window", window="3", example="long_report_512", overview="sparsity",
                  layer="1", head="2").run()
     assert_clean(at)
     assert at.radio(key="w_colour_by").value == "sparsity"
@@ -244,7 +244,7 @@ def test_model_view_compare_and_token_range(with_projections):
 
 
 def test_output_accuracy_of_the_setting(with_projections):
-    at = new_app(method="fixed", window="0", **{"global": "none"}).run()
+    at = new_app(method="window", window="0", **{"global": "none"}).run()
     at.toggle(key="w_accuracy_on").set_value(True).run()
     assert_clean(at)
     # nothing switched on: every row is repaired to its diagonal, the output moves a lot
@@ -263,9 +263,9 @@ def test_output_accuracy_of_the_setting(with_projections):
 
 def test_first_screen_is_the_best_method_at_its_calibrated_setting():
     """With the bundled projections and calibration (no fixture), the Explorer opens on the
-    calibrated distance with each row's 5 nearest keys (the method whose restricted output is
-    closest to the full model's at sparsity 0.90) at target sparsity 0.90, read with the
-    calibration table's own (r = 8 lowrank-logistic) projections; the target slider moves
+    calibrated distance with each row's nearest keys, capped by length (the default method)
+    at target sparsity 0.90, read with the calibration table's own (r = 8 lowrank-mass)
+    projections; the target slider moves
     sparsity."""
     at = new_app().run()
     assert_clean(at)

@@ -79,7 +79,7 @@ def test_the_query_picker_is_the_shared_selection():
 
 
 def test_without_projections_the_page_says_why(without_projections):
-    at = _open(method="fixed")
+    at = _open(method="window")
     assert not figures(at)
     assert any("needs learned projections" in i.value for i in at.info)
 

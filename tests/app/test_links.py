@@ -32,7 +32,7 @@ def test_every_field_round_trips_through_the_link(with_projections):
 
 
 def test_alpha_changes_the_graphs_and_the_link(with_projections):
-    at = new_app(method="fixed", window="3").run()
+    at = new_app(method="window", window="3").run()
     sparse = gold_sparsity(at, "Model")
     at.number_input(key="w_alpha").set_value(2.0).run()
     assert_clean(at)
@@ -107,3 +107,17 @@ def test_a_sidebar_change_clears_the_link_warning(with_projections):
     at.number_input(key="w_alpha").set_value(2.0).run()
     assert_clean(at)
     assert not _fix_warnings(at)
+
+
+def test_an_old_fixed_link_opens_the_same_view_with_one_note(with_projections):
+    """``method=fixed`` (window and global tokens only) is the window family with its own
+    size 0 now: the old link shows the same graphs, and one note gives the new spelling."""
+    new = new_app(method="window", window="3", **{"global": "first"}).run()
+    old = new_app(method="fixed", window="3", **{"global": "first"}).run()
+    assert_clean(new)
+    (warning,) = _fix_warnings(old)
+    assert "method='fixed' is an old name" in warning and "method=window" in warning
+    assert old.query_params["method"] == "window"
+    assert (metric(old, "Model recall"), gold_sparsity(old, "Model")) == (
+        metric(new, "Model recall"), gold_sparsity(new, "Model"))
+    assert _params(old) == _params(new)

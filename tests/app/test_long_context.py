@@ -36,7 +36,7 @@ def _paste(at, text: str):
 
 def test_long_text_on_a_long_context_model_opens_on_a_window_with_block_overview(
         long_model, long_text, without_projections):
-    at = _paste(new_app(model=str(long_model), method="fixed", window="3"), long_text)
+    at = _paste(new_app(model=str(long_model), method="window", window="3"), long_text)
     assert_clean(at)
     assert not at.error, [e.value for e in at.error]
     assert any("at most **4096 tokens**" in c.value for c in at.sidebar.caption)
@@ -80,7 +80,7 @@ def test_long_text_on_a_long_context_model_opens_on_a_window_with_block_overview
 
 
 def test_default_model_limit_is_shown_and_a_long_text_is_shown_in_parts(without_projections):
-    at = _paste(new_app(method="fixed"), "word " * 900)
+    at = _paste(new_app(method="window"), "word " * 900)
     assert_clean(at)
     assert any("at most **512 tokens**" in c.value for c in at.sidebar.caption)
     assert any("900 tokens" in w.value and "2 parts" in w.value for w in at.warning)

@@ -72,7 +72,7 @@ def test_pareto_without_projections_sweeps_window_only(without_projections):
 
 
 def test_token_view_follows_query_and_sliders(with_projections):
-    at = new_app(method="fixed", window="3", **{"global": "none"}).run()
+    at = new_app(method="window", window="3", **{"global": "none"}).run()
     at.switch_page("app_pages/tokens.py").run()
     assert_clean(at)
     assert len(at.get("plotly_chart")) == 1
@@ -90,7 +90,7 @@ def test_token_view_follows_query_and_sliders(with_projections):
 
 
 def test_pareto_accuracy_axis_on_this_text(with_projections):
-    at = new_app(method="fixed", window="3", example="short_dialogue").run()
+    at = new_app(method="window", window="3", example="short_dialogue").run()
     at.switch_page("app_pages/pareto.py").run()
     at.toggle(key="w_pareto_accuracy").set_value(True).run()
     assert_clean(at)
@@ -112,7 +112,7 @@ def test_pareto_accuracy_axis_on_this_text(with_projections):
 
 
 def test_token_view_shows_the_column_too(with_projections):
-    at = new_app(method="fixed", window="3", query="5", **{"global": "none"}).run()
+    at = new_app(method="window", window="3", query="5", **{"global": "none"}).run()
     at.switch_page("app_pages/tokens.py").run()
     at.radio(key="w_direction").set_value("column").run()
     assert_clean(at)
@@ -136,7 +136,8 @@ def test_pareto_text_sweep_has_the_calibrated_curves_and_the_default_star_on_one
         assert f"{curve} (all)" in names
     assert not any("distance" in c.value for c in at.caption if "not swept" in c.value)
     assert _star(text_figure) == _grid_point(text_figure, "distance-floor:budget",
-                                             {"target_sparsity": 0.9, "floor": 5})
+                                             {"target_sparsity": 0.9, "floor": 12,
+                                              "floor_share": 1.0})
 
 
 def test_the_accuracy_axis_draws_the_current_method_and_its_star():
@@ -168,7 +169,7 @@ def _drawn(figure: dict) -> list[str]:
 def test_pareto_draws_the_curated_curves_and_adds_groups_from_the_link(with_projections):
     """By default at most 8 curves, the top-k oracle marked as a dashed bound; a group picked
     in the multiselect adds its curves and goes into the link, which brings them back."""
-    at = new_app(method="fixed", window="3").run()
+    at = new_app(method="window", window="3").run()
     at.switch_page("app_pages/pareto.py").run()
     assert_clean(at)
     (figure,) = figures(at)
@@ -184,14 +185,14 @@ def test_pareto_draws_the_curated_curves_and_adds_groups_from_the_link(with_proj
     assert at.query_params["curves"] == "baselines"
     (wider,) = figures(at)
     assert {"reformer", "routing", "bigbird"} <= set(_drawn(wider))
-    linked = new_app(method="fixed", window="3", curves="baselines,nope").run()
+    linked = new_app(method="window", window="3", curves="baselines,nope").run()
     linked.switch_page("app_pages/pareto.py").run()
     assert linked.multiselect(key="w_groups").value == ["baselines"]
     assert set(_drawn(figures(linked)[0])) == set(_drawn(wider))
 
 
 def test_pareto_tables_show_a_dash_for_missing_values(with_projections):
-    at = new_app(method="fixed", window="3").run()
+    at = new_app(method="window", window="3").run()
     at.switch_page("app_pages/pareto.py").run()
     (table,) = [d.value for d in at.dataframe]
     cells = table.drop(columns="method").to_numpy().ravel().tolist()
@@ -204,7 +205,7 @@ def test_a_clicked_point_loads_into_the_view_or_says_why_not(with_projections):
     """The chart's click (its callback stores the point's curve and params) sets the sliders
     and the link to that setting; a curve the Explorer has no sliders for is said in one
     line and changes nothing."""
-    at = new_app(method="fixed", window="3", **{"global": "none"}).run()
+    at = new_app(method="window", window="3", **{"global": "none"}).run()
     at.switch_page("app_pages/pareto.py").run()
     at.session_state["_pareto_click"] = ("distance+window", {"threshold": 1.0})
     at.run()
@@ -241,7 +242,7 @@ def test_the_head_view_draws_the_selected_token_and_follows_the_page(with_projec
     """The head view gets the page's token as its selection (drawn and highlighted on load,
     in the browser): a query on the left for the row, the key on the right for the column;
     another token picked on the page moves it. (Its clicks: tests/app/test_browser.py.)"""
-    at = new_app(method="fixed", window="3", query="5", **{"global": "none"}).run()
+    at = new_app(method="window", window="3", query="5", **{"global": "none"}).run()
     at.switch_page("app_pages/tokens.py").run()
     assert_clean(at)
     data = _head_view_data(at)

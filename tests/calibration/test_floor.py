@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 import pytest
 import torch
 
@@ -141,8 +144,8 @@ def test_the_curves_and_the_floor_parameter_default_to_the_floor_chosen_on_train
     )
     from sparsefinder.methods.registry import get_method
 
-    assert DEFAULT_FLOOR == 5
-    assert DEFAULT_FLOOR_SHARE is None  # the rule kept the uncapped floor
+    # the floor chosen on train for every length (tools/choose_floor.py --lengths)
+    assert (DEFAULT_FLOOR, DEFAULT_FLOOR_SHARE) == (12, 1.0)
     for name in ("distance-floor:budget", "distance-floor:equal"):
         assert {p["floor"] for p in calibrated_grids()[name]} == {DEFAULT_FLOOR}
         assert {p.get("floor_share") for p in calibrated_grids()[name]} == {DEFAULT_FLOOR_SHARE}
@@ -215,8 +218,8 @@ def test_the_calibrated_floor_keeps_the_formulas_count_per_row(causal) -> None:
             n = q.shape[1]
             allowed = layer_allowed(n, n, causal=causal, sliding_window=graph.sliding_window)
             per_row = (torch.full((n,), n) if allowed is None else allowed.sum(-1)).tolist()
-            want = torch.tensor([min(floor, max(1, int(share * (1 - target) * a)))
-                                 for a in per_row])
+            exact = Fraction(str(share)) * (1 - Fraction(str(target)))  # no float rounding
+            want = torch.tensor([min(floor, max(1, math.floor(exact * a))) for a in per_row])
             predictor = predictors(layer)
             assert predictor.row_share == pytest.approx(share * (1 - target))
             mask = predictor.predict(q, k, causal=causal, sliding_window=graph.sliding_window)
@@ -267,8 +270,9 @@ def test_floor_share_errors(samples) -> None:
         CalibratedFlooredDistance(0.9, 2, floor_share=0.5).fit(ranked)
 
 
-# the floor chosen on train by tools/choose_floor.py --lengths (docs/results.md, "A floor that
-# fits the length"): m = 12 keys, capped at the keys the target leaves the row (c = 1)
+# the floor chosen on train by tools/choose_floor.py --lengths (docs/results/quality.md, "A
+# floor that fits the length"): m = 12 keys, capped at the keys the target leaves the row
+# (c = 1); the default of the curves, the catalog and the calibration table
 LENGTH_RULE = {"floor": 12, "floor_share": 1.0}
 
 
@@ -299,3 +303,26 @@ def test_the_length_rule_reaches_each_level_on_short_and_long_texts(by_length, l
     if length == "short" and target >= 0.9:
         plain = RowFloor(None, 5)
         assert _macro(lambda layer: plain, held_out)[0] < target - 0.05
+
+
+@pytest.mark.parametrize("target", [0.75, 0.9, 0.95])
+@pytest.mark.parametrize("length", ["short", "long"])
+def test_the_default_path_reaches_each_level_on_short_and_long_texts(by_length, length,
+                                                                     target) -> None:
+    """The default method as the app runs it (``distance-floor:budget`` at its declared
+    defaults, from a calibration table fitted with the table's defaults) is the length rule,
+    and lands on each level on held-out short and long texts."""
+    from sparsefinder.calibration.table import CalibrationTable
+    from sparsefinder.explore.state import ViewState, to_spec
+
+    train, held_out = by_length[length]
+    table = CalibrationTable.fit(train, _identity(), "digest", targets=[target],
+                                 samples_per_text=512, grid_methods=())
+    assert (table.metadata["floor"], table.floor_share) == tuple(LENGTH_RULE.values())
+    spec = to_spec(ViewState(target_sparsity=target), "distance-floor:budget")
+    assert spec.param_dict == {"target_sparsity": target, **LENGTH_RULE}
+    predictors = spec.build_layers(_identity(), train[0].num_layers,
+                                   table.fitted_for("distance-floor:budget"))
+    measured, _, fewest = _macro(predictors.__getitem__, held_out)
+    assert abs(measured - target) < 0.01, measured
+    assert fewest >= 1

@@ -8,7 +8,12 @@ import pytest
 import torch
 
 from sparsefinder.attention.masks import causal_mask
-from sparsefinder.calibration.grid import HEAD_GRIDS, layer_predictor, measure_grid
+from sparsefinder.calibration.grid import (
+    head_grid,
+    head_grid_families,
+    layer_predictor,
+    measure_grid,
+)
 from sparsefinder.data.records import AttentionRecord, LayerGraph
 from sparsefinder.evaluation.curves import CURVES
 from sparsefinder.evaluation.sweep import sweep
@@ -58,7 +63,7 @@ def test_measured_table_is_the_per_head_macro_average(train):
 
 
 def test_choice_meets_the_target_on_train_and_widens_for_dense_heads(train):
-    table = measure_grid(train, None, "window", HEAD_GRIDS["window"])
+    table = measure_grid(train, None, "window", head_grid("window"))
     previous = 2.0
     for target in (0.5, 0.7, 0.8, 0.9):
         choice = table.choose(target)
@@ -89,8 +94,12 @@ def test_layer_predictor_predicts_each_head_with_its_setting(train):
 def test_per_head_methods_are_registered_and_swept_on_train_records(train):
     gen = torch.Generator().manual_seed(9)
     held_out = [_record(gen, n) for n in (15, 25)]
-    for name in HEAD_GRIDS:
+    # the families whose catalog entry declares a per-head grid, each calibrated from it
+    assert head_grid_families() == ["quantization", "kmeans", "window", "kmeans-routed"]
+    for name in head_grid_families():
         assert METHODS[name].variant("budget").fit is not None and f"{name}:budget" in CURVES
+    with pytest.raises(ValueError, match="'distance' declares no per-head grid"):
+        head_grid("distance")
     assert METHODS["window"].inputs == "shape"
     assert METHODS["kmeans-routed"].inputs == "original"
     points = sweep(held_out, None, "window:budget", train_records=train)
@@ -115,7 +124,7 @@ def test_points_the_projections_cannot_build_are_skipped_with_a_reason(train):
 
     projections = train_projections(train, rank=2, seed=0, model_id="synthetic")
     projections = fit_centroids(projections, train, [2, 4], n_init=1, seed=0)
-    full = HEAD_GRIDS["kmeans"]
+    full = head_grid("kmeans")
     table = measure_grid(train, projections, "kmeans", full)
     buildable = [p for p in full if p["n_clusters"] in (2, 4)]
     alone = measure_grid(train, projections, "kmeans", buildable)

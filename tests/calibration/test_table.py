@@ -7,7 +7,7 @@ import torch
 from tolerances import bound
 
 from sparsefinder.bundle import bundle
-from sparsefinder.calibration.curves import DEFAULT_FLOOR
+from sparsefinder.calibration.curves import DEFAULT_FLOOR, DEFAULT_FLOOR_SHARE
 from sparsefinder.calibration.table import CalibrationError, CalibrationTable, file_digest
 from sparsefinder.data.records import AttentionRecord, LayerGraph
 from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
@@ -80,7 +80,8 @@ def test_a_table_saved_with_the_old_method_names_reads_under_the_families(fitted
 
 def test_the_floored_distance_is_the_sweeps_fit_and_holds_one_floor(fitted):
     """``distance-floor:budget`` in a table: the thresholds a sweep's own fit gives on the same
-    train records (floor DEFAULT_FLOOR, uncapped), as a RowFloor; other floors refused."""
+    train records (floor DEFAULT_FLOOR capped by DEFAULT_FLOOR_SHARE), as a RowFloor; other
+    floors and caps refused."""
     from sparsefinder.calibration.floor import CalibratedFlooredDistance
     from sparsefinder.calibration.samples import DistanceSamples
     from sparsefinder.methods.registry import MethodUnavailable
@@ -90,18 +91,23 @@ def test_the_floored_distance_is_the_sweeps_fit_and_holds_one_floor(fitted):
     again = torch.Generator().manual_seed(0)  # the fixture's train records, drawn again
     train = [_record(again, n) for n in range(20, 50, 3)]
     assert table.metadata["floor"] == DEFAULT_FLOOR and table.has("distance-floor:budget")
+    assert table.floor_share == DEFAULT_FLOOR_SHARE == 1.0
     samples = DistanceSamples.from_records(train, projections, 1024, 0, row_ranks=True)
     for i, target in enumerate(table.targets):
-        own = CalibratedFlooredDistance(target, DEFAULT_FLOOR, "budget").fit(samples)
+        own = CalibratedFlooredDistance(target, DEFAULT_FLOOR, "budget",
+                                        DEFAULT_FLOOR_SHARE).fit(samples)
         assert torch.equal(table.params["distance-floor"][i], own.sq_thresholds_.float())
-    built = table.fitted_for("distance-floor:budget")(
-        {"target_sparsity": 0.8, "floor": DEFAULT_FLOOR}, projections, 1)
+    held = {"target_sparsity": 0.8, "floor": DEFAULT_FLOOR, "floor_share": DEFAULT_FLOOR_SHARE}
+    built = table.fitted_for("distance-floor:budget")(held, projections, 1)
     assert isinstance(built, RowFloor) and built.floor == DEFAULT_FLOOR
+    assert built.row_share == pytest.approx(DEFAULT_FLOOR_SHARE * (1 - 0.8))
     assert torch.equal(built.base.sq_thresholds, table.params["distance-floor"][1, 1])
     record = _record(gen, 30)
     q, k = record.layers[1].queries, record.layers[1].keys
-    assert (built.predict(q, k).sum(-1) >= DEFAULT_FLOOR).all()  # every row its floor
+    # every row its floor, capped by its length: min(12, max(1, ⌊0.2 · 30⌋)) = 6 keys
+    assert (built.predict(q, k).sum(-1) >= 6).all()
     for other in ({"target_sparsity": 0.8, "floor": 3},
+                  {"target_sparsity": 0.8, "floor": DEFAULT_FLOOR},  # uncapped
                   {"target_sparsity": 0.8, "floor": DEFAULT_FLOOR, "floor_share": 0.5}):
         with pytest.raises(MethodUnavailable, match=f"floor={DEFAULT_FLOOR}"):
             table.fitted_for("distance-floor:budget")(other, projections, 0)
@@ -126,8 +132,8 @@ def test_a_table_fitted_at_another_floor_builds_predictors_with_that_floor(fitte
     again = torch.Generator().manual_seed(0)  # the fixture's train records, drawn again
     train = [_record(again, n) for n in range(20, 50, 3)]
     table = CalibrationTable.fit(train, projections, "digest", targets=[target], floor=floor,
-                                 grid_methods=())
-    assert table.metadata["floor"] == floor
+                                 grid_methods=(), floor_share=None)  # uncapped
+    assert table.metadata["floor"] == floor and table.floor_share is None
     samples = DistanceSamples.from_records(train, projections, 1024, 0, row_ranks=True)
     own = CalibratedFlooredDistance(target, floor, "budget").fit(samples).sq_thresholds_.float()
     default = CalibratedFlooredDistance(target, DEFAULT_FLOOR, "budget").fit(samples)
@@ -149,6 +155,32 @@ def test_a_table_fitted_at_another_floor_builds_predictors_with_that_floor(fitte
         assert torch.equal(built.predict(q, k), expected)
     with pytest.raises(MethodUnavailable, match=f"floor={floor}"):
         build({"target_sparsity": target, "floor": DEFAULT_FLOOR}, projections, 1)
+
+
+def test_an_old_table_without_the_cap_loads_as_the_uncapped_floor(fitted, tmp_path):
+    """Tables written before the cap was recorded have no ``floor_share``: they load, and their
+    ``distance-floor:budget`` is the uncapped floor they were fitted with (each row its
+    ``floor`` nearest keys); asking them for a cap is refused."""
+    from sparsefinder.methods.registry import MethodUnavailable
+    from sparsefinder.predictors.row_floor import RowFloor
+
+    table, projections, gen = fitted
+    again = torch.Generator().manual_seed(0)
+    train = [_record(again, n) for n in range(20, 50, 3)]
+    old = CalibrationTable.fit(train, projections, "digest", targets=[0.9], floor=5,
+                               grid_methods=(), floor_share=None)
+    del old.metadata["floor_share"]  # as written before the field
+    loaded = CalibrationTable.load(old.save(tmp_path / "old.pt"))
+    assert "floor_share" not in loaded.metadata and loaded.floor_share is None
+    build = loaded.fitted_for("distance-floor:budget")
+    for built in (loaded.predictor("distance-floor:budget", 0.9, 1),
+                  build({"target_sparsity": 0.9, "floor": 5}, projections, 1)):
+        assert isinstance(built, RowFloor) and built.row_share is None and built.floor == 5
+    record = _record(gen, 24)
+    q, k = record.layers[1].queries, record.layers[1].keys
+    assert (built.predict(q, k).sum(-1) >= 5).all()  # uncapped: 5 keys even at 0.9 of 24
+    with pytest.raises(MethodUnavailable, match="floor_share=None"):
+        build({"target_sparsity": 0.9, "floor": 5, "floor_share": 1.0}, projections, 1)
 
 
 def test_held_out_sparsity_lands_near_the_target(fitted):
@@ -178,13 +210,14 @@ def test_save_load_and_refusals(fitted, tmp_path):
 
 def test_the_bundled_table_names_and_matches_its_projections():
     table = CalibrationTable.load(bundle().path("calibration"))
-    assert table.projections_file == "projections-r8-lowrank-logistic.pt"
+    assert table.projections_file == "projections-r8-lowrank-mass.pt"
     paper = bundle().path("projections.pt")
     assert table.projections_sha256 == file_digest(paper.with_name(table.projections_file))
     assert file_digest(paper) != table.projections_sha256  # not the paper file
     assert 0.9 in table.targets and set(table.params) == {
         "distance", "distance-floor", "rowfrac", "kmeans-routed", "window"}
     assert table.metadata["floor"] == DEFAULT_FLOOR
+    assert table.floor_share == DEFAULT_FLOOR_SHARE
     assert table.params["rowfrac"].shape[1:] == (6, 12)
     assert table.metadata["split"] == "train"
     projections = table.own_projections(bundle().path("calibration"))

@@ -22,7 +22,7 @@ def test_sweep_defaults_to_the_best_projections() -> None:
     args = _args("sweep", "--out", "x")
     assert args.projections is None
     assert sweep._projections_path(args) == bundle().best("projections")
-    assert sweep._projections_path(args).name == "projections-r8-lowrank-logistic.pt"
+    assert sweep._projections_path(args).name == "projections-r8-lowrank-mass.pt"
     mine = _args("sweep", "--out", "x", "--projections", "mine.pt")
     assert sweep._projections_path(mine) == Path("mine.pt")
     with pytest.raises(ValueError, match="--projections is required for model 'gpt2'"):

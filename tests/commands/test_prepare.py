@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sparsefinder.calibration.curves import DEFAULT_FLOOR
+from sparsefinder.calibration.curves import DEFAULT_FLOOR, DEFAULT_FLOOR_SHARE
 from sparsefinder.calibration.table import CalibrationTable
 from sparsefinder.cli import main
 from sparsefinder.learned_parts import LearnedParts
@@ -63,7 +63,8 @@ def test_prepare_bundle_builds_the_calibrated_methods(bert_bundle) -> None:
     parts = LearnedParts(calibration=table,
                          calibration_projections=table.own_projections(folder / "calibration.pt"))
     spec = PredictorSpec.of("distance-floor:budget",
-                            {"target_sparsity": 0.9, "floor": DEFAULT_FLOOR})
+                            {"target_sparsity": 0.9, "floor": DEFAULT_FLOOR,
+                             "floor_share": DEFAULT_FLOOR_SHARE})
     layers = parts.build_layers(spec, loaded.num_layers)
     assert len(layers) == loaded.num_layers and all(p is not None for p in layers)
 

@@ -302,9 +302,9 @@ def test_a_predictor_spec_plugs_in(model, tokenizer) -> None:
     spec = PredictorSpec.of("distance", {"threshold": 2.0}, window=3)
     out, calls = _run(model, batch, spec_graph(spec, proj, 3))
     assert torch.isfinite(out.last_hidden_state).all() and len(calls) == 3
-    stats = RestrictionStats()  # "fixed" with no window builds no predictor: the empty graph
-    _run(model, batch, spec_graph(PredictorSpec.of("fixed"), None, 3), warn_empty=False,
-         stats=stats)
+    stats = RestrictionStats()  # a window of 0 alone builds no predictor: the empty graph
+    empty = PredictorSpec.of("window", {"window": 0})
+    _run(model, batch, spec_graph(empty, None, 3), warn_empty=False, stats=stats)
     assert stats.repaired_rows == stats.rows > 0
     with pytest.raises(ValueError, match=r"method 'kmeans' .*sparsefinder train --model m "):
         spec_graph(PredictorSpec.of("kmeans", {"n_clusters": 2, "top_k": 1}), None, 3,

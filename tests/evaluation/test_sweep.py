@@ -445,8 +445,8 @@ def test_default_curves_exactly(default_curves) -> None:
     for name, size in (("block-learned", 32), ("block16-learned", 16)):
         expected[name] = ("block", 0, [{"block": size, "n_blocks": b} for b in blocks])
     # ... and single keys nearest to sub-blocks of 8 queries (the long-context selector)
-    expected["block-keys"] = ("block-keys", 0, [{"block": 32, "n_keys": k, "sub_block": 8}
-                                                for k in (0, 2, 4, 8, 16, 32, 64, 128)])
+    expected["block-keys"] = ("block", 0, [{"block": 32, "n_keys": k, "sub_block": 8}
+                                           for k in (0, 2, 4, 8, 16, 32, 64, 128)])
     assert set(default_curves) == set(expected)
     for name, want in expected.items():
         assert _grid(name) == want, name
@@ -459,6 +459,7 @@ def test_default_curves_exactly(default_curves) -> None:
     assert dict(default_curves["sparsebert-damu"].fixed) == {"kind": "unstructured"}
     assert dict(default_curves["distance-nodiag"].fixed) == {"diag": False}
     assert dict(default_curves["kmeans-routed-top"].fixed) == {"mode": "top"}
+    assert dict(default_curves["block-keys"].fixed) == {"select": "keys"}
     assert not default_curves["window"].needs_projections
 
 
@@ -804,7 +805,7 @@ def test_own_block_recall_averages_the_counted_layers_or_all_when_none_is(alphas
     from sparsefinder.metrics.scorer import Scorer
 
     records = _block_records(alphas)
-    spec = PredictorSpec.of("block-keys", {"block": 4, "n_keys": 3, "sub_block": 2})
+    spec = PredictorSpec.of("block", {"block": 4, "n_keys": 3, "sub_block": 2, "select": "keys"})
     (got,), _ = score_specs(records, None, [spec])
     built = spec.build_layers(None, len(alphas))
     per_text = torch.stack([own_block_recall(spec, predict_record(spec, built,

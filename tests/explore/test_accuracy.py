@@ -27,7 +27,7 @@ def test_setting_accuracy_on_one_text(tiny: LoadedModel) -> None:
     assert narrow.output_cosine < 0.99 and len(narrow.layer_cosine) == 2
     n = len(tiny.tokenizer(TEXT)["input_ids"])
     assert narrow.sparsity == pytest.approx(1 - 1 / n) and narrow.repaired_rows == 0.0
-    empty = setting_accuracy(tiny, TEXT, PredictorSpec.of("fixed"), None)
+    empty = setting_accuracy(tiny, TEXT, PredictorSpec.of("window", {"window": 0}), None)
     assert empty.repaired_rows == 1.0 and empty.sparsity == narrow.sparsity
     with pytest.raises(ValueError, match="sparsefinder train --model tiny --out DIR"):
         setting_accuracy(tiny, TEXT, PredictorSpec.of("distance", {"threshold": 1.0}), None)

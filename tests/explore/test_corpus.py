@@ -48,7 +48,7 @@ def test_sweep_records_reports_progress_once_per_text(prepared, projections):
                                         global_tokens=())),
     ("kmeans-top2+window", urlstate.ViewState(method="kmeans", clusters=4, top_k=2, window=3,
                                               global_tokens=())),
-    ("window", urlstate.ViewState(method="fixed", window=5, global_tokens=())),
+    ("window", urlstate.ViewState(method="window", window=5, global_tokens=())),
 ])
 def test_pareto_star_is_the_sweeps_point_for_the_same_setting(default_model, prepared,
                                                               projections, curve, state):

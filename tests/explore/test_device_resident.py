@@ -21,7 +21,7 @@ pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-
 
 SETTINGS = [PredictorSpec.of("distance", {"threshold": 1.0}, window=3),
             PredictorSpec.of("kmeans", {"n_clusters": 4, "top_k": 1}),
-            PredictorSpec.of("fixed", {}, window=5, global_tokens=("first",))]
+            PredictorSpec.of("window", {"window": 0}, window=5, global_tokens=("first",))]
 
 
 def _numbers(prepared: prep.PreparedText) -> list[torch.Tensor]:

@@ -29,7 +29,7 @@ def test_window_bounds_reject_bad_sizes():
 
 def test_edges_match_gold_and_prediction_inside_the_window(prepared):
     record = prepared.record
-    preds = live.predict_layers(prepared, urlstate.ViewState(method="fixed", window=3,
+    preds = live.predict_layers(prepared, urlstate.ViewState(method="window", window=3,
                                                            global_tokens=()))
     layer, start, stop = 2, 3, 15
     lines = head_lines.head_lines(record, preds, layer, start, stop)
@@ -51,7 +51,7 @@ def test_edges_match_gold_and_prediction_inside_the_window(prepared):
 
 def test_out_of_window_counts_add_up_to_the_whole_row_and_column(prepared):
     record = prepared.record
-    preds = live.predict_layers(prepared, urlstate.ViewState(method="fixed", window=3))
+    preds = live.predict_layers(prepared, urlstate.ViewState(method="window", window=3))
     layer, start, stop = 0, 4, 12
     lines = head_lines.head_lines(record, preds, layer, start, stop, heads=[1, 5])
     gold = record.layers[layer].gold
@@ -69,7 +69,7 @@ def test_out_of_window_counts_add_up_to_the_whole_row_and_column(prepared):
 
 def test_bad_windows_and_predictions_are_refused(prepared):
     record = prepared.record
-    preds = live.predict_layers(prepared, urlstate.ViewState(method="fixed", window=3))
+    preds = live.predict_layers(prepared, urlstate.ViewState(method="window", window=3))
     with pytest.raises(ValueError, match="window"):
         head_lines.head_lines(record, preds, 0, 5, 5)
     with pytest.raises(ValueError, match="layer"):

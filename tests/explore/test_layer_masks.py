@@ -33,7 +33,7 @@ def test_lazy_masks_hold_at_most_their_budget_and_predict_again_when_read() -> N
 
 def test_the_app_setting_scores_as_predicting_every_layer_at_once(record) -> None:
     prepared = prep.prepare(record)
-    spec = PredictorSpec.of("fixed", {}, window=3, global_tokens=("first",))
+    spec = PredictorSpec.of("window", {"window": 0}, window=3, global_tokens=("first",))
     lazy = live.predict(prepared, spec)
     eager = predict_record(spec, spec.build_layers(None, record.num_layers),
                            prepared.inputs_for(spec.method_id), shared=True)

@@ -149,7 +149,7 @@ def test_the_kmeans_region_of_an_exact_plane_holds_exactly_the_kept_keys(flat):
 
 
 @pytest.mark.parametrize("method", ["distance", "quantization", "kmeans", "distance:budget",
-                                    "quest", "fixed"])
+                                    "quest", "window"])
 def test_the_full_prediction_is_the_apps(bundled, method):
     """Window and global tokens included: the row the Explorer's diff shows."""
     state, _ = live.clamp(live.ViewState(method=method, window=3), bundled)
@@ -167,7 +167,7 @@ def test_the_full_prediction_is_the_apps(bundled, method):
             if space.reach() is not None:
                 assert space.kept_within(space.reach()) >= int(space.gold.sum())
             assert len(ls.reasons(space)) == bundled.n_tokens
-    if method in ("quest", "fixed"):
+    if method in ("quest", "window"):
         assert space.decision.kind == ls.OUTSIDE
 
 

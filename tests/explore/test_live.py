@@ -42,12 +42,12 @@ def test_k_over_half_of_b_is_named_and_really_full(prepared):
 def test_without_projections_learned_methods_are_off_but_fixed_patterns_work(record):
     bare = prep.prepare(record, None)
     # Quest and the oracles read the model's q/k; Longformer/BigBird only the shape
-    assert bare.available_methods() == ["quest", "fixed", "longformer", "bigbird", "topk",
+    assert bare.available_methods() == ["quest", "window", "longformer", "bigbird", "topk",
                                         "topp"]
     state = urlstate.ViewState(method="kmeans", window=3, global_tokens=())
     clamped, notes = live.clamp(state, bare)
     assert clamped.method == "kmeans" and notes and "projections" in notes[0]
-    assert live.effective_method(clamped, bare) == "fixed"
+    assert live.effective_method(clamped, bare) == "window"
     preds = live.predict_layers(bare, clamped)
     n = record.n_tokens
     band = torch.ones(n, n, dtype=torch.bool).tril(1).triu(-1)
@@ -55,7 +55,7 @@ def test_without_projections_learned_methods_are_off_but_fixed_patterns_work(rec
 
 
 def test_nothing_switched_on_predicts_the_empty_graph(prepared):
-    state = urlstate.ViewState(method="fixed", window=0, global_tokens=())
+    state = urlstate.ViewState(method="window", window=0, global_tokens=())
     assert live.spec_for(state, prepared).build(prepared.projections, 0) is None
     scores = live.score(prepared, live.predict_layers(prepared, state))
     assert torch.all(scores.sparsity == 1.0)
@@ -66,7 +66,7 @@ def test_nothing_switched_on_predicts_the_empty_graph(prepared):
     [
         ("t", [0.0, 0.3, 0.8, 2.0], urlstate.ViewState(**RAW_DISTANCE, window=0,
                                                     global_tokens=())),
-        ("window", [0, 1, 3, 9, 31], urlstate.ViewState(method="fixed", global_tokens=())),
+        ("window", [0, 1, 3, 9, 31], urlstate.ViewState(method="window", global_tokens=())),
         ("top_k", [1, 2, 3, 4], urlstate.ViewState(method="kmeans", clusters=4, window=0,
                                                 global_tokens=())),
     ],
@@ -116,7 +116,7 @@ def test_describe_names_the_setting_that_runs(prepared):
     assert describe(urlstate.ViewState(method="kmeans", clusters=8, top_k=2, window=3,
                                        global_tokens=("first",))) == (
         "k-means B=8 k=2 ∪ window 3 ∪ global first")
-    assert describe(urlstate.ViewState(method="fixed", window=0,
+    assert describe(urlstate.ViewState(method="window", window=0,
                                        global_tokens=())) == "empty graph"
     bare = prep.prepare(prepared.record, None)
     assert describe(urlstate.ViewState(**RAW_DISTANCE, t=1.0, window=0,
@@ -194,7 +194,7 @@ def causal_prepared():
 def test_a_decoder_is_scored_over_its_non_future_pairs(causal_prepared):
     """Window 1 keeps the diagonal: 7 of the 28 non-future pairs (not 7 of 49)."""
     p = causal_prepared
-    state = urlstate.ViewState(method="fixed", window=1, global_tokens=())
+    state = urlstate.ViewState(method="window", window=1, global_tokens=())
     preds = live.predict_layers(p, state)
     scores = live.score(p, preds)
     assert torch.allclose(scores.sparsity, torch.full((2, 2), 0.75, dtype=torch.float64))
@@ -277,7 +277,7 @@ def test_summarize_without_gold_sparsity_and_labels():
     spec = urlstate.to_spec(urlstate.ViewState(bins=5, window=3,
                                                global_tokens=("first", "last")), "quantization")
     assert live.describe(spec) == "quantization β=5 ∪ window 3 ∪ global first+last"
-    spec = urlstate.to_spec(urlstate.ViewState(window=0, global_tokens=()), "fixed")
+    spec = urlstate.to_spec(urlstate.ViewState(window=0, global_tokens=()), "window")
     assert live.describe(spec) == "empty graph"
 
 
@@ -372,12 +372,12 @@ def test_a_target_counts_as_calibrated_only_strictly_within_1e_9():
     # what clamp reads of a prepared text, with a table whose targets sit 1e-9 apart;
     # 2e-9 - 1e-9 is exactly 1e-9 in floating point: not within, so snapped
     table = SimpleNamespace(targets=[1e-9, 0.5], has=lambda method: False)
-    fake = SimpleNamespace(calibration=table, available_methods=lambda: ["fixed"],
+    fake = SimpleNamespace(calibration=table, available_methods=lambda: ["window"],
                            has_projections=False, t_max=1.0, cluster_choices=[],
                            num_layers=1, num_heads=1, n_tokens=4, t_default=0.25,
                            bins_default=None)
     assert 2e-9 - 1e-9 == 1e-9
-    state = urlstate.ViewState(method="fixed", target_sparsity=2e-9, t=0.5, pages=1)
+    state = urlstate.ViewState(method="window", target_sparsity=2e-9, t=0.5, pages=1)
     clamped, notes = live.clamp(state, fake)
     assert clamped.target_sparsity == 1e-9 and notes == [
         "target sparsity 2e-09 is not calibrated: showing the nearest calibrated target, 1e-09."]
@@ -407,11 +407,13 @@ def test_clamp_says_why_a_method_is_off(prepared, record):
 
 
 def test_clamp_gives_a_family_outside_the_app_its_raw_calibration(prepared):
-    state = urlstate.ViewState(method="window", calibration="budget", t=0.1, pages=1,
+    # window is offered raw only: the state gives it its raw calibration at once
+    assert urlstate.ViewState(method="window", calibration="budget").calibration == "none"
+    state = urlstate.ViewState(method="sparsebert", calibration="budget", t=0.1, pages=1,
                                clusters=4, bins=4)
     assert state.calibration == "budget"  # not an app family: ViewState leaves it
     clamped, _ = live.clamp(state, prepared)
-    assert clamped.calibration == "none" and clamped.method_id == "window"
+    assert clamped.calibration == "none" and clamped.method_id == "sparsebert"
     assert clamped == state.with_(calibration="none")
     # ... and is then clamped, notes included, as that raw family
     assert live.clamp(state, prepared) == live.clamp(state.with_(calibration="none"), prepared)
@@ -516,6 +518,13 @@ def test_short_text_note_says_why_a_target_is_out_of_reach():
     assert live.short_text_note(floor, 60, 0.9) is None  # 1 - 5/60 > 0.9: reachable
     plain = PredictorSpec.of("distance", {"threshold": 0.5})
     assert live.short_text_note(plain, 5, 0.0) is None  # no target, nothing to explain
+    # the default's floor, capped by the row's length, takes min(12, max(1, ⌊0.1 n⌋)) keys:
+    # a 40-key row keeps 4 of them (reachable 0.90), a 5-key row still one (0.80 at most)
+    capped = PredictorSpec.of("distance-floor", {"target_sparsity": 0.9, "floor": 12,
+                                                 "floor_share": 1.0}, calibration="budget")
+    assert live.short_text_note(capped, 40, 0.9) is None
+    note = live.short_text_note(capped, 5, 0.0)
+    assert note is not None and "at least one key" in note and "10 keys" in note
 
 
 def test_quantization_opens_at_the_beta_closest_to_the_gold_sparsity(prepared):

@@ -19,13 +19,13 @@ from sparsefinder.models.encoders import save_sparse_modernbert
 from sparsefinder.models.loading import load_model
 
 SPECS = [  # (method, params, window, global tokens)
-    ("fixed", {}, 3, ()),
-    ("fixed", {}, 1, ("first",)),
-    ("fixed", {}, 8, ("last",)),  # an even size acts as the next odd one
-    ("fixed", {}, 0, ("first", "last")),
-    ("fixed", {}, 31, ("first", "last")),
-    ("fixed", {}, 999, ()),  # wider than the text: every allowed pair
-    ("fixed", {}, 0, ()),  # nothing switched on: the empty graph
+    ("window", {"window": 0}, 3, ()),
+    ("window", {"window": 0}, 1, ("first",)),
+    ("window", {"window": 0}, 8, ("last",)),  # an even size acts as the next odd one
+    ("window", {"window": 0}, 0, ("first", "last")),
+    ("window", {"window": 0}, 31, ("first", "last")),
+    ("window", {"window": 0}, 999, ()),  # wider than the text: every allowed pair
+    ("window", {"window": 0}, 0, ()),  # nothing switched on: the empty graph
 ]
 
 
@@ -91,7 +91,7 @@ def test_layers_of_one_kind_share_one_mask(records):
     """Qwen2's global and local layers get two masks; equal layers would get one."""
     record = records["qwen2"]
     prepared = prep.prepare(record)
-    spec = PredictorSpec.of("fixed", {}, window=5, global_tokens=("first",))
+    spec = PredictorSpec.of("window", {"window": 0}, window=5, global_tokens=("first",))
     masks = live.predict(prepared, spec)
     doubled = type(record)(**{**vars(record), "layers": [*record.layers, *record.layers]})
     twice = predict_record(spec, spec.build_layers(None, 4), prep.prepare(doubled).vectors,
@@ -108,8 +108,8 @@ def test_predict_layer_shared_equals_per_head(causal, sliding_window):
     gen = torch.Generator().manual_seed(0)
     q, k = torch.randn(3, 11, 4, generator=gen), torch.randn(3, 11, 4, generator=gen)
     for window, global_tokens in ((3, ()), (0, ("last",)), (5, ("first", "last"))):
-        predictor = PredictorSpec.of("fixed", window=window, global_tokens=global_tokens).build(
-            None, 0)
+        predictor = PredictorSpec.of("window", {"window": 0}, window=window,
+                                     global_tokens=global_tokens).build(None, 0)
         fast = predict_layer(predictor, q, k, causal=causal, sliding_window=sliding_window,
                              shared=True)
         slow = predict_layer(predictor, q, k, causal=causal, sliding_window=sliding_window)
@@ -134,7 +134,7 @@ def test_softmax_layers_score_alike_and_are_named(sparse_modernbert_records):
     """SparseModernBERT's softmax local layers (dense gold graphs): same numbers on the fast
     path, and the layers the Explorer greys are the ones the sweep leaves out."""
     prepared = prep.prepare(sparse_modernbert_records[1])
-    spec = PredictorSpec.of("fixed", window=5, global_tokens=("first",))
+    spec = PredictorSpec.of("window", {"window": 0}, window=5, global_tokens=("first",))
     got = live.score(prepared, live.predict(prepared, spec))
     expected = prepared.scorer.score(_per_head(prepared, spec))
     for metric, values in expected.metrics().items():

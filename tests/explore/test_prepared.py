@@ -36,3 +36,29 @@ def test_hash_codes_enable_hashattention_when_they_fit(record, projections):
     assert sum(int(p.sum()) for p in tight) < sum(int(p.sum()) for p in preds)
     other = HashCodeTable(model_id="m", alpha=1.5, maps=maps[:2])  # another model's shape
     assert prep.prepare(record, projections, hash_codes=other).hash_codes is None
+
+
+def test_a_slider_move_resolves_the_parts_once(record, projections, monkeypatch):
+    """The parts a method takes are resolved once per prepared text: moving a slider (a new
+    value of the same method) builds, reads the inputs and the fitted part without asking the
+    resolver again, and the masks are those of the spec built from the resolver's parts."""
+    from sparsefinder.explore import live
+    from sparsefinder.explore import state as urlstate
+    from sparsefinder.learned_parts import LearnedParts
+    from sparsefinder.methods.spec import LayerPrediction
+
+    calls: list[object] = []
+    real = LearnedParts.for_method
+    monkeypatch.setattr(LearnedParts, "for_method",
+                        lambda self, method: calls.append(method) or real(self, method))
+    prepared = prep.prepare(record, projections)
+    before = len(calls)  # preparing may ask (the methods it can offer)
+    state = urlstate.ViewState(method="distance", calibration="none", t=0.5)
+    first = live.predict_layers(prepared, state)[0]
+    assert len(calls) == before + 1
+    for t in (0.7, 0.9):  # two more moves
+        live.predict_layers(prepared, state.with_(t=t))[0]
+    assert len(calls) == before + 1
+    spec = live.spec_for(state, prepared)
+    built = spec.build_layers(real(prepared.parts, spec), prepared.num_layers)
+    assert torch.equal(first, LayerPrediction(spec, built, prepared.vectors, shared=True)(0))

@@ -182,7 +182,9 @@ def test_calibration_is_a_parameter_of_the_method_in_links():
         "kmeans-routed:budget")
     assert urlstate.to_spec(default).method_id == "distance-floor:budget"
     # the calibrated family's other declared settings at their defaults (the table's floor)
-    assert urlstate.to_spec(default).param_dict == {"target_sparsity": 0.9, "floor": 5}
+    # (and the optional floor_share, whose default is a cap, not None: the length rule)
+    assert urlstate.to_spec(default).param_dict == {"target_sparsity": 0.9, "floor": 12,
+                                                    "floor_share": 1.0}
     assert urlstate.to_spec(default.with_(method="distance")).param_dict == {
         "target_sparsity": 0.9}
     assert urlstate.parse_view_state({}, urlstate.ViewState(window=7))[0].window == 7
@@ -209,7 +211,8 @@ def test_to_spec_for_every_app_method():
     assert urlstate.to_spec(state, "quantization").params == (("bins", 5),)
     assert urlstate.to_spec(state, "kmeans").params == (("n_clusters", 6), ("top_k", 2))
     assert urlstate.to_spec(state.with_(method="quantization")).method == "quantization"
-    assert urlstate.to_spec(state, "fixed").params == ()
+    # window is pinned to 0: the state's own window (3) is the window
+    assert urlstate.to_spec(state, "window").params == (("window", 0),)
     assert urlstate.to_spec(state.with_(hamming=5), "hashattention").params == (
         ("max_distance", 5),)
     with pytest.raises(ValueError, match="^k-means needs a number of clusters B; clamp the"):
@@ -230,7 +233,7 @@ def test_problem_messages_name_what_is_expected():
                                              "global": "first,middle"})
     assert problems == [
         "ignored URL parameter method='magic': expected one of distance-floor, distance, "
-        "quantization, kmeans, rowfrac, kmeans-routed, quest, hashattention, block, fixed, "
+        "quantization, kmeans, rowfrac, kmeans-routed, quest, hashattention, block, window, "
         "longformer, bigbird, reformer, routing, topk, topp",
         "ignored URL parameter global='first,middle': expected a comma list of "
         "('first', 'last') or 'none'",
@@ -319,16 +322,32 @@ def test_bad_coreference_fields_fall_back_with_a_message_each():
     ]
 
 
+def test_the_apps_ranges_are_the_catalogs():
+    """Every bound the app's link and sliders use is a family's declared one."""
+    from sparsefinder.methods.registry import METHODS
+
+    declared = {f"{family}.{p.name}": p for family in ("quantization", "kmeans", "quest",
+                                                        "hashattention", "window")
+                for p in METHODS[family].params}
+    for key, low, high in (("quantization.bins", 1, urlstate.MAX_BINS),
+                           ("kmeans.top_k", 1, urlstate.MAX_TOP_K),
+                           ("quest.pages", 0, urlstate.MAX_PAGES),
+                           ("hashattention.max_distance", 0, urlstate.HASH_BITS),
+                           ("window.window", 0, urlstate.MAX_WINDOW)):
+        assert (declared[key].low, declared[key].app_high) == (low, high), key
+
+
 def test_quest_pages_bounds_and_spec():
     default = urlstate.ViewState()
-    for text, expected in (("1", 1), (str(urlstate.MAX_PAGES), urlstate.MAX_PAGES)):
+    # the catalog's range: 0 pages (the empty graph) up to the slider's useful region
+    for text, expected in (("0", 0), (str(urlstate.MAX_PAGES), urlstate.MAX_PAGES)):
         state, problems = urlstate.parse_view_state({"pages": text})
         assert problems == [] and state.pages == expected
-    for bad, shown in (("0", 0), (str(urlstate.MAX_PAGES + 1), urlstate.MAX_PAGES + 1)):
+    for bad, shown in (("-1", -1), (str(urlstate.MAX_PAGES + 1), urlstate.MAX_PAGES + 1)):
         state, problems = urlstate.parse_view_state({"pages": bad})
         assert state.pages == default.pages
         assert problems == [f"ignored URL parameter pages={bad!r}: {shown} is outside "
-                            f"[1, {urlstate.MAX_PAGES}]"]
+                            f"[0, {urlstate.MAX_PAGES}]"]
     quest = urlstate.ViewState(method="quest", pages=3)
     assert urlstate.to_spec(quest).param_dict == {"page_size": urlstate.QUEST_PAGE, "pages": 3}
     assert urlstate.to_spec(quest.with_(method="distance"), "quest").params == (

@@ -28,7 +28,7 @@ def test_diff_codes_and_counts():
 
 def test_edges_frame_agrees_with_the_diff(prepared):
     record = prepared.record
-    pred = live.predict_layers(prepared, urlstate.ViewState(method="fixed", window=3))[1][4]
+    pred = live.predict_layers(prepared, urlstate.ViewState(method="window", window=3))[1][4]
     frame = tables.edges_frame(record, 1, 4, pred)
     counts = tables.diff_counts(tables.diff_codes(pred, record.layers[1].gold[4]))
     assert frame["status"].value_counts().to_dict() == {k: v for k, v in counts.items() if v}
@@ -43,7 +43,7 @@ def test_edges_frame_agrees_with_the_diff(prepared):
 
 def test_token_row_frame_and_summary(prepared):
     record = prepared.record
-    preds = live.predict_layers(prepared, urlstate.ViewState(method="fixed", window=3,
+    preds = live.predict_layers(prepared, urlstate.ViewState(method="window", window=3,
                                                            global_tokens=()))
     frame = tables.token_row_frame(record, preds, 0, 3)
     assert len(frame) == record.num_heads * record.n_tokens
@@ -81,7 +81,7 @@ def test_highlight_html_marks_and_escapes():
 
 
 def test_heads_codes_stack_every_head(prepared):
-    preds = live.predict_layers(prepared, urlstate.ViewState(method="fixed", window=3))
+    preds = live.predict_layers(prepared, urlstate.ViewState(method="window", window=3))
     record = prepared.record
     n = record.n_tokens
     for kind in ("gold", "predicted", "diff"):
@@ -96,7 +96,7 @@ def test_heads_codes_stack_every_head(prepared):
 
 
 def test_token_column_frame_is_the_transposed_view(prepared):
-    preds = live.predict_layers(prepared, urlstate.ViewState(method="fixed", window=3))
+    preds = live.predict_layers(prepared, urlstate.ViewState(method="window", window=3))
     record = prepared.record
     column = tables.token_row_frame(record, preds, 1, 4, direction="column")
     gold = record.layers[1].gold[:, :, 4]

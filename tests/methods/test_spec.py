@@ -40,12 +40,12 @@ def _projections(layers: int = 2) -> HeadProjections:
 
 
 def test_every_method_declares_what_it_reads_once():
-    assert set(METHODS) >= {"distance", "quantization", "kmeans", "fixed", "window", "topk",
+    assert set(METHODS) >= {"distance", "quantization", "kmeans", "window", "topk",
                             "longformer", "bigbird", "reformer", "routing", "sparsebert",
                             "kmeans-routed"}
     # forms that were families of their own are parameters now (their old names are aliases)
     assert not {"sparsebert-dams", "sparsebert-damu", "distance-nodiag",
-                "kmeans-routed-top"} & set(METHODS)
+                "kmeans-routed-top", "block-learned", "block-keys", "fixed"} & set(METHODS)
     assert all(method.inputs in INPUTS for method in METHODS.values())
     assert METHODS["topk"].inputs == "original" and METHODS["topk"].oracle
     assert METHODS["window"].inputs == "shape" and not METHODS["window"].needs_projections
@@ -68,10 +68,10 @@ def test_spec_is_a_hashable_value_and_validates_its_parameters():
     with pytest.raises(ValueError, match=r"unknown \['t'\]"):
         PredictorSpec.of("distance", {"threshold": 1.0, "t": 2})
     with pytest.raises(ValueError, match="window must be"):
-        PredictorSpec.of("fixed", window=-1)
+        PredictorSpec.of("window", {"window": 0}, window=-1)
     with pytest.raises(ValueError, match="global_tokens"):
-        PredictorSpec("fixed", (), 0, ("middle",))
-    assert PredictorSpec.of("fixed").label() == "empty graph"
+        PredictorSpec("window", (("window", 0),), 0, ("middle",))
+    assert PredictorSpec.of("window", {"window": 0}).label() == "empty graph"
 
 
 def test_an_optional_parameter_may_be_left_out_or_none():
@@ -97,7 +97,7 @@ def test_build_unites_the_method_with_window_and_global_tokens():
     built = spec.build(None, 0)
     assert built == Union(Distance(0.5), Window(3), GlobalTokens(first=True, last=False))
     assert PredictorSpec.of("distance", {"threshold": 0.5}).build(None, 0) == Distance(0.5)
-    assert PredictorSpec.of("fixed").build(None, 0) is None
+    assert PredictorSpec.of("window", {"window": 0}).build(None, 0) is None
     assert PredictorSpec.of("topk", {"k": 2}).build(None, 1) == TopK(2)
 
 
@@ -121,7 +121,7 @@ def test_predict_record_gives_each_predictor_the_inputs_its_method_declares():
     spec = PredictorSpec.of("distance", {"threshold": 1.0})
     masks = predict_record(spec, spec.build_layers(projections, 2), vectors)
     assert torch.equal(masks[1], Distance(1.0).predict(*vectors.projected(1)))
-    empty = PredictorSpec.of("fixed")
+    empty = PredictorSpec.of("window", {"window": 0})
     masks = predict_record(empty, empty.build_layers(projections, 2), vectors)
     assert all(m.dtype == torch.bool and not m.any() for m in masks)
     with pytest.raises(ValueError, match="predictors for 1 layers"):
@@ -145,13 +145,14 @@ def test_predict_record_never_unpacks_the_gold_graphs(monkeypatch, shared):
     reads = []
     real = packed_mask.unpack_mask
     monkeypatch.setattr(packed_mask, "unpack_mask", lambda *a: reads.append(a) or real(*a))
-    for spec in (PredictorSpec.of("window", {"window": 3}), PredictorSpec.of("fixed")):
+    for spec in (PredictorSpec.of("window", {"window": 3}),
+                 PredictorSpec.of("window", {"window": 0})):
         masks = predict_record(spec, spec.build_layers(None, 2), RecordInputs(record),
                                shared=shared)
         assert [m.shape for m in masks] == [(HEADS, 7, 7)] * 2
         assert all(m.dtype == torch.bool for m in masks)
     assert reads == []
-    assert not masks[0].any()  # "fixed" alone: the empty graph
+    assert not masks[0].any()  # a window of 0 alone: the empty graph
     assert record.layers[0].gold.any()  # the gold itself still reads back (and is counted)
     assert len(reads) == 1
 
@@ -170,7 +171,6 @@ REGISTRY = {
                        "projected", False, False),
     "quantization": ("Quantization (β)", ("bins",), "projected", False, False),
     "kmeans": ("k-means (B, k)", ("n_clusters", "top_k"), "projected", False, False),
-    "fixed": ("Window / global only", (), "shape", False, False),
     "window": ("Window (w)", ("window",), "shape", False, False),
     "longformer": ("Longformer", ("n_global",), "shape", False, False),
     "bigbird": ("BigBird", ("n_random",), "shape", False, False),
@@ -187,9 +187,7 @@ REGISTRY = {
     "hashattention": ("HashAttention (learned bit codes)", ("max_distance",), "original", False,
                       True),
     "block": ("Block Sparsefinder (block, key blocks, single keys)",
-              ("block", "n_blocks", "n_keys", "learned"), "projected", False, False),
-    "block-keys": ("Block Sparsefinder, single keys by query sub-blocks",
-                   ("block", "n_keys", "sub_block"), "original", False, False),
+              ("block", "n_blocks", "n_keys", "learned", "select"), "projected", False, False),
     "rowfrac": ("Nearest keys (row fraction)", ("fraction",), "projected", False, False),
 }
 
@@ -270,6 +268,8 @@ FORMS = {
     "sparsebert-damu": ("sparsebert", {"kind": "unstructured"}, {"target_sparsity": 0.9}),
     "kmeans-routed-top": ("kmeans-routed", {"mode": "top"}, {"n_clusters": 8, "n_routes": 2}),
     "block-learned": ("block", {"learned": True}, {"block": 32, "n_blocks": 2}),
+    "block-keys": ("block", {"select": "keys"}, {"block": 32, "n_keys": 4, "sub_block": 8}),
+    "fixed": ("window", {"window": 0}, {}),
 }
 
 
@@ -294,6 +294,15 @@ def test_forms_that_were_families_are_parameters_with_their_old_names_aliased(re
                                                                  False)
     with pytest.raises(ValueError, match=r"unknown \['n_keys'\]"):  # the learned form has none
         PredictorSpec.of("block", {"block": 32, "n_blocks": 2, "n_keys": 4, "learned": True})
+    keys = PredictorSpec.of("block", {"block": 32, "n_keys": 4, "sub_block": 8,
+                                      "select": "keys"})
+    assert (keys.inputs, keys.needs, keys.needs_training) == ("original", (), False)
+    with pytest.raises(ValueError, match=r"unknown \['n_blocks'\]"):  # keys: no key blocks
+        PredictorSpec.of("block", {"block": 32, "n_blocks": 2, "n_keys": 4, "sub_block": 8,
+                                   "select": "keys"})
+    # the empty window (once ``fixed``) builds nothing: only the spec's window and globals
+    assert PredictorSpec.of("window", {"window": 0}).build(None, 0) is None
+    assert PredictorSpec.of("window", {"window": 0}, window=3).label() == "window 3"
 
 
 def test_a_calibration_a_family_does_not_take_is_refused_by_name(registered):
@@ -402,16 +411,16 @@ def test_spec_values_labels_and_build_layers():
     spec = PredictorSpec.of("distance", {"threshold": 0.25}, window=3, global_tokens=["first"])
     assert spec.params_json() == '{"threshold": 0.25}'
     assert spec.label() == "distance threshold=0.25 ∪ window 3 ∪ global first"
-    assert PredictorSpec.of("fixed").label() == "empty graph"
-    assert PredictorSpec.of("fixed", window=1).label() == "window 1"
+    assert PredictorSpec.of("window", {"window": 0}).label() == "empty graph"
+    assert PredictorSpec.of("window", {"window": 0}, window=1).label() == "window 1"
     layers = spec.build_layers(_projections(3), 3)
     assert len(layers) == 3
-    assert PredictorSpec.of("fixed").build_layers(None, 2) == [None, None]
+    assert PredictorSpec.of("window", {"window": 0}).build_layers(None, 2) == [None, None]
     with pytest.raises(ValueError, match=r"^window must be an integer >= 0, got -1$"):
         PredictorSpec("distance", (("threshold", 1.0),), -1)
     with pytest.raises(ValueError, match=r"^global_tokens must be among \('first', 'last'\), "
                                          r"got \['middle'\]$"):
-        PredictorSpec("fixed", (), 0, ("middle",))
+        PredictorSpec("window", (("window", 0),), 0, ("middle",))
     with pytest.raises(ValueError, match=r"unknown \['bins'\]"):
         PredictorSpec.of("distance", {"threshold": 1, "bins": 2})
 
@@ -421,14 +430,14 @@ def test_spec_edges_single_training_record_and_messages():
 
     one = PredictorSpec.of("sparsebert-damu", {"target_sparsity": 0.5}).fit([_record(n=6)])
     assert len(one) == 2  # one mask per layer, from a single training record
-    spec = PredictorSpec.of("fixed", window=1, global_tokens=["last"])
+    spec = PredictorSpec.of("window", {"window": 0}, window=1, global_tokens=["last"])
     union = spec.build(None, 0)
     assert isinstance(union, Union) and Window(1) in union.predictors
     assert GlobalTokens(first=False, last=True) in union.predictors
     assert PredictorSpec.of("distance", {"threshold": 0.123456}).label() == (
         "distance threshold=0.1235")
     with pytest.raises(ValueError, match=r"^window must be an integer >= 0, got 2.5$"):
-        PredictorSpec("fixed", (), 2.5)
+        PredictorSpec("window", (("window", 0),), 2.5)
     kmeans = PredictorSpec.of("kmeans", {"n_clusters": 4, "top_k": 1})
     assert len(kmeans.build_layers(_projections(2), 2)) == 2
     with pytest.raises(ValueError, match=r"^this method needs learned projections for this "

@@ -140,7 +140,8 @@ def test_the_selection_on_cuda_matches_the_cpu():
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_block_keys_method_predicts_like_the_selector_on_each_layer(causal):
-    """``block-keys`` (sweeps, the registry) builds this selector on the model's own q/k."""
+    """``block`` with ``select="keys"`` (the sweeps' ``block-keys`` curve, the registry) builds
+    this selector on the model's own q/k."""
     from sparsefinder.data.records import AttentionRecord, LayerGraph
     from sparsefinder.evaluation.curves import CURVES, GROUPS
     from sparsefinder.methods.spec import PredictorSpec, RecordInputs, predict_record
@@ -154,7 +155,8 @@ def test_the_block_keys_method_predicts_like_the_selector_on_each_layer(causal):
         layers.append(LayerGraph(q, k, gold, torch.ones(int(gold.sum())), 0.5))
     record = AttentionRecord(text="x", tokens=["t"] * n, offsets=[(0, 0)] * n,
                              special=[False] * n, causal=causal, layers=layers)
-    spec = PredictorSpec.of("block-keys", {"block": 16, "n_keys": 5, "sub_block": 4})
+    spec = PredictorSpec.of("block", {"block": 16, "n_keys": 5, "sub_block": 4,
+                                      "select": "keys"})
     masks = predict_record(spec, spec.build_layers(None, 2), RecordInputs(record))
     selector = BlockKeySparsefinder(16, 5, sub_block=4)
     for layer, mask in zip(layers, masks, strict=True):

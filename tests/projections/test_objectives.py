@@ -268,7 +268,7 @@ def test_fit_projections_runs_the_named_objective_with_its_options(records) -> N
     from sparsefinder.projections.objectives import OBJECTIVES, fit_projections
 
     assert list(OBJECTIVES) == ["paper", "logistic", "lowrank", "lowrank-logistic",
-                               "lowrank-mass", "lowrank-pairwise"]
+                               "lowrank-mass", "lowrank-pairwise", "lowrank-listwise"]
     # One set of options for all (what `sparsefinder train` passes); each takes its own.
     options = {"rank": 2, "lr": None, "margin": 2.0, "epochs": 2, "batch_size": 64,
                "negatives_per_positive": 1, "seed": 1, "init": "random", "model_id": "m",
