@@ -136,13 +136,15 @@ def test_distance_with_a_floor_is_the_floored_family(train) -> None:
               {"target_sparsity": 0.8, "floor": 3, "floor_share": 0.5}),
              ("distance-floor", "distance", {"threshold": 0.5, "floor": 3})]
     for old, new, params in pairs:
-        assert all(torch.equal(a, b) for a, b in zip(masks(old, params), masks(new, params)))
+        assert all(torch.equal(a, b)
+                   for a, b in zip(masks(old, params), masks(new, params), strict=True))
     for plain in ({"target_sparsity": 0.8}, {"target_sparsity": 0.8, "floor": 0}):
         got = masks("distance:budget", plain)
         assert all(torch.equal(a, b) for a, b in
-                   zip(got, masks("distance:budget", {"target_sparsity": 0.8})))
-    assert all(torch.equal(a, b) for a, b in zip(masks("distance", {"threshold": 0.5, "floor": 0}),
-                                                 masks("distance", {"threshold": 0.5})))
+                   zip(got, masks("distance:budget", {"target_sparsity": 0.8}), strict=True))
+    no_floor = masks("distance", {"threshold": 0.5, "floor": 0})
+    assert all(torch.equal(a, b) for a, b in
+               zip(no_floor, masks("distance", {"threshold": 0.5}), strict=True))
     floored = masks("distance:budget", {"target_sparsity": 0.8, "floor": 3})
     assert all((mask.sum(-1) >= 3).all() for mask in floored)
 
