@@ -88,6 +88,25 @@ class CalibratedCurve:
     extra: tuple[str, ...] = ()  # the family's parameters given with the target, not fitted
 
 
+def floor_or_plain(plain: Callable, floored: Callable) -> Callable:
+    """``fit`` of a distance calibration that also takes a per-row ``floor`` (left out or 0:
+    none): the floored fitter (thresholds fitted with the floor's density included) when the
+    point asks for a floor, the plain one otherwise; each fits lazily, on its first build."""
+
+    def fit(train_records: Sequence[AttentionRecord]) -> Callable:
+        builds: dict[bool, Callable] = {}
+
+        def build(p: Params, projections: Any, layer: int) -> Any:
+            with_floor = bool(p.get("floor"))
+            if with_floor not in builds:
+                builds[with_floor] = (floored if with_floor else plain)(train_records)
+            return builds[with_floor](p, projections, layer)
+
+        return build
+
+    return fit
+
+
 def _sparsity_grid(**fixed: Any) -> list[Params]:
     return [{"target_sparsity": s, **fixed} for s in SPARSITY_TARGETS]
 
@@ -103,10 +122,12 @@ def calibrated_methods() -> list[CalibratedCurve]:
     """Every calibrated family: the catalog registers each calibration of a family, and the
     sweep curves sweep each grid."""
     return [
-        CalibratedCurve("distance", "equal", _sparsity_grid(),
-                        calibrated_fitter("equal", "target_sparsity"), "distance-calibrated"),
-        CalibratedCurve("distance", "budget", _sparsity_grid(),
-                        calibrated_fitter("budget", "target_sparsity"), "distance-budget"),
+        # a floor given (``floor`` > 0): the floored thresholds, as ``distance-floor``'s
+        *(CalibratedCurve("distance", allocation, _sparsity_grid(),
+                          floor_or_plain(calibrated_fitter(allocation, "target_sparsity"),
+                                         floored_fitter(allocation)), old, extra=FLOOR_PARAMS)
+          for allocation, old in (("equal", "distance-calibrated"),
+                                  ("budget", "distance-budget"))),
         CalibratedCurve("distance", "recall", [{"target_recall": r} for r in RECALL_TARGETS],
                         calibrated_fitter("equal", "target_recall"),
                         "distance-calibrated-recall", target="target_recall"),

@@ -207,7 +207,13 @@ class CalibrationTable:
         """The ``fitted`` factory of one calibrated method (what a sweep's ``fit`` returns)."""
 
         def build(params: dict, projections: Any, layer: int) -> Any:
-            if table_key(method) == FLOOR_METHOD:  # the table holds one floor and one cap
+            held_as = table_key(method)
+            if held_as == "distance" and params.get("floor"):  # distance with a floor
+                held_as = FLOOR_METHOD
+                if FLOOR_METHOD not in self.params:
+                    raise MethodUnavailable("this calibration table holds no floored distance; "
+                                            "remake it with `sparsefinder calibrate`")
+            if held_as == FLOOR_METHOD:  # the table holds one floor and one cap
                 held, share = int(self.metadata["floor"]), self.floor_share
                 asked = _share(params.get("floor_share"))  # left out: uncapped
                 if int(params.get("floor", held)) != held or not _same_share(asked, share):
@@ -215,7 +221,7 @@ class CalibrationTable:
                         f"the calibration table holds {FLOOR_METHOD}:budget with floor={held} "
                         f"and floor_share={share}; other settings need train graphs (a sweep "
                         "with --train-passages)")
-            return self.predictor(method, float(params["target_sparsity"]), layer, projections)
+            return self.predictor(held_as, float(params["target_sparsity"]), layer, projections)
 
         return build
 

@@ -93,6 +93,10 @@ SHARE = {"low": 0.0, "high": 1.0, "low_open": True}
 FLOOR = _int("floor", DEFAULT_FLOOR, 1, "keys per row (floor)", "floor", high=RANK_CAP)
 #: the floor's cap by row length (calibrated floors only: it reads the target); left out,
 #: every row keeps ``floor`` keys
+#: the same floor as a setting of ``distance`` (left out or 0: no floor), and its cap
+DISTANCE_FLOOR = Param("floor", int, None, low=0, high=RANK_CAP, label="keys per row (floor)",
+                       url="floor", optional=True,
+                       help="each row also keeps its m nearest keys (left out or 0: none)")
 DIAG = Param("diag", bool, True, label="keep the diagonal", url="diag", optional=True,
              choices=(True, False), help="False: SparseBERT's ablation, no query keeps itself")
 MASK_KIND = Param("kind", str, "structured", label="mask kind", url="kind", optional=True,
@@ -111,6 +115,7 @@ FLOOR_SHARE = Param("floor_share", float, DEFAULT_FLOOR_SHARE, label="floor's sh
                     url="floor_share", optional=True, **SHARE,
                     help="a row's floor takes at most this share of the keys the target "
                          "sparsity leaves the row (at least one key; left out: no cap)")
+DISTANCE_FLOOR_SHARE = dataclasses.replace(FLOOR_SHARE, default=None)
 
 
 # ------------------------------------------------------------------ sweep grids (paper §5-6)
@@ -152,14 +157,18 @@ def _over(name: str, values: Sequence[Any], **fixed: Any) -> list[dict[str, Any]
     return [{name: v, **fixed} for v in values]
 
 
-#: the parameters a calibration may be given, by the name its curve declares
+#: the parameters a calibration may be given, by the name its curve declares (a family's
+#: own declaration first: ``distance``'s floor is optional, ``distance-floor``'s is not)
 CALIBRATION_PARAMS = {p.name: p for p in (TARGET_SPARSITY, TARGET_RECALL, FLOOR, FLOOR_SHARE)}
+FAMILY_CALIBRATION_PARAMS = {"distance": {p.name: p for p in (DISTANCE_FLOOR,
+                                                              DISTANCE_FLOOR_SHARE)}}
 
 
 def _builtin_methods() -> list[Method]:
     """Every built-in family, each with the calibrations that can set its parameters."""
     raw = [
-        Method("distance", "Distance (t)", (THRESHOLD, DIAG), _distance, needs=PROJ,
+        Method("distance", "Distance (t)", (THRESHOLD, DIAG, DISTANCE_FLOOR), _distance,
+               needs=PROJ,
                grids=(*sweep_grids("distance", DISTANCE_GRID, window=True, groups=SF),
                       *sweep_grids("distance-fine", DISTANCE_FINE_GRID),
                       # SparseBERT's ablation: the diagonal dropped
@@ -324,10 +333,11 @@ def _with_calibrations(raw: list[Method]) -> list[Method]:
     """The families with their calibrations (a target fitted on TRAIN graphs) attached."""
     by_family: dict[str, list[Calibration]] = {}
     for curve in _calibrated_curves(raw):
+        declared = {**CALIBRATION_PARAMS, **FAMILY_CALIBRATION_PARAMS.get(curve.family, {})}
         by_family.setdefault(curve.family, []).append(Calibration(
-            curve.calibration, CALIBRATION_PARAMS[curve.target], curve.fit, fitted_build,
+            curve.calibration, declared[curve.target], curve.fit, fitted_build,
             CALIBRATION_LABELS[curve.calibration],
-            tuple(CALIBRATION_PARAMS[name] for name in curve.extra), tuple(curve.grid)))
+            tuple(declared[name] for name in curve.extra), tuple(curve.grid)))
     return [dataclasses.replace(method, calibrations=tuple(by_family.get(method.name, ())))
             for method in raw]
 

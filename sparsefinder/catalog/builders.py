@@ -165,11 +165,11 @@ def _learned_block(p: Params, c: BuildContext) -> Predictor:
 
 def _distance(p: Params, c: BuildContext) -> Predictor:
     """Distance (t); ``diag`` False drops the diagonal (SparseBERT's ablation), a ``floor``
-    adds each row's nearest keys (no row left without support)."""
+    (> 0) adds each row's nearest keys (no row left without support)."""
     predictor: Predictor = Distance(float(p["threshold"]))
     if p.get("diag") is False:
         predictor = NoDiagonal(predictor)
-    if p.get("floor") is not None:
+    if p.get("floor"):  # left out or 0: no floor
         predictor = RowFloor(predictor, int(p["floor"]))
     return predictor
 

@@ -122,6 +122,33 @@ def test_the_sweep_factory_builds_a_spec_from_train_records(train) -> None:
                                            1).floor == 2
 
 
+def test_distance_with_a_floor_is_the_floored_family(train) -> None:
+    """``distance`` given ``floor`` m: the masks of ``distance-floor`` (raw and calibrated, the
+    thresholds fitted with the floor's density); a floor of 0 or none: plain ``distance``."""
+    inputs = RecordInputs(train[0], _identity())
+
+    def masks(method: str, params: dict) -> list[torch.Tensor]:
+        spec = PredictorSpec.of(method, params)
+        fitted = spec.fit(train) if spec.needs_training else None
+        return predict_record(spec, spec.build_layers(_identity(), 2, fitted), inputs)
+
+    pairs = [("distance-floor:budget", "distance:budget",
+              {"target_sparsity": 0.8, "floor": 3, "floor_share": 0.5}),
+             ("distance-floor", "distance", {"threshold": 0.5, "floor": 3})]
+    for old, new, params in pairs:
+        assert all(torch.equal(a, b)
+                   for a, b in zip(masks(old, params), masks(new, params), strict=True))
+    for plain in ({"target_sparsity": 0.8}, {"target_sparsity": 0.8, "floor": 0}):
+        got = masks("distance:budget", plain)
+        assert all(torch.equal(a, b) for a, b in
+                   zip(got, masks("distance:budget", {"target_sparsity": 0.8}), strict=True))
+    no_floor = masks("distance", {"threshold": 0.5, "floor": 0})
+    assert all(torch.equal(a, b) for a, b in
+               zip(no_floor, masks("distance", {"threshold": 0.5}), strict=True))
+    floored = masks("distance:budget", {"target_sparsity": 0.8, "floor": 3})
+    assert all((mask.sum(-1) >= 3).all() for mask in floored)
+
+
 def test_errors(samples) -> None:
     with pytest.raises(ValueError, match="target_sparsity"):
         CalibratedFlooredDistance(1.0).fit(samples)

@@ -116,6 +116,31 @@ def test_the_floored_distance_is_the_sweeps_fit_and_holds_one_floor(fitted):
     assert "distance-floor" not in none.params and "floor" not in none.metadata
 
 
+def test_distance_with_a_floor_reads_the_tables_floored_thresholds(fitted):
+    """``distance:budget`` given ``floor`` (and its cap) builds what ``distance-floor:budget``
+    builds from the same table; without a floor (left out or 0) the plain thresholds."""
+    from sparsefinder.methods.registry import MethodUnavailable
+    from sparsefinder.predictors.row_floor import RowFloor
+
+    table, projections, _ = fitted
+    held = {"target_sparsity": 0.8, "floor": DEFAULT_FLOOR, "floor_share": DEFAULT_FLOOR_SHARE}
+    floored = table.fitted_for("distance:budget")(held, projections, 1)
+    old = table.fitted_for("distance-floor:budget")(held, projections, 1)
+    assert isinstance(floored, RowFloor) and floored.floor == old.floor
+    assert floored.row_share == old.row_share
+    assert torch.equal(floored.base.sq_thresholds, old.base.sq_thresholds)
+    for plain in ({"target_sparsity": 0.8}, {"target_sparsity": 0.8, "floor": 0}):
+        built = table.fitted_for("distance:budget")(plain, projections, 1)
+        assert not isinstance(built, RowFloor)
+        assert torch.equal(built.sq_thresholds, table.params["distance"][1, 1])
+    with pytest.raises(MethodUnavailable, match="floor="):
+        table.fitted_for("distance:budget")({"target_sparsity": 0.8, "floor": 3}, projections, 0)
+    bare = CalibrationTable(table.model_id, "digest", table.targets,
+                            {"distance": table.params["distance"]})
+    with pytest.raises(MethodUnavailable, match="no floored distance"):
+        bare.fitted_for("distance:budget")(held, projections, 0)
+
+
 def test_a_table_fitted_at_another_floor_builds_predictors_with_that_floor(fitted, tmp_path):
     """A table fitted with ``floor=2`` (not DEFAULT_FLOOR) holds thresholds fitted with 2 floor
     keys a row, and every way of building its ``distance-floor:budget`` predictor — the table's

@@ -50,8 +50,8 @@ def test_every_builtin_parameter_is_declared_with_a_default_inside_its_range():
 def test_specs_are_validated_against_the_declaration():
     with pytest.raises(ValueError, match=r"method 'kmeans': top_k must be an integer >= 1"):
         PredictorSpec.of("kmeans", {"n_clusters": 4, "top_k": 0})
-    with pytest.raises(ValueError, match=r"takes parameters \['threshold', 'diag'\]; missing "
-                                         r"\['threshold'\], unknown \['t'\]"):
+    with pytest.raises(ValueError, match=r"takes parameters \['threshold', 'diag', 'floor'\]; "
+                                         r"missing \['threshold'\], unknown \['t'\]"):
         PredictorSpec.of("distance", {"t": 1.0})
     with pytest.raises(ValueError, match="unknown method 'nope'; choose from: distance"):
         get_method("nope")

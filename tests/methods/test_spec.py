@@ -166,7 +166,7 @@ def test_projections_of_another_shape_are_refused_by_record_inputs():
 
 # name: (label, params, inputs, oracle, learned from graphs)
 REGISTRY = {
-    "distance": ("Distance (t)", ("threshold", "diag"), "projected", False, False),
+    "distance": ("Distance (t)", ("threshold", "diag", "floor"), "projected", False, False),
     "distance-floor": ("Distance (t) ∪ nearest keys per row (floor m)", ("threshold", "floor"),
                        "projected", False, False),
     "quantization": ("Quantization (β)", ("bins",), "projected", False, False),
@@ -311,7 +311,7 @@ def test_a_calibration_a_family_does_not_take_is_refused_by_name(registered):
     with pytest.raises(ValueError, match="takes calibration none / budget, got 'recall'"):
         PredictorSpec.of("window:recall", {"target_recall": 0.9})
     with pytest.raises(ValueError, match=r"'distance:budget' takes parameters "
-                                         r"\['target_sparsity'\]"):
+                                         r"\['target_sparsity', 'floor', 'floor_share'\]"):
         PredictorSpec.of("distance", {"threshold": 1.0}, calibration="budget")
     with pytest.raises(ValueError, match="already names calibration 'budget'"):
         PredictorSpec.of("distance-budget", {"target_sparsity": 0.9}, calibration="equal")
