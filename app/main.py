@@ -22,6 +22,8 @@ if str(ROOT) not in sys.path:
 
 import streamlit as st  # noqa: E402
 
+from app.import_lock import HEAVY_IMPORTS  # noqa: E402
+
 # A cold start spends seconds importing torch/transformers and loading the model: say so at
 # once instead of a blank page (the message is replaced by the app when it is ready).
 # The favicon is a local file served by this server: a ":material/…:" or emoji icon makes the
@@ -38,18 +40,21 @@ st.markdown("<style>[data-testid='stMainBlockContainer']{padding-top:2.5rem}"
             "text-overflow:clip!important;overflow-wrap:anywhere}"
             ".st-key-w_plotly_preload{display:none}</style>",
             unsafe_allow_html=True)
-_starting = st.empty()
-if "_started" not in st.session_state:  # a session's first run only (no flash on reruns)
-    with _starting.container():
-        st.info("Starting Sparsefinder: loading PyTorch and the model (a few seconds on the "
-                "first visit)…", icon=":material/hourglass_top:")
-        # An empty, hidden chart: the browser fetches and compiles its Plotly code (~4.7 MB)
-        # while the server still imports and loads, not after the first figures arrive.
-        st.plotly_chart({"data": [{"type": "scatter", "x": [], "y": []}], "layout": {}},
-                        key="w_plotly_preload")
+# Two sessions on a cold server import pandas/Plotly/PyTorch at once: one at a time
+# (app/import_lock.py says why).
+with HEAVY_IMPORTS:
+    _starting = st.empty()
+    if "_started" not in st.session_state:  # a session's first run only (no flash on reruns)
+        with _starting.container():
+            st.info("Starting Sparsefinder: loading PyTorch and the model (a few seconds on the "
+                    "first visit)…", icon=":material/hourglass_top:")
+            # An empty, hidden chart: the browser fetches and compiles its Plotly code (~4.7 MB)
+            # while the server still imports and loads, not after the first figures arrive.
+            st.plotly_chart({"data": [{"type": "scatter", "x": [], "y": []}], "layout": {}},
+                            key="w_plotly_preload")
 
-from app import run_log, shell  # noqa: E402
-from sparsefinder import runtime  # noqa: E402
+    from app import run_log, shell  # noqa: E402
+    from sparsefinder import runtime  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 

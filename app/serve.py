@@ -22,8 +22,10 @@ def _warm() -> None:
     logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").setLevel(
         logging.ERROR)
     try:
-        from app import warmup
+        from app.import_lock import HEAVY_IMPORTS
 
+        with HEAVY_IMPORTS:  # not at once with a first session's imports (import_lock says why)
+            from app import warmup
         warmup.warm_first_screen()
     except Exception as error:  # only the head start is lost; the first session says why
         print(f"Sparsefinder: first screen not warmed ({type(error).__name__}: {error})",
