@@ -8,7 +8,8 @@ plus recall and sparsity. Prints per-component medians and, last, ``ms=<median t
 (per-head squared thresholds on 11-coordinate projected vectors, the width of the bundled
 calibrated projections (r = 9 plus the two augmentation coordinates), each head's set at its
 10 % quantile, sparsity ~0.90) or ``--predictor distance-floor-budget`` (the app's first
-screen: the same thresholds with each row's 5 nearest keys) time that predictor instead, and the
+screen: the same thresholds with each row's 12 nearest keys, capped at the keys the target
+leaves the row) time that predictor instead, and the
 total then includes EVERY metric, scored as the sweep and the app score them (one ``Scorer``
 per text): recall, sparsity, precision, exact fraction, attention-mass recall and block recall at
 16 and 64. The process tunes glibc malloc as the app and the CLI do. ``--smoke``: n=64, two repeats.
