@@ -21,7 +21,7 @@ CPU core).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -93,6 +93,9 @@ class MassObjective(BilinearObjective):
     scale) spends the projections' few coordinates on the edges that carry the mass. The
     non-edges keep their uniform weight (they have no mass to rank by)."""
 
+    #: the row-wise terms added to the pointwise loss (:func:`_loss`'s flags): none here
+    row_terms: ClassVar[dict[str, bool]] = {}
+
     def start(self, layer: int, device: torch.device) -> bool:
         started = super().start(layer, device)
         if started and self.pairs.mass is None:
@@ -113,7 +116,8 @@ class MassObjective(BilinearObjective):
                         k_rows: Tensor, n_rows: Tensor) -> tuple[list[Tensor], Tensor]:
         with torch.enable_grad():
             loss = _loss(pairs.q_table[q_rows], pairs.k_table[k_rows], pairs.k_table[n_rows],
-                         params[:4], params[4], params[5], weights=self.weights)
+                         params[:4], params[4], params[5], weights=self.weights,
+                         **self.row_terms)
             return autograd_gradients(loss, params)
 
 
@@ -125,13 +129,7 @@ class PairwiseMassObjective(MassObjective):
     asks only that a row's heavy keys come ahead of that row's others, which is what a row's
     floor and top keys read. The pointwise terms stay, so a shared threshold still works."""
 
-    def batch_gradients(self, params: list[Tensor], pairs: _LayerPairs, q_rows: Tensor,
-                        k_rows: Tensor, n_rows: Tensor) -> tuple[list[Tensor], Tensor]:
-        with torch.enable_grad():
-            loss = _loss(pairs.q_table[q_rows], pairs.k_table[k_rows], pairs.k_table[n_rows],
-                         params[:4], params[4], params[5], weights=self.weights,
-                         pairwise=True)
-            return autograd_gradients(loss, params)
+    row_terms: ClassVar[dict[str, bool]] = {"pairwise": True}
 
 
 #: The most optimizer steps of one layer's epoch. Why: an epoch has ``ceil(max_h P_h / batch)``
@@ -152,13 +150,7 @@ class ListwiseMassObjective(MassObjective):
     in proportion to that mass, and does not move with the shared shift; the pointwise terms
     stay, so one threshold per head still works."""
 
-    def batch_gradients(self, params: list[Tensor], pairs: _LayerPairs, q_rows: Tensor,
-                        k_rows: Tensor, n_rows: Tensor) -> tuple[list[Tensor], Tensor]:
-        with torch.enable_grad():
-            loss = _loss(pairs.q_table[q_rows], pairs.k_table[k_rows], pairs.k_table[n_rows],
-                         params[:4], params[4], params[5], weights=self.weights,
-                         listwise=True)
-            return autograd_gradients(loss, params)
+    row_terms: ClassVar[dict[str, bool]] = {"listwise": True}
 
 
 #: The refinement's weighting of the gold edges, by objective name.

@@ -99,13 +99,14 @@ def test_the_pairwise_term_reads_only_each_rows_order() -> None:
     torch.testing.assert_close(term(torch.zeros(2)), expected)
 
 
-def test_lowrank_pairwise_trains_and_says_so() -> None:
+@pytest.mark.parametrize("objective", ["lowrank-pairwise", "lowrank-listwise"])
+def test_row_term_objectives_train_and_say_so(objective: str) -> None:
     gen = torch.Generator().manual_seed(1)
     records = [cluster_record(gen, 24, uniform_probs=True) for _ in range(4)]
-    fitted = fit_projections(records, "lowrank-pairwise", rank=2, epochs=1, batch_size=32)
-    assert fitted.metadata["objective"] == "lowrank-pairwise" and fitted.kind == "augmented"
+    fitted = fit_projections(records, objective, rank=2, epochs=1, batch_size=32)
+    assert fitted.metadata["objective"] == objective and fitted.kind == "augmented"
     mass = fit_projections(records, "lowrank-mass", rank=2, epochs=1, batch_size=32)
-    assert not torch.equal(fitted.weight, mass.weight)  # the pairwise term changed the fit
+    assert not torch.equal(fitted.weight, mass.weight)  # the row term changed the fit
 
 
 def _gold_auc(projections, records) -> float:
@@ -218,10 +219,3 @@ def test_the_listwise_term_is_the_gold_cross_entropy_of_each_rows_softmax() -> N
     torch.testing.assert_close(shifted_grad, grad)
 
 
-def test_lowrank_listwise_trains_and_says_so() -> None:
-    gen = torch.Generator().manual_seed(1)
-    records = [cluster_record(gen, 24, uniform_probs=True) for _ in range(4)]
-    fitted = fit_projections(records, "lowrank-listwise", rank=2, epochs=1, batch_size=32)
-    assert fitted.metadata["objective"] == "lowrank-listwise" and fitted.kind == "augmented"
-    mass = fit_projections(records, "lowrank-mass", rank=2, epochs=1, batch_size=32)
-    assert not torch.equal(fitted.weight, mass.weight)  # the listwise term changed the fit
