@@ -10,7 +10,7 @@ from typing import Any
 
 import streamlit as st
 
-from app.binding import _sync, bind, update_view, view_state
+from app.binding import bind, user_change, view_state
 from app.context import AppContext
 from sparsefinder.explore import app_methods, live
 from sparsefinder.explore import prepared as prep
@@ -18,24 +18,23 @@ from sparsefinder.explore import state as urlstate
 
 
 def _method_changed() -> None:
-    """A family chosen in the menu opens with its own default calibration."""
-    _sync("w_method", "method", None)
-    update_view(calibration=app_methods.APP_CALIBRATIONS[view_state().method][0])
+    """A menu entry opens with its own default calibration (and distance with its floor)."""
+    user_change(**app_methods.entry_changes(st.session_state["w_method"]))
 
 
 def _method_control(prepared: prep.PreparedText | None) -> None:
     st.sidebar.selectbox(
-        "Method", [f for names in app_methods.METHOD_GROUPS.values() for f in names],
-        format_func=app_methods.menu_label,
+        "Method", app_methods.menu_entries(), format_func=app_methods.menu_label,
         help="Predictor families, grouped: Sparsefinder (learned projections), other "
              "predictors, fixed patterns and references on the exact scores (top-k, top-p: they "
              "read the full score matrix; uniform per query, so not bounds). Its "
              "hyperparameters are live sliders on each page; window and global "
              "tokens are added to any method (paper §4.7). SparseBERT's static masks are "
              "fitted on train graphs: compare them on the Pareto page of `sparsefinder sweep`.",
-        **{**bind("w_method", "method"), "on_change": _method_changed, "args": ()},
+        **{**bind("w_method", "method", lambda _: app_methods.menu_entry(view_state())),
+           "on_change": _method_changed, "args": ()},
     )
-    offered = app_methods.APP_CALIBRATIONS[view_state().method]
+    offered = app_methods.entry_calibrations(app_methods.menu_entry(view_state()))
     if len(offered) > 1:
         st.sidebar.radio(
             "Calibration", list(offered), format_func=app_methods.calibration_label,

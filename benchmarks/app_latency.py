@@ -4,7 +4,8 @@ Serves the app as ``make run`` does (``python -m app.serve``) on a free port, op
 on the ~480-token example (assets/examples/long_report_512.txt) in Debian's chromium, waits for
 its first screen (the headline metrics and the head figure: ``FIRST_SCREEN_JS``), then moves a
 slider with the keyboard N times. By default that is the app's own first screen: its default
-method (``distance-floor:budget``) and its **target sparsity** slider; ``--method`` picks
+method (``distance:budget`` with its floor of 12 keys per row) and its **target sparsity**
+slider; ``--method`` picks
 another method, and a method without calibration (``--method kmeans``, the old default) moves
 the **window size** slider instead (``--slider`` forces either). The thumb walks to the slider's
 farther end and back. Each sample is the time from the key press to the moment both the metric
@@ -176,7 +177,7 @@ def method_and_slider(method: str | None, slider: str | None) -> tuple[str, str,
         state, query = ViewState(), ""  # the link names no method: the app's own default
     else:
         family, _, calibration = method.partition(":")
-        state = ViewState(method=family, calibration=calibration)
+        state = ViewState(method=family, calibration=calibration, floor=0)  # a link: none
         if calibration and state.calibration != calibration:
             raise SystemExit(f"--method {method}: the app offers {family} with calibration "
                              f"{state.calibration}, not {calibration}")
@@ -283,7 +284,7 @@ def main() -> int:
     made.add_argument("--moves", type=int, default=30)
     made.add_argument("--method", default=None,
                       help="the method shown (FAMILY or FAMILY:CALIBRATION; default: the "
-                           "app's own, distance-floor:budget)")
+                           "app's own, distance:budget with floor=12)")
     made.add_argument("--slider", choices=sorted(SLIDERS), default=None,
                       help="the slider moved (default: target for a calibrated method, else "
                            "window)")

@@ -7,9 +7,10 @@ plus recall and sparsity. Prints per-component medians and, last, ``ms=<median t
 ``--predictor topp`` (TopP(0.9), an oracle, d=32), ``--predictor distance-budget``
 (per-head squared thresholds on 11-coordinate projected vectors, the width of the bundled
 calibrated projections (r = 9 plus the two augmentation coordinates), each head's set at its
-10 % quantile, sparsity ~0.90) or ``--predictor distance-floor-budget`` (the app's first
-screen: the same thresholds with each row's 12 nearest keys, capped at the keys the target
-leaves the row) time that predictor instead, and the
+10 % quantile, sparsity ~0.90) or ``--predictor distance-budget-floor`` (the app's first
+screen, ``distance:budget`` with ``floor=12``: the same thresholds with each row's 12 nearest
+keys, capped at the keys the target leaves the row; ``distance-floor-budget``, its old name,
+is still accepted) time that predictor instead, and the
 total then includes EVERY metric, scored as the sweep and the app score them (one ``Scorer``
 per text): recall, sparsity, precision, exact fraction, attention-mass recall and block recall at
 16 and 64. The process tunes glibc malloc as the app and the CLI do. ``--smoke``: n=64, two repeats.
@@ -86,7 +87,7 @@ def main() -> None:
     made.add_argument(
         "--predictor", default="kmeans+window",
         choices=["kmeans+window", "kmeans-routed", "topp", "distance-budget",
-                 "distance-floor-budget"],
+                 "distance-budget-floor", "distance-floor-budget"],
         help="what to time (default: the app's kmeans+window); the issue-10 predictors are "
         "timed with all metrics",
     )
@@ -170,7 +171,8 @@ def all_metrics(name: str, n: int, timed: Callable) -> None:
             )
             for _ in range(LAYERS)
         ]
-    elif name in ("distance-budget", "distance-floor-budget"):  # projected vectors
+    elif name in ("distance-budget", "distance-budget-floor",
+                  "distance-floor-budget"):  # projected vectors
         qs = [torch.randn(HEADS, n, PROJECTED_DIM, generator=gen) for _ in range(LAYERS)]
         ks = [torch.randn(HEADS, n, PROJECTED_DIM, generator=gen) for _ in range(LAYERS)]
         predictors = []

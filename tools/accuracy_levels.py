@@ -5,7 +5,7 @@ the highest output cosine at that sparsity or sparser). A calibrated curve sweep
 on a CPU each is one restricted run of the model over every text. This runs the same command
 (``sparsefinder.cli.main``, same files and tables) with each calibrated curve's grid cut to
 the targets at and just above the levels (``--levels-targets``), and optionally adds
-``distance-floor:budget`` curves at other floors (``--floors 1,2,8``: curves named
+``distance:budget`` curves at other floors (``--floors 1,2,8``: curves named
 ``distance-floor:budget@mN``; ``M:C`` adds the floor M capped at ``floor_share`` C, named
 ``distance-floor:budget@mMcC``; report them all, the floor of the sweep's own curve is the
 one chosen on train).
@@ -39,7 +39,7 @@ def narrow(targets: list[float], floors: list[int | tuple[int, float]]) -> list[
         m, c = floor if isinstance(floor, tuple) else (floor, None)
         name = f"distance-floor:budget@m{m}" + ("" if c is None else f"c{c:g}")
         share = {} if c is None else {"floor_share": c}
-        register_curve(name, "distance-floor:budget",
+        register_curve(name, "distance:budget",
                        [{"target_sparsity": t, "floor": m, **share} for t in targets],
                        replace=True)
         added.append(name)

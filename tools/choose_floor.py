@@ -1,4 +1,4 @@
-"""Choose the floor of ``distance-floor:budget`` (keys per row m, and the cap c) on TRAIN only.
+"""Choose the floor of ``distance:budget`` (``floor`` m keys per row, ``floor_share`` c) on TRAIN.
 
 The thresholds are calibrated on the first ``--fit-passages`` train passages; the restricted
 model's output is then compared with the full model on the next train texts (held out from
@@ -92,7 +92,7 @@ def main() -> None:
     for m, c in settings:
         names.append(curve_name(m, c))
         share = {} if c is None else {"floor_share": c}
-        register_curve(names[-1], "distance-floor:budget",
+        register_curve(names[-1], "distance:budget",
                        [{"target_sparsity": t, "floor": m, **share} for t in targets],
                        replace=True)
     groups = {"all": select_texts}

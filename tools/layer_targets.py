@@ -1,4 +1,4 @@
-"""Per-layer sparsity targets for ``distance-floor:budget``, weighed by each layer's harm, on
+"""Per-layer sparsity targets for the floored ``distance:budget``, weighed by each layer's harm, on
 TRAIN texts only (an experiment; nothing in the library uses it).
 
 ``budget`` shares the sparsity budget over heads to maximise the mean recall of gold edges;

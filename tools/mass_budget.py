@@ -3,7 +3,7 @@ re-splits, and the default floor, in the restricted model.
 
 ``rowfrac:budget`` fractions are calibrated on the first ``--fit-passages`` train passages;
 ``rowfrac:budget+mass`` keeps each head's total of those fractions and splits it over the rows
-by predicted mass. Both, and ``distance-floor:budget`` (the default floor), are then run on
+by predicted mass. Both, and ``distance:budget`` with a floor of 5, are then run on
 the next ``--select-passages`` train texts (``--split train``: to choose) or on the validation
 split (``--split validation``: to report).
 
@@ -55,7 +55,7 @@ def main() -> None:
     names = ["rowfrac:budget@fit", "distance-floor:budget@fit"]
     register_curve(names[0], "rowfrac:budget", [{"target_sparsity": t} for t in targets],
                    replace=True)
-    register_curve(names[1], "distance-floor:budget",
+    register_curve(names[1], "distance:budget",
                    [{"target_sparsity": t, "floor": 5} for t in targets], replace=True)
     build = calibrated_fitter("budget", "target_sparsity", CalibratedRowFraction)(train_records)
 

@@ -1,7 +1,8 @@
 """The predictor the head atlas scores per head: chosen in ONE place.
 
 By default it is the app's default setting (``explore.state.ViewState``:
-``distance-floor:budget``, the calibrated distance with each row's 5 nearest keys, at target
+``distance:budget`` with a ``floor``, the calibrated distance with each row's 12 nearest keys
+(capped by the row's length), at target
 sparsity 0.90, without window or global tokens, so the target is the sparsity),
 built from the bundled calibration table with the projections file
 that table names (the bundle's best, r = 8 lowrank-logistic), through
@@ -26,7 +27,7 @@ from sparsefinder.metrics.scorer import Scorer
 from sparsefinder.projections.heads import HeadProjections, ProjectionsError
 
 #: The app's default setting (a test keeps it equal to ``to_spec(ViewState())``).
-ATLAS_METHOD = "distance-floor:budget"
+ATLAS_METHOD = "distance:budget"
 ATLAS_TARGET = 0.9
 ATLAS_WINDOW = 0
 ATLAS_GLOBAL: tuple[str, ...] = ()

@@ -26,7 +26,7 @@ SPARSITY_TARGETS = [0.5, 0.6, 0.7] + [round(0.75 + 0.01 * i, 2) for i in range(2
 RECALL_TARGETS = [0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99]
 #: A finer raw-threshold grid than the paper's for ``distance``: 0.05 … 5.0 in steps of 0.05.
 DISTANCE_FINE_GRID = [round(0.05 * i, 2) for i in range(1, 101)]
-#: Keys per row of the ``distance-floor`` curves and the floor's default, and the curves'
+#: Keys per row of the floored distance curves and the floor's default, and the curves'
 #: cap on the floor (``floor_share`` c: row i keeps at most
 #: ``min(m, max(1, ⌊c · (1 − target) · allowed_i⌋))`` floor keys; None: no cap, m keys in every
 #: row). Chosen on TRAIN texts (``tools/choose_floor.py --lengths``: thresholds fitted on 100
@@ -36,6 +36,12 @@ DISTANCE_FINE_GRID = [round(0.05 * i, 2) for i in range(1, 101)]
 #: short of 0.95 on short texts, its 5 keys being 5/n of every row (docs/results/quality.md).
 DEFAULT_FLOOR = 12
 DEFAULT_FLOOR_SHARE: float | None = 1.0
+#: ``distance`` with the default floor, as it was named when it was a family of its own: an
+#: alias, the names of its calibrated sweep curves (``distance-floor:budget``, so their CSVs
+#: read as before) and the key of its thresholds in a calibration table
+FLOOR_FORM = "distance-floor"
+#: the app's first method: the floored distance under a sparsity budget (its curve's name)
+FLOOR_CURVE = f"{FLOOR_FORM}:budget"
 #: what a floored calibration is given besides the target
 FLOOR_PARAMS = ("floor", "floor_share")
 
@@ -111,8 +117,8 @@ def _sparsity_grid(**fixed: Any) -> list[Params]:
     return [{"target_sparsity": s, **fixed} for s in SPARSITY_TARGETS]
 
 
-def _floor_grid() -> list[Params]:
-    """The ``distance-floor`` curves' grid: every target with the default floor (and its
+def floor_grid() -> list[Params]:
+    """The floored distance curves' grid: every target with the default floor (and its
     cap, when there is one)."""
     share = {} if DEFAULT_FLOOR_SHARE is None else {"floor_share": DEFAULT_FLOOR_SHARE}
     return _sparsity_grid(floor=DEFAULT_FLOOR, **share)
@@ -122,7 +128,8 @@ def calibrated_methods() -> list[CalibratedCurve]:
     """Every calibrated family: the catalog registers each calibration of a family, and the
     sweep curves sweep each grid."""
     return [
-        # a floor given (``floor`` > 0): the floored thresholds, as ``distance-floor``'s
+        # a floor given (``floor`` > 0): thresholds fitted with the floor's density included,
+        # so the target still holds
         *(CalibratedCurve("distance", allocation, _sparsity_grid(),
                           floor_or_plain(calibrated_fitter(allocation, "target_sparsity"),
                                          floored_fitter(allocation)), old, extra=FLOOR_PARAMS)
@@ -137,11 +144,6 @@ def calibrated_methods() -> list[CalibratedCurve]:
         CalibratedCurve("rowfrac", "budget", _sparsity_grid(),
                         calibrated_fitter("budget", "target_sparsity", CalibratedRowFraction),
                         "rowfrac-budget"),
-        # thresholds fitted with the floor's density included: the target still holds
-        CalibratedCurve("distance-floor", "equal", _floor_grid(), floored_fitter("equal"),
-                        extra=FLOOR_PARAMS),
-        CalibratedCurve("distance-floor", "budget", _floor_grid(), floored_fitter("budget"),
-                        extra=FLOOR_PARAMS),
     ]
 
 

@@ -26,6 +26,7 @@ from torch import Tensor
 from sparsefinder.calibration.curves import (
     DEFAULT_FLOOR,
     DEFAULT_FLOOR_SHARE,
+    FLOOR_FORM,
     SPARSITY_TARGETS,
 )
 from sparsefinder.calibration.estimators import CalibratedDistance, CalibratedRowFraction
@@ -49,9 +50,10 @@ from sparsefinder.projections.heads import HeadProjections
 FORMAT = "sparsefinder-calibration"
 #: Families a table holds under ``calibration="budget"``, and the estimator of each.
 ESTIMATORS = {"distance": CalibratedDistance, "rowfrac": CalibratedRowFraction}
-#: The floored distance family a table holds, at ONE floor (``metadata["floor"]``) and ONE
+#: The key of the floored distance (``distance:budget`` with a ``floor``) in a table, at ONE
+#: floor (``metadata["floor"]``) and ONE
 #: length cap (``metadata["floor_share"]``; tables written before the cap lack it: uncapped).
-FLOOR_METHOD = "distance-floor"
+FLOOR_METHOD = FLOOR_FORM
 #: Families whose per-head raw settings a table holds (:mod:`.grid`): those that do not read
 #: the projections, so they hold whatever projections the table is fitted for.
 GRID_METHODS = ("kmeans-routed", "window")

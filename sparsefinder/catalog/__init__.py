@@ -18,10 +18,11 @@ from typing import Any
 
 from sparsefinder.calibration.curves import (
     DEFAULT_FLOOR,
-    DEFAULT_FLOOR_SHARE,
+    FLOOR_FORM,
     CalibratedCurve,
     calibrated_methods,
     fitted_build,
+    floor_grid,
     head_grid_curve,
 )
 from sparsefinder.calibration.curves import DISTANCE_FINE_GRID as _FINE
@@ -47,6 +48,7 @@ from sparsefinder.methods.registry import (
     Form,
     Method,
     Param,
+    SweepGrid,
     register_alias,
     register_method,
     sweep_grids,
@@ -90,12 +92,11 @@ PAGES = _int("pages", 8, 0, "pages", "pages", app_high=64)
 #: HashAttention: the largest Hamming distance of a kept key's code (16-bit bundled codes)
 HAMMING = _int("max_distance", 3, 0, "Hamming distance", "hd", app_high=HASH_BITS)
 SHARE = {"low": 0.0, "high": 1.0, "low_open": True}
-FLOOR = _int("floor", DEFAULT_FLOOR, 1, "keys per row (floor)", "floor", high=RANK_CAP)
-#: the floor's cap by row length (calibrated floors only: it reads the target); left out,
-#: every row keeps ``floor`` keys
-#: the same floor as a setting of ``distance`` (left out or 0: no floor), and its cap
+#: every row of ``distance`` also keeps its m nearest allowed keys (no row left without
+#: support; left out or 0: no floor); the app's first method is ``distance:budget`` with the
+#: floor ``DEFAULT_FLOOR`` (the family once called ``distance-floor``)
 DISTANCE_FLOOR = Param("floor", int, None, low=0, high=RANK_CAP, label="keys per row (floor)",
-                       url="floor", optional=True,
+                       url="floor", optional=True, shown=" ∪ nearest keys per row (floor m)",
                        help="each row also keeps its m nearest keys (left out or 0: none)")
 DIAG = Param("diag", bool, True, label="keep the diagonal", url="diag", optional=True,
              choices=(True, False), help="False: SparseBERT's ablation, no query keeps itself")
@@ -111,11 +112,13 @@ SELECT = Param("select", str, "blocks", label="what is selected", url="select", 
                choices=("blocks", "keys"),
                help="blocks: key blocks of pooled projected blocks (and single keys); keys: "
                     "single keys nearest to sub-blocks of queries, on the model's own q/k")
-FLOOR_SHARE = Param("floor_share", float, DEFAULT_FLOOR_SHARE, label="floor's share",
-                    url="floor_share", optional=True, **SHARE,
-                    help="a row's floor takes at most this share of the keys the target "
-                         "sparsity leaves the row (at least one key; left out: no cap)")
-DISTANCE_FLOOR_SHARE = dataclasses.replace(FLOOR_SHARE, default=None)
+#: the floor's cap by row length (calibrated floors only: it reads the target); left out,
+#: every row keeps ``floor`` keys
+DISTANCE_FLOOR_SHARE = Param("floor_share", float, None, label="floor's share",
+                             url="floor_share", optional=True, **SHARE,
+                             help="a row's floor takes at most this share of the keys the "
+                                  "target sparsity leaves the row (at least one key; left "
+                                  "out: no cap)")
 
 
 # ------------------------------------------------------------------ sweep grids (paper §5-6)
@@ -158,8 +161,8 @@ def _over(name: str, values: Sequence[Any], **fixed: Any) -> list[dict[str, Any]
 
 
 #: the parameters a calibration may be given, by the name its curve declares (a family's
-#: own declaration first: ``distance``'s floor is optional, ``distance-floor``'s is not)
-CALIBRATION_PARAMS = {p.name: p for p in (TARGET_SPARSITY, TARGET_RECALL, FLOOR, FLOOR_SHARE)}
+#: own declaration first)
+CALIBRATION_PARAMS = {p.name: p for p in (TARGET_SPARSITY, TARGET_RECALL)}
 FAMILY_CALIBRATION_PARAMS = {"distance": {p.name: p for p in (DISTANCE_FLOOR,
                                                               DISTANCE_FLOOR_SHARE)}}
 
@@ -173,13 +176,12 @@ def _builtin_methods() -> list[Method]:
                       *sweep_grids("distance-fine", DISTANCE_FINE_GRID),
                       # SparseBERT's ablation: the diagonal dropped
                       *sweep_grids("distance-nodiag", DISTANCE_GRID, groups=BASE,
-                                   fixed={"diag": False})),
-               app=_app("Sparsefinder", "budget", "none", controls=OWN)),
-        # every row also keeps its m nearest allowed keys (no row left without support)
-        Method("distance-floor", "Distance (t) ∪ nearest keys per row (floor m)",
-               (THRESHOLD, FLOOR),
-               _distance, needs=PROJ,
-               app=_app("Sparsefinder", "budget", controls=OWN, first=True)),
+                                   fixed={"diag": False}),
+                      # the default floor's calibrated curves, under the names their CSVs
+                      # carry (thresholds fitted with the floor's density: the target holds)
+                      *(SweepGrid(f"{FLOOR_FORM}:{c}", tuple(floor_grid()), c,
+                                  groups=("calibrated",)) for c in ("equal", "budget"))),
+               app=_app("Sparsefinder", "budget", "none", controls=OWN, first=True)),
         Method("quantization", "Quantization (β)", (BINS,),
                lambda p, c: Quantization(int(p["bins"])), needs=PROJ,
                grids=sweep_grids("quantization", _over("bins", BINS_GRID), window=True,
@@ -345,6 +347,7 @@ def _with_calibrations(raw: list[Method]) -> list[Method]:
 #: The families of the time before that are now a form of another (a parameter), by old name.
 FORMS: dict[str, tuple[str, dict[str, Any]]] = {
     "distance-nodiag": ("distance", {"diag": False}),
+    FLOOR_FORM: ("distance", {"floor": DEFAULT_FLOOR}),
     "sparsebert-dams": ("sparsebert", {"kind": "structured"}),
     "sparsebert-damu": ("sparsebert", {"kind": "unstructured"}),
     "kmeans-routed-top": ("kmeans-routed", {"mode": "top"}),

@@ -129,14 +129,22 @@ def curve_display_name(name: str) -> str:
             return display_name(name)
         except ValueError:
             return name
-    label = display_name(curve.method)
+    label = display_name(curve.method, curve.specs[0].param_dict)
     window = curve.specs[0].window
-    if name == curve.method:
-        return label
+    if name == curve.method or (label != display_name(curve.method) and _names(name, curve)):
+        return label  # (a form's old name, ``distance-floor:budget``: what its label says)
     base = name.removesuffix("+window")
     if base != name and window:  # the same curve united with a window
         return f"{curve_display_name(base) if base in CURVES else label} + window {window}"
     return f"{label} · {name}"
+
+
+def _names(name: str, curve: Curve) -> bool:
+    """Whether ``name`` is an old name of the curve's method (its form, its params set)."""
+    try:
+        return method_id(*resolve_method(name, warn=False)) == curve.method
+    except ValueError:
+        return False
 
 
 def shown_params(name: str, spec: PredictorSpec) -> str:

@@ -12,14 +12,29 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from sparsefinder.calibration.curves import (
+    DEFAULT_FLOOR,
+    DEFAULT_FLOOR_SHARE,
+    FLOOR_CURVE,
+    FLOOR_FORM,
+)
 from sparsefinder.methods.registry import (
     APP_GROUPS,
     CALIBRATION_LABELS,
     METHODS,
+    alias_params,
     display_name,
     method_id,
     resolve_method,
 )
+
+#: The app's first method: ``distance:budget`` with each row's ``DEFAULT_FLOOR`` nearest keys
+#: (capped by ``DEFAULT_FLOOR_SHARE``), read from the bundled calibration table. The view
+#: state holds it as ``method="distance"``, ``floor`` > 0 (link key ``floor``); among the
+#: app's methods it is named as its sweep curve and table entry are (``FLOORED_ID``), and the
+#: method menu lists it before plain ``distance`` (menu entry ``FLOORED``).
+FLOORED, FLOORED_ID = "distance+floor", FLOOR_CURVE
+FLOORED_PARAMS = {"floor": DEFAULT_FLOOR, "floor_share": DEFAULT_FLOOR_SHARE}
 
 
 class _Offered(Mapping[str, tuple[str, ...]]):
@@ -94,6 +109,32 @@ class _Groups(Mapping[str, tuple[str, ...]]):
 METHOD_GROUPS: Mapping[str, tuple[str, ...]] = _Groups()
 
 
+def menu_entries() -> list[str]:
+    """The method menu's entries in menu order: the families, with the floored distance
+    (:data:`FLOORED`) before plain ``distance``."""
+    families = [f for names in METHOD_GROUPS.values() for f in names]
+    return [e for f in families for e in ((FLOORED, f) if f == "distance" else (f,))]
+
+
+def menu_entry(state: Any) -> str:
+    """The menu entry of a view state (its family; :data:`FLOORED` for the floored one)."""
+    return FLOORED if state.method_id == FLOORED_ID else state.method
+
+
+def entry_calibrations(entry: str) -> tuple[str, ...]:
+    """The calibrations the app offers for a menu entry (the floored distance: budget)."""
+    return ("budget",) if entry == FLOORED else APP_CALIBRATIONS[entry]
+
+
+def entry_changes(entry: str) -> dict[str, Any]:
+    """The view state fields a menu entry sets: its family, its default calibration, and
+    for ``distance`` the floor (0 for plain distance)."""
+    if entry == FLOORED:
+        return {"method": "distance", "floor": DEFAULT_FLOOR, "calibration": "budget"}
+    return {"method": entry, "calibration": APP_CALIBRATIONS[entry][0],
+            **({"floor": 0} if entry == "distance" else {})}
+
+
 def method_group(family: str) -> str:
     """The menu group of a family."""
     method = METHODS.get(family)
@@ -101,8 +142,10 @@ def method_group(family: str) -> str:
 
 
 def menu_label(family: str) -> str:
-    """A family as the method menu shows it: ``"Sparsefinder · Distance (t)"`` (its group,
+    """A menu entry as the method menu shows it: ``"Sparsefinder · Distance (t)"`` (its group,
     then its display name; the calibration radio below adds how its parameters are set)."""
+    if family == FLOORED:
+        return f"{method_group('distance')} · {display_name(FLOOR_FORM)}"
     return f"{method_group(family)} · {display_name(family)}"
 
 
@@ -152,17 +195,25 @@ def calibration_label(calibration: str) -> str:
     return CALIBRATION_LABELS[calibration]
 
 
-def old_method_name(text: str) -> tuple[tuple[str, str], str] | None:
-    """An old method name of a link (``distance-budget``) → ((family, calibration), the note
-    that says its new spelling); None when it is not one the app offers."""
+def old_method_name(text: str, calibration: str | None = None
+                    ) -> tuple[tuple[str, str], dict[str, Any], str] | None:
+    """An old method name of a link (``distance-budget``; ``distance-floor`` with the link's
+    ``calibration``) → ((family, calibration), the parameters it fixes, the note that says
+    its new spelling); None when it is not one the app offers."""
     try:
-        family, calibration = resolve_method(text, warn=False)
+        family, written = resolve_method(text, warn=False)
     except ValueError:
         return None
-    if family not in APP_CALIBRATIONS or calibration not in APP_CALIBRATIONS[family]:
+    held = {k: v for k, v in alias_params(text).items() if k == "floor"}  # the state holds
+    if written == "none" and held:  # the floored distance: the app offered it calibrated
+        written = calibration or "budget"
+    if family not in APP_CALIBRATIONS or written not in APP_CALIBRATIONS[family]:
         return None
-    return (family, calibration), (
-        f"URL parameter method={text!r} is an old name: read as "
-        f"{shown(method_id(family, calibration))}, method={family}&calibration={calibration}")
+    keys = "".join(f"&{k}={v}" for k, v in held.items())
+    new = method_id(family, written)
+    label = display_name(method_id(text.split(":")[0], written) if held else new)
+    return (family, written), held, (
+        f"URL parameter method={text!r} is an old name: read as {label} (`{new}`), "
+        f"method={family}&calibration={written}{keys}")
 
 

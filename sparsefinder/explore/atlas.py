@@ -28,9 +28,9 @@ from sparsefinder.analysis.atlas_io import (
 )
 from sparsefinder.analysis.atlas_predictor import bundled_predictor
 from sparsefinder.analysis.atlas_types import PATTERN_LABELS
-from sparsefinder.explore.app_methods import method_label
 from sparsefinder.explore.corpus import corpus_records
 from sparsefinder.explore.texts import encode_text
+from sparsefinder.methods.registry import display_name
 from sparsefinder.user_cache import user_cache_dir
 
 ProgressFn = Callable[[float, str], None]
@@ -177,15 +177,17 @@ def type_table(atlas: HeadAtlas) -> pd.DataFrame:
 
 def predictor_words(label: str | None) -> str:
     """An atlas's predictor (the spec label it was computed with, e.g.
-    ``distance-floor:budget target_sparsity=0.9``) in words: the method's display name and
+    ``distance:budget floor=12 target_sparsity=0.9``) in words: the method's display name and
     its settings without underscores; the id stays in heads.csv and the cache key."""
     if not label:
         return "none for this model"
     parts = []
     for piece in label.split(" ∪ "):
         method, _, rest = piece.partition(" ")
-        try:
-            name = method_label(method)
+        given = {k: v for k, _, v in (kv.partition("=") for kv in rest.split())
+                 if v and v not in ("0", "None")}
+        try:  # (its floor too: "Distance (t) ∪ nearest keys per row (floor m), …")
+            name = display_name(method, given)
         except (KeyError, ValueError):
             name = method
         parts.append(" ".join([name, rest.replace("_", " ").replace("=", " ")]).strip())

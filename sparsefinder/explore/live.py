@@ -205,9 +205,9 @@ def describe(spec: PredictorSpec) -> str:
     p = spec.param_dict
     labels = {
         "rowfrac:budget": lambda: f"nearest keys, target sparsity {p['target_sparsity']:g}",
-        "distance:budget": lambda: f"distance, target sparsity {p['target_sparsity']:g}",
-        "distance-floor:budget": lambda: (f"distance ∪ {p['floor']} nearest keys per row, "
-                                          f"target sparsity {p['target_sparsity']:g}"),
+        "distance:budget": lambda: (f"distance ∪ {p['floor']} nearest keys per row, "
+                                    if p.get("floor") else "distance, ")
+        + f"target sparsity {p['target_sparsity']:g}",
         "kmeans-routed:budget": lambda: (f"routed k-means, target sparsity "
                                          f"{p['target_sparsity']:g}"),
         "distance": lambda: f"distance t={p['threshold']:.3g}",

@@ -22,7 +22,12 @@ from sparsefinder.evaluation.curves import (
     curve_name,
     curve_spec,
 )
-from sparsefinder.explore.app_methods import APP_CALIBRATIONS, generic_params
+from sparsefinder.explore.app_methods import (
+    APP_CALIBRATIONS,
+    FLOORED_ID,
+    FLOORED_PARAMS,
+    generic_params,
+)
 from sparsefinder.explore.state import MAX_BINS, MAX_PAGES, MAX_TOP_K, WINDOW_CHOICES
 from sparsefinder.methods.registry import METHODS
 
@@ -30,7 +35,7 @@ from sparsefinder.methods.registry import METHODS
 #: the calibrated distance alone, the paper's Sparsefinder (distance, alone and with a window
 #: of 3), three baselines, top-k by exact scores (a reference).
 DEFAULT_CURVES: tuple[str, ...] = (
-    "distance-floor:budget", "distance:budget", "distance", "distance+window",
+    FLOORED_ID, "distance:budget", "distance", "distance+window",
     "window", "bigbird", "longformer", "topk",
 )
 #: Curves that see the exact scores (they save no work): drawn as bounds, not as methods.
@@ -161,6 +166,12 @@ def explorer_changes(curve: str, params: Mapping[str, Any]) -> dict[str, Any]:
     changes.update(method=family, calibration=calibration)
     if calibration != "none":
         changes["target_sparsity"] = float(p["target_sparsity"])
+        if family == "distance":  # the app's floored distance, or none
+            floor = {k: p.get(k) for k in FLOORED_PARAMS}
+            if floor["floor"] and floor != FLOORED_PARAMS:
+                raise NotInExplorer(f"{name}: the Explorer offers the floor "
+                                    f"{FLOORED_PARAMS}, this point has {floor}")
+            changes["floor"] = int(floor["floor"] or 0)
     elif family == "distance":
         changes["t"] = float(p["threshold"])
     elif family == "quantization":

@@ -19,7 +19,12 @@ from torch import Tensor
 from sparsefinder.calibration.table import CalibrationTable
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.evaluation.curves import QUEST_PAGE
-from sparsefinder.explore.app_methods import GENERIC_FAMILIES, generic_params, pinned_params
+from sparsefinder.explore.app_methods import (
+    FLOORED_ID,
+    GENERIC_FAMILIES,
+    generic_params,
+    pinned_params,
+)
 from sparsefinder.explore.state import MAX_BINS
 from sparsefinder.learned_parts import LearnedParts, method_variant
 from sparsefinder.methods.parts import Parts
@@ -30,7 +35,7 @@ from sparsefinder.projections.hash_code_table import HashCodeTable
 from sparsefinder.projections.heads import HeadProjections
 
 #: The calibrated methods the app offers (a target-sparsity slider), best first.
-CALIBRATED_APP_METHODS = ("distance-floor:budget", "distance:budget", "rowfrac:budget",
+CALIBRATED_APP_METHODS = (FLOORED_ID, "distance:budget", "rowfrac:budget",
                           "kmeans-routed:budget")
 
 

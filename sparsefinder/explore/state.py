@@ -17,6 +17,8 @@ from sparsefinder.evaluation.curves import QUEST_PAGE
 from sparsefinder.explore.app_methods import (
     APP_CALIBRATIONS,
     APP_METHODS,
+    FLOORED_ID,
+    FLOORED_PARAMS,
     GENERIC_FAMILIES,
     extra_value,
     generic_params,
@@ -78,9 +80,12 @@ class ViewState:
     #: The method whose restricted model's output is closest to the full model's at the
     #: calibrated setting (validation, sparsity 0.90: output cosine 0.9912 against 0.9897 for
     #: distance:budget, docs/results/quality.md "A per-row floor"): the calibrated distance
-    #: threshold with each row's 5 nearest keys, from the bundled calibration table.
-    method: str = "distance-floor"
+    #: threshold with each row's nearest keys (``floor``), from the bundled calibration table.
+    method: str = "distance"
     calibration: str = "budget"
+    #: keys per row ``distance:budget`` also keeps (0: none; else the bundled table's floor,
+    #: app_methods.FLOORED); a link naming distance without it means 0
+    floor: int = FLOORED_PARAMS["floor"]
     #: the calibrated forms' target (URL key ``target``; range: ``TARGET_SPARSITY``)
     target_sparsity: float = DEFAULT_TARGET
     t: float | None = None
@@ -121,14 +126,18 @@ class ViewState:
         offered = APP_CALIBRATIONS.get(self.method)
         if offered is not None and self.calibration not in offered:
             object.__setattr__(self, "calibration", offered[0])
+        object.__setattr__(self, "floor", (self.floor if self.calibration == "budget" else 0)
+                           if self.method == "distance" else FLOORED_PARAMS["floor"])
 
     def with_(self, **changes: Any) -> ViewState:
         return replace(self, **changes)
 
     @property
     def method_id(self) -> str:
-        """The family with its calibration as written: ``distance:budget``, ``quest``."""
-        return method_id(self.method, self.calibration)
+        """The family with its calibration as written: ``distance:budget``, ``quest``; the
+        floored distance is named as its sweep curve (``app_methods.FLOORED_ID``)."""
+        floored = self.method == "distance" and self.floor > 0
+        return FLOORED_ID if floored else method_id(self.method, self.calibration)
 
 
 #: Query-parameter names (short, URL-friendly) of each ViewState field.
@@ -138,6 +147,7 @@ PARAM_NAMES: dict[str, str] = {
     "method": "method",
     "calibration": "calibration",
     "target_sparsity": "target",
+    "floor": "floor",
     "t": "t",
     "bins": "beta",
     "clusters": "B",
@@ -201,6 +211,8 @@ def parse_view_state(
         "calibration": lambda s: s if s in CALIBRATION_LABELS else bad(
             f"one of {', '.join(CALIBRATION_LABELS)}"),
         "target_sparsity": parse_target,
+        "floor": lambda s: int(s) if s in ("0", str(FLOORED_PARAMS["floor"])) else bad(
+            f"0 (none) or {FLOORED_PARAMS['floor']} (the calibration table's floor)"),
         "t": lambda s: finite_nonneg(float(s)),
         "bins": lambda s: parse_int(s, int(BINS.low), MAX_BINS),
         "clusters": lambda s: parse_int(s, int(CLUSTERS.low), None),
@@ -230,11 +242,11 @@ def parse_view_state(
     }
     old = raw("method")
     if old is not None and old not in APP_METHODS:  # an old name, e.g. distance-budget
-        problem = old_method_name(old)
+        problem = old_method_name(old, raw("calibration"))
         if problem is not None:
-            family, calibration = problem[0]
-            changes.update(method=family, calibration=calibration)
-            problems.append(problem[1])
+            (family, calibration), held, note = problem
+            changes.update(method=family, calibration=calibration, **held)
+            problems.append(note)
     for name, parse in parsers.items():
         text = raw(name)
         if text is None or name in changes:
@@ -247,6 +259,8 @@ def parse_view_state(
         # a link naming a method but no calibration (links of the time before calibration
         # was a parameter) meant its raw parameters
         changes["calibration"] = "none"
+    if changes.get("method") == "distance" and raw("floor") is None and "floor" not in changes:
+        changes["floor"] = 0  # so did one naming distance without a floor: none
     method = changes.get("method", state.method)
     calibration = changes.get("calibration", state.calibration)
     offered = APP_CALIBRATIONS[method]
@@ -316,7 +330,8 @@ def view_state_to_params(state: ViewState) -> dict[str, str]:
         out[param.url] = repr(value) if isinstance(value, float) else str(value)
     for name, key in PARAM_NAMES.items():
         value = getattr(state, name)
-        if value is None or (name == "example" and state.text_id is not None):
+        if value is None or (name == "example" and state.text_id is not None) or (
+                name == "floor" and state.method_id != FLOORED_ID):  # the floored distance's
             continue
         if name == "global_tokens":
             out[key] = ",".join(value) or "none"
@@ -334,14 +349,18 @@ def view_state_to_params(state: ViewState) -> dict[str, str]:
 def to_spec(state: ViewState, method: str | None = None) -> PredictorSpec:
     """The predictor spec the sliders stand for (``method``, a written family with its
     calibration, overrides the state's, e.g. "window" when the learned methods cannot run)."""
-    method, _, calibration = (method or state.method_id).partition(":")
+    written = method or state.method_id
+    method, _, calibration = written.partition(":")
     calibration = calibration or "none"
     params: dict[str, Any] = {}
+    if written == FLOORED_ID:  # the floored distance (a form's old name: its family)
+        method = "distance"
     if calibration != "none":  # the target; any other declared setting at its default
         params = {"target_sparsity": float(state.target_sparsity)}  # (an optional one too,
         params.update({p.name: p.default for p in METHODS[method].variant(calibration).params
                        if p.name not in params  # when its default is a setting, not None)
                        and (not p.optional or p.default is not None)})
+        params.update(FLOORED_PARAMS if written == FLOORED_ID else {})
     elif method == "distance":
         params = {"threshold": float(state.t if state.t is not None else 0.0)}
     elif method == "quantization":

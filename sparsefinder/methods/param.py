@@ -24,6 +24,8 @@ class Param:
     means the family works without it; its ``default`` may then be None. ``choices``: the
     values a parameter that picks a form of the family takes (``diag``: True / False,
     ``kind``: ``"structured"`` / ``"unstructured"``); a link or a CSV may give them as text.
+    ``shown``: what the family's display name adds when the parameter is set (not 0 or None):
+    the floor of ``distance`` reads ``"Distance (t) ∪ nearest keys per row (floor m)"``.
     """
 
     name: str
@@ -39,6 +41,7 @@ class Param:
     app_high: float | None = None
     optional: bool = False
     choices: tuple[Any, ...] = ()
+    shown: str = ""
 
     def coerce(self, value: Any) -> Any:
         """``value`` as one of :attr:`choices` (text from a link or a CSV: ``"false"`` is

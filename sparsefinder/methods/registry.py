@@ -197,12 +197,13 @@ class Method:
 
     @property
     def curves(self) -> tuple[SweepGrid, ...]:
-        """Every sweep curve of the family: its raw grids, then one per calibration
-        (``distance:budget``) over that calibration's targets."""
+        """Every sweep curve: its raw grids, one per calibration over its targets
+        (``distance:budget``), then its own calibrated grids."""
         calibrated = tuple(SweepGrid(method_id(self.name, c.name), c.grid, c.name,
                                      groups=("calibrated",))
                            for c in self.calibrations if c.grid)
-        return self.grids + calibrated
+        own = tuple(g for g in self.grids if g.calibration != "none")  # after the calibrations
+        return tuple(g for g in self.grids if g not in own) + calibrated + own
 
     @property
     def calibration_names(self) -> tuple[str, ...]:
@@ -264,8 +265,8 @@ class _Registry(Mapping[str, Method]):
         self._aliases: dict[str, tuple[str, str]] = {}
         self.alias_params: dict[str, dict[str, Any]] = {}  # old name → the params it fixes
         self._loaded = False
-        #: called with (method, registered) on every later change: the tables made from the
-        #: families (sweep curves and groups) follow a family registered after they were made
+        #: called with (method, registered) on every later change: the sweep curves and
+        #: groups follow a family registered after they were made
         self.listeners: list[Callable[[Method, bool], None]] = []
 
     def _table(self) -> dict[str, Method]:
@@ -297,8 +298,7 @@ class _Registry(Mapping[str, Method]):
         return method
 
     def aliases(self) -> dict[str, tuple[str, str]]:
-        """Old name → (family, calibration)."""
-        self._table()
+        self._table()  # old name → (family, calibration)
         return self._aliases
 
 
@@ -321,9 +321,8 @@ def register_method(method: Method, *, replace: bool = False) -> Method:
 
 def register_alias(old: str, family: str, calibration: str = "none",
                    params: Mapping[str, Any] | None = None) -> None:
-    """Accept ``old`` (a name of the time before families, or of a form that is now a
-    parameter: ``distance-nodiag`` is ``distance`` with ``diag=False``) for ``family`` under
-    ``calibration`` with ``params`` fixed, with a deprecation note whenever it is used."""
+    """Accept ``old`` (an old name; a form's: ``distance-nodiag`` is ``distance`` with
+    ``diag=False``) for ``family`` under ``calibration`` with ``params``, noted when used."""
     METHODS.aliases()[old] = (family, calibration)
     METHODS.alias_params[old] = dict(params or {})
 
@@ -331,7 +330,8 @@ def register_alias(old: str, family: str, calibration: str = "none",
 def alias_params(name: str) -> dict[str, Any]:
     """The parameters an old method name fixes (``distance-nodiag``: ``{"diag": False}``)."""
     METHODS.aliases()
-    return dict(METHODS.alias_params.get(str(name).strip().partition(":")[0], {}))
+    text = str(name).strip()  # a calibrated old name's own, else its family's
+    return dict(METHODS.alias_params.get(text) or METHODS.alias_params.get(text.split(":")[0], {}))
 
 
 def resolve_method(name: str, *, warn: bool = True) -> tuple[str, str]:
@@ -377,19 +377,19 @@ def method_ids() -> list[str]:
             for c in method.calibration_names]
 
 
-def display_name(name: str) -> str:
-    """The one name a user reads for a method id, on every surface (the app's menu, chart
-    legends, CSVs, the CLI's ``--methods`` help, link warnings): the family's label, then how
-    its parameters are set, e.g. ``"Distance (t)"``, ``"Distance (t), per head, sparsity
-    budget across heads"``. An old name (``distance-budget``) reads as its new one."""
+def display_name(name: str, params: Params | None = None) -> str:
+    """The one name a user reads for a method id (and ``params``) on every surface: the
+    family's label with what its set parameters add (:attr:`Param.shown`), then how its
+    parameters are set (``"Distance (t), per head, sparsity budget across heads"``); an old
+    name (``distance-budget``, ``distance-floor``) reads as its new one with what it fixes."""
     family, calibration = resolve_method(name, warn=False)
-    label = get_method(family).label
+    method, given = get_method(family), {**alias_params(name), **(params or {})}
+    label = method.label + "".join(p.shown for p in method.params if p.shown and given.get(p.name))
     return label if calibration == "none" else f"{label}, {CALIBRATION_LABELS[calibration]}"
 
 
 def unregister_method(name: str) -> Method:
-    """Remove a registered family (e.g. a plug-in a test added); returns it."""
-    return METHODS.remove(name)
+    return METHODS.remove(name)  # (e.g. a plug-in a test added); returns it
 
 
 def get_method(name: str) -> Method:

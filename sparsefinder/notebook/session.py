@@ -19,6 +19,7 @@ from sparsefinder.explore.inputs import extract_one
 from sparsefinder.explore.state import ViewState
 from sparsefinder.figures import graphs
 from sparsefinder.learned_parts import LearnedParts
+from sparsefinder.methods.registry import alias_params, resolve_method
 
 #: Target sparsities offered when the model has no calibration table (a raw method's own
 #: parameters are then at their defaults; the target only drives calibrated methods).
@@ -65,9 +66,11 @@ class ExploreSession:
         if "target" in changes:
             changes["target_sparsity"] = changes.pop("target")
         method = changes.pop("method", None)
-        if method is not None:
-            family, _, calibration = method.partition(":")
-            changes.update(method=family, calibration=calibration or "none")
+        if method is not None:  # the floored distance is named as its curve: its floor
+            family, calibration = resolve_method(method, warn=False)
+            floor = alias_params(method).get("floor", 0) if family == "distance" else None
+            changes.update(method=family, calibration=calibration,
+                           **({} if floor is None else {"floor": floor}))
         state, notes = live.clamp(replace(self.state, **changes), self.prepared)
         if (state.method_id, state.target_sparsity) != (self.state.method_id,
                                                        self.state.target_sparsity):

@@ -87,7 +87,7 @@ def test_predictor_scores_are_the_scorers_macro_means(default_model):
              "Entmax attention keeps only a few keys per query.", "Why not? It works, mostly."]
     records = extract(default_model, texts)
     predictor = bundled_predictor(default_model.model_id)
-    assert predictor is not None and predictor.spec.method_id == "distance-floor:budget"
+    assert predictor is not None and predictor.spec.method_id == "distance:budget"
     assert predictor.spec.window == 0 and predictor.spec.global_tokens == ()
     atlas = compute_atlas(lambda: records, predictor)
     built = predictor.spec.build_layers(predictor.projections, 6, predictor.fitted)
@@ -98,7 +98,7 @@ def test_predictor_scores_are_the_scorers_macro_means(default_model):
         expected = torch.stack([getattr(s, name) for s in per_text]).mean(0).reshape(-1)
         np.testing.assert_allclose(atlas.heads[f"pred_{name}"], expected.numpy(), atol=1e-12)
     assert atlas.meta["predictor"] == (
-        "distance-floor:budget floor=12 floor_share=1 target_sparsity=0.9")
+        "distance:budget floor=12 floor_share=1 target_sparsity=0.9")
 
 
 def test_local_layers_are_measured_over_their_window(sparse_modernbert_records):

@@ -267,10 +267,12 @@ def test_first_screen_is_the_best_method_at_its_calibrated_setting():
     at target sparsity 0.90, read with the calibration table's own (r = 8 lowrank-mass)
     projections; the target slider moves
     sparsity."""
+    from sparsefinder.explore.app_methods import FLOORED
+
     at = new_app().run()
     assert_clean(at)
-    assert at.selectbox(key="w_method").value == "distance-floor"
-    assert at.query_params["method"] == "distance-floor"
+    assert at.selectbox(key="w_method").value == FLOORED
+    assert (at.query_params["method"], at.query_params["floor"]) == ("distance", "12")
     assert at.select_slider(key="w_target").value == 0.9
     assert not at.warning  # nothing switched off
     sparse = metric(at, "Model sparsity")
@@ -281,8 +283,34 @@ def test_first_screen_is_the_best_method_at_its_calibrated_setting():
     assert metric(at, "Model sparsity") < sparse and metric(at, "Model recall") > recall
 
 
+def test_the_menu_tells_the_floored_default_from_plain_distance():
+    """The default (distance:budget with each row's 12 nearest keys) and plain distance:budget
+    are two menu entries; the link says which by ``floor``, and an old link naming the
+    floored family of the time before opens the default with one old-name note."""
+    from sparsefinder.explore.app_methods import FLOORED, menu_label
+
+    at = new_app().run()
+    menu = at.selectbox(key="w_method")
+    assert menu.options[:2] == [menu_label(FLOORED), menu_label("distance")]
+    assert menu_label(FLOORED) == ("Sparsefinder · Distance (t) ∪ nearest keys per row "
+                                   "(floor m)")
+    floored = metric(at, "Model sparsity")
+    menu.set_value("distance").run()
+    assert_clean(at)
+    assert at.query_params["method"] == "distance" and "floor" not in at.query_params
+    assert at.query_params["calibration"] == "budget"
+    at.selectbox(key="w_method").set_value(FLOORED).run()
+    assert at.query_params["floor"] == "12" and metric(at, "Model sparsity") == floored
+    old = new_app(method="distance-floor", calibration="budget").run()
+    assert old.selectbox(key="w_method").value == FLOORED
+    assert metric(old, "Model sparsity") == floored
+    (note,) = [w.value for w in old.warning if "This link had" in w.value]
+    assert "method='distance-floor' is an old name" in note and "floor=12" in note
+    assert (old.query_params["method"], old.query_params["floor"]) == ("distance", "12")
+
+
 def test_output_accuracy_of_the_calibrated_default():
-    """The first screen's method (distance-floor:budget, from the bundled table and its own
+    """The first screen's method (distance:budget with its floor, from the bundled table and its own
     projections) runs in the restricted forward too: the table's predictors, not a refit."""
     at = new_app().run()
     at.toggle(key="w_accuracy_on").set_value(True).run()

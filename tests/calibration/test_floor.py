@@ -169,22 +169,29 @@ def test_the_curves_and_the_floor_parameter_default_to_the_floor_chosen_on_train
         DEFAULT_FLOOR_SHARE,
         calibrated_grids,
     )
-    from sparsefinder.methods.registry import get_method
+    from sparsefinder.evaluation.curves import CURVES
+    from sparsefinder.methods.registry import alias_params, get_method
 
     # the floor chosen on train for every length (tools/choose_floor.py --lengths)
     assert (DEFAULT_FLOOR, DEFAULT_FLOOR_SHARE) == (12, 1.0)
-    for name in ("distance-floor:budget", "distance-floor:equal"):
-        assert {p["floor"] for p in calibrated_grids()[name]} == {DEFAULT_FLOOR}
-        assert {p.get("floor_share") for p in calibrated_grids()[name]} == {DEFAULT_FLOOR_SHARE}
-    method = get_method("distance-floor")
+    for name in ("distance-floor:budget", "distance-floor:equal"):  # the curves' old names
+        specs = CURVES[name].specs
+        assert {s.method_id for s in specs} == {name.replace("-floor", "")}
+        assert {s.param_dict["floor"] for s in specs} == {DEFAULT_FLOOR}
+        assert {s.param_dict.get("floor_share") for s in specs} == {DEFAULT_FLOOR_SHARE}
+        assert "floor" not in calibrated_grids()[name.replace("-floor", "")][0]
+    # the old family's name: distance with the default floor
+    assert alias_params("distance-floor") == {"floor": DEFAULT_FLOOR}
+    method = get_method("distance")
     for calibration in ("none", "budget", "equal"):
         params = {p.name: p for p in method.variant(calibration).params}
-        assert params["floor"].default == DEFAULT_FLOOR
+        assert params["floor"].optional and params["floor"].default is None  # none: no floor
+        assert (params["floor"].low, params["floor"].url) == (0, "floor")
         if calibration == "none":  # a raw threshold has no target to take a share of
             assert "floor_share" not in params
         else:
             share = params["floor_share"]
-            assert share.optional and share.default == DEFAULT_FLOOR_SHARE
+            assert share.optional and share.default is None  # left out: uncapped
             assert (share.kind, share.low, share.high, share.low_open) == (float, 0, 1, True)
             assert share.url == "floor_share" and share.label
 

@@ -63,7 +63,7 @@ def test_default_model_reports_the_heads_the_predictor_loses(corpus, tmp_path, c
                  "--device", "cpu", "--max-passages", "6"]) == 0
     out = capsys.readouterr().out
     assert "loses most" in out and (
-        "distance-floor:budget floor=12 floor_share=1 target_sparsity=0.9") in out
+        "distance:budget floor=12 floor_share=1 target_sparsity=0.9") in out
     heads = pd.read_csv(tmp_path / "heads.csv")
     assert len(heads) == 72 and heads["pred_recall"].between(0, 1).all()
 

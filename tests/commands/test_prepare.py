@@ -59,10 +59,10 @@ def test_prepare_bundle_builds_the_calibrated_methods(bert_bundle) -> None:
     _, loaded, out, folder, _ = bert_bundle
     table = CalibrationTable.load(folder / "calibration.pt")
     assert table.model_id == loaded.model_id
-    assert table.has("distance-floor:budget")
+    assert table.has("distance-floor:budget") and table.has("distance:budget")
     parts = LearnedParts(calibration=table,
                          calibration_projections=table.own_projections(folder / "calibration.pt"))
-    spec = PredictorSpec.of("distance-floor:budget",
+    spec = PredictorSpec.of("distance:budget",
                             {"target_sparsity": 0.9, "floor": DEFAULT_FLOOR,
                              "floor_share": DEFAULT_FLOOR_SHARE})
     layers = parts.build_layers(spec, loaded.num_layers)

@@ -414,7 +414,7 @@ def test_default_curves_exactly(default_curves) -> None:
         method, _, grid = expected[name]
         expected[f"{name}+window"] = (method, 3, grid)
     # finer raw grid, calibrated targets, routed k-means and the top-p oracle
-    from sparsefinder.calibration.curves import DISTANCE_FINE_GRID, calibrated_grids
+    from sparsefinder.calibration.curves import DISTANCE_FINE_GRID, calibrated_grids, floor_grid
 
     ROUTED_BUDGET_GRID = [{"n_clusters": b, "budget": f} for b in (64, 128)  # noqa: N806
                           for f in (0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.1, 0.12,
@@ -426,6 +426,8 @@ def test_default_curves_exactly(default_curves) -> None:
     expected["distance-fine"] = ("distance", 0, [{"threshold": t} for t in DISTANCE_FINE_GRID])
     for name, grid in calibrated_grids().items():
         expected[name] = (name, 0, grid)
+    for calibration in ("equal", "budget"):  # the default floor's, under their old names
+        expected[f"distance-floor:{calibration}"] = (f"distance:{calibration}", 0, floor_grid())
     expected["kmeans-routed"] = ("kmeans-routed", 0, ROUTED_BUDGET_GRID)
     expected["kmeans-routed-top"] = ("kmeans-routed", 0, ROUTED_TOP_GRID)
     expected["topp"] = ("topp", 0, [{"p": p} for p in TOPP_GRID])

@@ -356,7 +356,7 @@ def test_clamp_keeps_a_calibrated_state_and_snaps_its_target(calibrated):
     assert notes == [] and clamped.method_id == "distance-floor:budget"
     assert clamped.target_sparsity == 0.9
     for wanted, nearest in ((0.903, 0.9), (0.897, 0.9), (0.56, 0.6), (0.3, 0.5)):
-        wanted_state = urlstate.ViewState(method="distance", target_sparsity=wanted)
+        wanted_state = urlstate.ViewState(method="distance", floor=0, target_sparsity=wanted)
         clamped, notes = live.clamp(wanted_state, p)
         assert clamped.target_sparsity == nearest and clamped.method_id == "distance:budget"
         assert notes == [f"target sparsity {wanted:g} is not calibrated: showing the nearest "
@@ -387,7 +387,7 @@ def test_a_target_counts_as_calibrated_only_strictly_within_1e_9():
 
 def test_clamp_says_why_a_method_is_off(prepared, record):
     # projections but no calibration table: a calibrated method cannot run
-    clamped, notes = live.clamp(urlstate.ViewState(method="distance"), prepared)
+    clamped, notes = live.clamp(urlstate.ViewState(method="distance", floor=0), prepared)
     assert clamped.method_id == "distance:budget"
     assert notes == [
         "Distance (t), per head, sparsity budget across heads needs settings calibrated for these "
@@ -510,7 +510,7 @@ def test_softmax_layers_are_the_ones_the_scores_leave_out():
 def test_short_text_note_says_why_a_target_is_out_of_reach():
     from sparsefinder.methods.spec import PredictorSpec
 
-    floor = PredictorSpec.of("distance-floor", {"target_sparsity": 0.9, "floor": 5},
+    floor = PredictorSpec.of("distance", {"target_sparsity": 0.9, "floor": 5},
                              calibration="budget")
     note = live.short_text_note(floor, 5, 0.0)  # a 3-word text: [CLS] + 3 + [SEP]
     assert note is not None
@@ -520,8 +520,8 @@ def test_short_text_note_says_why_a_target_is_out_of_reach():
     assert live.short_text_note(plain, 5, 0.0) is None  # no target, nothing to explain
     # the default's floor, capped by the row's length, takes min(12, max(1, ⌊0.1 n⌋)) keys:
     # a 40-key row keeps 4 of them (reachable 0.90), a 5-key row still one (0.80 at most)
-    capped = PredictorSpec.of("distance-floor", {"target_sparsity": 0.9, "floor": 12,
-                                                 "floor_share": 1.0}, calibration="budget")
+    capped = PredictorSpec.of("distance", {"target_sparsity": 0.9, "floor": 12,
+                                           "floor_share": 1.0}, calibration="budget")
     assert live.short_text_note(capped, 40, 0.9) is None
     note = live.short_text_note(capped, 5, 0.0)
     assert note is not None and "at least one key" in note and "10 keys" in note

@@ -154,8 +154,21 @@ def test_list_values_and_whitespace():
 
 def test_calibration_is_a_parameter_of_the_method_in_links():
     default = urlstate.ViewState()
-    assert (default.method, default.calibration, default.method_id) == (
-        "distance-floor", "budget", "distance-floor:budget")
+    # the floored distance: distance:budget with the table's floor, named as its curve
+    assert (default.method, default.calibration, default.floor, default.method_id) == (
+        "distance", "budget", 12, "distance-floor:budget")
+    assert urlstate.view_state_to_params(default)["floor"] == "12"
+    # a link naming distance without a floor means none; a floor outside the table's is refused
+    state, problems = urlstate.parse_view_state({"method": "distance", "calibration": "budget",
+                                                 "floor": "12"})
+    assert state == default and not problems
+    state, problems = urlstate.parse_view_state({"floor": "5"})
+    assert state == default and problems == [
+        "ignored URL parameter floor='5': expected 0 (none) or 12 (the calibration table's "
+        "floor)"]
+    # the floor is the calibrated distance's only: a raw or another family holds none
+    assert default.with_(calibration="none").floor == 0
+    assert "floor" not in urlstate.view_state_to_params(default.with_(floor=0))
     assert urlstate.view_state_to_params(default)["calibration"] == "budget"
     state, problems = urlstate.parse_view_state({"method": "distance", "calibration": "budget"})
     assert state.method_id == "distance:budget" and not problems
@@ -180,12 +193,12 @@ def test_calibration_is_a_parameter_of_the_method_in_links():
     assert default.with_(method="rowfrac", calibration="none").method_id == "rowfrac"
     assert default.with_(method="kmeans-routed", calibration="none").method_id == (
         "kmeans-routed:budget")
-    assert urlstate.to_spec(default).method_id == "distance-floor:budget"
+    assert urlstate.to_spec(default).method_id == "distance:budget"
     # the calibrated family's other declared settings at their defaults (the table's floor)
     # (and the optional floor_share, whose default is a cap, not None: the length rule)
     assert urlstate.to_spec(default).param_dict == {"target_sparsity": 0.9, "floor": 12,
                                                     "floor_share": 1.0}
-    assert urlstate.to_spec(default.with_(method="distance")).param_dict == {
+    assert urlstate.to_spec(default.with_(floor=0)).param_dict == {
         "target_sparsity": 0.9}
     assert urlstate.parse_view_state({}, urlstate.ViewState(window=7))[0].window == 7
 
@@ -232,7 +245,7 @@ def test_problem_messages_name_what_is_expected():
     _, problems = urlstate.parse_view_state({"method": "magic", "example": "nope",
                                              "global": "first,middle"})
     assert problems == [
-        "ignored URL parameter method='magic': expected one of distance-floor, distance, "
+        "ignored URL parameter method='magic': expected one of distance, "
         "quantization, kmeans, rowfrac, kmeans-routed, quest, hashattention, block, window, "
         "longformer, bigbird, reformer, routing, topk, topp",
         "ignored URL parameter global='first,middle': expected a comma list of "

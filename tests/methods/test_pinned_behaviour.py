@@ -23,7 +23,12 @@ import torch
 from sparsefinder.attention.masks import causal_mask
 from sparsefinder.data.records import AttentionRecord, LayerGraph
 from sparsefinder.evaluation.sweep import sweep
-from sparsefinder.explore.app_methods import APP_CALIBRATIONS
+from sparsefinder.explore.app_methods import (
+    FLOORED,
+    entry_calibrations,
+    entry_changes,
+    menu_entries,
+)
 from sparsefinder.explore.state import ViewState, parse_view_state, to_spec, view_state_to_params
 from sparsefinder.projections.heads import HeadProjections
 
@@ -75,14 +80,15 @@ def current_sweep() -> pd.DataFrame:
 
 
 def current_links() -> dict[str, dict]:
-    """Every family × calibration the app offers: its link, and the spec it stands for."""
+    """Every entry of the method menu × calibration the app offers: its link, and the spec it
+    stands for."""
     out: dict[str, dict] = {}
-    for family, calibrations in APP_CALIBRATIONS.items():
-        for calibration in calibrations:
-            state = ViewState(method=family, calibration=calibration, t=1.25, clusters=8, bins=4,
-                              pages=4, target_sparsity=0.85)
+    for entry in menu_entries():
+        for calibration in entry_calibrations(entry):
+            state = ViewState(**{**entry_changes(entry), "calibration": calibration}, t=1.25,
+                              clusters=8, bins=4, pages=4, target_sparsity=0.85)
             spec = to_spec(state)
-            out[f"{family}:{calibration}"] = {
+            out[f"{entry}:{calibration}"] = {
                 "link": view_state_to_params(state),
                 "spec": {"method": spec.method_id, "params": spec.param_dict,
                          "window": spec.window},
@@ -103,7 +109,9 @@ def test_sweep_csv_unchanged() -> None:
 #: the link's and the spec's changes): the old link opens the same view, read through the
 #: alias with one note that names the new spelling
 RENAMED = {"fixed:none": ("window:none", {"method": "window"},
-                          {"method": "window", "params": {"window": 0}})}
+                          {"method": "window", "params": {"window": 0}}),
+           "distance-floor:budget": (f"{FLOORED}:budget", {"method": "distance", "floor": "12"},
+                                     {"method": "distance:budget"})}
 
 
 def test_app_links_unchanged() -> None:

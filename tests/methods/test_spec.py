@@ -11,6 +11,7 @@ from sparsefinder.methods.registry import (
     METHODS,
     Method,
     Param,
+    display_name,
     get_method,
     register_method,
 )
@@ -85,9 +86,9 @@ def test_an_optional_parameter_may_be_left_out_or_none():
     with pytest.raises(ValueError, match=r"missing \['t'\]"):
         method.check_params({"share": 0.5})
     # a spec with the optional parameter None is the spec without it
-    a = PredictorSpec.of("distance-floor:budget", {"target_sparsity": 0.9, "floor": 5,
-                                                   "floor_share": None})
-    b = PredictorSpec.of("distance-floor:budget", {"target_sparsity": 0.9, "floor": 5})
+    a = PredictorSpec.of("distance:budget", {"target_sparsity": 0.9, "floor": 5,
+                                             "floor_share": None})
+    b = PredictorSpec.of("distance:budget", {"target_sparsity": 0.9, "floor": 5})
     assert a == b and hash(a) == hash(b) and a.params == b.params
     assert "floor_share" not in a.label()
 
@@ -167,8 +168,6 @@ def test_projections_of_another_shape_are_refused_by_record_inputs():
 # name: (label, params, inputs, oracle, learned from graphs)
 REGISTRY = {
     "distance": ("Distance (t)", ("threshold", "diag", "floor"), "projected", False, False),
-    "distance-floor": ("Distance (t) ∪ nearest keys per row (floor m)", ("threshold", "floor"),
-                       "projected", False, False),
     "quantization": ("Quantization (β)", ("bins",), "projected", False, False),
     "kmeans": ("k-means (B, k)", ("n_clusters", "top_k"), "projected", False, False),
     "window": ("Window (w)", ("window",), "shape", False, False),
@@ -228,7 +227,6 @@ CALIBRATED = {
     "window": ("none", "budget"),
     "kmeans-routed": ("none", "budget"),
     "rowfrac": ("none", "equal", "budget"),
-    "distance-floor": ("none", "equal", "budget"),
 }
 OLD_NAMES = {
     "distance-calibrated": ("distance", "equal"),
@@ -258,12 +256,24 @@ def test_old_names_are_aliases_with_a_deprecation_note(registered):
     new = PredictorSpec.of("distance", {"target_sparsity": 0.9}, calibration="budget")
     with pytest.warns(FutureWarning):
         assert PredictorSpec.of("distance-budget", {"target_sparsity": 0.9}) == new
+    # a calibrated form's old name: the family's calibration with the form's parameters (the
+    # floored distance of the time before: its curves, links and tables keep the name)
+    with pytest.warns(FutureWarning, match="use 'distance'.*floor=12"):
+        old = PredictorSpec.of("distance-floor:budget", {"target_sparsity": 0.9,
+                                                         "floor_share": 1.0})
+    assert old == PredictorSpec.of("distance:budget", {"target_sparsity": 0.9, "floor": 12,
+                                                       "floor_share": 1.0})
+    assert display_name("distance-floor:budget") == display_name(
+        "distance:budget", {"floor": 12}) == ("Distance (t) ∪ nearest keys per row (floor m), "
+                                              "per head, sparsity budget across heads")
+    assert display_name("distance:budget", {"floor": 0}) == display_name("distance:budget")
     assert PredictorSpec.of("distance:budget", {"target_sparsity": 0.9}) == new
 
 
 #: families of the time before that are a form (a parameter) of another now
 FORMS = {
     "distance-nodiag": ("distance", {"diag": False}, {"threshold": 0.5}),
+    "distance-floor": ("distance", {"floor": 12}, {"threshold": 0.5}),
     "sparsebert-dams": ("sparsebert", {"kind": "structured"}, {"target_sparsity": 0.9}),
     "sparsebert-damu": ("sparsebert", {"kind": "unstructured"}, {"target_sparsity": 0.9}),
     "kmeans-routed-top": ("kmeans-routed", {"mode": "top"}, {"n_clusters": 8, "n_routes": 2}),

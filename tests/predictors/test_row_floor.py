@@ -87,7 +87,7 @@ def test_predict_layer_spends_the_floor_inside_a_local_window() -> None:
     """Through the one prediction path, a local layer's rows get their m keys in the window
     (choosing among all keys and cutting afterwards would leave some rows short)."""
     q, k = _qk(4)
-    spec = PredictorSpec.of("distance-floor", {"threshold": 0.0, "floor": 3})
+    spec = PredictorSpec.of("distance", {"threshold": 0.0, "floor": 3})
     predictor = spec.build(None, 0)
     mask = predict_layer(predictor, q, k, causal=True, sliding_window=4)
     assert torch.equal(mask.sum(-1), torch.arange(1, N + 1).clamp(max=3).expand(HEADS, -1))
@@ -102,9 +102,9 @@ def test_errors() -> None:
     with pytest.raises(ValueError, match="calibrated for 2 heads"):
         RowFloor(ThresholdDistance(torch.ones(2)), 1).predict(q, k)
     with pytest.raises(ValueError, match="floor must be an integer"):
-        PredictorSpec.of("distance-floor:budget", {"target_sparsity": 0.9, "floor": 0})
-    with pytest.raises(ValueError, match="missing"):
-        PredictorSpec.of("distance-floor:budget", {"target_sparsity": 0.9})
+        PredictorSpec.of("distance:budget", {"target_sparsity": 0.9, "floor": -1})
+    with pytest.raises(ValueError, match="floor must be an integer"):
+        PredictorSpec.of("distance", {"threshold": 1.0, "floor": 65})
 
 
 class _Budget:
