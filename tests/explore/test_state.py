@@ -259,11 +259,15 @@ def test_fixes_message_lists_every_fix_in_one_message():
 
 
 def test_generated_controls_read_and_write_their_declared_url_keys():
-    """Baselines' values come from each family's Param declarations: range-checked, kept
-    per family, and under keys that no hand-written field uses."""
+    """Every family's values come from its Param declarations: range-checked, kept per
+    family (or in the state field its control names, under the Param's key), and under keys
+    that no other field uses."""
     fixed_keys = set(urlstate.PARAM_NAMES.values())
-    for family in app_methods.GENERIC_FAMILIES:
-        for param in app_methods.generic_params(family):
+    for family, offered in app_methods.APP_CALIBRATIONS.items():
+        for param, control in app_methods.controls(family) if "none" in offered else ():
+            if control.field:
+                assert urlstate.PARAM_NAMES[control.field] == param.url, (family, param.url)
+                continue
             assert param.url not in fixed_keys, (family, param.url)
             assert param.high is not None or param.app_high is not None, (family, param.name)
     state, problems = urlstate.parse_view_state({"method": "longformer", "n_global": "4"})
