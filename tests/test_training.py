@@ -1,5 +1,6 @@
 """The training loop shared by every learned part: early stopping, resuming, the all-reduce hook
-and the progress bar, on a toy objective and on the real ones."""
+and the progress bar, on a toy objective (the real objectives on it:
+tests/projections/test_objectives.py, tests/adaptation/test_distill.py)."""
 
 from __future__ import annotations
 
@@ -7,19 +8,11 @@ import io
 
 import pytest
 import torch
-from cluster_records import cluster_record
 from tolerances import tol_for
 
-from sparsefinder.data.records import AttentionRecord
-from sparsefinder.projections.bilinear import refine_lowrank
-from sparsefinder.projections.hinge import train_projections
-from sparsefinder.projections.logistic import train_logistic
-from sparsefinder.projections.lowrank import fit_lowrank
-from sparsefinder.projections.trainer import EarlyStop, LayerLog, Trainer
+from sparsefinder.training import EarlyStop, LayerLog, Trainer
 
 pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
-
-HEADS, D, LAYERS = 2, 8, 2
 
 
 class Toy:
@@ -55,16 +48,6 @@ class Toy:
 
 def sgd(params):
     return torch.optim.SGD(params, lr=0.15)
-
-
-def _record(gen: torch.Generator, n: int = 24) -> AttentionRecord:
-    return cluster_record(gen, n)
-
-
-@pytest.fixture(scope="module")
-def records() -> list[AttentionRecord]:
-    gen = torch.Generator().manual_seed(1)
-    return [_record(gen) for _ in range(6)]
 
 
 # ---------------------------------------------------------------- early stopping
@@ -106,20 +89,6 @@ def test_early_stop_options_are_checked_and_split_records() -> None:
         EarlyStop(held_out=0.2).split([1, 2, 3])
 
 
-def test_hinge_stops_early_on_held_out_records(records) -> None:
-    rule = EarlyStop(held_out=0.34, min_delta=1e9)  # every 3rd record held out; stops at 2
-    proj = train_projections(records, rank=2, batch_size=32, epochs=10, early_stop=rule)
-    meta = proj.metadata
-    assert meta["epochs_run"] == [2, 2] and len(meta["held_out_loss"][0]) == 2
-    # Layer 0 restored to epoch 1 = training on the other records for one epoch (the
-    # held-out pairs have their own generator: the training draws are unchanged; layer 1
-    # differs, its draws follow layer 0's second epoch on the one generator).
-    fit, _ = rule.split(records)
-    one = train_projections(fit, rank=2, batch_size=32, epochs=1)
-    assert torch.equal(proj.weight[0], one.weight[0])
-    assert "epochs_run" not in one.metadata and proj.metadata["n_records"] == len(records)
-
-
 # ---------------------------------------------------------------- resuming
 
 
@@ -144,42 +113,6 @@ def test_resume_from_any_epoch_gives_the_uninterrupted_weights() -> None:
         for (w, log), (w_full, log_full) in zip(again, full, strict=True):
             assert (w is None and w_full is None) or torch.equal(w, w_full)
             assert log == log_full
-
-
-@pytest.mark.parametrize("fit", ["paper", "logistic", "lowrank-logistic"])
-def test_resumed_objectives_write_the_same_projections(records, fit) -> None:
-    def run(**loop):
-        if fit == "paper":
-            return train_projections(records, rank=2, batch_size=32, epochs=3, **loop)
-        if fit == "logistic":
-            return train_logistic(records, rank=2, batch_size=32, epochs=3, **loop)
-        return refine_lowrank(start, records, batch_size=32, epochs=3, lr=0.02, **loop)
-
-    start = fit_lowrank(records, rank=2) if fit == "lowrank-logistic" else None
-    states: list[dict] = []
-    full = run(checkpoint=states.append)
-    assert len(states) == LAYERS * 3
-    for done in (2, 3, 5):  # epochs done: mid layer 0, end of layer 0, mid layer 1
-        later: list[dict] = []
-        again = run(resume=_roundtrip(states[done - 1]), checkpoint=later.append)
-        assert len(later) == LAYERS * 3 - done  # only the epochs left are trained
-        for name in ("weight", "bias", "key_weight", "key_bias", "query_radius"):
-            if getattr(full, name, None) is not None:
-                assert torch.equal(getattr(again, name), getattr(full, name)), name
-        assert again.metadata == full.metadata
-
-
-def test_resumed_hash_codes_are_the_same() -> None:
-    from sparsefinder.projections.hash_fit import fit_hash_codes
-
-    gen = torch.Generator().manual_seed(2)
-    records = [_record(gen) for _ in range(3)]
-    states: list[dict] = []
-    full = fit_hash_codes(records, bits=4, steps=5, seed=1, checkpoint=states.append)
-    assert [s["layer"] for s in states] == [0, 1]
-    again = fit_hash_codes(records, bits=4, steps=5, seed=1, resume=_roundtrip(states[0]))
-    for (wq, wk), (wq_full, wk_full) in zip(again, full, strict=True):
-        assert torch.equal(wq, wq_full) and torch.equal(wk, wk_full)
 
 
 # ---------------------------------------------------------------- all-reduce hook
