@@ -305,7 +305,7 @@ def _builtin_methods() -> list[Method]:
                                                    app_high=64), SELECT),
                            lambda p, c: BlockKeySparsefinder(int(p["block"]), int(p["n_keys"]),
                                                              int(p["sub_block"])),
-                           "original", needs=())),
+                           "original", needs=(), tags=("long-context",))),
                grids=(*(g for name, size, keys in (("block", 32, 0), ("block16", 16, 0),
                                                    ("block+keys", 32, 16))
                         for g in sweep_grids(name, _over("n_blocks", BLOCK_GRID, block=size,
@@ -314,7 +314,7 @@ def _builtin_methods() -> list[Method]:
                         for g in sweep_grids(name, _over("n_blocks", BLOCK_GRID, block=size),
                                              fixed={"learned": True})),
                       *sweep_grids("block-keys", _over("n_keys", (0, 2, 4, 8, 16, 32, 64, 128),
-                                                       block=32, sub_block=8), groups=LONG,
+                                                       block=32, sub_block=8),
                                    fixed={"select": "keys"})),
                app=_app(OTHER)),
         # each query keeps its nearest share of keys in the learned space (the raw form of

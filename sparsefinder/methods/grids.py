@@ -4,7 +4,7 @@ how the app offers it (:class:`AppHint`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 #: The window united with each point of a family's ``+window`` sweep curves (``distance+window``).
@@ -27,6 +27,28 @@ class SweepGrid:
     window: int = 0
     groups: tuple[str, ...] = ()
     fixed: Mapping[str, Any] = field(default_factory=dict)
+
+
+#: What a family (or a form of it) may be tagged with: ``cheap`` (no learned part, nothing
+#: fitted), ``oracle`` (reads the full score matrix: a bound, saves no work), ``baseline`` (a
+#: method of another paper), ``long-context`` (made for texts longer than the model's window).
+TAGS: tuple[str, ...] = ("cheap", "oracle", "baseline", "long-context")
+#: The ``--methods`` group a tag puts a raw curve in, whatever the curve declares (so a form
+#: tagged long-context is listed with the long-context methods without saying so twice).
+TAG_GROUPS: dict[str, str] = {"long-context": "long-context"}
+
+
+def check_tags(tags: Sequence[str]) -> None:
+    """A ValueError naming the unknown tags and the known ones."""
+    if set(tags) - set(TAGS):
+        raise ValueError(f"tags must be among {TAGS}, got {sorted(set(tags) - set(TAGS))}")
+
+
+def tagged_grid(grid: SweepGrid, tags: Sequence[str]) -> SweepGrid:
+    """``grid`` also in the groups its family's (or form's) ``tags`` imply (:data:`TAG_GROUPS`)."""
+    extra = tuple(TAG_GROUPS[t] for t in tags if t in TAG_GROUPS
+                  and TAG_GROUPS[t] not in grid.groups)
+    return replace(grid, groups=grid.groups + extra) if extra else grid
 
 
 def sweep_grids(name: str, points: Sequence[Mapping[str, Any]], *, window: bool = False,
