@@ -1,5 +1,6 @@
 """Adapt a softmax-trained model to α-entmax attention by distilling it into itself: the
-training loop, the fidelity measure and the adapter it writes (objective: :mod:`.objective`).
+training run (the objective of :mod:`.objective` on the one loop, :mod:`sparsefinder.training`:
+schedule, checkpoints, history), the fidelity measure and the adapter it writes.
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ import torch
 from torch import Tensor, nn
 
 from sparsefinder.adaptation.objective import (
+    CHECKPOINT_FORMAT,
     CHECKPOINT_NAME,
     AdaptConfig,
     AdaptError,
+    Distillation,
     EntropySink,
     Targets,
     _padded,
-    batch_loss,
+    batch_at,
     target_modules,
     teacher_targets,
 )
@@ -32,20 +35,7 @@ from sparsefinder.files import atomic_write
 from sparsefinder.models.adapter_file import base_fingerprint, base_module_name, save_adapter
 from sparsefinder.models.loading import LoadedModel
 from sparsefinder.models.pooling import mean_pool
-
-
-def epoch_order(n: int, batch_size: int, seed: int, epoch: int) -> list[list[int]]:
-    """The batches of one epoch: a permutation seeded by (seed, epoch), so a resumed run
-    sees exactly the batches an uninterrupted one would."""
-    gen = torch.Generator().manual_seed(seed * 100_003 + epoch)
-    perm = torch.randperm(n, generator=gen).tolist()
-    return [perm[i:i + batch_size] for i in range(0, n, batch_size)
-            if len(perm[i:i + batch_size]) == batch_size or n < batch_size]
-
-
-def batch_at(step: int, n: int, batch_size: int, seed: int) -> list[int]:
-    per_epoch = max(n // batch_size, 1)
-    return epoch_order(n, batch_size, seed, step // per_epoch)[step % per_epoch]
+from sparsefinder.training import StepEnd, Trainer
 
 
 def lr_factor(step: int, config: AdaptConfig) -> float:
@@ -90,66 +80,75 @@ def _load_checkpoint(checkpoint: Path, device: torch.device) -> dict:
                          ) from error
 
 
+def _resumable(checkpoint: Path, config: AdaptConfig, objective_shapes: dict[str, list[int]],
+               device: torch.device) -> dict:
+    """The checkpoint's contents, when it continues this run; else an error saying why."""
+    saved = _load_checkpoint(checkpoint, device)
+    if saved.get("format") != CHECKPOINT_FORMAT:
+        raise AdaptError(f"{checkpoint} was written by an older sparsefinder, whose adaptation "
+                         "had its own training loop: it cannot be resumed; delete it, or rerun "
+                         "without --resume to start over")
+    if saved["config"] != config.as_dict():
+        raise AdaptError(
+            f"{checkpoint} was written with other settings ({saved['config']}); rerun "
+            "with the same options, or without --resume to start over")
+    if saved["shapes"] != objective_shapes:
+        raise AdaptError(f"{checkpoint} was written for another model (other adapter "
+                         "tensors); use another --out folder, or rerun without --resume")
+    return saved
+
+
 def train(student: nn.Module, targets: Targets, config: AdaptConfig, device: torch.device,
           checkpoint: Path | None = None, resume: bool = False,
           on_step: Callable[[int, dict[str, float]], None] | None = None) -> TrainState:
-    """Optimise the trainable (LoRA) parameters of ``student``; resumable from ``checkpoint``.
+    """Optimise the trainable (LoRA) parameters of ``student`` on the one training loop
+    (:class:`~sparsefinder.training.Trainer`: AdamW, warm-up then cosine decay, gradients
+    clipped to norm 1); resumable from ``checkpoint``.
 
-    The checkpoint (every ``config.checkpoint_every`` steps and at the end) holds the
-    trainable tensors, the optimizer, the step and the start entropies; a resumed run
-    continues exactly where it stopped (batches are a function of the step).
+    The checkpoint (every ``config.checkpoint_every`` steps and at the end) holds the loop's
+    state (the trainable tensors, the optimizer, the schedule, the step), the start
+    entropies and the history; a resumed run continues exactly where it stopped (batches
+    are a function of the step). ``on_step(step, loss parts)`` sees the student as trained
+    so far.
     """
-    from peft import get_peft_model_state_dict, set_peft_model_state_dict
-
-    params = [p for p in student.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, config))
     state = TrainState()
-    entropy0: Tensor | None = None
+    saved = None
     if resume and checkpoint is not None and checkpoint.exists():
-        saved = _load_checkpoint(checkpoint, device)
-        if saved["config"] != config.as_dict():
-            raise AdaptError(
-                f"{checkpoint} was written with other settings ({saved['config']}); rerun "
-                "with the same options, or without --resume to start over")
-        set_peft_model_state_dict(student, saved["adapter"])
-        optimizer.load_state_dict(saved["optimizer"])
-        scheduler.load_state_dict(saved["scheduler"])
-        entropy0 = saved["entropy0"]
-        state = TrainState(saved["step"], saved["seconds"], saved["history"])
-    if entropy0 is None:
-        entropy0 = start_entropies(student, targets, config, device)
+        shapes = {name: list(p.shape) for name, p in student.named_parameters()
+                  if p.requires_grad}
+        saved = _resumable(checkpoint, config, shapes, device)
+        state = TrainState(len(saved["trainer"]["losses"]), saved["seconds"], saved["history"])
+    entropy0 = saved["entropy0"] if saved is not None else start_entropies(
+        student, targets, config, device)
+    objective = Distillation(student, targets, config, device, entropy0)
+    clock = [time.perf_counter()]
 
-    def save() -> None:
-        if checkpoint is None:
-            return
-        saved = {"config": config.as_dict(), "step": state.step, "seconds": state.seconds,
-                 "history": state.history, "entropy0": entropy0,
-                 "adapter": get_peft_model_state_dict(student),
-                 "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}
-        atomic_write(checkpoint, lambda handle: torch.save(saved, handle))  # never half-written
-
-    # Eval mode while training: no dropout, so the student matches the teacher's exact
-    # (dropout-free) function, and a resumed run repeats an uninterrupted one bit for bit.
-    student.eval()
-    while state.step < config.steps:
-        began = time.perf_counter()
-        rows = batch_at(state.step, len(targets.ids), config.batch_size, config.seed)
-        loss, parts = batch_loss(student, targets.batch(rows, device), config, entropy0)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        scheduler.step()
-        state.step += 1
-        state.seconds += time.perf_counter() - began
-        parts["loss"] = float(loss.detach())
+    def step_end(end: StepEnd) -> None:
+        state.step = end.step
+        state.seconds += time.perf_counter() - clock[0]
+        parts = {**objective.parts, "loss": float(end.loss)}
         if state.step % 10 == 0 or state.step == config.steps:
             state.history.append({"step": state.step, **parts})
         if on_step is not None:
+            objective.load(end.params)
             on_step(state.step, parts)
-        if state.step % config.checkpoint_every == 0 or state.step == config.steps:
-            save()
+        clock[0] = time.perf_counter()
+
+    def save(loop: dict[str, object]) -> None:
+        saved = {"format": CHECKPOINT_FORMAT, "config": config.as_dict(),
+                 "shapes": objective.shapes(), "seconds": state.seconds,
+                 "history": list(state.history), "entropy0": entropy0, "trainer": loop}
+        atomic_write(checkpoint, lambda handle: torch.save(saved, handle))  # never half-written
+        clock[0] = time.perf_counter()
+
+    Trainer(epochs=objective.epochs, device=device,
+            optimizer=lambda params: torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0),
+            scheduler=lambda optimizer: torch.optim.lr_scheduler.LambdaLR(
+                optimizer, lambda s: lr_factor(s, config)),
+            clip_grad_norm=1.0, on_step=step_end,
+            checkpoint=None if checkpoint is None else save,
+            checkpoint_every=config.checkpoint_every,
+            ).fit(objective, 1, resume=None if saved is None else saved["trainer"])
     return state
 
 

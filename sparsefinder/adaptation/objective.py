@@ -1,4 +1,5 @@
-"""The distillation objective of an entmax adapter: targets, LoRA targets and the loss.
+"""The distillation objective of an entmax adapter: targets, LoRA targets, the loss, and the
+:class:`Distillation` objective that the one training loop runs.
 
 Why: a model trained with softmax and *run* with entmax drifts (the default MiniLM's pooled
 output has cosine ≈ 0.8 to its softmax self), so its gold graphs belong to a model that no
@@ -23,15 +24,18 @@ The adapter file (:mod:`sparsefinder.models.adapter_file`) holds only the LoRA m
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from sparsefinder.attention.interface import AttentionCall, capture
 from sparsefinder.models.pooling import mean_pool
+from sparsefinder.training import LayerLog, autograd_gradients
 
 #: Module-name patterns (end of the dotted name) of the BERT-family layers LoRA can target,
 #: by group; the FFN output is ``layer.N.output.dense``, not ``attention.output.dense``.
@@ -41,6 +45,9 @@ TARGET_GROUPS: dict[str, tuple[str, ...]] = {
     "ffn": (r"intermediate\.dense", r"layer\.\d+\.output\.dense"),
 }
 CHECKPOINT_NAME = "adapt-checkpoint.pt"
+#: The checkpoint's layout: 2 = the one training loop's state (1, unmarked: the adaptation's
+#: own loop, not resumable now).
+CHECKPOINT_FORMAT = 2
 
 
 class AdaptError(ValueError):
@@ -180,9 +187,10 @@ class EntropySink:
         return torch.stack(self.per_layer)  # (layers, heads)
 
 
-def batch_loss(student: nn.Module, batch: Batch, config: AdaptConfig,
+def batch_loss(student: Callable[..., Any], batch: Batch, config: AdaptConfig,
                start_entropy: Tensor | None) -> tuple[Tensor, dict[str, float]]:
-    """The distillation loss of the module docstring, and its parts (for the progress bar)."""
+    """The distillation loss of the module docstring, and its parts (for the progress bar);
+    ``student`` is the model, or a call of it with other weights (``functional_call``)."""
     sink = EntropySink()
     with capture(sink):
         out = student(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
@@ -202,3 +210,89 @@ def batch_loss(student: nn.Module, batch: Batch, config: AdaptConfig,
     parts = {name: float(value.detach()) for name, value in
              (("tok", tok), ("pool", pooled), ("layer", layers), ("ent+", sparse))}
     return loss, parts
+
+
+# ------------------------------------------------------------------------------------------
+# The objective of the one training loop: batches by (seed, epoch), the loss, the LoRA tensors
+# ------------------------------------------------------------------------------------------
+
+
+def epoch_order(n: int, batch_size: int, seed: int, epoch: int) -> list[list[int]]:
+    """The batches of one epoch: a permutation seeded by (seed, epoch), so a resumed run
+    sees exactly the batches an uninterrupted one would."""
+    gen = torch.Generator().manual_seed(seed * 100_003 + epoch)
+    perm = torch.randperm(n, generator=gen).tolist()
+    return [perm[i:i + batch_size] for i in range(0, n, batch_size)
+            if len(perm[i:i + batch_size]) == batch_size or n < batch_size]
+
+
+def batch_at(step: int, n: int, batch_size: int, seed: int) -> list[int]:
+    per_epoch = max(n // batch_size, 1)
+    return epoch_order(n, batch_size, seed, step // per_epoch)[step % per_epoch]
+
+
+class Distillation:
+    """The distillation as an :class:`~sparsefinder.training.Objective` of the one training
+    loop: one "layer" is the whole student, its parameters the trainable (LoRA) tensors.
+
+    The loop owns those tensors; the student runs with them through
+    :func:`torch.func.functional_call`, and :meth:`load` writes them back into it (at the
+    end, and whenever someone is about to look at the student mid-training). Epochs are
+    passes over the texts; the batches of epoch ``e`` are :func:`epoch_order` of it (a
+    function of the seed and ``e``: no generator to save), cut at ``config.steps`` in all.
+    """
+
+    generators: Sequence[torch.Generator] = ()
+
+    def __init__(self, student: nn.Module, targets: Targets, config: AdaptConfig,
+                 device: torch.device, entropy0: Tensor) -> None:
+        self.student, self.targets, self.config = student, targets, config
+        self.device, self.entropy0 = device, entropy0
+        self.trained = {name: p for name, p in student.named_parameters() if p.requires_grad}
+        self.per_epoch = max(len(targets.ids) // config.batch_size, 1)
+        self.epochs = math.ceil(config.steps / self.per_epoch)
+        self.batches: list[list[int]] = []
+        self.parts: dict[str, float] = {}  # the last step's loss parts
+
+    def start(self, layer: int, device: torch.device) -> bool:
+        # Eval mode while training: no dropout, so the student matches the teacher's exact
+        # (dropout-free) function, and a resumed run repeats an uninterrupted one bit for bit.
+        self.student.eval()
+        return True
+
+    def draw(self, epoch: int) -> int:
+        left = self.config.steps - epoch * self.per_epoch
+        self.batches = epoch_order(len(self.targets.ids), self.config.batch_size,
+                                   self.config.seed, epoch)[:left]
+        return len(self.batches)
+
+    def init(self) -> list[Tensor]:
+        return [p.detach().clone().requires_grad_(True) for p in self.trained.values()]
+
+    def gradients(self, params: list[Tensor], step: int) -> tuple[list[Tensor], Tensor]:
+        batch = self.targets.batch(self.batches[step], self.device)
+        weights = dict(zip(self.trained, params, strict=True))
+
+        def student(**inputs: Tensor) -> object:
+            return torch.func.functional_call(self.student, weights, (), inputs)
+
+        loss, self.parts = batch_loss(student, batch, self.config, self.entropy0)
+        return autograd_gradients(loss, params)
+
+    def held_out_loss(self, params: list[Tensor]) -> Tensor:
+        raise NotImplementedError("the distillation runs config.steps steps: no early stop")
+
+    def finish(self, params: list[Tensor] | None, log: LayerLog) -> LayerLog:
+        if params is not None:
+            self.load(params)
+        return log
+
+    @torch.no_grad()
+    def load(self, params: list[Tensor]) -> None:
+        """Write the loop's tensors into the student's own parameters."""
+        for mine, trained in zip(self.trained.values(), params, strict=True):
+            mine.copy_(trained)
+
+    def shapes(self) -> dict[str, list[int]]:
+        """The trained tensors by name (a checkpoint is only resumed onto the same ones)."""
+        return {name: list(p.shape) for name, p in self.trained.items()}

@@ -31,7 +31,10 @@ def families_table() -> str:
         for form in method.forms:
             reads += (f"; `{form.param}={form.value}`: {READS[form.inputs]}"
                       + (", fitted on train graphs" if form.fit else ""))
-        tags = f" ({', '.join(method.tags)})" if method.tags else ""
+        tagged = [", ".join(method.tags)] if method.tags else []
+        tagged += [f"`{form.param}={form.value}`: {', '.join(form.tags)}"
+                   for form in method.forms if form.tags]
+        tags = f" ({'; '.join(tagged)})" if tagged else ""
         curves = ", ".join(f"`{g.name}`" for g in method.curves) or "none"
         rows.append(f"| `{name}` | {method.label}{tags} | {params} | "
                     f"{', '.join(method.calibration_names)} | {curves} | {reads} |")

@@ -23,31 +23,33 @@ from __future__ import annotations
 
 import importlib
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
+from sparsefinder.methods.forms import INPUTS as INPUTS
+from sparsefinder.methods.forms import BuildContext as BuildContext
+from sparsefinder.methods.forms import Builder as Builder
+from sparsefinder.methods.forms import Calibration as Calibration
+from sparsefinder.methods.forms import Fitter as Fitter
+from sparsefinder.methods.forms import Form as Form
+from sparsefinder.methods.forms import Inputs as Inputs
+from sparsefinder.methods.forms import Params as Params
+from sparsefinder.methods.forms import Variant as Variant
 from sparsefinder.methods.grids import APP_GROUPS as APP_GROUPS
+from sparsefinder.methods.grids import TAGS as TAGS
 from sparsefinder.methods.grids import WITH_WINDOW_SIZE as WITH_WINDOW_SIZE
 from sparsefinder.methods.grids import AppHint as AppHint
 from sparsefinder.methods.grids import SweepGrid as SweepGrid
+from sparsefinder.methods.grids import check_tags, tagged_grid
 from sparsefinder.methods.grids import sweep_grids as sweep_grids
 from sparsefinder.methods.param import Param as Param
 from sparsefinder.methods.parts import NEEDS as NEEDS
 from sparsefinder.methods.parts import Parts as Parts
 from sparsefinder.methods.parts import check_needs
 
-if TYPE_CHECKING:
-    from sparsefinder.data.records import AttentionRecord
-    from sparsefinder.predictors.base import Predictor
-    from sparsefinder.projections.heads import HeadProjections
-
 #: The module that registers every built-in family (imported by name on first use).
 CATALOG_MODULE = "sparsefinder.catalog"
-
-Inputs = Literal["projected", "original", "shape"]
-INPUTS: tuple[str, ...] = ("projected", "original", "shape")
-Params = Mapping[str, Any]
 
 #: The ways to set a family's parameters: ``none`` (the raw parameters), ``equal`` (each head
 #: meets the target sparsity on its own), ``budget`` (the heads share a sparsity budget, the
@@ -61,88 +63,9 @@ CALIBRATION_LABELS: dict[str, str] = {
 }
 
 
-#: What a family may be tagged with: ``cheap`` (no learned part, nothing fitted),
-#: ``oracle`` (reads the full score matrix: a bound, saves no work), ``baseline`` (a method of
-#: another paper), ``long-context`` (made for texts longer than the model's window).
-TAGS: tuple[str, ...] = ("cheap", "oracle", "baseline", "long-context")
-
-
 class MethodUnavailable(ValueError):
     """A method cannot be built here (e.g. the projections lack its k-means size, or its
     bundled codebooks are for another model); sweeps skip the point and record this reason."""
-
-
-@dataclass(frozen=True)
-class BuildContext:
-    """What a method's ``build`` may use besides its parameters: ``parts``, the learned parts
-    its family declared (:class:`Parts`), and ``layer``, which seeds the random baselines
-    (``seed = layer``) and selects per-layer learned parts."""
-
-    parts: Parts
-    layer: int
-
-    @property
-    def projections(self) -> HeadProjections | None:
-        return self.parts.projections
-
-    @property
-    def fitted(self) -> Any:
-        """What the family's own ``fit`` returned (:attr:`Parts.fitted`)."""
-        return self.parts.fitted
-
-
-Builder = Callable[[Params, BuildContext], "Predictor | None"]
-Fitter = Callable[[Sequence["AttentionRecord"]], Any]
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """One way (``name``, one of :data:`CALIBRATIONS` but ``none``) to set a family's
-    parameters per head from a ``target`` fitted on TRAIN graphs: ``fit`` runs once on the
-    training records, ``build`` makes a layer's predictor from its result. ``extra``: the
-    family's parameters that are given with the target, not fitted (e.g. a floor of keys
-    per row)."""
-
-    name: str
-    target: Param
-    fit: Fitter
-    build: Builder
-    label: str = ""
-    extra: tuple[Param, ...] = ()
-    #: the sweep's targets (each point: the target's name, and the ``extra`` at their default)
-    grid: tuple[Mapping[str, Any], ...] = ()
-    #: the learned parts its build reads (its fit makes ``calibration``)
-    needs: tuple[str, ...] = ("projections", "calibration")
-
-
-@dataclass(frozen=True)
-class Variant:
-    """What a family under one calibration takes and does: its parameters, ``build``, ``fit``,
-    the parts ``build`` reads and the one ``fit`` makes."""
-
-    params: tuple[Param, ...]
-    build: Builder
-    fit: Fitter | None
-    needs: tuple[str, ...] | None = None
-    fits: str = "fitted"
-    fit_reads: tuple[str, ...] = ()
-    inputs: Inputs = "projected"
-
-
-@dataclass(frozen=True)
-class Form:
-    """A form of a family picked by one parameter's value (``block`` with ``learned=True``:
-    blocks scored by projections learned on pooled blocks) that takes, reads, needs and fits
-    other things than the family's plain form: a family, not a family per form, still."""
-
-    param: str
-    value: Any
-    params: tuple[Param, ...]
-    build: Builder
-    inputs: Inputs
-    fit: Fitter | None = None
-    needs: tuple[str, ...] | None = None
-    fits: str = "fitted"
 
 
 def method_id(family: str, calibration: str = "none") -> str:
@@ -192,18 +115,21 @@ class Method:
         bad = [c.name for c in self.calibrations if c.name not in CALIBRATIONS[1:]]
         if bad:
             raise ValueError(f"calibrations must be among {CALIBRATIONS[1:]}, got {bad}")
-        if set(self.tags) - set(TAGS):
-            raise ValueError(f"tags must be among {TAGS}, got {sorted(set(self.tags) - set(TAGS))}")
+        for tags in (self.tags, *(form.tags for form in self.forms)):
+            check_tags(tags)
 
     @property
     def curves(self) -> tuple[SweepGrid, ...]:
-        """Every sweep curve: its raw grids, one per calibration over its targets
-        (``distance:budget``), then its own calibrated grids."""
+        """Every sweep curve of the family: its raw grids (in the groups their form's tags
+        imply, :func:`~sparsefinder.methods.grids.tagged_grid`), then one per calibration
+        (``distance:budget``) over that calibration's targets, then its own calibrated grids."""
+        own = tuple(g for g in self.grids if g.calibration != "none")
+        raw = tuple(tagged_grid(g, self.tags_for({**(g.points[0] if g.points else {}),
+                                                   **g.fixed})) for g in self.grids if g not in own)
         calibrated = tuple(SweepGrid(method_id(self.name, c.name), c.grid, c.name,
                                      groups=("calibrated",))
                            for c in self.calibrations if c.grid)
-        own = tuple(g for g in self.grids if g.calibration != "none")  # after the calibrations
-        return tuple(g for g in self.grids if g not in own) + calibrated + own
+        return raw + calibrated + own
 
     @property
     def calibration_names(self) -> tuple[str, ...]:
@@ -214,12 +140,10 @@ class Method:
         """Parameters, builder and fitter of this family under ``calibration`` (and, given
         ``params``, the :class:`Form` their values pick)."""
         if calibration == "none" and self.raw:
-            declared = {p.name: p for p in self.params}
-            for form in self.forms:
-                if params is not None and params.get(form.param) is not None and \
-                        declared[form.param].coerce(params[form.param]) == form.value:
-                    return Variant(form.params, form.build, form.fit, form.needs, form.fits,
-                                   (), form.inputs)
+            form = self.form_of(params)
+            if form is not None:
+                return Variant(form.params, form.build, form.fit, form.needs, form.fits,
+                               (), form.inputs)
             return Variant(self.params, self.build, self.fit, self.needs, self.fits,
                            self.fit_reads, self.inputs)
         for option in self.calibrations:
@@ -228,6 +152,18 @@ class Method:
                                option.needs, "calibration", (), self.inputs)
         raise ValueError(f"method {self.name!r} takes calibration "
                          f"{' / '.join(self.calibration_names)}, got {calibration!r}")
+
+    def form_of(self, params: Params | None) -> Form | None:
+        """The :class:`Form` the values of ``params`` pick (None: the plain form)."""
+        declared = {p.name: p for p in self.params}
+        return next((form for form in self.forms if params is not None
+                     and params.get(form.param) is not None
+                     and declared[form.param].coerce(params[form.param]) == form.value), None)
+
+    def tags_for(self, params: Params | None = None) -> tuple[str, ...]:
+        """The family's tags, and those of the form ``params`` pick."""
+        form = self.form_of(params)
+        return self.tags + tuple(t for t in (form.tags if form else ()) if t not in self.tags)
 
     @property
     def param_names(self) -> tuple[str, ...]:

@@ -11,7 +11,8 @@ query row computes
 
 writes the row's mask and counts it in one loop; a row keeping fewer than its
 floor ``f_i`` keys then gets its ``f_i`` smallest ``d_ij`` (its nearest keys): the row's
-distances in one vectorised pass, then one insertion pass. Only each row's allowed keys (a
+distances in one vectorised pass, a bound that rules out all but a few of them, and an
+insertion pass over those few. Only each row's allowed keys (a
 contiguous run, :func:`~sparsefinder.attention.masks.allowed_key_range`) are tested or chosen;
 every other pair is written False.
 
@@ -88,26 +89,51 @@ def terms(q, t2):
 
 
 @_INLINE
-def nearest(kt, kk, coef, lo, hi, want, row, dist, values, index):
-    # Set row[j] for the want smallest d_j, j in [lo, hi): the distances in one vectorised
-    # pass, then one insertion pass (ties: the lower j).
+def insert(d, j, want, size, values, index):
+    # Keep values[:size] the smallest distances seen, ascending (ties: the earlier j).
+    if size < want:
+        slot = size
+        size += 1
+    elif d < values[want - 1]:
+        slot = want - 1
+    else:
+        return size
+    while slot > 0 and values[slot - 1] > d:
+        values[slot] = values[slot - 1]
+        index[slot] = index[slot - 1]
+        slot -= 1
+    values[slot] = d
+    index[slot] = j
+    return size
+
+
+@_INLINE
+def nearest(kt, kk, coef, lo, hi, want, row, dist, values, index, spots):
+    # Set row[j] for the want smallest d_j, j in [lo, hi) (ties: the lower j; want <= hi - lo).
+    # The row's distances in one vectorised pass. Then a bound: the minima of want disjoint
+    # blocks are want distinct entries, so the want-th smallest is at most their largest; only
+    # entries under it can be chosen (about 3·want of them), and only those reach the
+    # branchy insertion pass, which costs a mispredicted branch or two per entry it sees.
     distances(kt, kk, coef, lo, hi, dist)
+    span = hi - lo
+    width = span // want
+    bound = np.float32(-np.inf)
+    for b in range(want):
+        least = np.float32(np.inf)
+        for j in range(b * width, span if b == want - 1 else (b + 1) * width):
+            least = min(least, dist[j])
+        bound = max(bound, least)
+    found = 0
+    for j in range(span):  # the candidates' positions, compacted without a branch
+        spots[found] = j
+        found += np.int32(dist[j] <= bound)
     size = 0
-    for j in range(hi - lo):
-        d = dist[j]
-        if size < want:
-            slot = size
-            size += 1
-        elif d < values[want - 1]:
-            slot = want - 1
-        else:
-            continue
-        while slot > 0 and values[slot - 1] > d:
-            values[slot] = values[slot - 1]
-            index[slot] = index[slot - 1]
-            slot -= 1
-        values[slot] = d
-        index[slot] = lo + j
+    for c in range(found):
+        size = insert(dist[spots[c]], lo + spots[c], want, size, values, index)
+    if size < want:  # fewer than want comparable (non-NaN) distances: every entry, in order
+        size = 0
+        for j in range(span):
+            size = insert(dist[j], lo + j, want, size, values, index)
     for s in range(size):
         row[index[s]] = 1
 
@@ -120,6 +146,7 @@ def run(q, kt, kk, sq_thresholds, first, count, floor, out):
     values = np.empty(max(1, floor.max()) if n else 1, np.float32)
     index = np.empty(values.shape[0], np.int64)
     dist = np.empty(max(1, m), np.float32)
+    spots = np.empty(max(1, m), np.int32)
     for h in range(heads):
         kth, kkh, t2 = kt[h], kk[h], sq_thresholds[h]
         for i in range(n):
@@ -129,7 +156,7 @@ def run(q, kt, kk, sq_thresholds, first, count, floor, out):
             row[:lo] = 0
             row[hi:] = 0
             if row_span(kth, kkh, coef, t, lo, hi, row) < floor[i]:
-                nearest(kth, kkh, coef, lo, hi, floor[i], row, dist, values, index)
+                nearest(kth, kkh, coef, lo, hi, floor[i], row, dist, values, index, spots)
 """
 
 

@@ -32,7 +32,7 @@ from sparsefinder.projections.heads import HeadProjections
 from sparsefinder.projections.hinge import _check_hyperparameters, loss_metadata
 from sparsefinder.projections.lowrank import fit_lowrank, max_norms
 from sparsefinder.projections.pairs import PairsObjective, _LayerPairs
-from sparsefinder.projections.trainer import EarlyStop, LayerLog, Trainer, autograd_gradients
+from sparsefinder.training import EarlyStop, LayerLog, Trainer, autograd_gradients
 
 _NAMES = ("weight", "bias", "key_weight", "key_bias")
 

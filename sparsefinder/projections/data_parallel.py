@@ -42,7 +42,7 @@ from sparsefinder.projections.hinge import (
     loss_metadata,
 )
 from sparsefinder.projections.pairs import _check_records, _layer_pairs, _schedule, sample_negatives
-from sparsefinder.projections.trainer import LayerLog, Trainer
+from sparsefinder.training import LayerLog, Trainer
 
 SHARD_SEED_STRIDE = 7919
 
@@ -148,7 +148,7 @@ def train_projections_sharded(
     ``shard_ids`` are the global ids of the held shards (default: the rank when a process
     group is initialised and one shard is held, else ``0 .. len(shards) - 1``). Every rank
     must call this with the same hyperparameters; all ranks return the same projections.
-    The loop is :class:`~sparsefinder.projections.trainer.Trainer` with an all-reduce hook
+    The loop is :class:`~sparsefinder.training.Trainer` with an all-reduce hook
     (``checkpoint``/``resume``: its state, one per rank).
     """
     _check_hyperparameters(

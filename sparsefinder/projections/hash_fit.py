@@ -8,7 +8,7 @@ pairs. The maps start from one shared Gaussian matrix (SimHash of the q·k angle
 before training queries and keys with a large inner product tend to share bits.
 
 The fit runs on the training loop of the projections
-(:class:`~sparsefinder.projections.trainer.Trainer`): it draws record-level pairs, not the
+(:class:`~sparsefinder.training.Trainer`): it draws record-level pairs, not the
 per-row (edge, non-edge) pairs of :mod:`~sparsefinder.projections.pairs`, so it is an
 objective of its own whose one epoch is ``steps`` full-batch steps.
 """
@@ -23,7 +23,7 @@ from torch import Tensor
 
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.predictors.hash_codes import HASH_BITS
-from sparsefinder.projections.trainer import LayerLog, Trainer, autograd_gradients
+from sparsefinder.training import LayerLog, Trainer, autograd_gradients
 
 
 def _pairs(records: Sequence[AttentionRecord], layer: int, per_head: int,

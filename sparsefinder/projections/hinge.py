@@ -28,7 +28,7 @@ from torch import Tensor
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.projections.heads import HeadProjections
 from sparsefinder.projections.pairs import PairsObjective, _check_records, _LayerPairs
-from sparsefinder.projections.trainer import EarlyStop, LayerLog, Trainer
+from sparsefinder.training import EarlyStop, LayerLog, Trainer
 
 _INIT_SAMPLE = 50_000  # pairs per head used to estimate the second moments of the init
 
@@ -159,7 +159,7 @@ def train_projections(
     (``loss_first``/``loss_last`` per layer: mean hinge loss of the first/last 10 % of steps).
 
     ``early_stop``, ``checkpoint``, ``resume``: the loop's options
-    (:class:`~sparsefinder.projections.trainer.Trainer`): stop a layer when the hinge on
+    (:class:`~sparsefinder.training.Trainer`): stop a layer when the hinge on
     held-out TRAIN records stops improving; receive the state after every epoch; continue
     from such a state.
     """

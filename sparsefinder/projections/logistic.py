@@ -39,7 +39,7 @@ from sparsefinder.projections.hinge import (
     loss_metadata,
 )
 from sparsefinder.projections.pairs import PairsObjective, _check_records, _LayerPairs
-from sparsefinder.projections.trainer import EarlyStop, LayerLog, Trainer
+from sparsefinder.training import EarlyStop, LayerLog, Trainer
 
 
 def _initial_bias(pairs: _LayerPairs, weight: Tensor, ids: Tensor, neg_rows: Tensor) -> Tensor:

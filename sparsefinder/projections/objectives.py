@@ -16,7 +16,7 @@
   against a softmax over each row's (sampled) logits
   (:func:`~sparsefinder.projections.bilinear.fit_lowrank_listwise`).
 
-The learned ones run on :class:`~sparsefinder.projections.trainer.Trainer`.
+The learned ones run on :class:`~sparsefinder.training.Trainer`.
 """
 
 from __future__ import annotations

@@ -264,7 +264,7 @@ Rows = tuple[Tensor, Tensor, Tensor]
 
 
 class PairsObjective:
-    """The data half of a contrastive :class:`~sparsefinder.projections.trainer.Objective`.
+    """The data half of a contrastive :class:`~sparsefinder.training.Objective`.
 
     Per layer, the gold edges of the records (:func:`_layer_pairs`); per epoch, a negative per
     positive and a shuffled schedule from ONE generator (negatives first, then the schedule, then

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sparsefinder.adaptation.distill import batch_at, lora_student, measure, softmax_teacher, train
+from sparsefinder.adaptation.distill import lora_student, measure, softmax_teacher, train
 from sparsefinder.adaptation.objective import (
     AdaptConfig,
     AdaptError,
+    batch_at,
     target_modules,
     teacher_targets,
 )
@@ -89,6 +90,42 @@ def test_a_checkpoint_is_loaded_without_running_code(tiny_model_dirs, tmp_path, 
     bad.write_bytes(b"not a checkpoint")
     with pytest.raises(AdaptError, match="cannot read the checkpoint"):
         train(student, targets, config, torch.device("cpu"), checkpoint=bad, resume=True)
+
+
+def test_an_old_checkpoint_is_refused_with_how_to_go_on(tiny_model_dirs, tmp_path):
+    """A checkpoint of the adaptation's former own loop (no format mark, the adapter and the
+    optimizer at the top) cannot continue on the one training loop: say so, and how."""
+    config, _, _, targets, student = _setup(tiny_model_dirs["bert"])
+    old = tmp_path / "c.pt"
+    torch.save({"config": config.as_dict(), "step": 2, "seconds": 1.0, "history": [],
+                "entropy0": torch.zeros(2, 2), "adapter": _lora(student), "optimizer": {},
+                "scheduler": {}}, old)
+    with pytest.raises(AdaptError, match="older sparsefinder.*delete it, or rerun without "
+                                         "--resume"):
+        train(student, targets, config, torch.device("cpu"), checkpoint=old, resume=True)
+    train(student, targets, config, torch.device("cpu"), checkpoint=old)  # starting over: fine
+    _, _, _, targets2, other = _setup(tiny_model_dirs["bert"], rank=3)
+    saved = torch.load(old, weights_only=True)
+    saved["config"] = AdaptConfig(**{**config.as_dict(), "rank": 3}).as_dict()
+    torch.save(saved, old)  # the same settings, but rank-2 tensors for a rank-3 student
+    with pytest.raises(AdaptError, match="another model"):
+        train(other, targets2, AdaptConfig(**saved["config"]), torch.device("cpu"),
+              checkpoint=old, resume=True)
+
+
+def test_on_step_sees_the_student_as_trained_so_far(tiny_model_dirs):
+    config, _, _, targets, student = _setup(tiny_model_dirs["bert"])
+    seen = []
+    state = train(student, targets, config, torch.device("cpu"),
+                  on_step=lambda step, parts: seen.append((step, parts, _lora(student))))
+    assert [step for step, _, _ in seen] == [1, 2, 3, 4] and state.step == 4
+    assert set(seen[0][1]) == {"tok", "pool", "layer", "ent+", "loss"}
+    moved = [any(not torch.equal(a, b) for a, b in zip(x.values(), y.values(), strict=True))
+             for (_, _, x), (_, _, y) in zip(seen, seen[1:], strict=False)]
+    assert all(moved)  # every step changed the student the hook looks at
+    assert all(torch.equal(a, b) for a, b in zip(seen[-1][2].values(), _lora(student).values(),
+                                                 strict=True))
+    assert state.history == [{"step": 4, **seen[-1][1]}]  # every 10th step, and the last
 
 
 def test_training_moves_toward_the_teacher_and_measure_counts_support(tiny_model_dirs):

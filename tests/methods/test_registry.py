@@ -90,3 +90,45 @@ def test_a_point_that_cannot_be_built_here_is_method_unavailable():
     spec = PredictorSpec.of("kmeans", {"n_clusters": 5, "top_k": 1})
     with pytest.raises(MethodUnavailable, match="no k-means centroids for B=5"):
         spec.build(projections, 0)
+
+
+def test_a_form_tagged_long_context_is_listed_with_the_long_context_methods():
+    """``block`` with ``select="keys"`` (once the family ``block-keys``) is long-context by its
+    form's tag, said once: the docs table, the CLI's ``--methods long-context`` and the app's
+    Pareto groups all read it."""
+    from sparsefinder.evaluation.curves import resolve_methods
+    from sparsefinder.explore.pareto import PAGE_GROUPS
+    from sparsefinder.methods.docs_table import families_table
+
+    block = METHODS["block"]
+    assert "long-context" in block.tags_for({"select": "keys", "block": 32})
+    assert block.tags_for({"select": "blocks"}) == block.tags == ()
+    grouped = {g.name for g in block.curves if "long-context" in g.groups}
+    assert grouped == {"block-keys"}  # not the family's other forms
+    assert "block-keys" in resolve_methods("long-context")
+    assert "block-keys" in PAGE_GROUPS["long-context"]
+    assert ("| `block` | Block Sparsefinder (block, key blocks, single keys) "
+            "(`select=keys`: long-context) |") in families_table()
+
+
+def test_a_plugin_form_tag_puts_its_curves_in_the_group_and_bad_tags_are_refused():
+    from sparsefinder.evaluation.curves import GROUPS
+    from sparsefinder.methods.registry import Form, sweep_grids
+
+    mode = Param("mode", str, "near", choices=("near", "far"))
+    far = Form("mode", "far", (mode,), lambda p, c: None, "shape", tags=("long-context",))
+    plugin = Method("plugin-forms", "Plug-in with forms", (mode,), lambda p, c: None,
+                    inputs="shape", forms=(far,),
+                    grids=(*sweep_grids("plugin-near", [{"mode": "near"}], groups=("baselines",)),
+                           *sweep_grids("plugin-far", [{}], fixed={"mode": "far"})))
+    register_method(plugin)
+    try:
+        assert "plugin-far" in GROUPS["long-context"]
+        assert "plugin-near" in GROUPS["baselines"]
+        assert "plugin-near" not in GROUPS["long-context"]
+    finally:
+        unregister_method("plugin-forms")
+    assert "plugin-far" not in GROUPS["long-context"]
+    bad = Form("mode", "far", (mode,), lambda p, c: None, "shape", tags=("huge",))
+    with pytest.raises(ValueError, match=r"tags must be among .*'huge'"):
+        Method("plugin-bad", "Bad", (mode,), lambda p, c: None, inputs="shape", forms=(bad,))

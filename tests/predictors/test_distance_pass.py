@@ -78,6 +78,35 @@ def test_a_short_row_gets_its_nearest_allowed_keys(n, m, causal, window, floor, 
                 assert d2[h, i][extra].max() <= d2[h, i][others].min()
 
 
+@pytest.mark.parametrize(("m", "floor"), [(64, 5), (64, 1), (37, 12), (12, 12), (200, 12)])
+def test_a_short_rows_floor_is_its_nearest_keys_ties_to_the_lower_key(m, floor) -> None:
+    """Exactly the row's ``floor`` smallest distances, equal ones taken in key order (a
+    stable sort in float64 is the reference): small integers make many ties, so the bound
+    that skips far keys must keep every key the ordering can still reach."""
+    q, k = _integer_qk(4, 9, m, 5, seed=m + floor)
+    t2 = torch.full((4,), -0.5)  # no key within the threshold: every row is short
+    got = distance_pass.threshold_pass(q, k, t2, floor=torch.full((9,), floor))
+    _, d2 = _reference(q, k, t2, False, None)
+    nearest = d2.sort(dim=-1, stable=True).indices[..., :floor]
+    want = torch.zeros_like(got).scatter_(-1, nearest, True)
+    assert torch.equal(got, want)
+
+
+def test_nan_distances_are_never_nearer_than_a_number() -> None:
+    """A key with a NaN coordinate is not among a row's nearest while enough keys have a
+    distance; a NaN query (no distance at all) keeps its first ``floor`` keys."""
+    q, k = _integer_qk(1, 3, 40, 4, seed=5)
+    k[0, 1] = float("nan")  # the nearest key of no row
+    q[0, 2] = float("nan")
+    got = distance_pass.threshold_pass(q, k, torch.tensor([-0.5]), floor=torch.full((3,), 6))
+    assert not got[0, :2, 1].any() and int(got[0, :2].sum()) == 12
+    _, d2 = _reference(q[:, :2], k, torch.tensor([-0.5]), False, None)
+    d2[..., 1] = float("inf")
+    nearest = d2.sort(dim=-1, stable=True).indices[..., :6]
+    assert torch.equal(got[:, :2], torch.zeros_like(got[:, :2]).scatter_(-1, nearest, True))
+    assert got[0, 2].tolist() == [True] * 6 + [False] * 34
+
+
 def test_the_predictors_take_the_pass_and_agree_with_their_tensor_form() -> None:
     """Distance, ThresholdDistance and RowFloor(distance) run the pass on a CPU; their
     tensor-op forms (float64 input) give the same graph on integer data."""

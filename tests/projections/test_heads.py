@@ -705,7 +705,7 @@ def test_softmax_layers_are_left_untrained_and_listed(records: list[AttentionRec
 
 
 def test_bias_centres_every_record_also_the_held_out_ones(records: list[AttentionRecord]) -> None:
-    from sparsefinder.projections.trainer import EarlyStop
+    from sparsefinder.training import EarlyStop
 
     proj = train_projections(records, rank=2, batch_size=32, epochs=2,
                              early_stop=EarlyStop(held_out=0.34, min_delta=1e9))
@@ -719,7 +719,7 @@ def test_bias_centres_every_record_also_the_held_out_ones(records: list[Attentio
 def test_hinge_objective_defaults_refuse_dense_heads_and_centre_its_records(
         records: list[AttentionRecord]) -> None:
     from sparsefinder.projections.hinge import HingeObjective
-    from sparsefinder.projections.trainer import Trainer
+    from sparsefinder.training import Trainer
 
     def objective(recs: list[AttentionRecord]) -> HingeObjective:
         return HingeObjective(recs, heads=HEADS, batch_size=64, negatives_per_positive=1,

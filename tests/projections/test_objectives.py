@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
 import torch
 from cluster_records import cluster_record
@@ -9,8 +11,10 @@ from tolerances import bound, tol_for
 
 from sparsefinder.bundle import bundle
 from sparsefinder.data.records import AttentionRecord, LayerGraph
+from sparsefinder.projections.bilinear import refine_lowrank
 from sparsefinder.projections.centroids import fit_centroids
 from sparsefinder.projections.heads import HeadProjections, ProjectionsError
+from sparsefinder.projections.hinge import train_projections
 from sparsefinder.projections.logistic import logistic_step, train_logistic
 from sparsefinder.projections.lowrank import (
     approximate_scores,
@@ -19,6 +23,7 @@ from sparsefinder.projections.lowrank import (
     low_rank_factors,
 )
 from sparsefinder.projections.pairs import _layer_pairs
+from sparsefinder.training import EarlyStop
 
 pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
 
@@ -295,3 +300,69 @@ def test_fit_projections_runs_the_named_objective_with_its_options(records) -> N
         fit_projections(records, "hinge")
     with pytest.raises(TypeError, match=r"unknown hyperparameters \['epoch'\]"):
         fit_projections(records, "paper", epoch=3)
+
+
+# ---------------------------------------------------------------- on the one training loop
+
+
+@pytest.fixture(scope="module")
+def clustered() -> list[AttentionRecord]:
+    gen = torch.Generator().manual_seed(1)
+    return [cluster_record(gen, 24) for _ in range(6)]
+
+
+def _roundtrip(state: dict) -> dict:
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=False)
+
+
+def test_hinge_stops_early_on_held_out_records(clustered) -> None:
+    rule = EarlyStop(held_out=0.34, min_delta=1e9)  # every 3rd record held out; stops at 2
+    proj = train_projections(clustered, rank=2, batch_size=32, epochs=10, early_stop=rule)
+    meta = proj.metadata
+    assert meta["epochs_run"] == [2, 2] and len(meta["held_out_loss"][0]) == 2
+    # Layer 0 restored to epoch 1 = training on the other records for one epoch (the
+    # held-out pairs have their own generator: the training draws are unchanged; layer 1
+    # differs, its draws follow layer 0's second epoch on the one generator).
+    fit, _ = rule.split(clustered)
+    one = train_projections(fit, rank=2, batch_size=32, epochs=1)
+    assert torch.equal(proj.weight[0], one.weight[0])
+    assert "epochs_run" not in one.metadata and proj.metadata["n_records"] == len(clustered)
+
+
+@pytest.mark.parametrize("fit", ["paper", "logistic", "lowrank-logistic"])
+def test_resumed_objectives_write_the_same_projections(clustered, fit) -> None:
+    def run(**loop):
+        if fit == "paper":
+            return train_projections(clustered, rank=2, batch_size=32, epochs=3, **loop)
+        if fit == "logistic":
+            return train_logistic(clustered, rank=2, batch_size=32, epochs=3, **loop)
+        return refine_lowrank(start, clustered, batch_size=32, epochs=3, lr=0.02, **loop)
+
+    start = fit_lowrank(clustered, rank=2) if fit == "lowrank-logistic" else None
+    states: list[dict] = []
+    full = run(checkpoint=states.append)
+    assert len(states) == LAYERS * 3
+    for done in (2, 3, 5):  # epochs done: mid layer 0, end of layer 0, mid layer 1
+        later: list[dict] = []
+        again = run(resume=_roundtrip(states[done - 1]), checkpoint=later.append)
+        assert len(later) == LAYERS * 3 - done  # only the epochs left are trained
+        for name in ("weight", "bias", "key_weight", "key_bias", "query_radius"):
+            if getattr(full, name, None) is not None:
+                assert torch.equal(getattr(again, name), getattr(full, name)), name
+        assert again.metadata == full.metadata
+
+
+def test_resumed_hash_codes_are_the_same() -> None:
+    from sparsefinder.projections.hash_fit import fit_hash_codes
+
+    gen = torch.Generator().manual_seed(2)
+    records = [cluster_record(gen, 24) for _ in range(3)]
+    states: list[dict] = []
+    full = fit_hash_codes(records, bits=4, steps=5, seed=1, checkpoint=states.append)
+    assert [s["layer"] for s in states] == [0, 1]
+    again = fit_hash_codes(records, bits=4, steps=5, seed=1, resume=_roundtrip(states[0]))
+    for (wq, wk), (wq_full, wk_full) in zip(again, full, strict=True):
+        assert torch.equal(wq, wq_full) and torch.equal(wk, wk_full)

@@ -1,5 +1,6 @@
 """The training loop shared by every learned part: early stopping, resuming, the all-reduce hook
-and the progress bar, on a toy objective and on the real ones."""
+and the progress bar, on a toy objective (the real objectives on it:
+tests/projections/test_objectives.py, tests/adaptation/test_distill.py)."""
 
 from __future__ import annotations
 
@@ -7,28 +8,22 @@ import io
 
 import pytest
 import torch
-from cluster_records import cluster_record
 from tolerances import tol_for
 
-from sparsefinder.data.records import AttentionRecord
-from sparsefinder.projections.bilinear import refine_lowrank
-from sparsefinder.projections.hinge import train_projections
-from sparsefinder.projections.logistic import train_logistic
-from sparsefinder.projections.lowrank import fit_lowrank
-from sparsefinder.projections.trainer import EarlyStop, LayerLog, Trainer
+from sparsefinder.training import EarlyStop, LayerLog, Trainer
 
 pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
-
-HEADS, D, LAYERS = 2, 8, 2
 
 
 class Toy:
     """Per layer, ``w`` (3,) pulled towards a noisy target around 1 (loss ½‖w − t‖², one new
-    target per epoch); held-out loss ‖w − 0.5‖²: it improves while w nears 0.5, then worsens."""
+    target per epoch); held-out loss ‖w − 0.5‖²: it improves while w nears 0.5, then worsens.
+    With ``noise``, every gradient also draws noise from the generator (after the epoch's draw).
+    """
 
-    def __init__(self, steps: int = 2, skip: tuple[int, ...] = ()) -> None:
+    def __init__(self, steps: int = 2, skip: tuple[int, ...] = (), noise: float = 0.0) -> None:
         self.generators = [torch.Generator().manual_seed(0)]
-        self.steps, self.skip = steps, skip
+        self.steps, self.skip, self.noise = steps, skip, noise
         self.held_out_calls = 0
 
     def start(self, layer: int, device: torch.device) -> bool:
@@ -43,6 +38,8 @@ class Toy:
 
     def gradients(self, params, step):
         diff = params[0] - self.target
+        if self.noise:
+            diff = diff + self.noise * torch.randn(3, generator=self.generators[0])
         return [diff], 0.5 * diff.square().sum()
 
     def held_out_loss(self, params) -> torch.Tensor:
@@ -55,16 +52,6 @@ class Toy:
 
 def sgd(params):
     return torch.optim.SGD(params, lr=0.15)
-
-
-def _record(gen: torch.Generator, n: int = 24) -> AttentionRecord:
-    return cluster_record(gen, n)
-
-
-@pytest.fixture(scope="module")
-def records() -> list[AttentionRecord]:
-    gen = torch.Generator().manual_seed(1)
-    return [_record(gen) for _ in range(6)]
 
 
 # ---------------------------------------------------------------- early stopping
@@ -106,20 +93,6 @@ def test_early_stop_options_are_checked_and_split_records() -> None:
         EarlyStop(held_out=0.2).split([1, 2, 3])
 
 
-def test_hinge_stops_early_on_held_out_records(records) -> None:
-    rule = EarlyStop(held_out=0.34, min_delta=1e9)  # every 3rd record held out; stops at 2
-    proj = train_projections(records, rank=2, batch_size=32, epochs=10, early_stop=rule)
-    meta = proj.metadata
-    assert meta["epochs_run"] == [2, 2] and len(meta["held_out_loss"][0]) == 2
-    # Layer 0 restored to epoch 1 = training on the other records for one epoch (the
-    # held-out pairs have their own generator: the training draws are unchanged; layer 1
-    # differs, its draws follow layer 0's second epoch on the one generator).
-    fit, _ = rule.split(records)
-    one = train_projections(fit, rank=2, batch_size=32, epochs=1)
-    assert torch.equal(proj.weight[0], one.weight[0])
-    assert "epochs_run" not in one.metadata and proj.metadata["n_records"] == len(records)
-
-
 # ---------------------------------------------------------------- resuming
 
 
@@ -146,40 +119,64 @@ def test_resume_from_any_epoch_gives_the_uninterrupted_weights() -> None:
             assert log == log_full
 
 
-@pytest.mark.parametrize("fit", ["paper", "logistic", "lowrank-logistic"])
-def test_resumed_objectives_write_the_same_projections(records, fit) -> None:
-    def run(**loop):
-        if fit == "paper":
-            return train_projections(records, rank=2, batch_size=32, epochs=3, **loop)
-        if fit == "logistic":
-            return train_logistic(records, rank=2, batch_size=32, epochs=3, **loop)
-        return refine_lowrank(start, records, batch_size=32, epochs=3, lr=0.02, **loop)
+def _halving(optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 / (1 + step))
 
-    start = fit_lowrank(records, rank=2) if fit == "lowrank-logistic" else None
+
+def test_mid_epoch_checkpoints_resume_to_the_uninterrupted_weights() -> None:
+    """With ``checkpoint_every`` the state is taken inside epochs too; a resumed run draws the
+    epoch's target again from the generator's state before the draw, goes on with the noise
+    drawn after it, and with the schedule's and Adam's state."""
     states: list[dict] = []
-    full = run(checkpoint=states.append)
-    assert len(states) == LAYERS * 3
-    for done in (2, 3, 5):  # epochs done: mid layer 0, end of layer 0, mid layer 1
-        later: list[dict] = []
-        again = run(resume=_roundtrip(states[done - 1]), checkpoint=later.append)
-        assert len(later) == LAYERS * 3 - done  # only the epochs left are trained
-        for name in ("weight", "bias", "key_weight", "key_bias", "query_radius"):
-            if getattr(full, name, None) is not None:
-                assert torch.equal(getattr(again, name), getattr(full, name)), name
-        assert again.metadata == full.metadata
+    ends: list[tuple[int, int]] = []
+    options = {"epochs": 3, "lr": 0.1, "checkpoint_every": 2, "scheduler": _halving}
+    full = Trainer(**options, checkpoint=states.append,
+                   on_step=lambda end: ends.append((end.layer, end.step))).fit(
+        Toy(steps=3, noise=0.1), 2)
+    assert ends == [(layer, step) for layer in (0, 1) for step in range(1, 10)]
+    # 9 steps a layer: after steps 2, 4 and 8 (inside epochs), 6 (an epoch's end: a multiple
+    # of 2) and 9 (the layer's end); steps 3 and 9 end epochs on no multiple of 2.
+    where = [(s["layer"], s["epoch"], s["step"]) for s in states]
+    assert where == [(layer, epoch, step) for layer in (0, 1)
+                     for epoch, step in ((0, 2), (1, 1), (2, 0), (2, 2), (3, 0))]
+    for state in states:
+        seen: list[tuple[int, int]] = []
+        again = Trainer(**options, on_step=lambda end, seen=seen: seen.append(
+            (end.layer, end.step))).fit(Toy(steps=3, noise=0.1), 2, resume=_roundtrip(state))
+        for (w, log), (w_full, log_full) in zip(again, full, strict=True):
+            assert torch.equal(w, w_full) and log == log_full
+        assert seen == ends[ends.index((state["layer"], len(state["losses"]))) + 1:]
 
 
-def test_resumed_hash_codes_are_the_same() -> None:
-    from sparsefinder.projections.hash_fit import fit_hash_codes
+def test_the_schedule_scales_steps_and_clipping_caps_the_gradient() -> None:
+    def halt(optimizer):  # the rate drops to 0 after the first epoch's 2 steps
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: float(step < 2))
 
-    gen = torch.Generator().manual_seed(2)
-    records = [_record(gen) for _ in range(3)]
+    (halted, _), = Trainer(epochs=3, optimizer=sgd, scheduler=halt).fit(Toy(), 1)
+    (one, _), = Trainer(epochs=1, optimizer=sgd).fit(Toy(), 1)
+    assert torch.equal(halted, one)
+    (unhalted, _), = Trainer(epochs=3, optimizer=sgd).fit(Toy(), 1)
+    assert not torch.equal(unhalted, one)
+    # One step from 0: the gradient is −target (norm ≈ 1.7), clipped to norm 1e-3 (torch
+    # scales by max_norm / (norm + 1e-6)), times the rate 0.15.
+    target = 1 + 0.1 * torch.randn(3, generator=torch.Generator().manual_seed(0))
+    (clipped, _), = Trainer(optimizer=sgd, clip_grad_norm=1e-3).fit(Toy(steps=1), 1)
+    wide = target.double()
+    expected = 0.15 * wide * (1e-3 / (wide.norm() + 1e-6))
+    torch.testing.assert_close(clipped.double(), expected,
+                               **tol_for(expected, terms=8, dtype=torch.float32))
+    (loose, _), = Trainer(optimizer=sgd, clip_grad_norm=10.0).fit(Toy(steps=1), 1)
+    assert torch.equal(loose, 0.15 * target)  # under the cap: the gradient as it is
+
+
+def test_loop_options_are_checked_and_a_resume_needs_the_same_schedule() -> None:
+    for bad in ({"checkpoint_every": 0}, {"checkpoint_every": 1.5}, {"clip_grad_norm": 0.0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            Trainer(**bad)
     states: list[dict] = []
-    full = fit_hash_codes(records, bits=4, steps=5, seed=1, checkpoint=states.append)
-    assert [s["layer"] for s in states] == [0, 1]
-    again = fit_hash_codes(records, bits=4, steps=5, seed=1, resume=_roundtrip(states[0]))
-    for (wq, wk), (wq_full, wk_full) in zip(again, full, strict=True):
-        assert torch.equal(wq, wq_full) and torch.equal(wk, wk_full)
+    Trainer(epochs=2, checkpoint=states.append).fit(Toy(), 1)
+    with pytest.raises(ValueError, match="taken with no learning-rate scheduler"):
+        Trainer(epochs=2, scheduler=_halving).fit(Toy(), 1, resume=states[0])
 
 
 # ---------------------------------------------------------------- all-reduce hook
