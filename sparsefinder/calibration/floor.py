@@ -170,7 +170,7 @@ def floored_fitter(allocation: str) -> Callable[[Sequence[AttentionRecord]], Cal
 
         def build(p: dict[str, Any], projections: Any, layer: int) -> RowFloor:
             if projections is None:
-                raise ValueError("distance-floor needs learned projections; pass projections=")
+                raise ValueError("a distance floor needs learned projections; pass projections=")
             share = p.get("floor_share")
             share = None if share is None else float(share)
             key = (id(projections), float(p["target_sparsity"]), int(p["floor"]), share)

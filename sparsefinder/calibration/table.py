@@ -2,7 +2,7 @@
 
 The calibrated predictors (:mod:`sparsefinder.calibration.estimators`) turn a *target
 sparsity* into per-head parameters — a squared-distance threshold (``distance:budget``; with a
-per-row floor of the ``m`` nearest keys, ``distance-floor:budget``, fitted with the floor's
+per-row floor of the ``m`` nearest keys, ``floor=m``, fitted with the floor's
 density included) or a per-row keep fraction (``rowfrac:budget``), the heads sharing the
 sparsity budget so that the mean recall is highest. Fitting needs the train split's gold
 graphs, which an interactive app does not want to extract. So ``sparsefinder calibrate``
@@ -94,7 +94,7 @@ class CalibrationTable:
     """Per-head parameters of each family under ``calibration="budget"`` at each target.
 
     ``params[family]`` is float32 (targets, layers, heads): squared thresholds for
-    ``distance`` and ``distance-floor`` (its floor of ``metadata["floor"]`` keys per row,
+    ``distance`` and :data:`FLOOR_METHOD` (``distance`` with ``metadata["floor"]`` keys per row,
     capped by the row's length with ``metadata["floor_share"]``, None or absent: uncapped),
     keep fractions for ``rowfrac``, indices into ``grids[family]`` (the raw settings) for
     the :data:`GRID_METHODS`; ``train_sparsity`` and ``train_recall`` the train estimates,
@@ -119,7 +119,7 @@ class CalibrationTable:
             grid_methods: Sequence[str] = GRID_METHODS,
             floor: int | None = DEFAULT_FLOOR, codebooks: Any = None,
             floor_share: float | None = DEFAULT_FLOOR_SHARE) -> CalibrationTable:
-        """Fit every method of :data:`ESTIMATORS`, ``distance-floor`` with ``floor`` keys per
+        """Fit every method of :data:`ESTIMATORS`, the floored distance with ``floor`` keys per
         row capped by ``floor_share`` (the floor None: not fitted; the share None: no cap) and
         ``grid_methods`` at every target on TRAIN records (``codebooks``: the key codebooks
         routed k-means is measured with, when they are not yet where the library looks them
@@ -190,7 +190,7 @@ class CalibrationTable:
 
     @property
     def floor_share(self) -> float | None:
-        """The length cap of the table's ``distance-floor`` (None: uncapped, also for the tables
+        """The length cap of the table's floored distance (None: uncapped, also for the tables
         written before the cap was recorded)."""
         return _share(self.metadata.get("floor_share"))
 

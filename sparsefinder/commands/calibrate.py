@@ -1,7 +1,7 @@
 """`sparsefinder calibrate`: per-head calibrated settings for a grid of target sparsities.
 
-Fits ``distance:budget`` (per-head distance thresholds), ``distance-floor:budget`` (the same
-with each row's ``DEFAULT_FLOOR`` nearest keys capped by the row's length with
+Fits ``distance:budget`` (per-head distance thresholds; and the same with ``floor``, each
+row's ``DEFAULT_FLOOR`` nearest keys capped by the row's length with
 ``DEFAULT_FLOOR_SHARE``, the floor's density included),
 ``rowfrac:budget`` (per-head row fractions), ``kmeans-routed:budget`` (per-head key budgets)
 and ``window:budget`` (per-head windows) on the TRAIN split's gold graphs for the given
