@@ -1,18 +1,17 @@
 """The method controls: the grouped method menu, its calibration, and each family's live
-sliders (hand-made for the learned families, generated from the declared parameters for
-the baselines), plus window and global tokens.
+sliders (generated from its declared parameters, shown as its catalog entry's ``Control``s
+say, with ranges that may depend on the text), plus window and global tokens.
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import streamlit as st
 
 from app.binding import _sync, bind, update_view, view_state
 from app.context import AppContext
-from sparsefinder.explore import app_methods, live
+from sparsefinder.explore import app_methods, live, text_ranges
 from sparsefinder.explore import prepared as prep
 from sparsefinder.explore import state as urlstate
 
@@ -56,8 +55,8 @@ def method_sliders(ctx: AppContext, columns: int = 4) -> urlstate.ViewState:
     """
     prepared, state = ctx.prepared, view_state()
     method = live.effective_method(state, prepared)
-    generic = app_methods.generic_params(method) if ":" not in method else ()
-    col = iter(st.columns(max(columns, len(generic) + 2)))
+    shown = app_methods.controls(method) if ":" not in method else ()
+    col = iter(st.columns(max(columns, len(shown) + 2)))
     if ":" in method:  # a calibrated form: its parameters come from a target
         next(col).select_slider(
             "Target sparsity", options=prepared.calibration.targets,
@@ -65,44 +64,8 @@ def method_sliders(ctx: AppContext, columns: int = 4) -> urlstate.ViewState:
             help="Per-head settings chosen on TRAIN graphs so that the heads together keep "
                  "this share of pairs out, with the highest mean recall (a sparsity budget).",
             **bind("w_target", "target_sparsity", float, float))
-    elif method == "distance":
-        next(col).slider(
-            "t (distance threshold)", 0.0, float(prepared.t_max),
-            step=float(prepared.t_max) / 200, format="%.3f",
-            help="Edge iff ‖q′−k′‖ ≤ t in the learned projection space (§4.3).",
-            **bind("w_t", "t", float, float))
-    elif method == "quantization":
-        next(col).slider(
-            "β (bins per dimension)", int(urlstate.BINS.low), urlstate.MAX_BINS,
-            help="Each projected dimension cut into β equal-population bins (§4.4).",
-            **bind("w_bins", "bins", int, int))
-    elif method == "kmeans":
-        next(col).select_slider(
-            "B (clusters)", options=prepared.cluster_choices,
-            help="Number of k-means centroids learned offline per head (§4.5).",
-            **bind("w_clusters", "clusters", int, int))
-        top = min(urlstate.MAX_TOP_K, int(view_state().clusters))
-        if top > 1:
-            next(col).slider(
-                "k (nearest centroids)", int(urlstate.TOP_K.low), top,
-                help="Queries and keys join their k nearest centroids; larger k, more edges.",
-                **bind("w_top_k", "top_k", lambda k: min(int(k), top), int))
-    elif method == "quest":
-        next(col).slider(
-            f"Quest pages (of {urlstate.QUEST_PAGE} keys) per query", int(urlstate.PAGES.low),
-            urlstate.MAX_PAGES,
-            help="Keys in pages; each query keeps the pages with the highest upper bound "
-                 "Σ_d max(q_d·min_d, q_d·max_d) of its score (Quest, training-free).",
-            **bind("w_pages", "pages", int, int))
-    elif method == "hashattention":
-        next(col).slider(
-            "Hamming distance (of 16-bit codes)", int(urlstate.HAMMING.low), urlstate.HASH_BITS,
-            help="Each query keeps the keys whose learned binary code differs from its own "
-                 "in at most this many bits (HashAttention-style codes, learned on TRAIN "
-                 "gold graphs; bundled for the default model).",
-            **bind("w_hamming", "hamming", int, int))
-    for param in generic:
-        _generic_slider(next(col), method, param)
+    for param, control in shown:
+        _slider(col, prepared, method, param, control)
     next(col).select_slider("Window size", options=urlstate.WINDOW_CHOICES,
                             help="Adds edges |i−j| ≤ size//2 (0 = off).",
                             **bind("w_window", "window", urlstate.snap_window, int))
@@ -117,26 +80,45 @@ def method_sliders(ctx: AppContext, columns: int = 4) -> urlstate.ViewState:
     return view_state()
 
 
-def _generic_slider(where: Any, family: str, param: Any) -> None:
-    """A slider generated from a family's declared parameter (its range, label and help),
-    bound to the view state's ``extra`` values and so to the link."""
-    high = param.high if param.high is not None else param.app_high
-    low = float(param.low or 0.0)
-    value_of = functools.partial(app_methods.extra_value, family=family, param=param)
-    if param.kind is int:
-        kwargs: dict[str, Any] = {"min_value": int(low), "max_value": int(high), "step": 1}
-        cast = int
+def _slider(col: Any, prepared: prep.PreparedText, family: str, param: Any,
+            control: Any) -> None:
+    """A slider generated from a family's declared parameter: its range (or the text's, by
+    the control's hook), label and help, bound to its view-state field or the state's
+    ``extra`` values, and so to the link. None when its range holds at most one value (k of
+    B = 1)."""
+    span = text_ranges.text_range(prepared, view_state(), param, control)
+    cast = int if param.kind is int else float
+    label = control.label or param.label[:1].upper() + param.label[1:]
+    words: dict[str, Any] = {"help": control.help or param.help
+                             or f"{param.name}: {param.describe()}"}
+    if span.options is not None and not span.options:
+        return
+    if span.options is None:
+        low, high = cast(span.low or 0), cast(span.high)
+        if high <= low:
+            return
+        step = span.step or (1 if cast is int else (high - low) / 100)
+        words.update(min_value=low + step if param.low_open else low, max_value=high,
+                     step=step, **({"format": span.format} if span.format else {}))
+
+    def to_widget(value: Any) -> Any:  # a state value outside the slider: its nearest end
+        value = cast(value)
+        return value if span.options is not None else min(max(value, words["min_value"]),
+                                                           words["max_value"])
+
+    if control.field:
+        binding = bind(f"w_{control.field}", control.field, to_widget, cast)
     else:
-        step = (float(high) - low) / 100
-        kwargs = {"min_value": low + step if param.low_open else low,
-                  "max_value": float(high), "step": step}
-        cast = float
-    where.slider(
-        param.label[:1].upper() + param.label[1:],
-        help=param.help or f"{param.name}: {param.describe()}", **kwargs,
-        **bind(f"w_x_{family}_{param.name}", "extra",
-               lambda _extra: value_of(view_state()),
-               lambda v: app_methods.with_extra(view_state(), family, param.name, cast(v))))
+        binding = bind(f"w_x_{family}_{param.name}", "extra",
+                       lambda _extra: to_widget(app_methods.extra_value(
+                           view_state(), family, param)),
+                       lambda v: app_methods.with_extra(view_state(), family, param.name,
+                                                        cast(v)))
+    where = next(col)
+    if span.options is not None:
+        where.select_slider(label, options=list(span.options), **words, **binding)
+    else:
+        where.slider(label, **words, **binding)
 
 
 def _toggle_global(choice: str, on: bool) -> tuple[str, ...]:

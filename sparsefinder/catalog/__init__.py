@@ -26,6 +26,7 @@ from sparsefinder.calibration.curves import (
 )
 from sparsefinder.calibration.curves import DISTANCE_FINE_GRID as _FINE
 from sparsefinder.calibration.samples import RANK_CAP
+from sparsefinder.catalog.app_controls import APP_CONTROLS, QUEST_PAGE_SIZE
 from sparsefinder.catalog.builders import (
     _block_projections_fit,
     _distance,
@@ -39,6 +40,7 @@ from sparsefinder.catalog.builders import (
     _static_masks_fit,
     _unavailable_on_file_errors,
 )
+from sparsefinder.methods.grids import Control
 from sparsefinder.methods.param import TARGET_RECALL, TARGET_SPARSITY
 from sparsefinder.methods.registry import (
     CALIBRATION_LABELS,
@@ -149,8 +151,10 @@ OWN, OTHER, FIXED = "own", "Other predictors", "Fixed patterns"
 
 
 def _app(group: str, *calibrations: str, controls: str = "generated",
-         first: bool = False, pinned: dict[str, Any] | None = None) -> AppHint:
-    return AppHint(group, calibrations or ("none",), controls, first, dict(pinned or {}))
+         first: bool = False, pinned: dict[str, Any] | None = None,
+         params: dict[str, Control] | None = None) -> AppHint:
+    return AppHint(group, calibrations or ("none",), controls, first, dict(pinned or {}),
+                   dict(params or {}))
 
 
 def _over(name: str, values: Sequence[Any], **fixed: Any) -> list[dict[str, Any]]:
@@ -174,7 +178,8 @@ def _builtin_methods() -> list[Method]:
                       # SparseBERT's ablation: the diagonal dropped
                       *sweep_grids("distance-nodiag", DISTANCE_GRID, groups=BASE,
                                    fixed={"diag": False})),
-               app=_app("Sparsefinder", "budget", "none", controls=OWN)),
+               app=_app("Sparsefinder", "budget", "none", controls=OWN,
+                        params=APP_CONTROLS["distance"])),
         # every row also keeps its m nearest allowed keys (no row left without support)
         Method("distance-floor", "Distance (t) ∪ nearest keys per row (floor m)",
                (THRESHOLD, FLOOR),
@@ -185,14 +190,14 @@ def _builtin_methods() -> list[Method]:
                grids=sweep_grids("quantization", _over("bins", BINS_GRID), window=True,
                                  groups=SF),
                head_grid=tuple(_over("bins", BINS_HEAD_GRID)),
-               app=_app("Sparsefinder", controls=OWN)),
+               app=_app("Sparsefinder", controls=OWN, params=APP_CONTROLS["quantization"])),
         Method("kmeans", "k-means (B, k)", (CLUSTERS, TOP_K), _kmeans, needs=PROJ,
                grids=(*sweep_grids("kmeans", _over("n_clusters", CLUSTERS_GRID, top_k=1),
                                    window=True, groups=SF),  # top 2: denser, higher recall
                       *sweep_grids("kmeans-top2", _over("n_clusters", CLUSTERS_GRID[1:],
                                                         top_k=2), window=True)),
                head_grid=KMEANS_HEAD_GRID,
-               app=_app("Sparsefinder", controls=OWN)),
+               app=_app("Sparsefinder", controls=OWN, params=APP_CONTROLS["kmeans"])),
         # window 0 keeps nothing: with the app's window and global tokens (united with every
         # method), the "window / global only" setting the app falls back to
         Method("window", "Window (w)", (WINDOW,), lambda p, c: Window(int(p["window"])),
@@ -264,12 +269,13 @@ def _builtin_methods() -> list[Method]:
                app=_app("Oracles (bounds)")),
         # long-context baselines: training-free page bounds; learned hash codes
         Method("quest", "Quest pages (min/max key bounds)",
-               (_int("page_size", 16, 1, "page size"), PAGES),
+               (_int("page_size", QUEST_PAGE_SIZE, 1, "page size"), PAGES),
                lambda p, c: QuestPages(int(p["pages"]), int(p["page_size"])),
                inputs="original", tags=("baseline", "long-context"), needs=(),
                grids=sweep_grids("quest", _over("pages", (1, 2, 4, 8, 16, 32, 64),
                                                 page_size=16), groups=LONG),
-               app=_app(OTHER, controls=OWN)),
+               app=_app(OTHER, controls=OWN, pinned={"page_size": QUEST_PAGE_SIZE},
+                        params=APP_CONTROLS["quest"])),
         Method("hashattention", "HashAttention (learned bit codes)",
                (HAMMING,),
                _hash_codes, inputs="original", fit=_hash_codes_fit,
@@ -277,7 +283,7 @@ def _builtin_methods() -> list[Method]:
                tags=("baseline", "long-context"),
                grids=sweep_grids("hashattention", _over("max_distance", range(9)),
                                  groups=LONG),
-               app=_app(OTHER, controls=OWN)),
+               app=_app(OTHER, controls=OWN, params=APP_CONTROLS["hashattention"])),
         # block Sparsefinder (paper §6): nearest key blocks (and single keys) of pooled
         # projected query blocks; what sparsefinder.attention.block_sparse computes on
         Method("block", "Block Sparsefinder (block, key blocks, single keys)",

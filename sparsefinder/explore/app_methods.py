@@ -1,10 +1,10 @@
 """The methods the app offers: families, the calibrations offered for each, the menu's groups,
 and the controls generated from each family's declared parameters.
 
-The view state (:mod:`.state`) stores a family and a calibration; the families listed in
-:data:`GENERIC_FAMILIES` get their sliders and link keys from their
-:class:`~sparsefinder.methods.registry.Param` declarations, so a new baseline appears in the
-Explorer by its catalog entry's ``app`` hint (:class:`~sparsefinder.methods.registry.AppHint`).
+The view state (:mod:`.state`) stores a family and a calibration; every family gets its
+sliders and link keys from its :class:`~sparsefinder.methods.registry.Param` declarations,
+shown as its catalog entry's ``app`` hint says (:class:`~sparsefinder.methods.registry.AppHint`,
+:func:`controls`), so a new family appears in the Explorer by its catalog entry.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from sparsefinder.methods.grids import Control
 from sparsefinder.methods.registry import (
     APP_GROUPS,
     CALIBRATION_LABELS,
@@ -67,9 +68,8 @@ class _Families(Sequence[str]):
 #: ``none`` the raw parameters. Declared by each catalog entry's ``app`` hint.
 APP_CALIBRATIONS: Mapping[str, tuple[str, ...]] = _Offered()
 APP_METHODS: Sequence[str] = _Families()
-#: Families whose controls are generated from their declared parameters
-#: (:class:`~sparsefinder.methods.registry.Param`): their values live in
-#: ``ViewState.extra`` and in the link under each parameter's ``url`` key.
+#: Families the app learns to run on a text by building them at their declared defaults
+#: (``AppHint.controls == "generated"``; the others read learned parts by the app's rule).
 GENERIC_FAMILIES: Sequence[str] = _Families(lambda m: m.app.controls == "generated")
 
 
@@ -106,14 +106,31 @@ def menu_label(family: str) -> str:
     return f"{method_group(family)} · {display_name(family)}"
 
 
-def generic_params(family: str) -> tuple[Any, ...]:
-    """The declared raw parameters of a family whose controls are generated (a parameter that
-    picks a form of the family, ``block``'s ``learned``, has no slider: its plain form; nor
-    has one the app pins, ``window``'s own size)."""
-    if family not in GENERIC_FAMILIES:
+def controls(family: str) -> tuple[tuple[Any, Any], ...]:
+    """The app's sliders of ``family``'s raw form, as (declared ``Param``, its
+    :class:`~sparsefinder.methods.grids.Control`) pairs: every declared parameter but one that
+    picks a form of the family (``block``'s ``learned``: its plain form), one the app pins
+    (``window``'s own size) and an optional one left out by default (``distance``'s floor)."""
+    method = METHODS.get(family)
+    if method is None or method.app is None:
         return ()
-    pinned = METHODS[family].app.pinned
-    return tuple(p for p in METHODS[family].params if not p.choices and p.name not in pinned)
+    hint = method.app
+    return tuple((p, hint.params.get(p.name, Control())) for p in method.params
+                 if not p.choices and p.name not in hint.pinned
+                 and not (p.optional and p.default is None))
+
+
+def generic_params(family: str) -> tuple[Any, ...]:
+    """The declared parameters of ``family`` whose values live in the view state's ``extra``
+    (every control without a state field of its own), under their ``url`` link keys."""
+    return tuple(p for p, control in controls(family) if not control.field)
+
+
+def field_controls() -> tuple[tuple[str, Any, Any], ...]:
+    """(family, ``Param``, ``Control``) of every control held in a view-state field of its
+    own, in catalog order (``kmeans``' B before its k, whose range reads B)."""
+    return tuple((family, p, c) for family in METHODS for p, c in controls(family)
+                 if c.field)
 
 
 def pinned_params(family: str) -> dict[str, Any]:

@@ -20,14 +20,9 @@ from sparsefinder.data.records import AttentionRecord
 from sparsefinder.evaluation import sweep as sweeps
 from sparsefinder.explore.app_methods import APP_CALIBRATIONS, method_label
 from sparsefinder.explore.layer_masks import LazyMasks
-from sparsefinder.explore.prepared import PreparedText, default_pages, default_threshold
-from sparsefinder.explore.state import (
-    DEFAULT_BINS,
-    DEFAULT_CLUSTERS,
-    MAX_PAGES,
-    ViewState,
-    to_spec,
-)
+from sparsefinder.explore.prepared import PreparedText
+from sparsefinder.explore.state import ViewState, to_spec
+from sparsefinder.explore.text_ranges import fit
 from sparsefinder.methods.registry import get_method
 from sparsefinder.methods.spec import (
     LayerPrediction,
@@ -50,7 +45,8 @@ def effective_method(state: ViewState, prepared: PreparedText) -> str:
 def clamp(state: ViewState, prepared: PreparedText) -> tuple[ViewState, list[str]]:
     """Fit a (possibly URL-given) state to this text and model; say what was changed.
 
-    B goes to an available number of centroids, layer/head/query into range. The method is
+    Each slider's value goes into this text's range (:func:`.text_ranges.fit`: B to an
+    available number of centroids), layer/head/query into range. The method is
     kept (so a shared URL keeps it) but a note says when it cannot run here.
     """
     notes: list[str] = []
@@ -73,20 +69,9 @@ def clamp(state: ViewState, prepared: PreparedText) -> tuple[ViewState, list[str
         changes["target_sparsity"] = min(targets, key=lambda t: abs(t - wanted))
         notes.append(f"target sparsity {wanted:g} is not calibrated: showing the "
                      f"nearest calibrated target, {changes['target_sparsity']:g}.")
-    if state.t is None or state.t > prepared.t_max:
-        changes["t"] = default_threshold(prepared) if state.t is None else prepared.t_max
-    if state.pages is None:
-        changes["pages"] = min(default_pages(prepared), MAX_PAGES)
-    if state.bins is None:  # no projections: any β (quantization cannot run)
-        changes["bins"] = prepared.bins_default or DEFAULT_BINS
-    choices = prepared.cluster_choices
-    if choices:
-        if state.clusters not in choices:
-            wanted = DEFAULT_CLUSTERS if state.clusters is None else state.clusters
-            changes["clusters"] = min(choices, key=lambda b: (abs(b - wanted), b))
-        clusters = changes.get("clusters", state.clusters)
-        if state.top_k > clusters:
-            changes["top_k"] = clusters
+    # every slider's value into this text's range (t up to its distance quantile, B one the
+    # projections hold, k up to B), an unset one on its first value (text_ranges)
+    changes.update(fit(prepared, replace(state, **changes)))
     for name, size in (
         ("layer", prepared.num_layers),
         ("head", prepared.num_heads),

@@ -22,8 +22,8 @@ from sparsefinder.evaluation.curves import (
     curve_name,
     curve_spec,
 )
-from sparsefinder.explore.app_methods import APP_CALIBRATIONS, generic_params
-from sparsefinder.explore.state import MAX_BINS, MAX_PAGES, MAX_TOP_K, WINDOW_CHOICES
+from sparsefinder.explore.app_methods import APP_CALIBRATIONS, controls
+from sparsefinder.explore.state import WINDOW_CHOICES
 from sparsefinder.methods.registry import METHODS
 
 #: Drawn by default: the app's default method (calibrated distance with a per-row floor) and
@@ -161,33 +161,19 @@ def explorer_changes(curve: str, params: Mapping[str, Any]) -> dict[str, Any]:
     changes.update(method=family, calibration=calibration)
     if calibration != "none":
         changes["target_sparsity"] = float(p["target_sparsity"])
-    elif family == "distance":
-        changes["t"] = float(p["threshold"])
-    elif family == "quantization":
-        _check(name, "bins", int(p["bins"]), MAX_BINS)
-        changes["bins"] = int(p["bins"])
-    elif family == "kmeans":
-        _check(name, "top_k", int(p["top_k"]), MAX_TOP_K)
-        changes.update(clusters=int(p["n_clusters"]), top_k=int(p["top_k"]))
-    elif family == "quest":
-        _check(name, "pages", int(p["pages"]), MAX_PAGES)
-        changes["pages"] = int(p["pages"])
-    elif family == "hashattention":
-        changes["hamming"] = int(p["max_distance"])
-    elif generic_params(family):  # baselines and oracles: the declared parameters
+    else:  # the raw parameters: each control's value, in its state field or ``extra``
         extra: dict[str, Any] = {}
-        for param in generic_params(family):
+        for param, control in controls(family):
             value = param.kind(p[param.name])
             high = param.high if param.high is not None else param.app_high
             if high is not None and value > high:
                 raise NotInExplorer(f"{name}: the Explorer's {param.name} goes up to "
                                     f"{high:g}, this point has {value:g}")
-            extra[f"{family}.{param.name}"] = value
-        changes["extra"] = tuple(sorted(extra.items()))
+            if control.field:
+                changes[control.field] = value
+            else:
+                extra[f"{family}.{param.name}"] = value
+        if extra:
+            changes["extra"] = tuple(sorted(extra.items()))
     return changes
 
-
-def _check(curve: str, param: str, value: int, high: int) -> None:
-    if value > high:
-        raise NotInExplorer(f"{curve}: the Explorer's {param} goes up to {high}, this point "
-                            f"has {value}")

@@ -12,13 +12,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sparsefinder.catalog import BINS, CLUSTERS, HAMMING, PAGES, TOP_K, WINDOW
-from sparsefinder.evaluation.curves import QUEST_PAGE
+from sparsefinder.catalog import BINS, HAMMING, PAGES, TOP_K, WINDOW
+from sparsefinder.evaluation.curves import QUEST_PAGE as QUEST_PAGE  # pages and tests read it
 from sparsefinder.explore.app_methods import (
     APP_CALIBRATIONS,
     APP_METHODS,
-    GENERIC_FAMILIES,
+    controls,
     extra_value,
+    field_controls,
     generic_params,
     old_method_name,
     pinned_params,
@@ -30,16 +31,16 @@ from sparsefinder.explore.url_values import ALPHA_RANGE as ALPHA_RANGE  # the ap
 from sparsefinder.explore.url_values import MAX_MODEL_NAME as MAX_MODEL_NAME
 from sparsefinder.explore.url_values import (
     bad,
-    finite_nonneg,
     parse_alpha,
     parse_global,
     parse_head,
     parse_int,
     parse_model,
+    parse_number,
     parse_pairs,
     parse_target,
 )
-from sparsefinder.methods.registry import CALIBRATION_LABELS, METHODS, method_id
+from sparsefinder.methods.registry import CALIBRATION_LABELS, METHODS, display_name, method_id
 from sparsefinder.methods.spec import GLOBAL_CHOICES as GLOBAL_CHOICES  # the app reads it
 from sparsefinder.methods.spec import PredictorSpec
 from sparsefinder.metrics.measures import EXTRA_METRICS
@@ -48,8 +49,6 @@ DEFAULT_TARGET = 0.9
 #: The app's ranges are the families' declared ones (the catalog's ``Param``: ``low`` and
 #: ``app_high``, the slider's useful region), not numbers of its own.
 MAX_BINS = int(BINS.app_high)
-#: Quantization's β where a text gives none (no projections: the method does not run there).
-DEFAULT_BINS = 4
 MAX_WINDOW = int(WINDOW.app_high)
 #: Window sizes worth offering: an even size behaves like the next odd one (Window docs).
 WINDOW_CHOICES = (0, *range(1, MAX_WINDOW + 1, 2))
@@ -57,9 +56,6 @@ MAX_TOP_K = int(TOP_K.app_high)
 #: Quest: at most MAX_PAGES pages of QUEST_PAGE keys kept per query.
 MAX_PAGES = int(PAGES.app_high)
 HASH_BITS = int(HAMMING.app_high)
-#: B shown first: mid-range of the paper's grid (2–20), where k-means is neither trivial
-#: (B = 2 keeps half the pairs) nor starved.
-DEFAULT_CLUSTERS = 8
 
 
 @dataclass(frozen=True)
@@ -83,9 +79,12 @@ class ViewState:
     calibration: str = "budget"
     #: the calibrated forms' target (URL key ``target``; range: ``TARGET_SPARSITY``)
     target_sparsity: float = DEFAULT_TARGET
+    #: the fields of the controls that the catalog gives a field of their own (``Control``,
+    #: ``app_methods.field_controls``: their link keys are their ``Param``s' ``url``); None: the
+    #: text's own first value (``text_ranges``), set by ``live.clamp``
     t: float | None = None
     bins: int | None = None  # quantization β; None = the β closest to the text's gold sparsity
-    clusters: int | None = None  # B; None = the smallest B the projections offer
+    clusters: int | None = None  # B; None = the B the projections hold nearest the default 8
     top_k: int = 1
     pages: int | None = None  # Quest; None = the pages that hold the text's gold density
     hamming: int = 3  # hashattention: largest Hamming distance of a kept key's code
@@ -138,12 +137,7 @@ PARAM_NAMES: dict[str, str] = {
     "method": "method",
     "calibration": "calibration",
     "target_sparsity": "target",
-    "t": "t",
-    "bins": "beta",
-    "clusters": "B",
-    "top_k": "k",
-    "pages": "pages",
-    "hamming": "hd",
+    **{control.field: param.url for _, param, control in field_controls()},
     "window": "window",
     "global_tokens": "global",
     "layer": "layer",
@@ -201,12 +195,8 @@ def parse_view_state(
         "calibration": lambda s: s if s in CALIBRATION_LABELS else bad(
             f"one of {', '.join(CALIBRATION_LABELS)}"),
         "target_sparsity": parse_target,
-        "t": lambda s: finite_nonneg(float(s)),
-        "bins": lambda s: parse_int(s, int(BINS.low), MAX_BINS),
-        "clusters": lambda s: parse_int(s, int(CLUSTERS.low), None),
-        "top_k": lambda s: parse_int(s, int(TOP_K.low), None),
-        "pages": lambda s: parse_int(s, int(PAGES.low), MAX_PAGES),
-        "hamming": lambda s: parse_int(s, int(HAMMING.low), HASH_BITS),
+        **{control.field: _field_parser(param, control)
+           for _, param, control in field_controls()},
         "window": lambda s: parse_int(s, int(WINDOW.low), MAX_WINDOW),
         "global_tokens": parse_global,
         "layer": lambda s: parse_int(s, 0, None),
@@ -259,6 +249,16 @@ def parse_view_state(
         if extra:
             state = replace(state, extra=tuple(sorted({**dict(state.extra), **extra}.items())))
     return state, problems
+
+
+def _field_parser(param: Any, control: Any) -> Callable[[str], Any]:
+    """The link parser of a control held in a state field: the declared range, and the
+    slider's ``app_high`` unless a text hook sets the range (``clamp`` then fits the value to
+    the text: k goes up to this text's B)."""
+    high = param.high if param.high is not None or control.range else param.app_high
+    if param.kind is int:
+        return lambda s: parse_int(s, int(param.low or 0), None if high is None else int(high))
+    return lambda s: parse_number(s, float(param.low or 0.0), high)
 
 
 def _parse_extra(params: Mapping[str, Any], family: str,
@@ -342,25 +342,15 @@ def to_spec(state: ViewState, method: str | None = None) -> PredictorSpec:
         params.update({p.name: p.default for p in METHODS[method].variant(calibration).params
                        if p.name not in params  # when its default is a setting, not None)
                        and (not p.optional or p.default is not None)})
-    elif method == "distance":
-        params = {"threshold": float(state.t if state.t is not None else 0.0)}
-    elif method == "quantization":
-        if state.bins is None:
-            raise ValueError("quantization needs a number of bins; clamp the state first")
-        params = {"bins": int(state.bins)}
-    elif method == "kmeans":
-        if state.clusters is None:
-            raise ValueError("k-means needs a number of clusters B; clamp the state first")
-        params = {"n_clusters": int(state.clusters), "top_k": int(state.top_k)}
-    elif method == "quest":
-        if state.pages is None:
-            raise ValueError("Quest needs a number of pages; clamp the state first")
-        params = {"page_size": QUEST_PAGE, "pages": int(state.pages)}
-    elif method == "hashattention":
-        params = {"max_distance": int(state.hamming)}
-    elif method in GENERIC_FAMILIES:
-        params = {**pinned_params(method),
-                  **{p.name: extra_value(state, method, p) for p in generic_params(method)}}
+    else:  # the raw parameters: each control's value (a pinned one at the app's value)
+        params = dict(pinned_params(method))
+        for param, control in controls(method):
+            value = (getattr(state, control.field) if control.field
+                     else extra_value(state, method, param))
+            if value is None:
+                raise ValueError(f"{display_name(method)} needs a value of {param.name}; "
+                                 "clamp the state first")
+            params[param.name] = param.kind(value)
     return PredictorSpec.of(method, params, window=int(state.window),
                             global_tokens=state.global_tokens, calibration=calibration)
 

@@ -51,9 +51,11 @@ def parse_alpha(text: str) -> float:
     return value
 
 
-def finite_nonneg(value: float) -> float:
-    if not math.isfinite(value) or value < 0:
-        raise ValueError("expected a finite number >= 0")
+def parse_number(text: str, low: float, high: float | None) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value < low or (high is not None and value > high):
+        raise ValueError(f"expected a finite number >= {low:g}" if high is None
+                         else f"expected a number in [{low:g}, {high:g}]")
     return value
 
 

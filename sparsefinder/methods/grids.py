@@ -69,20 +69,45 @@ APP_GROUPS: tuple[str, ...] = ("Sparsefinder", "Other predictors", "Fixed patter
 
 
 @dataclass(frozen=True)
+class Control:
+    """How the app shows one declared parameter of a family (every field may be left out:
+    a slider over the ``Param``'s own range, label and help, its value in the link under the
+    ``Param``'s ``url`` key).
+
+    ``field``: the :class:`~sparsefinder.explore.state.ViewState` field that holds the value
+    (the paper's families: their link keys ``t``, ``beta``, ``B``, ``k``, ``pages``, ``hd`` are
+    in every link); empty: the state's per-family ``extra`` values. ``label`` / ``help``: the
+    slider's words, where they say more than the ``Param``'s. ``range`` and ``default`` name a
+    text-dependent hook of the app (``sparsefinder.explore.text_ranges``): the slider's range
+    (e.g. the text's distance quantiles; the centroid counts the projections hold) and the
+    value a text opens on (e.g. the β nearest the text's gold sparsity)."""
+
+    field: str = ""
+    label: str = ""
+    help: str = ""
+    range: str = ""
+    default: str = ""
+
+
+@dataclass(frozen=True)
 class AppHint:
     """How the app offers a family: its menu ``group`` (one of :data:`APP_GROUPS`), the
-    ``calibrations`` it offers (its default first), whether its sliders and link keys are
-    generated from its declared parameters (``controls="generated"``) or are the app's own
-    (``"own"``: the paper's families, with text-dependent ranges), and ``first``: shown first
-    in its group (the app's default method). ``pinned``: parameters the app holds at one
-    value, without a slider or a link key (``window``'s own size is 0: the app's window
-    control, united with every method, sets the window)."""
+    ``calibrations`` it offers (its default first), and ``first``: shown first in its group
+    (the app's default method). Every family's sliders and link keys are generated from its
+    declared parameters, shown as ``params`` says (:class:`Control`). ``controls`` says how
+    the app learns whether the family runs on a text: ``"generated"``, by building it at its
+    defaults; ``"own"``, by the app's rule for the learned parts it reads (projections,
+    centroids, hash codes). ``pinned``: parameters the app holds at one value, without a
+    slider or a link key (``window``'s own size is 0: the app's window control, united with
+    every method, sets the window)."""
 
     group: str
     calibrations: tuple[str, ...] = ("none",)
     controls: str = "generated"
     first: bool = False
     pinned: Mapping[str, Any] = field(default_factory=dict)
+    #: how the app shows each parameter (by name; one left out: a plain generated slider)
+    params: Mapping[str, Control] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.group not in APP_GROUPS:

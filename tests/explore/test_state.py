@@ -204,10 +204,9 @@ def test_view_state_to_params_formats_floats_and_leaves_none_out():
 def test_to_spec_for_every_app_method():
     state = urlstate.ViewState(t=None, bins=5, clusters=6, top_k=2, window=3,
                                global_tokens=("first",))
-    distance = urlstate.to_spec(state, "distance")
-    assert distance.params == (("threshold", 0.0),) and distance.window == 3
+    distance = urlstate.to_spec(state.with_(t=1.5), "distance")
+    assert distance.params == (("threshold", 1.5),) and distance.window == 3
     assert distance.global_tokens == ("first",)
-    assert urlstate.to_spec(state.with_(t=1.5), "distance").params == (("threshold", 1.5),)
     assert urlstate.to_spec(state, "quantization").params == (("bins", 5),)
     assert urlstate.to_spec(state, "kmeans").params == (("n_clusters", 6), ("top_k", 2))
     assert urlstate.to_spec(state.with_(method="quantization")).method == "quantization"
@@ -215,8 +214,11 @@ def test_to_spec_for_every_app_method():
     assert urlstate.to_spec(state, "window").params == (("window", 0),)
     assert urlstate.to_spec(state.with_(hamming=5), "hashattention").params == (
         ("max_distance", 5),)
-    with pytest.raises(ValueError, match="^k-means needs a number of clusters B; clamp the"):
-        urlstate.to_spec(state.with_(clusters=None), "kmeans")
+    # a value the text sets (live.clamp) is not guessed here
+    for field, method, name in (("clusters", "kmeans", "n_clusters"), ("t", "distance",
+                                                                       "threshold")):
+        with pytest.raises(ValueError, match=f"needs a value of {name}; clamp the state first$"):
+            urlstate.to_spec(state.with_(**{field: None}), method)
 
 
 def test_parse_cluster_bounds():
@@ -257,11 +259,15 @@ def test_fixes_message_lists_every_fix_in_one_message():
 
 
 def test_generated_controls_read_and_write_their_declared_url_keys():
-    """Baselines' values come from each family's Param declarations: range-checked, kept
-    per family, and under keys that no hand-written field uses."""
+    """Every family's values come from its Param declarations: range-checked, kept per
+    family (or in the state field its control names, under the Param's key), and under keys
+    that no other field uses."""
     fixed_keys = set(urlstate.PARAM_NAMES.values())
-    for family in app_methods.GENERIC_FAMILIES:
-        for param in app_methods.generic_params(family):
+    for family, offered in app_methods.APP_CALIBRATIONS.items():
+        for param, control in app_methods.controls(family) if "none" in offered else ():
+            if control.field:
+                assert urlstate.PARAM_NAMES[control.field] == param.url, (family, param.url)
+                continue
             assert param.url not in fixed_keys, (family, param.url)
             assert param.high is not None or param.app_high is not None, (family, param.name)
     state, problems = urlstate.parse_view_state({"method": "longformer", "n_global": "4"})
@@ -352,7 +358,7 @@ def test_quest_pages_bounds_and_spec():
     assert urlstate.to_spec(quest).param_dict == {"page_size": urlstate.QUEST_PAGE, "pages": 3}
     assert urlstate.to_spec(quest.with_(method="distance"), "quest").params == (
         ("page_size", urlstate.QUEST_PAGE), ("pages", 3))
-    with pytest.raises(ValueError, match="^Quest needs a number of pages; clamp the state first$"):
+    with pytest.raises(ValueError, match="^Quest pages .* needs a value of pages; clamp the "):
         urlstate.to_spec(quest.with_(pages=None))
 
 
