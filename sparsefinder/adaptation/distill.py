@@ -63,6 +63,9 @@ def start_entropies(student: nn.Module, targets: Targets, config: AdaptConfig,
 
 @dataclass
 class TrainState:
+    """What a run did: its steps, the seconds spent stepping (over every resumed part), and
+    the loss parts of every 10th step and of the last."""
+
     step: int = 0
     seconds: float = 0.0
     history: list[dict[str, float]] = field(default_factory=list)
@@ -80,7 +83,12 @@ def _load_checkpoint(checkpoint: Path, device: torch.device) -> dict:
                          ) from error
 
 
-def _resumable(checkpoint: Path, config: AdaptConfig, objective_shapes: dict[str, list[int]],
+def _trained_shapes(student: nn.Module) -> dict[str, list[int]]:
+    """The trained tensors by name (a checkpoint is only resumed onto the same ones)."""
+    return {name: list(p.shape) for name, p in student.named_parameters() if p.requires_grad}
+
+
+def _resumable(checkpoint: Path, config: AdaptConfig, shapes: dict[str, list[int]],
                device: torch.device) -> dict:
     """The checkpoint's contents, when it continues this run; else an error saying why."""
     saved = _load_checkpoint(checkpoint, device)
@@ -92,7 +100,7 @@ def _resumable(checkpoint: Path, config: AdaptConfig, objective_shapes: dict[str
         raise AdaptError(
             f"{checkpoint} was written with other settings ({saved['config']}); rerun "
             "with the same options, or without --resume to start over")
-    if saved["shapes"] != objective_shapes:
+    if saved["shapes"] != shapes:
         raise AdaptError(f"{checkpoint} was written for another model (other adapter "
                          "tensors); use another --out folder, or rerun without --resume")
     return saved
@@ -113,9 +121,8 @@ def train(student: nn.Module, targets: Targets, config: AdaptConfig, device: tor
     """
     state = TrainState()
     saved = None
+    shapes = _trained_shapes(student)
     if resume and checkpoint is not None and checkpoint.exists():
-        shapes = {name: list(p.shape) for name, p in student.named_parameters()
-                  if p.requires_grad}
         saved = _resumable(checkpoint, config, shapes, device)
         state = TrainState(len(saved["trainer"]["losses"]), saved["seconds"], saved["history"])
     entropy0 = saved["entropy0"] if saved is not None else start_entropies(
@@ -136,7 +143,7 @@ def train(student: nn.Module, targets: Targets, config: AdaptConfig, device: tor
 
     def save(loop: dict[str, object]) -> None:
         saved = {"format": CHECKPOINT_FORMAT, "config": config.as_dict(),
-                 "shapes": objective.shapes(), "seconds": state.seconds,
+                 "shapes": shapes, "seconds": state.seconds,
                  "history": list(state.history), "entropy0": entropy0, "trainer": loop}
         atomic_write(checkpoint, lambda handle: torch.save(saved, handle))  # never half-written
         clock[0] = time.perf_counter()

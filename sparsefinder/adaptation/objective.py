@@ -227,6 +227,7 @@ def epoch_order(n: int, batch_size: int, seed: int, epoch: int) -> list[list[int
 
 
 def batch_at(step: int, n: int, batch_size: int, seed: int) -> list[int]:
+    """The batch of step ``step`` counted over epochs (what :class:`Distillation` trains on)."""
     per_epoch = max(n // batch_size, 1)
     return epoch_order(n, batch_size, seed, step // per_epoch)[step % per_epoch]
 
@@ -292,7 +293,3 @@ class Distillation:
         """Write the loop's tensors into the student's own parameters."""
         for mine, trained in zip(self.trained.values(), params, strict=True):
             mine.copy_(trained)
-
-    def shapes(self) -> dict[str, list[int]]:
-        """The trained tensors by name (a checkpoint is only resumed onto the same ones)."""
-        return {name: list(p.shape) for name, p in self.trained.items()}
