@@ -119,7 +119,7 @@ RULES = (
                     "model)")),
 )
 _WHY_PROJECTIONS = ("the calibration table was fitted for it; the best measured projections "
-                    "(chosen on train: the default distance-floor:budget's output cosine at "
+                    "(chosen on train: the default floored distance:budget's output cosine at "
                     "sparsity 0.90 above the lowrank-logistic file's, on validation too; "
                     "docs/results/quality.md)")
 _WHY_CENTROIDS = ("shared query/key space with k-means centroids, which k-means, quantization, "

@@ -15,6 +15,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from sparsefinder.explore.app_methods import FLOORED_ID, FLOORED_PARAMS
 from sparsefinder.files import atomic_write
 from sparsefinder.notebook.session import ExploreSession
 
@@ -60,8 +61,10 @@ class Explorer:
         import ipywidgets as w
 
         s = self.session
-        self._method = w.Dropdown(options=s.methods, value=s.state.method_id,
-                                  description="method")
+        # the floored distance reads as what it is (its id is its sweep curve's old name)
+        shown = {FLOORED_ID: f"distance:budget, floor={FLOORED_PARAMS['floor']}"}
+        self._method = w.Dropdown(options=[(shown.get(m, m), m) for m in s.methods],
+                                  value=s.state.method_id, description="method")
         self._target = w.SelectionSlider(options=s.targets, value=s.state.target_sparsity,
                                          description="target", continuous_update=False)
         self._layer = w.IntSlider(value=s.state.layer, min=0, max=s.prepared.num_layers - 1,

@@ -33,8 +33,9 @@ def test_notebook_outside_a_kernel_falls_back_to_static_figures_saying_why(view)
 def test_notebook_controls_drive_the_view(view) -> None:
     view.static_reason = None  # build the widgets here (they need no kernel to exist)
     box = view.widget()
-    assert view._method.options == tuple(view.session.methods)
+    assert [value for _, value in view._method.options] == view.session.methods
     assert view.session.state.method_id == "distance-floor:budget"  # calibrated (bundled)
+    assert view._method.label == "distance:budget, floor=12"  # the default: floored
     before = view._headline.value
     view._layer.value, view._head.value = 2, 5
     assert (view.session.state.layer, view.session.state.head) == (2, 5)
@@ -45,7 +46,9 @@ def test_notebook_controls_drive_the_view(view) -> None:
     summary = view.session.summary()
     assert 0.0 <= summary["model"].recall <= 1.0 and 0.0 <= summary["model"].sparsity <= 1.0
     assert box.children[-1] is view._grid_fig
-    view.set(method="distance-floor:budget", layer=1, head=3)  # from code: controls follow
+    view.set(method="distance:budget", layer=1, head=3)  # from code: controls follow
+    assert view._method.value == "distance:budget"  # the plain calibrated distance
+    view.set(method="distance-floor:budget", layer=1, head=3)  # its old name: the floored one
     assert (view._method.value, view._layer.value, view._head.value) == (
         "distance-floor:budget", 1, 3)
 
