@@ -149,7 +149,7 @@ ROUTED_HEAD_GRID = tuple({"n_clusters": 128, "budget": f} for f in (
     0.18, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.8, 1.0))
 #: the learned parts a family's build reads (``Method.needs``)
 PROJ, BOOKS = ("projections",), ("projections", "codebooks")
-SF, BASE, LONG = ("sparsefinder",), ("baselines",), ("long-context",)
+SF, BASE = ("sparsefinder",), ("baselines",)
 OWN, OTHER, FIXED = "own", "Other predictors", "Fixed patterns"
 
 
@@ -275,7 +275,7 @@ def _builtin_methods() -> list[Method]:
                lambda p, c: QuestPages(int(p["pages"]), int(p["page_size"])),
                inputs="original", tags=("baseline", "long-context"), needs=(),
                grids=sweep_grids("quest", _over("pages", (1, 2, 4, 8, 16, 32, 64),
-                                                page_size=16), groups=LONG),
+                                                page_size=16)),
                app=_app(OTHER, controls=OWN, pinned={"page_size": QUEST_PAGE_SIZE},
                         params=APP_CONTROLS["quest"])),
         Method("hashattention", "HashAttention (learned bit codes)",
@@ -283,8 +283,7 @@ def _builtin_methods() -> list[Method]:
                _hash_codes, inputs="original", fit=_hash_codes_fit,
                needs=("hash_codes",), fits="hash_codes",
                tags=("baseline", "long-context"),
-               grids=sweep_grids("hashattention", _over("max_distance", range(9)),
-                                 groups=LONG),
+               grids=sweep_grids("hashattention", _over("max_distance", range(9))),
                app=_app(OTHER, controls=OWN, params=APP_CONTROLS["hashattention"])),
         # block Sparsefinder (paper §6): nearest key blocks (and single keys) of pooled
         # projected query blocks; what sparsefinder.attention.block_sparse computes on
