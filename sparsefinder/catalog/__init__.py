@@ -150,13 +150,12 @@ ROUTED_HEAD_GRID = tuple({"n_clusters": 128, "budget": f} for f in (
 #: the learned parts a family's build reads (``Method.needs``)
 PROJ, BOOKS = ("projections",), ("projections", "codebooks")
 SF, BASE = ("sparsefinder",), ("baselines",)
-OWN, OTHER, FIXED = "own", "Other predictors", "Fixed patterns"
+OTHER, FIXED = "Other predictors", "Fixed patterns"
 
 
-def _app(group: str, *calibrations: str, controls: str = "generated",
-         first: bool = False, pinned: dict[str, Any] | None = None,
+def _app(group: str, *calibrations: str, first: bool = False, pinned: dict[str, Any] | None = None,
          params: dict[str, Control] | None = None) -> AppHint:
-    return AppHint(group, calibrations or ("none",), controls, first, dict(pinned or {}),
+    return AppHint(group, calibrations or ("none",), first, dict(pinned or {}),
                    dict(params or {}))
 
 
@@ -185,21 +184,21 @@ def _builtin_methods() -> list[Method]:
                       # carry (thresholds fitted with the floor's density: the target holds)
                       *(SweepGrid(f"{FLOOR_FORM}:{c}", tuple(floor_grid()), c,
                                   groups=("calibrated",)) for c in ("equal", "budget"))),
-               app=_app("Sparsefinder", "budget", "none", controls=OWN, first=True,
+               app=_app("Sparsefinder", "budget", "none", first=True,
                         params=APP_CONTROLS["distance"])),
         Method("quantization", "Quantization (β)", (BINS,),
                lambda p, c: Quantization(int(p["bins"])), needs=PROJ,
                grids=sweep_grids("quantization", _over("bins", BINS_GRID), window=True,
                                  groups=SF),
                head_grid=tuple(_over("bins", BINS_HEAD_GRID)),
-               app=_app("Sparsefinder", controls=OWN, params=APP_CONTROLS["quantization"])),
+               app=_app("Sparsefinder", params=APP_CONTROLS["quantization"])),
         Method("kmeans", "k-means (B, k)", (CLUSTERS, TOP_K), _kmeans, needs=PROJ,
                grids=(*sweep_grids("kmeans", _over("n_clusters", CLUSTERS_GRID, top_k=1),
                                    window=True, groups=SF),  # top 2: denser, higher recall
                       *sweep_grids("kmeans-top2", _over("n_clusters", CLUSTERS_GRID[1:],
                                                         top_k=2), window=True)),
                head_grid=KMEANS_HEAD_GRID,
-               app=_app("Sparsefinder", controls=OWN, params=APP_CONTROLS["kmeans"])),
+               app=_app("Sparsefinder", params=APP_CONTROLS["kmeans"])),
         # window 0 keeps nothing: with the app's window and global tokens (united with every
         # method), the "window / global only" setting the app falls back to
         Method("window", "Window (w)", (WINDOW,), lambda p, c: Window(int(p["window"])),
@@ -262,7 +261,7 @@ def _builtin_methods() -> list[Method]:
                           "n_routes", (2, 4, 6, 8, 9, 10, 11, 12, 14, 16, 20, 24, 32),
                           n_clusters=128), fixed={"mode": "top"})),
                head_grid=ROUTED_HEAD_GRID,
-               app=_app(OTHER, "budget", controls=OWN)),
+               app=_app(OTHER, "budget")),
         Method("topp", "Top-p of exact entmax (reference)",
                (Param("p", float, 0.9, label="mass p", url="p", **SHARE),),
                lambda p, c: TopP(float(p["p"])), inputs="original", oracle=True, needs=(),
@@ -276,7 +275,7 @@ def _builtin_methods() -> list[Method]:
                inputs="original", tags=("baseline", "long-context"), needs=(),
                grids=sweep_grids("quest", _over("pages", (1, 2, 4, 8, 16, 32, 64),
                                                 page_size=16)),
-               app=_app(OTHER, controls=OWN, pinned={"page_size": QUEST_PAGE_SIZE},
+               app=_app(OTHER, pinned={"page_size": QUEST_PAGE_SIZE},
                         params=APP_CONTROLS["quest"])),
         Method("hashattention", "HashAttention (learned bit codes)",
                (HAMMING,),
@@ -284,7 +283,7 @@ def _builtin_methods() -> list[Method]:
                needs=("hash_codes",), fits="hash_codes",
                tags=("baseline", "long-context"),
                grids=sweep_grids("hashattention", _over("max_distance", range(9))),
-               app=_app(OTHER, controls=OWN, params=APP_CONTROLS["hashattention"])),
+               app=_app(OTHER, params=APP_CONTROLS["hashattention"])),
         # block Sparsefinder (paper §6): nearest key blocks (and single keys) of pooled
         # projected query blocks; what sparsefinder.attention.block_sparse computes on
         Method("block", "Block Sparsefinder (block, key blocks, single keys)",

@@ -9,7 +9,7 @@ shown as its catalog entry's ``app`` hint says (:class:`~sparsefinder.methods.re
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from sparsefinder.calibration.curves import (
@@ -60,13 +60,10 @@ class _Offered(Mapping[str, tuple[str, ...]]):
 
 
 class _Families(Sequence[str]):
-    """A live tuple of family names (``keep`` picks them from the app's families)."""
-
-    def __init__(self, keep: Callable[[Any], bool] = lambda method: True) -> None:
-        self._keep = keep
+    """The app's families as a live tuple (a family registered later is in it)."""
 
     def _names(self) -> tuple[str, ...]:
-        return tuple(f for f in APP_CALIBRATIONS if self._keep(METHODS[f]))
+        return tuple(APP_CALIBRATIONS)
 
     def __getitem__(self, index: Any) -> Any:
         return self._names()[index]
@@ -83,9 +80,6 @@ class _Families(Sequence[str]):
 #: ``none`` the raw parameters. Declared by each catalog entry's ``app`` hint.
 APP_CALIBRATIONS: Mapping[str, tuple[str, ...]] = _Offered()
 APP_METHODS: Sequence[str] = _Families()
-#: Families the app learns to run on a text by building them at their declared defaults
-#: (``AppHint.controls == "generated"``; the others read learned parts by the app's rule).
-GENERIC_FAMILIES: Sequence[str] = _Families(lambda m: m.app.controls == "generated")
 
 
 class _Groups(Mapping[str, tuple[str, ...]]):

@@ -19,6 +19,7 @@ from torch import Tensor
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.evaluation import sweep as sweeps
 from sparsefinder.explore.app_methods import APP_CALIBRATIONS, method_label
+from sparsefinder.explore.availability import available_methods
 from sparsefinder.explore.layer_masks import LazyMasks
 from sparsefinder.explore.prepared import PreparedText
 from sparsefinder.explore.state import ViewState, to_spec
@@ -39,7 +40,7 @@ def effective_method(state: ViewState, prepared: PreparedText) -> str:
     learned one without projections becomes "window" (the app's window and global tokens
     only)."""
     wanted = state.method_id
-    return wanted if wanted in prepared.available_methods() else "window"
+    return wanted if wanted in available_methods(prepared) else "window"
 
 
 def clamp(state: ViewState, prepared: PreparedText) -> tuple[ViewState, list[str]]:

@@ -19,12 +19,7 @@ from torch import Tensor
 from sparsefinder.calibration.table import CalibrationTable
 from sparsefinder.data.records import AttentionRecord
 from sparsefinder.evaluation.curves import QUEST_PAGE
-from sparsefinder.explore.app_methods import (
-    FLOORED_ID,
-    GENERIC_FAMILIES,
-    generic_params,
-    pinned_params,
-)
+from sparsefinder.explore.app_methods import FLOORED_ID
 from sparsefinder.explore.state import MAX_BINS
 from sparsefinder.learned_parts import LearnedParts, method_variant
 from sparsefinder.methods.parts import Parts
@@ -62,7 +57,8 @@ class PreparedText:
     calibrated_vectors: RecordInputs | None = None
     #: learned HashAttention codes that read this model's q/k (None: the method is off)
     hash_codes: HashCodeTable | None = None
-    _generic: list[str] | None = field(default=None, repr=False)
+    #: the methods that run on this text (:func:`.availability.available_methods`), once known
+    available: list[str] | None = field(default=None, repr=False)
     #: the parts each method takes, resolved once per text (a slider move reads them again)
     _resolved: dict[tuple, Parts] = field(default_factory=dict, repr=False)
 
@@ -115,40 +111,6 @@ class PreparedText:
     def projections_for(self, method: str) -> HeadProjections | None:
         """The projections ``method``'s predictors are built with (see :meth:`inputs_for`)."""
         return self.inputs_for(method).projections
-
-    def available_methods(self) -> list[str]:
-        """App methods that can run on this text (learned ones need projections/centroids)."""
-        methods = []
-        if self.calibration is not None and (self.has_projections
-                                             or self.calibrated_vectors is not None):
-            methods += [m for m in CALIBRATED_APP_METHODS if self.calibration.has(m)]
-        if self.has_projections:
-            methods += ["distance", "quantization"]
-            if self.cluster_choices:
-                methods.append("kmeans")
-        if self.hash_codes is not None:
-            methods.append("hashattention")
-        return [*methods, "quest", *self._generic_methods()]  # Quest: own q/k
-
-    def _generic_methods(self) -> list[str]:
-        """The families with generated controls that build here (at their declared defaults):
-        shape-only and own-q/k baselines always, learned ones with projections, routed k-means
-        with key codebooks for this model. Built whole, then stored: sessions share a prepared
-        text, and one must never read another's half-built list."""
-        if self._generic is None:
-            generic = []
-            for family in GENERIC_FAMILIES:
-                spec = PredictorSpec.of(family, {**pinned_params(family), **{
-                    p.name: p.default for p in generic_params(family)}})
-                if spec.needs_projections and not self.has_projections:
-                    continue
-                try:
-                    spec.build(self.projections, 0)
-                except ValueError:  # e.g. routed k-means without codebooks for this model
-                    continue
-                generic.append(family)
-            self._generic = generic
-        return self._generic
 
     @property
     def parts(self) -> LearnedParts:

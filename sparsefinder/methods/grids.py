@@ -94,16 +94,14 @@ class AppHint:
     """How the app offers a family: its menu ``group`` (one of :data:`APP_GROUPS`), the
     ``calibrations`` it offers (its default first), and ``first``: shown first in its group
     (the app's default method). Every family's sliders and link keys are generated from its
-    declared parameters, shown as ``params`` says (:class:`Control`). ``controls`` says how
-    the app learns whether the family runs on a text: ``"generated"``, by building it at its
-    defaults; ``"own"``, by the app's rule for the learned parts it reads (projections,
-    centroids, hash codes). ``pinned``: parameters the app holds at one value, without a
+    declared parameters, shown as ``params`` says (:class:`Control`); whether it runs on a
+    text is learned by building it at the values its sliders open on, with the parts it
+    declared. ``pinned``: parameters the app holds at one value, without a
     slider or a link key (``window``'s own size is 0: the app's window control, united with
     every method, sets the window)."""
 
     group: str
     calibrations: tuple[str, ...] = ("none",)
-    controls: str = "generated"
     first: bool = False
     pinned: Mapping[str, Any] = field(default_factory=dict)
     #: how the app shows each parameter (by name; one left out: a plain generated slider)
@@ -112,5 +110,3 @@ class AppHint:
     def __post_init__(self) -> None:
         if self.group not in APP_GROUPS:
             raise ValueError(f"app group must be one of {APP_GROUPS}, got {self.group!r}")
-        if self.controls not in ("generated", "own"):
-            raise ValueError(f"controls must be 'generated' or 'own', got {self.controls!r}")

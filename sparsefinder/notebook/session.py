@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 
 from sparsefinder.explore import live, tables
 from sparsefinder.explore import prepared as prep
+from sparsefinder.explore.availability import available_methods
 from sparsefinder.explore.inputs import extract_one
 from sparsefinder.explore.state import ViewState
 from sparsefinder.figures import graphs
@@ -48,7 +49,7 @@ class ExploreSession:
     @property
     def methods(self) -> list[str]:
         """Methods that run on this text, written with their calibration."""
-        return self.prepared.available_methods()
+        return available_methods(self.prepared)
 
     @property
     def targets(self) -> list[float]:

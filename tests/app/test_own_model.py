@@ -27,8 +27,9 @@ def test_own_model_reading_64_tokens_shows_the_default_example_in_parts(tiny_mod
 
 def _available(at) -> list[str]:
     from app.context import CONTEXT_KEY
+    from sparsefinder.explore.availability import available_methods
 
-    return at.session_state[CONTEXT_KEY].prepared.available_methods()
+    return available_methods(at.session_state[CONTEXT_KEY].prepared)
 
 
 def test_own_model_prepare_in_the_background_then_its_learned_methods(

@@ -12,6 +12,7 @@ from sparsefinder.evaluation import sweep as sweeps
 from sparsefinder.explore import corpus as excorpus
 from sparsefinder.explore import inputs, live
 from sparsefinder.explore import state as urlstate
+from sparsefinder.explore.availability import available_methods
 
 #: The raw (uncalibrated) distance family: ViewState defaults to its calibrated form.
 RAW_DISTANCE = {"method": "distance", "calibration": "none"}
@@ -86,7 +87,7 @@ def test_text_sweep_includes_the_calibrated_curves_of_the_bundled_table(record, 
     prepared = prep.prepare(record, projections, calibration=table, calibration_projections=own)
     assert prepared.projections_for("distance:budget") is own
     assert prepared.projections_for("distance") is projections
-    assert "kmeans-routed:budget" in prepared.available_methods()
+    assert "kmeans-routed:budget" in available_methods(prepared)
     frame = excorpus.sweep_records([record], projections, ["window"], calibration=table,
                                    calibration_projections=own)
     assert set(frame.method) == {"window", *table.methods()}

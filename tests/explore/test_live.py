@@ -9,6 +9,7 @@ from sparsefinder.attention.masks import causal_mask
 from sparsefinder.explore import live, tables
 from sparsefinder.explore import prepared as prep
 from sparsefinder.explore import state as urlstate
+from sparsefinder.explore.availability import available_methods
 from sparsefinder.metrics.measures import recall, score_layers, sparsity
 
 #: The raw (uncalibrated) distance family: ViewState defaults to its calibrated form.
@@ -42,8 +43,8 @@ def test_k_over_half_of_b_is_named_and_really_full(prepared):
 def test_without_projections_learned_methods_are_off_but_fixed_patterns_work(record):
     bare = prep.prepare(record, None)
     # Quest and the oracles read the model's q/k; Longformer/BigBird only the shape
-    assert bare.available_methods() == ["quest", "window", "longformer", "bigbird", "topk",
-                                        "topp"]
+    assert available_methods(bare) == ["quest", "window", "longformer", "bigbird", "topk",
+                                       "topp"]
     state = urlstate.ViewState(method="kmeans", window=3, global_tokens=())
     clamped, notes = live.clamp(state, bare)
     assert clamped.method == "kmeans" and notes and "projections" in notes[0]
@@ -372,7 +373,7 @@ def test_a_target_counts_as_calibrated_only_strictly_within_1e_9():
     # what clamp reads of a prepared text, with a table whose targets sit 1e-9 apart;
     # 2e-9 - 1e-9 is exactly 1e-9 in floating point: not within, so snapped
     table = SimpleNamespace(targets=[1e-9, 0.5], has=lambda method: False)
-    fake = SimpleNamespace(calibration=table, available_methods=lambda: ["window"],
+    fake = SimpleNamespace(calibration=table, available=["window"],
                            has_projections=False, t_max=1.0, cluster_choices=[],
                            num_layers=1, num_heads=1, n_tokens=4, t_default=0.25,
                            bins_default=None)

@@ -9,6 +9,7 @@ import pytest
 from sparsefinder.explore import app_methods, live, text_ranges
 from sparsefinder.explore import prepared as prep
 from sparsefinder.explore import state as urlstate
+from sparsefinder.explore.availability import available_methods
 from sparsefinder.methods.grids import AppHint, Control
 from sparsefinder.methods.registry import METHODS, Method, Param, register_method, unregister_method
 from sparsefinder.methods.spec import PredictorSpec
@@ -83,4 +84,4 @@ def test_new_family_with_a_text_dependent_slider_needs_its_entry_and_its_hook(to
     far = opened.with_(extra=app_methods.with_extra(opened, "toy-span", "span", n + 100))
     assert live.clamp(far, prepared)[0].extra == (("toy-span.span", n),)  # the text's end
     fresh = prep.prepare(prepared.record, prepared.projections)  # (a text keeps its list)
-    assert "toy-span" in fresh.available_methods()
+    assert "toy-span" in available_methods(fresh)
