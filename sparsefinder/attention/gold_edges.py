@@ -43,6 +43,7 @@ import torch
 from torch import Tensor
 
 from sparsefinder.attention.entmax_ops import entmax_normalize
+from sparsefinder.attention.support_bits import BitStore, SupportBits
 
 #: Working memory of one block by default. 256 MiB keeps blocks large enough that the
 #: solver's fixed per-call cost is negligible (≥ 2 heads × 512 rows at n = 8192).
@@ -210,7 +211,8 @@ def entmax_edges(
     value: Tensor | None = None,
     budget_mib: float = DEFAULT_BUDGET_MIB,
     max_edge_mib: float = DEFAULT_MAX_EDGE_MIB,
-) -> tuple[GoldEdges, Tensor | None]:
+    form: str = "edges",
+) -> tuple[GoldEdges | SupportBits, Tensor | None]:
     """Gold edges of ``entmax_α(scaling · q kᵀ)`` for one text, block by block.
 
     ``query`` (heads, n, d), ``key`` (heads, m, d); query i is aligned with key
@@ -222,7 +224,13 @@ def entmax_edges(
 
     Memory: ~``budget_mib`` for one block plus the edges (8 bytes each, capped by
     ``max_edge_mib``) plus the inputs and output — independent of n² otherwise.
+    ``form="bits"``: the support as :class:`~sparsefinder.attention.support_bits.SupportBits`
+    (``heads · n · ⌈m/8⌉`` bytes, also capped by ``max_edge_mib``; no probabilities) instead
+    of the CSR edges: the form for long inputs of dense-ish models.
     """
+    if form not in ("edges", "bits"):
+        raise ValueError(f"form must be 'edges' (CSR with probabilities) or 'bits' (the "
+                         f"support bit-packed), got {form!r}")
     if query.dim() != 3 or key.dim() != 3 or query.shape[0] != key.shape[0] or (
         query.shape[-1] != key.shape[-1]
     ):
@@ -240,6 +248,11 @@ def entmax_edges(
     device = query.device
     counts = torch.zeros(heads * n, dtype=torch.int64, device=device)
     store = _EdgeStore(device)
+    bits = None
+    if form == "bits":
+        if BitStore.nbytes(heads, n, m) > max_edge_mib * 2**20:
+            raise _bits_limit_error(heads, n, m, max_edge_mib)
+        bits = BitStore(heads, n, m, device)
     stored = 0
     output = None
     if value is not None:
@@ -261,6 +274,14 @@ def entmax_edges(
             probs = entmax_normalize(scores, alpha, keep)
             del scores
             mask = probs > 0
+            if bits is not None:
+                bits.add(h0, h1, r0, r1, mask)
+                del mask
+                if output is not None:
+                    output[h0:h1, r0:r1] = torch.matmul(probs.to(value.dtype),
+                                                        value[h0:h1, :width])
+                del probs
+                continue
             counts_block = mask.sum(-1)  # (hb, rb)
             counts.view(heads, n)[h0:h1, r0:r1] = counts_block
             flat = mask.view(-1).nonzero().squeeze(1)
@@ -274,10 +295,22 @@ def entmax_edges(
             if output is not None:
                 output[h0:h1, r0:r1] = torch.matmul(probs.to(value.dtype), value[h0:h1, :width])
             del probs
+    if bits is not None:
+        return bits.support, output
     indptr = torch.zeros(heads * n + 1, dtype=torch.int64, device=device)
     indptr[1:] = counts.cumsum(0)
     indices, values = store.finish()
     return GoldEdges(heads, n, m, indptr, indices, values), output
+
+
+def _bits_limit_error(heads: int, n: int, m: int, max_edge_mib: float) -> ExtractionMemoryError:
+    # heads · n · m / 8 bytes fit when n <= sqrt(8 · max bytes / heads) (square inputs)
+    limit = int(math.sqrt(8 * max_edge_mib * 2**20 / heads))
+    return ExtractionMemoryError(
+        f"the bit-packed support of this {heads}-head layer at n={n}, m={m} needs "
+        f"{BitStore.nbytes(heads, n, m) / 2**20:.0f} MiB, more than max_edge_mib={max_edge_mib}"
+        f" MiB; the limit is about n={limit} tokens: shorten the input or raise max_edge_mib"
+    )
 
 
 class _EdgeStore:

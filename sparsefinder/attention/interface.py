@@ -30,6 +30,7 @@ from sparsefinder.attention.gold_edges import (
     entmax_edges,
 )
 from sparsefinder.attention.masks import shared_causal_mask, sliding_window_mask
+from sparsefinder.attention.support_bits import SupportBits
 
 ENTMAX_ATTENTION = "sparsefinder_entmax"
 DEFAULT_ALPHA = 1.5
@@ -85,7 +86,7 @@ class EdgeCall:
     layer: int
     query: Tensor  # (batch, heads, n, d), as it enters QKᵀ (before scaling)
     key: Tensor  # (batch, heads, m, d)
-    edges: list[GoldEdges]
+    edges: list[GoldEdges | SupportBits]  # SupportBits under capture_edges(form="bits")
     scaling: float
     causal: bool
     alpha: float = DEFAULT_ALPHA
@@ -100,6 +101,7 @@ class _EdgeCapture:
     counter: list[int]
     budget_mib: float
     max_edge_mib: float
+    form: str = "edges"
 
 
 _edge_sink: ContextVar[_EdgeCapture | None] = ContextVar("sparsefinder_edge_sink", default=None)
@@ -111,6 +113,7 @@ def capture_edges(
     *,
     budget_mib: float = DEFAULT_BUDGET_MIB,
     max_edge_mib: float = DEFAULT_MAX_EDGE_MIB,
+    form: str = "edges",
 ) -> Iterator[None]:
     """Within this block, entmax attention runs block by block in bounded memory.
 
@@ -127,9 +130,14 @@ def capture_edges(
 
     A layer whose edges would exceed ``max_edge_mib`` raises
     :class:`~sparsefinder.attention.gold_edges.ExtractionMemoryError` naming the token limit.
-    Restricted attention (:func:`restrict_keys`) cannot run in this mode.
+    Restricted attention (:func:`restrict_keys`) cannot run in this mode. ``form="bits"``
+    hands each layer its support bit-packed (a
+    :class:`~sparsefinder.attention.support_bits.SupportBits`, left on the model's device)
+    instead of CSR edges: for long inputs whose edges would outgrow the bits.
     """
-    token = _edge_sink.set(_EdgeCapture(sink, [0], budget_mib, max_edge_mib))
+    if form not in ("edges", "bits"):
+        raise ValueError(f"form must be 'edges' or 'bits', got {form!r}")
+    token = _edge_sink.set(_EdgeCapture(sink, [0], budget_mib, max_edge_mib, form))
     try:
         yield
     finally:
@@ -256,6 +264,7 @@ def _edges_forward(
         row_edges, out = entmax_edges(
             query[b], key[b], scaling, alpha=alpha, causal=causal, allowed=mask, value=value[b],
             budget_mib=capture_.budget_mib, max_edge_mib=capture_.max_edge_mib,
+            form=capture_.form,
         )
         outputs.append(out)
         edges.append(row_edges)

@@ -9,10 +9,20 @@ memory), with the sliding windows of the model's local layers, so predictors, th
 
 :func:`long_texts` builds texts of exactly ``n_tokens`` tokens from a corpus split by
 concatenating its passages in order (train and validation stay apart).
+
+:func:`extract_supports` keeps only each layer's support, bit-packed and on the model's device
+(:class:`~sparsefinder.attention.support_bits.SupportBits`): how a ~1 B decoder's gold graphs
+at 16 384 tokens fit in a GPU's memory (16 GiB of bits), where its edge lists would not.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import torch
+
+from sparsefinder.attention.interface import EdgeCall, capture_edges
+from sparsefinder.attention.support_bits import SupportBits
 from sparsefinder.data.corpus import load_corpus
 from sparsefinder.data.records import (
     AttentionRecord,
@@ -20,6 +30,7 @@ from sparsefinder.data.records import (
     check_text,
     extract,
     extract_edges,
+    whole_text_ids,
 )
 from sparsefinder.models.loading import LoadedModel
 
@@ -78,3 +89,60 @@ def long_texts(tokenizer: object, n_tokens: int, count: int, split: str = "valid
         raise ValueError(f"the {split} split of {corpus!r} has only {len(ids)} tokens, fewer "
                          f"than one text of {n_tokens}")
     return texts
+
+
+@dataclass
+class SupportRecord:
+    """Tokens and every layer's bit-packed gold support of one long text."""
+
+    text: str
+    tokens: list[str]
+    causal: bool
+    layers: list[SupportBits]
+    #: layer index -> sliding window W of the model's local layers (see ``AttentionCall``)
+    sliding_windows: dict[int, int]
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.tokens)
+
+    def sparsity(self) -> float:
+        """1 − support pairs / pairs each head may attend to (causal triangle, windows), over
+        every layer."""
+        kept = sum(layer.nnz for layer in self.layers)
+        allowed = sum(layer.heads * allowed_pairs(self.n_tokens, self.causal,
+                                                  self.sliding_windows.get(index))
+                      for index, layer in enumerate(self.layers))
+        return 1.0 - kept / max(allowed, 1)
+
+
+def allowed_pairs(n: int, causal: bool, sliding_window: int | None = None) -> int:
+    """(query, key) pairs of one head at n tokens: all, the causal triangle, or a window
+    (``0 <= i − j < W`` causal, ``|i − j| < W`` otherwise), counted without an (n, n) mask."""
+    i = torch.arange(n, dtype=torch.int64)
+    reach = (sliding_window - 1) if sliding_window else n
+    low = i - reach
+    high = i if causal else i + reach
+    return int((high.clamp(max=n - 1) - low.clamp(min=0) + 1).sum())
+
+
+@torch.inference_mode()
+def extract_supports(loaded: LoadedModel, text: str, *, budget_mib: float = 256,
+                     max_edge_mib: float = 4096) -> SupportRecord:
+    """Every layer's gold support of ONE text (up to the model's maximum length), bit-packed
+    and left on the model's device, in bounded working memory (``budget_mib`` a block; each
+    layer's bits, ``heads · n · ⌈n/8⌉`` bytes, capped by ``max_edge_mib``)."""
+    if _soft_capped(loaded):
+        raise ValueError("bounded extraction does not apply attention-logit soft-capping "
+                         "(Gemma 2); use graphs.extract() for this model")
+    ids = whole_text_ids(loaded, text)
+    layers: list[SupportBits] = []
+
+    def sink(call: EdgeCall) -> None:
+        layers.append(call.edges[0])
+
+    input_ids = torch.tensor([ids], device=loaded.device)
+    with capture_edges(sink, budget_mib=budget_mib, max_edge_mib=max_edge_mib, form="bits"):
+        loaded.model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
+    return SupportRecord(text, loaded.tokenizer.convert_ids_to_tokens(ids), loaded.causal,
+                         layers, dict(loaded.sliding_window_layers))

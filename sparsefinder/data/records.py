@@ -3,9 +3,10 @@
 An :class:`AttentionRecord` holds one text (or one chunk of a long text): its tokens with
 character offsets and, per layer, the exact query and key vectors that entered QKᵀ plus the
 gold graph. Probabilities are kept only on the gold edges (``prob_values``, in the row-major
-order of ``gold.nonzero()``) and the gold mask is stored bit-packed (:mod:`.packed_mask`),
-read back dense per layer on access: a 2048-token text on a 16-layer, 32-head decoder keeps
-256 MiB of gold bits instead of 2 GiB of bool masks (or 8 GiB of float probabilities).
+order of ``gold.nonzero()``) and the gold mask is stored bit-packed
+(:mod:`~sparsefinder.attention.packed_mask`), read back dense per layer on access: a
+2048-token text on a 16-layer, 32-head decoder keeps 256 MiB of gold bits instead of 2 GiB
+of bool masks (or 8 GiB of float probabilities).
 Padding is stripped, so no metric ever counts it.
 """
 
@@ -30,7 +31,7 @@ from sparsefinder.attention.interface import (
     capture_edges,
 )
 from sparsefinder.attention.masks import layer_allowed
-from sparsefinder.data.packed_mask import PackedMaskField, count_packed, unpack_mask
+from sparsefinder.attention.packed_mask import PackedMaskField, count_packed, unpack_mask
 from sparsefinder.models.loading import LoadedModel
 
 
@@ -333,6 +334,19 @@ class EdgeRecord:
         return len(self.tokens)
 
 
+def whole_text_ids(loaded: LoadedModel, text: str) -> list[int]:
+    """The token ids of ONE text, whole: a text longer than the model's maximum length is an
+    error (the bounded extractions never truncate silently)."""
+    check_text(text)
+    ids = loaded.tokenizer(text, truncation=False)["input_ids"]
+    if len(ids) > loaded.max_length:
+        raise TextInputError(
+            f"the text has {len(ids)} tokens, more than the model's maximum of "
+            f"{loaded.max_length}; shorten it, or use a long-context model"
+        )
+    return ids
+
+
 @torch.inference_mode()
 def extract_edges(
     loaded: LoadedModel,
@@ -348,14 +362,7 @@ def extract_edges(
     text
     longer than the model's maximum length is an error (no silent truncation here).
     """
-    check_text(text)
-    encoding = loaded.tokenizer(text, truncation=False)
-    ids = encoding["input_ids"]
-    if len(ids) > loaded.max_length:
-        raise TextInputError(
-            f"the text has {len(ids)} tokens, more than the model's maximum of "
-            f"{loaded.max_length}; shorten it, or use a long-context model"
-        )
+    ids = whole_text_ids(loaded, text)
     layers: list[LayerEdges] = []
 
     def sink(call: EdgeCall) -> None:

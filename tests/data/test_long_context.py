@@ -60,3 +60,37 @@ def test_too_long_text_is_refused_with_the_limit(qwen2):
     (text,) = long_texts(qwen2.tokenizer, 2100, 1, "train")
     with pytest.raises(TextInputError, match="maximum of 2048"):
         extract_long(qwen2, text)
+
+
+def test_supports_are_the_bounded_records_gold_bit_for_bit(qwen2):
+    """The bit-packed supports (every layer, windows included) come from the same blocks as
+    the bounded record's edges: the same pairs exactly, and the sparsity they imply."""
+    from sparsefinder.attention.masks import layer_allowed
+    from sparsefinder.data.long_context import extract_supports
+
+    (text,) = long_texts(qwen2.tokenizer, 300, 1, "train")
+    supports = extract_supports(qwen2, text, budget_mib=2)
+    long = extract_long(qwen2, text, budget_mib=2)
+    assert supports.tokens == long.tokens and supports.causal
+    assert supports.sliding_windows == {1: 32}
+    kept = allowed = 0
+    for bits, layer in zip(supports.layers, long.layers, strict=True):
+        assert torch.equal(bits.to_dense(), layer.gold)
+        kept += int(layer.gold.sum())
+        allowed += bits.heads * int(layer_allowed(300, 300, causal=True,
+                                                  sliding_window=layer.sliding_window).sum())
+    assert supports.sparsity() == pytest.approx(1 - kept / allowed)
+    assert 0.0 < supports.sparsity() < 1.0
+    with pytest.raises(TextInputError, match="maximum of 2048"):
+        extract_supports(qwen2, long_texts(qwen2.tokenizer, 2100, 1, "train")[0])
+
+
+@pytest.mark.parametrize("window", [None, 1, 3, 40])
+@pytest.mark.parametrize("causal", [False, True])
+def test_allowed_pairs_count_the_layers_mask(causal, window):
+    from sparsefinder.attention.masks import layer_allowed
+    from sparsefinder.data.long_context import allowed_pairs
+
+    for n in (1, 5, 17):
+        mask = layer_allowed(n, n, causal=causal, sliding_window=window)
+        assert allowed_pairs(n, causal, window) == (n * n if mask is None else int(mask.sum()))

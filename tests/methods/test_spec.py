@@ -140,7 +140,7 @@ def test_causal_records_get_causal_predictions():
 def test_predict_record_never_unpacks_the_gold_graphs(monkeypatch, shared):
     """A prediction needs the gold mask's shape, not its bits: unpacking every head's gold of
     every layer cost a long text's slider move ~0.3 s."""
-    from sparsefinder.data import packed_mask
+    from sparsefinder.attention import packed_mask
 
     record = _record(causal=True)
     reads = []

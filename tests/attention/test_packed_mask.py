@@ -9,7 +9,7 @@ import weakref
 import pytest
 import torch
 
-from sparsefinder.data.packed_mask import pack_mask, unpack_mask
+from sparsefinder.attention.packed_mask import pack_mask, unpack_mask
 from sparsefinder.data.records import LayerGraph
 
 
@@ -98,7 +98,7 @@ def test_layer_graph_does_not_keep_the_given_or_a_read_mask_alive():
 
 @pytest.mark.parametrize("m", [1, 7, 8, 13, 64])
 def test_counting_packed_rows_equals_counting_the_mask(m):
-    from sparsefinder.data.packed_mask import count_packed
+    from sparsefinder.attention.packed_mask import count_packed
 
     mask = torch.rand(3, 5, m, generator=torch.Generator().manual_seed(m)) < 0.4
     mask[0, 0] = True  # a full row: padding bits must not count
