@@ -185,7 +185,7 @@ def block_sparse_rows(
     device = query.device
     graph = repair_block_graph(block_graph.to(device), causal=causal, warn=warn_empty,
                                sliding_window=sliding_window, n=n, block=block)
-    extra = _check_extra_keys(extra_keys, heads, nb, n, device)
+    extra = check_extra_keys(extra_keys, heads, nb, n, device)
     n_extra = 0 if extra is None else extra.shape[-1]
     pad = nb * block - n
     if pad:
@@ -253,7 +253,7 @@ def block_sparse_rows(
             thresholds.view(heads, nb * block)[:, :n])
 
 
-def _check_extra_keys(extra_keys: Tensor | None, heads: int, nb: int, n: int,
+def check_extra_keys(extra_keys: Tensor | None, heads: int, nb: int, n: int,
                       device: torch.device) -> Tensor | None:
     """``extra_keys`` sorted per row (so repeats are neighbours), or an error naming the
     expected shape and range."""

@@ -31,11 +31,16 @@ from torch import Tensor
 
 from sparsefinder.attention.block_sparse import block_sparse_rows, num_blocks
 from sparsefinder.attention.entmax_ops import entmax_normalize
-from sparsefinder.attention.masks import layer_allowed
+from sparsefinder.attention.masks import allowed_key_range
 
 #: Relative rounding margin of a certificate, in units of the dtype's epsilon times the
 #: magnitude of the scores compared (bound and threshold are each a sum of d products).
 MARGIN_EPS = 64.0
+#: Working memory of the dense fallback per score: the fp32 score, the solver's temporaries
+#: and the mask (as gold extraction budgets it).
+BYTES_PER_SCORE = 32
+#: Default memory budget of one chunk of fallback rows (MiB).
+FALLBACK_MIB = 256.0
 
 
 @dataclass(frozen=True)
@@ -132,29 +137,68 @@ def exact_block_sparse_entmax(
     extra_keys: Tensor | None = None,
     sliding_window: int | None = None,
     piece: int | None = None,
+    engine: str = "torch",
+    fallback_mib: float = FALLBACK_MIB,
 ) -> tuple[Tensor, SupportCertificate]:
     """:func:`~sparsefinder.attention.block_sparse.block_sparse_entmax`, exact on every row:
     rows the certificate cannot vouch for are recomputed on their full row of keys. Returns
     the output (heads, n, dv) and the :class:`SupportCertificate`. Needs α > 1 (softmax has
-    no threshold: every row would fall back)."""
+    no threshold: every row would fall back). ``engine``: ``"torch"`` (the tensor path) or
+    ``"triton"`` (the one-kernel path, :mod:`~sparsefinder.attention.triton_block_sparse`,
+    α = 1.5 only, a power-of-two ``block`` ≥ 16). The fallback's scores go in chunks of rows
+    of at most ``fallback_mib`` MiB of working memory."""
     if alpha <= 1.0:
         raise ValueError(f"a support certificate needs α > 1 (sparse entmax), got α={alpha}")
+    if engine not in ("torch", "triton"):
+        raise ValueError(f"engine must be 'torch' or 'triton', got {engine!r}")
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
-    out, graph, thresholds = block_sparse_rows(
-        query, key, value, block_graph, block, scaling=scaling, alpha=alpha, causal=causal,
-        extra_keys=extra_keys, sliding_window=sliding_window)
+    if engine == "triton":
+        if alpha != 1.5:
+            raise ValueError(f"the Triton kernel computes 1.5-entmax only, got α={alpha}; "
+                             "use engine='torch'")
+        from sparsefinder.attention.triton_block_sparse import triton_block_sparse_rows
+
+        out, graph, thresholds = triton_block_sparse_rows(
+            query, key, value, block_graph, block, scaling=scaling, causal=causal,
+            extra_keys=extra_keys, sliding_window=sliding_window)
+    else:
+        out, graph, thresholds = block_sparse_rows(
+            query, key, value, block_graph, block, scaling=scaling, alpha=alpha,
+            causal=causal, extra_keys=extra_keys, sliding_window=sliding_window)
     certified = certify_rows(query, key, graph, thresholds, block, scaling, causal=causal,
                              sliding_window=sliding_window, piece=piece)
     if not bool(certified.all()):
         out = out.clone()
-        allowed = layer_allowed(query.shape[1], key.shape[1], causal=causal,
-                                sliding_window=sliding_window, device=query.device)
-        for head in range(query.shape[0]):
-            rows = torch.nonzero(~certified[head]).squeeze(1)
-            if not len(rows):
-                continue
-            scores = (query[head, rows] @ key[head].T) * scaling  # (r, m): the full rows
-            probs = entmax_normalize(scores, alpha,
-                                     None if allowed is None else allowed[rows])
-            out[head, rows] = (probs.to(value.dtype) @ value[head]).to(out.dtype)
+        dense_rows(out, query, key, value, ~certified, scaling=scaling, alpha=alpha,
+                   causal=causal, sliding_window=sliding_window, budget_mib=fallback_mib)
     return out, SupportCertificate(certified)
+
+
+def dense_rows(out: Tensor, query: Tensor, key: Tensor, value: Tensor, rows: Tensor, *,
+               scaling: float, alpha: float, causal: bool, sliding_window: int | None,
+               budget_mib: float = FALLBACK_MIB) -> None:
+    """Write full α-entmax attention into ``out`` (heads, n, dv) at the True ``rows`` (bool
+    (heads, n)), in chunks of rows whose scores and solver temporaries (about
+    :data:`BYTES_PER_SCORE` each) fit ``budget_mib``: a whole head's rows at n = 32 768 would
+    be 4 GiB of fp32 scores alone. Each chunk's mask comes from the rows' allowed key range,
+    never an (n, m) mask."""
+    m = key.shape[1]
+    chunk = int(budget_mib * 2**20 // (m * BYTES_PER_SCORE))
+    if chunk < 1:
+        raise ValueError(f"one fallback row over m={m} keys needs "
+                         f"{m * BYTES_PER_SCORE / 2**20:.2f} MiB, more than fallback_mib="
+                         f"{budget_mib}; raise it")
+    first, count = allowed_key_range(query.shape[1], m, causal=causal,
+                                     sliding_window=sliding_window, device=query.device)
+    keys = torch.arange(m, device=query.device)
+    for head in range(query.shape[0]):
+        todo = torch.nonzero(rows[head]).squeeze(1)
+        for start in range(0, len(todo), chunk):
+            part = todo[start:start + chunk]
+            scores = (query[head, part] @ key[head].T) * scaling  # (r, m): the full rows
+            allowed = None
+            if causal or sliding_window:
+                lo = first[part].unsqueeze(1)
+                allowed = (keys >= lo) & (keys < lo + count[part].unsqueeze(1))
+            probs = entmax_normalize(scores, alpha, allowed)
+            out[head, part] = (probs.to(value.dtype) @ value[head]).to(out.dtype)

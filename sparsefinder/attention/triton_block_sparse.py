@@ -1,12 +1,15 @@
-"""Block-sparse 1.5-entmax attention as one Triton kernel: the selected key blocks of a query
-block are read once, their scores stay on chip, τ is solved there and the output written.
+"""Block-sparse 1.5-entmax attention as one Triton kernel: the selected key blocks and single
+keys of a query block are read once, their scores stay on chip, τ is solved there and the
+output written.
 
 Why a kernel: the tensor path (:mod:`sparsefinder.attention.block_sparse`) gathers every
 selected key into a padded strip in memory, writes the scores, runs the solver's ~dozens of
 kernels over them and reads them again for ``probs @ values``; on a GPU at long context that
 traffic, not the arithmetic, made it slower than softmax. Here one program per (head, query
-block) loads its ``K`` selected key blocks (``K ≤ K_MAX``, a power of two), computes the
-``block × K·block`` scores once, and solves
+tile of ``BLOCK_M`` rows of a query block) loads its ``K`` selected key blocks (``K ≤ K_MAX``,
+a power of two) and its ``G`` single keys (``extra_keys`` less those that repeat or lie in a
+selected block, ``G ≤ G_MAX``, a power of two ≥ 16), computes the two score tiles
+``BLOCK_M × K_MAX·block`` and ``BLOCK_M × G_MAX`` once, and solves over both
 
     Σ_j [z_j − τ]_+² = 1,   z = (x − max x)/2     (1.5-entmax, scores x = scaling · q·k)
 
@@ -14,11 +17,30 @@ by Newton's method from ``τ₀ = −1``: ``f(τ) = Σ [z − τ]_+² − 1`` is
 ``f(−1) ≥ 0`` since the maximum has ``z = 0``, so every step stays left of the root and the
 iterates increase to it (no overshoot, no bracketing needed); ``N_ITER`` steps reach fp32
 precision (each step at least halves the distance to the root once within ``[−1, 0]``).
-Then ``p = [z − τ]_+²`` (renormalised against rounding) and ``p @ V`` on the same keys.
+Then ``p = [z − τ]_+²`` (renormalised against rounding) and ``p @ V`` on the same keys. A key
+is in the support iff ``z > τ``, i.e. its score ``x > x* = max x + 2τ``: the row's threshold
+in score units, which :func:`triton_block_sparse_rows` returns for the support certificate.
 
-The result is α-entmax restricted to the selected blocks, as the tensor path's; with a
-support certificate (:mod:`~sparsefinder.attention.support_certificate`) it is exact. Runs on
-a GPU; ``TRITON_INTERPRET=1`` runs the same kernel on a CPU (slowly: for tests).
+Register budget (unmeasured: no GPU was at hand when this was written). At the default
+long-context selection (block 32, a band of 3 blocks → ``K_MAX`` 4, 448 single keys →
+``G_MAX`` 512) a program holds ``BLOCK_M × (4·32 + 512)`` fp32 scores: 20 480 with a whole
+query block (``BLOCK_M`` 32), 80 per thread per live copy at 8 warps, and the Newton loop keeps
+about three copies (z, the gap, its square) — past the 255 registers of a thread. ``BLOCK_M``
+16 (``tl.dot``'s smallest tile) halves it: 10 240 scores, 40 per thread per copy at 8 warps,
+~120 for the loop; the price is that the two query tiles of a block load its keys twice (the
+second read mostly from L2). Hence the defaults: ``BLOCK_M = min(block, 16)`` and
+``num_warps`` growing with the score tile (4 up to 4 096 scores, 8 up to 16 384, then 16).
+The key tiles go through shared memory for ``tl.dot``: 640 × 64 keys are 80 KiB in fp16,
+160 KiB in fp32 (the values as much again, later); fp32 at that size may exceed an SM's shared
+memory, where Triton refuses the launch (OutOfResources). Scores are multiplied in IEEE fp32
+for fp32 inputs (``tf32=True`` trades that for tensor cores), fp16/bf16 products accumulate
+in fp32.
+
+The result is α-entmax restricted to the selected blocks and single keys, as the tensor
+path's; with a support certificate
+(:func:`~sparsefinder.attention.support_certificate.exact_block_sparse_entmax`,
+``engine="triton"``) it is exact. Runs on a GPU; ``TRITON_INTERPRET=1`` runs the same kernel
+on a CPU (slowly: for tests).
 """
 
 from __future__ import annotations
@@ -29,10 +51,16 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from sparsefinder.attention.block_sparse import check_block_inputs, repair_block_graph
+from sparsefinder.attention.block_sparse import (
+    check_block_inputs,
+    check_extra_keys,
+    repair_block_graph,
+)
 
 #: Newton steps of the kernel's τ solve (see the module docstring).
 N_ITER = 32
+#: Smallest tile ``tl.dot`` multiplies (rows of the query tile, columns of a key tile).
+MIN_TILE = 16
 
 
 @cache
@@ -47,13 +75,17 @@ def _kernel() -> Any:
                           "sparsefinder.attention.block_sparse needs nothing") from error
 
     @triton.jit
-    def block_entmax15(q_ptr, k_ptr, v_ptr, slots_ptr, counts_ptr, out_ptr, n, nb, padded,
-                       scaling, D: tl.constexpr, DV: tl.constexpr, BLOCK: tl.constexpr,
-                       K_MAX: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
-                       ITERS: tl.constexpr):
-        row = tl.program_id(0)  # head · nb + query block
+    def block_entmax15(q_ptr, k_ptr, v_ptr, slots_ptr, counts_ptr, extra_ptr, extra_counts_ptr,
+                       out_ptr, thresholds_ptr, n, nb, padded, scaling, D: tl.constexpr,
+                       DV: tl.constexpr, BLOCK: tl.constexpr, BLOCK_M: tl.constexpr,
+                       K_MAX: tl.constexpr, G_MAX: tl.constexpr, CAUSAL: tl.constexpr,
+                       WINDOW: tl.constexpr, ITERS: tl.constexpr, PRECISION: tl.constexpr,
+                       THRESHOLDS: tl.constexpr):
+        tile = tl.program_id(0)  # (head · nb + query block) · BLOCK/BLOCK_M + query tile
+        row = tile // (BLOCK // BLOCK_M)
         head = row // nb
-        query_pos = (row % nb) * BLOCK + tl.arange(0, BLOCK)
+        query_pos = ((row % nb) * BLOCK + (tile % (BLOCK // BLOCK_M)) * BLOCK_M
+                     + tl.arange(0, BLOCK_M))
         dims = tl.arange(0, D)
         dims_v = tl.arange(0, DV)
         q = tl.load(q_ptr + (head * padded + query_pos[:, None]) * D + dims[None, :])
@@ -66,7 +98,7 @@ def _kernel() -> Any:
                             (K_MAX * BLOCK,)) & (key_pos < n)
         keys = tl.load(k_ptr + (head * padded + key_pos[:, None]) * D + dims[None, :],
                        mask=key_ok[:, None], other=0.0)
-        x = tl.dot(q, tl.trans(keys)).to(tl.float32) * scaling  # (BLOCK, K_MAX·BLOCK)
+        x = tl.dot(q, tl.trans(keys), input_precision=PRECISION).to(tl.float32) * scaling
         allowed = key_ok[None, :] & (query_pos < n)[:, None]
         ahead = key_pos[None, :] - query_pos[:, None]  # j − i
         if CAUSAL:
@@ -75,22 +107,57 @@ def _kernel() -> Any:
             allowed = allowed & (ahead > -WINDOW) & (ahead < WINDOW)
         x = tl.where(allowed, x, float("-inf"))
         top = tl.max(x, 1)
+        if G_MAX > 0:  # the single keys: a second tile, solved together with the first
+            extra_slot = tl.arange(0, G_MAX)
+            extra_pos = tl.load(extra_ptr + row * G_MAX + extra_slot)
+            extra_ok = extra_slot < tl.load(extra_counts_ptr + row)
+            extra_keys = tl.load(k_ptr + (head * padded + extra_pos[:, None]) * D
+                                 + dims[None, :], mask=extra_ok[:, None], other=0.0)
+            y = tl.dot(q, tl.trans(extra_keys), input_precision=PRECISION).to(tl.float32)
+            extra_allowed = extra_ok[None, :] & (query_pos < n)[:, None]
+            extra_ahead = extra_pos[None, :] - query_pos[:, None]
+            if CAUSAL:
+                extra_allowed = extra_allowed & (extra_ahead <= 0)
+            if WINDOW > 0:
+                extra_allowed = extra_allowed & (extra_ahead > -WINDOW) & (extra_ahead < WINDOW)
+            y = tl.where(extra_allowed, y * scaling, float("-inf"))
+            top = tl.maximum(top, tl.max(y, 1))
         top = tl.where(top == float("-inf"), 0.0, top)  # padding rows: all masked
         z = (x - top[:, None]) * 0.5
-        tau = tl.zeros([BLOCK], dtype=tl.float32) - 1.0
+        if G_MAX > 0:
+            w = (y - top[:, None]) * 0.5
+        tau = tl.zeros([BLOCK_M], dtype=tl.float32) - 1.0
         for _ in tl.static_range(ITERS):
             gap = tl.maximum(z - tau[:, None], 0.0)
             excess = tl.sum(gap * gap, 1) - 1.0
-            slope = tl.maximum(tl.sum(gap, 1), 1e-30)
-            tau = tau + excess / (2.0 * slope)
+            slope = tl.sum(gap, 1)
+            if G_MAX > 0:
+                extra_gap = tl.maximum(w - tau[:, None], 0.0)
+                excess += tl.sum(extra_gap * extra_gap, 1)
+                slope += tl.sum(extra_gap, 1)
+            tau = tau + excess / (2.0 * tl.maximum(slope, 1e-30))
         gap = tl.maximum(z - tau[:, None], 0.0)
         probs = gap * gap
-        probs = probs / tl.maximum(tl.sum(probs, 1), 1e-30)[:, None]
+        total = tl.sum(probs, 1)
+        if G_MAX > 0:
+            extra_gap = tl.maximum(w - tau[:, None], 0.0)
+            extra_probs = extra_gap * extra_gap
+            total += tl.sum(extra_probs, 1)
+        norm = 1.0 / tl.maximum(total, 1e-30)
         values = tl.load(v_ptr + (head * padded + key_pos[:, None]) * DV + dims_v[None, :],
                          mask=key_ok[:, None], other=0.0)
-        out = tl.dot(probs.to(values.dtype), values)
+        out = tl.dot((probs * norm[:, None]).to(values.dtype), values,
+                     input_precision=PRECISION)
+        if G_MAX > 0:
+            extra_values = tl.load(v_ptr + (head * padded + extra_pos[:, None]) * DV
+                                   + dims_v[None, :], mask=extra_ok[:, None], other=0.0)
+            out += tl.dot((extra_probs * norm[:, None]).to(extra_values.dtype), extra_values,
+                          input_precision=PRECISION)
+        real = query_pos < n
         tl.store(out_ptr + (head * padded + query_pos[:, None]) * DV + dims_v[None, :],
-                 out.to(out_ptr.dtype.element_ty), mask=(query_pos < n)[:, None])
+                 out.to(out_ptr.dtype.element_ty), mask=real[:, None])
+        if THRESHOLDS:
+            tl.store(thresholds_ptr + head * padded + query_pos, top + 2.0 * tau, mask=real)
 
     return block_entmax15
 
@@ -99,7 +166,46 @@ def _pow2(x: int) -> int:
     return 1 << max(int(x) - 1, 0).bit_length()
 
 
-def triton_block_sparse_entmax(
+def _single_keys(extra_keys: Tensor | None, selected: Tensor, heads: int, n: int,
+                 block: int) -> tuple[Tensor, Tensor, int]:
+    """The single keys each (head, query block) adds to its blocks, compacted: int32
+    (rows, G_MAX) positions (the valid ones first, ascending; the rest 0), int32 (rows,)
+    counts, and G_MAX (0 when no row keeps one). Dropped, as the tensor path drops them: a
+    repeat, and a key inside a selected block."""
+    rows, nb = selected.shape
+    extra = check_extra_keys(extra_keys, heads, nb, n, selected.device)
+    if extra is None:
+        return selected.new_zeros(1, dtype=torch.int32), selected.new_zeros(
+            1, dtype=torch.int32), 0
+    extra = extra.view(rows, -1)  # sorted per row: repeats are neighbours
+    keep = ~selected.gather(1, torch.div(extra, block, rounding_mode="floor"))
+    keep[:, 1:] &= extra[:, 1:] != extra[:, :-1]
+    counts = keep.sum(-1)
+    g_max = 0 if int(counts.max()) == 0 else max(MIN_TILE, _pow2(int(counts.max())))
+    compact = torch.where(keep, extra, n).sort(-1).values  # kept keys first (all < n)
+    compact = torch.nn.functional.pad(compact, (0, max(g_max - compact.shape[1], 0)),
+                                      value=n)[:, :g_max]
+    compact = compact.masked_fill(compact >= n, 0)
+    return compact.to(torch.int32).contiguous(), counts.to(torch.int32).contiguous(), g_max
+
+
+def default_num_warps(scores: int) -> int:
+    """Warps for a program holding ``scores`` fp32 scores (the module docstring's budget: at
+    most ~64 scores per thread per live copy)."""
+    return 4 if scores <= 4096 else 8 if scores <= 16384 else 16
+
+
+def triton_block_sparse_entmax(query: Tensor, key: Tensor, value: Tensor, block_graph: Tensor,
+                               block: int, **options: Any) -> Tensor:
+    """1.5-entmax attention (heads, n, dv) on the selected key blocks and single keys, in one
+    Triton kernel: the same result as
+    :func:`~sparsefinder.attention.block_sparse.block_sparse_entmax` (same arguments; the
+    options of :func:`triton_block_sparse_rows`)."""
+    return triton_block_sparse_rows(query, key, value, block_graph, block,
+                                    with_thresholds=False, **options)[0]
+
+
+def triton_block_sparse_rows(
     query: Tensor,
     key: Tensor,
     value: Tensor,
@@ -110,13 +216,26 @@ def triton_block_sparse_entmax(
     causal: bool = False,
     sliding_window: int | None = None,
     warn_empty: bool = True,
-) -> Tensor:
-    """1.5-entmax attention (heads, n, dv) on the selected key blocks, in one Triton kernel:
-    the same result as :func:`~sparsefinder.attention.block_sparse.block_sparse_entmax`
-    without ``extra_keys`` (single keys are not read by this kernel). ``block`` a power of two
-    ≥ 16 (Triton's matrix tiles)."""
-    if block < 16 or block & (block - 1):
+    extra_keys: Tensor | None = None,
+    with_thresholds: bool = True,
+    query_tile: int | None = None,
+    num_warps: int | None = None,
+    tf32: bool = False,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The kernel's output (heads, n, dv), the repaired block graph and each row's threshold
+    ``x* = max x + 2τ`` in score units (float64 (heads, n); NaN without ``with_thresholds``),
+    as :func:`~sparsefinder.attention.block_sparse.block_sparse_rows` returns them.
+
+    ``block`` a power of two ≥ 16 (Triton's matrix tiles); ``extra_keys`` int64 (heads,
+    query blocks, G) single keys; ``query_tile`` rows per program (a power of two in [16,
+    block], default 16), ``num_warps`` (default :func:`default_num_warps`) and ``tf32``
+    (fp32 products on tensor cores, less precise) tune the launch (module docstring)."""
+    if block < MIN_TILE or block & (block - 1):
         raise ValueError(f"block must be a power of two >= 16 for the kernel, got {block}")
+    query_tile = min(block, MIN_TILE) if query_tile is None else int(query_tile)
+    if query_tile < MIN_TILE or query_tile > block or query_tile & (query_tile - 1):
+        raise ValueError(f"query_tile must be a power of two in [16, block={block}], "
+                         f"got {query_tile}")
     heads, n, d, nb = check_block_inputs(query, key, value, block_graph, block, sliding_window)
     scaling = d ** -0.5 if scaling is None else scaling
     graph = repair_block_graph(block_graph.to(query.device), causal=causal, warn=warn_empty,
@@ -128,15 +247,23 @@ def triton_block_sparse_entmax(
     order = torch.sort(selected.to(torch.int8), dim=-1, descending=True, stable=True).indices
     slots = torch.nn.functional.pad(order, (0, max(k_max - nb, 0)))[:, :k_max]
     slots = slots.to(torch.int32).contiguous()
+    extra, extra_counts, g_max = _single_keys(extra_keys, selected, heads, n, block)
     padded = nb * block
-    dims, dims_v = max(_pow2(d), 16), max(_pow2(value.shape[-1]), 16)
+    dims, dims_v = max(_pow2(d), MIN_TILE), max(_pow2(value.shape[-1]), MIN_TILE)
 
     def prepare(t: Tensor, width: int) -> Tensor:
         return torch.nn.functional.pad(t, (0, width - t.shape[-1], 0, padded - n)).contiguous()
 
     q, k, v = prepare(query, dims), prepare(key, dims), prepare(value, dims_v)
     out = torch.empty(heads, padded, dims_v, dtype=value.dtype, device=value.device)
-    _kernel()[(rows,)](q, k, v, slots, counts.contiguous(), out, n, nb, padded, float(scaling),
-                       D=dims, DV=dims_v, BLOCK=block, K_MAX=k_max, CAUSAL=bool(causal),
-                       WINDOW=int(sliding_window or 0), ITERS=N_ITER)
-    return out[:, :n, :value.shape[-1]]
+    thresholds = torch.full((heads, padded), torch.nan, dtype=torch.float32,
+                            device=query.device)
+    warps = default_num_warps(query_tile * (k_max * block + g_max)) if num_warps is None \
+        else int(num_warps)
+    _kernel()[(rows * (block // query_tile),)](
+        q, k, v, slots, counts.contiguous(), extra, extra_counts, out, thresholds, n, nb,
+        padded, float(scaling), D=dims, DV=dims_v, BLOCK=block, BLOCK_M=query_tile,
+        K_MAX=k_max, G_MAX=g_max, CAUSAL=bool(causal), WINDOW=int(sliding_window or 0),
+        ITERS=N_ITER, PRECISION="tf32" if tf32 else "ieee", THRESHOLDS=bool(with_thresholds),
+        num_warps=warps)
+    return out[:, :n, :value.shape[-1]], graph, thresholds[:, :n].double()

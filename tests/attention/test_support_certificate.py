@@ -3,15 +3,20 @@ on every row (certified rows on their own support, the others recomputed)."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
+
 import pytest
 import torch
-from tolerances import entmax_attention_tol
+from tolerances import entmax_attention_tol, eps, score_bound, support_size, tau_err
 
 from sparsefinder.attention.block_sparse import block_sparse_rows, expand_blocks
 from sparsefinder.attention.entmax_ops import entmax_normalize
 from sparsefinder.attention.masks import layer_allowed
 from sparsefinder.attention.support_certificate import (
+    BYTES_PER_SCORE,
     block_score_bounds,
+    certify_rows,
     exact_block_sparse_entmax,
 )
 from sparsefinder.metrics.measures import block_graph
@@ -121,3 +126,117 @@ def test_a_planted_miss_is_caught_and_the_row_made_exact():
     flagged = ~cert.certified[h, i * block:(i + 1) * block]
     assert bool((flagged | ~missed).all())  # every row that lost a gold key is flagged
     torch.testing.assert_close(out, ref, atol=entmax_attention_tol(q, k, v, probs), rtol=0)
+
+
+needs_triton = pytest.mark.skipif(
+    importlib.util.find_spec("triton") is None
+    or (not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1"),
+    reason="triton, on a GPU or in its interpreter (tests/conftest.py sets TRITON_INTERPRET)")
+
+
+def _planted_miss(q, n: int, block: int, probs):
+    """Every gold tile selected but one off-diagonal tile holding gold keys of some rows."""
+    tiles = block_graph(probs > 0, block)
+    h, i, j = next((h, i, j) for h in range(q.shape[0]) for i in range(n // block)
+                   for j in range(n // block) if i != j and bool(tiles[h, i, j]))
+    tiles[h, i, j] = False
+    missed = (probs[h, i * block:(i + 1) * block, j * block:(j + 1) * block] > 0).any(-1)
+    assert bool(missed.any())
+    return tiles, (h, i, missed)
+
+
+def _assert_kernel_certifies_as_float64(cert, q, k, v, graph, block, piece, **layer):
+    """The kernel's certified rows lie between those its float64 thresholds certify, moved
+    down and up by the kernel's threshold tolerance (the scores' rounding, twice the solver's
+    τ error, the sum's rounding): a wrong threshold or a mis-wired one shows up as a row
+    outside the sandwich."""
+    q64, k64, v64 = (t.double() for t in (q, k, v))
+    _, repaired, thresholds = block_sparse_rows(q64, k64, v64, graph, block, **layer)
+    kept = support_size(_block_sparse_probs(q64, k64, repaired, block, layer))
+    tol = (score_bound(q, k, q.shape[-1] ** -0.5) + 2 * tau_err(kept)
+           + 2 * eps() * float(thresholds.abs().max()))
+    scaling = q.shape[-1] ** -0.5
+    window = {"causal": layer.get("causal", False),
+              "sliding_window": layer.get("sliding_window")}
+    low = certify_rows(q, k, repaired, thresholds - tol, block, scaling, piece=piece, **window)
+    high = certify_rows(q, k, repaired, thresholds + tol, block, scaling, piece=piece, **window)
+    certified = cert.certified.cpu()
+    assert bool((low <= certified).all()) and bool((certified <= high).all())
+    assert bool(low.any()) and not bool(high.all())  # the sandwich has two sides
+
+
+def _block_sparse_probs(q64, k64, graph, block, layer):
+    """float64 1.5-entmax on the selected blocks and single keys of ``graph``."""
+    n = q64.shape[1]
+    allowed = expand_blocks(graph, block, n, n, layer.get("extra_keys"))
+    mask = layer_allowed(n, n, causal=layer.get("causal", False),
+                         sliding_window=layer.get("sliding_window"))
+    return entmax_normalize((q64 @ k64.transpose(-1, -2)) * q64.shape[-1] ** -0.5, 1.5,
+                            allowed if mask is None else allowed & mask)
+
+
+@needs_triton
+def test_the_triton_engine_catches_a_planted_miss_and_is_exact():
+    """The kernel's thresholds certify its rows: the rows that lost a gold key are flagged
+    and recomputed, and the output equals dense 1.5-entmax (the kernel works in fp32)."""
+    q, k, v = (t.float() for t in _qkv(n=128, scale=3.0))
+    n, block = 128, 16
+    q64, k64, v64 = (t.double() for t in (q, k, v))
+    probs, ref = _full_attention(q64, k64, v64, torch.ones(n, n, dtype=torch.bool))
+    tiles, (h, i, missed) = _planted_miss(q, n, block, probs)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    out, cert = exact_block_sparse_entmax(*(t.to(device) for t in (q, k, v, tiles)), block,
+                                          engine="triton", piece=2)
+    flagged = ~cert.certified[h, i * block:(i + 1) * block].cpu()
+    assert bool((flagged | ~missed).all())
+    assert 0 < cert.fallback_rows < cert.rows  # some rows certified, not all recomputed
+    tol = entmax_attention_tol(q, k, v, probs.float())
+    torch.testing.assert_close(out.double().cpu(), ref, atol=tol, rtol=0)
+    _assert_kernel_certifies_as_float64(cert, q, k, v, tiles, block, 2)
+
+
+@needs_triton
+def test_the_triton_engine_certifies_as_the_torch_engine_with_single_keys():
+    q, k, v = (t.float() for t in _qkv(n=128, scale=3.0))
+    graph = torch.eye(4, dtype=torch.bool).expand(3, 4, 4).clone()
+    extra = torch.randint(0, 128, (3, 4, 12), generator=torch.Generator().manual_seed(1))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    out, cert = exact_block_sparse_entmax(*(t.to(device) for t in (q, k, v, graph)), 32,
+                                          causal=True, extra_keys=extra.to(device),
+                                          engine="triton", piece=2)
+    q64, k64, v64 = (t.double() for t in (q, k, v))
+    probs, ref = _full_attention(q64, k64, v64, layer_allowed(128, 128, causal=True))
+    torch.testing.assert_close(out.double().cpu(), ref, rtol=0,
+                               atol=entmax_attention_tol(q, k, v, probs.float()))
+    _assert_kernel_certifies_as_float64(cert, q, k, v, graph, 32, 2, causal=True,
+                                        extra_keys=extra)
+
+
+def test_engines_and_alphas_the_kernel_lacks_are_refused():
+    q, k, v = _qkv(n=32)
+    graph = torch.ones(3, 1, 1, dtype=torch.bool)
+    with pytest.raises(ValueError, match="engine must be"):
+        exact_block_sparse_entmax(q, k, v, graph, 32, engine="cuda")
+    with pytest.raises(ValueError, match="1.5-entmax only"):
+        exact_block_sparse_entmax(q, k, v, graph, 32, alpha=2.0, engine="triton")
+
+
+@pytest.mark.parametrize(("causal", "window"), [(False, None), (True, None), (True, 40),
+                                                (False, 40)])
+def test_the_fallback_in_chunks_of_rows_equals_it_in_one_go(causal, window):
+    """A budget of a few rows per chunk gives the same output as one chunk per head (the
+    rows' masks come from their key ranges, not an (n, m) mask)."""
+    q, k, v = _qkv(n=160, scale=3.0)
+    graph = torch.eye(10, dtype=torch.bool).expand(3, 10, 10).clone()
+    whole, cert = exact_block_sparse_entmax(q, k, v, graph, 16, causal=causal,
+                                            sliding_window=window)
+    rows_mib = 3 * 160 * BYTES_PER_SCORE / 2**20  # three rows per chunk
+    chunked, _ = exact_block_sparse_entmax(q, k, v, graph, 16, causal=causal,
+                                           sliding_window=window, fallback_mib=rows_mib)
+    assert cert.fallback_rows > 3
+    probs, _ = _full_attention(q, k, v, layer_allowed(160, 160, causal=causal,
+                                                      sliding_window=window))
+    torch.testing.assert_close(chunked, whole, rtol=0,
+                               atol=entmax_attention_tol(q, k, v, probs))
+    with pytest.raises(ValueError, match="raise it"):
+        exact_block_sparse_entmax(q, k, v, graph, 16, fallback_mib=1e-4)

@@ -7,9 +7,13 @@ import os
 
 import pytest
 import torch
-from tolerances import entmax_attention_tol
+from tolerances import entmax_attention_tol, eps, score_bound, support_size, tau_err
 
-from sparsefinder.attention.block_sparse import block_sparse_entmax, expand_blocks
+from sparsefinder.attention.block_sparse import (
+    block_sparse_entmax,
+    block_sparse_rows,
+    expand_blocks,
+)
 from sparsefinder.attention.entmax_ops import entmax_normalize
 from sparsefinder.attention.masks import layer_allowed
 
@@ -82,3 +86,95 @@ def test_near_uniform_rows_converge_too(kernel):
     assert float((probs > 0).sum(-1).double().mean()) > 64  # most keys kept
     tol = entmax_attention_tol(q.cpu(), k.cpu(), v.cpu(), probs.float())
     torch.testing.assert_close(out.double().cpu(), probs @ v64, atol=tol, rtol=0)
+
+
+def _single_keys(graph: torch.Tensor, block: int, n: int, width: int, seed: int):
+    """Random single keys per (head, query block), with a repeat and a key inside the first
+    selected block of every row (both dropped by the tensor path)."""
+    heads, nb, _ = graph.shape
+    keys = torch.randint(0, n, (heads, nb, width), generator=torch.Generator().manual_seed(seed))
+    keys[..., 1] = keys[..., 0]
+    keys[..., 2] = (graph.to(torch.int8).argmax(-1) * block + 3).clamp(max=n - 1)
+    return keys
+
+
+def _restricted(q64, k64, graph, block, causal, window, extra=None):
+    """float64 probabilities of 1.5-entmax on the selected blocks and single keys."""
+    n = q64.shape[1]
+    allowed = expand_blocks(graph, block, n, n, extra)
+    layer = layer_allowed(n, n, causal=causal, sliding_window=window)
+    return entmax_normalize((q64 @ k64.transpose(-1, -2)) * q64.shape[-1] ** -0.5, 1.5,
+                            allowed if layer is None else allowed & layer)
+
+
+@pytest.mark.parametrize(("n", "block", "causal", "window", "tile"), [
+    (100, 16, False, None, None), (100, 16, True, None, None), (96, 32, False, 20, None),
+    (96, 32, True, 40, 32), (128, 32, True, None, None)])
+def test_single_keys_are_read_as_the_tensor_path_reads_them(kernel, n, block, causal, window,
+                                                            tile):
+    """Blocks plus single keys (repeats and keys of a selected block count once), causal and
+    local layers, one or two query tiles per block: the kernel equals the tensor path."""
+    q, k, v = _inputs(n, seed=n + block)
+    nb = -(-n // block)
+    graph = torch.rand(2, nb, nb, generator=torch.Generator().manual_seed(block)) < 0.3
+    graph |= torch.eye(nb, dtype=torch.bool)
+    extra = _single_keys(graph, block, n, 9, seed=n)
+    out = kernel.triton_block_sparse_entmax(q, k, v, graph.to(q.device), block, causal=causal,
+                                            sliding_window=window, query_tile=tile,
+                                            extra_keys=extra.to(q.device), warn_empty=False)
+    q64, k64, v64 = (t.double().cpu() for t in (q, k, v))
+    ref, repaired, _ = block_sparse_rows(q64, k64, v64, graph, block, causal=causal,
+                                         sliding_window=window, extra_keys=extra,
+                                         warn_empty=False)
+    in_block = repaired.gather(-1, extra // block)
+    assert bool(in_block.any()) and bool((extra[..., 1] == extra[..., 0]).all())
+    probs = _restricted(q64, k64, repaired, block, causal, window, extra)
+    beyond = probs * ~expand_blocks(repaired, block, n, n)
+    assert float(beyond.sum()) > 0  # single keys carry probability: the test can fail
+    tol = entmax_attention_tol(q.cpu(), k.cpu(), v.cpu(), probs.float())
+    torch.testing.assert_close(out.double().cpu(), ref, atol=tol, rtol=0)
+    without = kernel.triton_block_sparse_entmax(q, k, v, graph.to(q.device), block,
+                                                causal=causal, sliding_window=window,
+                                                warn_empty=False)
+    assert float((without.double().cpu() - ref).abs().max()) > 10 * tol
+
+
+def test_single_keys_all_inside_selected_blocks_change_nothing(kernel):
+    q, k, v = _inputs(64, seed=7)
+    graph = torch.eye(4, dtype=torch.bool).expand(2, 4, 4).clone()
+    inside = (torch.arange(4) * 16).view(1, 4, 1) + torch.tensor([0, 5, 5, 15])
+    inside = inside.expand(2, 4, 4).contiguous()
+    with_keys = kernel.triton_block_sparse_entmax(q, k, v, graph, 16, extra_keys=inside)
+    assert torch.equal(with_keys, kernel.triton_block_sparse_entmax(q, k, v, graph, 16))
+
+
+@pytest.mark.parametrize(("causal", "window"), [(False, None), (True, 40)])
+def test_the_kernel_returns_each_rows_threshold(kernel, causal, window):
+    """``x* = max x + 2τ``: the threshold the tensor path derives from its probabilities
+    (``x_j − p_j^{α−1}/(α−1)`` at the top key), within the scores' rounding plus twice the
+    solver's τ error."""
+    n, block = 96, 32
+    q, k, v = _inputs(n, seed=11)
+    graph = torch.rand(2, 3, 3, generator=torch.Generator().manual_seed(2)) < 0.5
+    graph |= torch.eye(3, dtype=torch.bool)
+    extra = _single_keys(graph, block, n, 6, seed=4)
+    _, _, thresholds = kernel.triton_block_sparse_rows(
+        q, k, v, graph.to(q.device), block, causal=causal, sliding_window=window,
+        extra_keys=extra.to(q.device), warn_empty=False)
+    q64, k64, v64 = (t.double().cpu() for t in (q, k, v))
+    _, repaired, ref = block_sparse_rows(q64, k64, v64, graph, block, causal=causal,
+                                         sliding_window=window, extra_keys=extra,
+                                         warn_empty=False)
+    kept = support_size(_restricted(q64, k64, repaired, block, causal, window, extra))
+    tol = (score_bound(q.cpu(), k.cpu(), 32 ** -0.5) + 2 * tau_err(kept)
+           + 2 * eps() * float(ref.abs().max()))
+    assert bool(torch.isfinite(thresholds).all())
+    torch.testing.assert_close(thresholds.cpu(), ref, atol=tol, rtol=0)
+
+
+def test_a_query_tile_the_kernel_cannot_use_is_refused(kernel):
+    q, k, v = _inputs(64)
+    graph = torch.ones(2, 2, 2, dtype=torch.bool)
+    for tile in (8, 24, 64):
+        with pytest.raises(ValueError, match="query_tile must be a power of two"):
+            kernel.triton_block_sparse_entmax(q, k, v, graph, 32, query_tile=tile)
