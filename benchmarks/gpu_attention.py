@@ -28,6 +28,13 @@ only here, its recall that of the key blocks alone).
     .venv/bin/python benchmarks/gpu_attention.py --device cuda [--sizes 4096 8192 16384 32768]
         [--dtypes fp32 fp16] [--inputs default random] [--repeats 5]
 
+Each row is printed (and appended to ``--table FILE`` as a Markdown row) as soon as it is
+measured, so a run cut short by a time limit keeps what it measured. A method whose call takes
+longer than ``--slow-s`` is timed once and not run at larger n (the row says so). ``--causal``
+runs every method causally (AdaSplash then dispatches to its causal AdaSplash-2 kernel).
+The reference support is kept bit-packed (:mod:`~sparsefinder.attention.support_bits`:
+1.5 GiB for 12 heads at n = 32 768), so no edge list caps n.
+
 Last line: ``device=<cpu|cuda> n=<largest> block_vs_sdpa=<t_sdpa/t_block>
 block_vs_adasplash=<t_ada/t_block or nan> block_recall=<r> exact_max_diff=<x>`` at the largest n
 in the first dtype (fp16 where run). ``--smoke``: CPU, random q/k, n = 256, fp32, one repeat.
@@ -59,22 +66,26 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _measure(fn, repeats: int, device: torch.device) -> tuple[float, float, object]:
-    """(median ms, peak MiB or NaN, last result) of ``fn()``."""
+def _measure(fn, repeats: int, device: torch.device, slow_s: float
+             ) -> tuple[float, float, object, float]:
+    """(median ms, peak MiB or NaN, last result, seconds of the warm-up call) of ``fn()``;
+    a call slower than ``slow_s`` is timed once."""
+    start = time.perf_counter()
     result = fn()  # warm-up (compiles, allocator)
     _sync(device)
+    first = time.perf_counter() - start
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         base = torch.cuda.memory_allocated(device)
     times = []
-    for _ in range(repeats):
+    for _ in range(1 if first > slow_s else repeats):
         start = time.perf_counter()
         result = fn()
         _sync(device)
         times.append((time.perf_counter() - start) * 1e3)
     peak = ((torch.cuda.max_memory_allocated(device) - base) / 2**20
             if device.type == "cuda" else math.nan)
-    return statistics.median(times), peak, result
+    return statistics.median(times), peak, result, first
 
 
 def _inputs(kind: str, n: int, args) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: ANN001
@@ -89,7 +100,8 @@ def _inputs(kind: str, n: int, args) -> tuple[torch.Tensor, torch.Tensor]:  # no
             raise SystemExit(f"{path} holds {q.shape[1]} tokens, fewer than n={n}")
         return q[:, :n].float().contiguous(), k[:, :n].float().contiguous()
     if kind == "decoder":
-        raise SystemExit("--inputs decoder needs --decoder-qk FILE (q/k saved from the decoder)")
+        raise SystemExit("--inputs decoder needs --decoder-qk FILE (q/k saved by "
+                         "decoder_supports.py --save-qk)")
     from restricted import real_qk
 
     q, k, _ = real_qk(args.layer, n)
@@ -97,23 +109,28 @@ def _inputs(kind: str, n: int, args) -> tuple[torch.Tensor, torch.Tensor]:  # no
 
 
 def _method(name: str, args):  # noqa: ANN001, ANN202
-    """(q, k, v) → (output, selection recall or None) for one method, or a reason it can't."""
+    """(q, k, v) → output for one method, or a reason it can't run."""
     import torch.nn.functional as F
 
     from sparsefinder.attention.block_sparse import block_sparse_entmax
     from sparsefinder.attention.entmax_ops import entmax_normalize
+    from sparsefinder.attention.masks import layer_allowed
     from sparsefinder.attention.support_certificate import exact_block_sparse_entmax
 
+    causal = args.causal
     if name == "sdpa":
-        return lambda q, k, v: F.scaled_dot_product_attention(q, k, v)
+        return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     if name == "dense-entmax":
         def dense(q, k, v):
+            n = q.shape[1]
             out = torch.empty_like(q)
-            for start in range(0, q.shape[1], DENSE_ROWS):
+            allowed = layer_allowed(n, n, causal=causal, device=q.device)
+            for start in range(0, n, DENSE_ROWS):
                 rows = q[:, start:start + DENSE_ROWS]
                 scores = (rows @ k.transpose(-1, -2)).float() * q.shape[-1] ** -0.5
-                out[:, start:start + DENSE_ROWS] = (entmax_normalize(scores, 1.5).to(v.dtype)
-                                                    @ v)
+                keep = None if allowed is None else allowed[start:start + DENSE_ROWS]
+                out[:, start:start + DENSE_ROWS] = (entmax_normalize(scores, 1.5, keep)
+                                                    .to(v.dtype) @ v)
             return out
         return dense
     if name == "adasplash":
@@ -124,45 +141,66 @@ def _method(name: str, args):  # noqa: ANN001, ANN202
         except ImportError:
             return "adasplash is not installed (pip install adasplash: the gpu extra)"
         return lambda q, k, v: adasplash(q[None], k[None], v[None], alpha=1.5,
-                                         is_causal=False)[0]
+                                         is_causal=causal)[0]
     from restricted import keys_selector
 
-    select = keys_selector(args.block)
+    selector = keys_selector(args.block)
+
+    def select(q, k):
+        return selector(q.float(), k.float(), causal=causal)
+
     if name == "block-triton":
         if args.device_obj.type != "cuda":
             return "the Triton kernel runs here only in its interpreter (tests: TRITON_INTERPRET=1)"
         from sparsefinder.attention.triton_block_sparse import triton_block_sparse_entmax
 
         def kernel(q, k, v):
-            graph, _ = select(q.float(), k.float())  # the kernel reads key blocks only
-            return triton_block_sparse_entmax(q, k, v, graph, args.block)
+            graph, _ = select(q, k)  # the kernel reads key blocks only
+            return triton_block_sparse_entmax(q, k, v, graph, args.block, causal=causal)
         return kernel
     if name == "block":
         def block(q, k, v):
-            graph, extra = select(q.float(), k.float())
-            return block_sparse_entmax(q, k, v, graph, args.block, extra_keys=extra)
+            graph, extra = select(q, k)
+            return block_sparse_entmax(q, k, v, graph, args.block, extra_keys=extra,
+                                       causal=causal)
         return block
 
     def exact(q, k, v):
-        graph, extra = select(q.float(), k.float())
-        return exact_block_sparse_entmax(q, k, v, graph, args.block, extra_keys=extra)[0]
+        graph, extra = select(q, k)
+        return exact_block_sparse_entmax(q, k, v, graph, args.block, extra_keys=extra,
+                                         causal=causal)[0]
     return exact
 
 
-def _recall(q: torch.Tensor, k: torch.Tensor, block: int) -> tuple[float, float]:
-    """Gold-edge recall of block Sparsefinder's default selection (``restricted.py``'s), with
-    its single keys and of its key blocks alone (what the Triton kernel reads)."""
-    from restricted import keys_selector, score_selection
+def _recall(q: torch.Tensor, k: torch.Tensor, support, block: int,  # noqa: ANN001
+            causal: bool) -> tuple[float, float]:
+    """Gold-pair recall of block Sparsefinder's default selection (``restricted.py``'s): with
+    its single keys, and of its key blocks alone (what the Triton kernel reads). One head's
+    (n, n) masks at a time."""
+    from restricted import keys_selector
 
-    from sparsefinder.attention.gold_edges import entmax_edges
+    from sparsefinder.attention.block_sparse import expand_blocks
 
-    graph, extra = keys_selector(block)(q, k)
-    edges, _ = entmax_edges(q, k, q.shape[-1] ** -0.5)
-    edges = edges.to("cpu")
-    recall, _ = score_selection(graph.cpu(), None if extra is None else extra.cpu(), edges,
-                                block)
-    blocks_only, _ = score_selection(graph.cpu(), None, edges, block)
-    return recall, blocks_only
+    graph, extra = keys_selector(block)(q, k, causal=causal)
+    n = q.shape[1]
+    hit = hit_blocks = total = 0
+    for h in range(q.shape[0]):
+        gold = support.to_dense(h)
+        blocks = expand_blocks(graph[h:h + 1], block, n, n)[0]
+        total += int(gold.sum())
+        hit_blocks += int((gold & blocks).sum())
+        if extra is not None:
+            blocks = expand_blocks(graph[h:h + 1], block, n, n, extra[h:h + 1])[0]
+        hit += int((gold & blocks).sum())
+    return hit / max(total, 1), hit_blocks / max(total, 1)
+
+
+def _row(table: Path | None, *cells: object) -> None:
+    """One result, printed now (and appended to the Markdown ``table``)."""
+    print(" ".join(str(c) for c in cells), flush=True)
+    if table is not None:
+        with table.open("a") as handle:
+            handle.write("| " + " | ".join(str(c) for c in cells) + " |\n")
 
 
 def main() -> int:
@@ -176,8 +214,12 @@ def main() -> int:
     made.add_argument("--layer", type=int, default=2)
     made.add_argument("--block", type=int, default=32)
     made.add_argument("--repeats", type=int, default=5)
+    made.add_argument("--causal", action="store_true", help="causal attention everywhere")
+    made.add_argument("--slow-s", type=float, default=20.0,
+                      help="a call slower than this is timed once and skipped at larger n")
+    made.add_argument("--table", type=Path, help="also append each row here (Markdown)")
     made.add_argument("--qk", help="q/k of the default model saved by gpu_solver.py --save")
-    made.add_argument("--decoder-qk", help="q/k of a long-context decoder, same format")
+    made.add_argument("--decoder-qk", help="q/k of a decoder (decoder_supports.py --save-qk)")
     args = parse(made, smoke={"device": "cpu", "sizes": [256], "dtypes": ["fp32"],
                               "inputs": ["random"], "repeats": 1, "block": 16})
     reason = cuda_missing(args.device)
@@ -185,38 +227,47 @@ def main() -> int:
         skip(reason, device=args.device)
         return 0
     device = args.device_obj = torch.device(args.device)
-    rows, headline = [], {}
+    if args.table is not None:
+        with args.table.open("a") as handle:
+            handle.write(f"\n{'causal' if args.causal else 'bidirectional'}, "
+                         f"{device.type}\n\n| input | n | dtype | method | ms | peak MiB | "
+                         "max abs diff | recall |\n|---|---|---|---|---|---|---|---|\n")
+    headline, too_slow = {}, {}
     for kind in args.inputs:
-        for n in args.sizes:
+        for n in sorted(args.sizes):
             try:
                 q32, k32 = (t.to(device) for t in _inputs(kind, n, args))
             except SystemExit as why:  # e.g. a corpus shorter than n: the other sizes still run
-                rows.append((kind, n, "-", "inputs", str(why)))
+                _row(args.table, kind, n, "-", "inputs", str(why), "", "", "")
                 continue
             v32 = torch.randn(q32.shape, generator=torch.Generator().manual_seed(7)).to(device)
             with torch.inference_mode():
-                _, reference = _reference(q32, k32, v32)
-                recall = _recall(q32, k32, args.block)
+                support, reference = _reference(q32, k32, v32, args.causal)
+                recall = _recall(q32, k32, support, args.block, args.causal)
+            del support
             for dtype_name in args.dtypes:
                 dtype = DTYPES[dtype_name]
                 q, k, v = (t.to(dtype) for t in (q32, k32, v32))
                 for name in args.methods:
                     run = _method(name, args)
-                    if isinstance(run, str):
-                        rows.append((kind, n, dtype_name, name, run))
+                    slow = too_slow.get((kind, dtype_name, name))
+                    if isinstance(run, str) or slow:
+                        _row(args.table, kind, n, dtype_name, name, run if isinstance(run, str)
+                             else f"not run: {slow}", "", "", "")
                         continue
                     with torch.inference_mode():
-                        ms, peak, out = _measure(lambda run=run, q=q, k=k, v=v: run(q, k, v),
-                                                 args.repeats, device)
+                        ms, peak, out, first = _measure(
+                            lambda run=run, q=q, k=k, v=v: run(q, k, v), args.repeats, device,
+                            args.slow_s)
+                    if first > args.slow_s:
+                        too_slow[(kind, dtype_name, name)] = f"{first:.0f} s a call at n={n}"
                     diff = float((out.float() - reference).abs().max())
                     sel = {"block": recall[0], "block-exact": recall[0],
                            "block-triton": recall[1]}.get(name, 1.0)
-                    rows.append((kind, n, dtype_name, name,
-                                 f"{ms:9.2f} ms  {peak:9.1f} MiB  max|Δ| {diff:.2e}  "
-                                 f"recall {sel:.4f}"))
+                    _row(args.table, kind, n, dtype_name, name, f"{ms:.2f}", f"{peak:.1f}",
+                         f"{diff:.2e}", f"{sel:.4f}")
                     headline[(kind, n, dtype_name, name)] = (ms, diff, sel)
-    for kind, n, dtype_name, name, text in rows:
-        print(f"{kind:>8} n={n:<6} {dtype_name:<5} {name:<13} {text}")
+                    del out
     kind, n = args.inputs[0], max(args.sizes)
     dtype_name = "fp16" if "fp16" in args.dtypes else args.dtypes[0]
 
@@ -231,11 +282,12 @@ def main() -> int:
     return 0
 
 
-def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):  # noqa: ANN202
-    """Exact 1.5-entmax attention in float32, tile by tile (gold edges and output)."""
+def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool):  # noqa: ANN202
+    """Exact 1.5-entmax attention in float32, tile by tile: (support bits, output)."""
     from sparsefinder.attention.gold_edges import entmax_edges
 
-    return entmax_edges(q, k, q.shape[-1] ** -0.5, value=v)
+    return entmax_edges(q, k, q.shape[-1] ** -0.5, value=v, causal=causal, form="bits",
+                        max_edge_mib=1 << 20)
 
 
 if __name__ == "__main__":

@@ -68,8 +68,9 @@ SHAPES = {
 }
 
 
-def build(shape: str, folder: Path, qk_scale: float) -> Path:
-    """A random model of ``shape`` saved to ``folder`` with a tokenizer (safetensors)."""
+def build(shape: str, folder: Path, qk_scale: float, max_positions: int = 8192) -> Path:
+    """A random model of ``shape`` saved to ``folder`` with a tokenizer (safetensors); a
+    decoder shape takes ``max_positions`` tokens (RoPE: no weights depend on it)."""
     import torch
     from transformers import AutoModel, BertConfig, LlamaConfig
 
@@ -90,13 +91,13 @@ def build(shape: str, folder: Path, qk_scale: float) -> Path:
     else:
         from sparsefinder.models.decoders import tiny_bpe_tokenizer
 
-        tokenizer = tiny_bpe_tokenizer(4096)
+        tokenizer = tiny_bpe_tokenizer(max_positions)
         big = shape == "llama-8b"
         config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=4096 if big else 2048,
                              intermediate_size=14336 if big else 8192,
                              num_hidden_layers=32 if big else 16, num_attention_heads=32,
                              num_key_value_heads=8, head_dim=128 if big else 64,
-                             max_position_embeddings=8192, pad_token_id=0)
+                             max_position_embeddings=max_positions, pad_token_id=0)
     torch.manual_seed(0)
     model = AutoModel.from_config(config)
     with torch.no_grad():

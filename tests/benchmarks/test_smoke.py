@@ -95,7 +95,8 @@ class TestModelSmoke:
     def test_smoke_run(self, name: str) -> None:
         check_smoke_run(name)
 
-    @pytest.mark.parametrize("name", ["gpu_attention", "gpu_solver", "restricted"])
+    @pytest.mark.parametrize("name", ["decoder_supports", "gpu_attention", "gpu_solver",
+                                      "restricted"])
     def test_a_gpu_run_skips_cleanly_without_a_gpu(self, name: str) -> None:
         import torch
 
