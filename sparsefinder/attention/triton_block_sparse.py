@@ -21,20 +21,21 @@ Then ``p = [z − τ]_+²`` (renormalised against rounding) and ``p @ V`` on the
 is in the support iff ``z > τ``, i.e. its score ``x > x* = max x + 2τ``: the row's threshold
 in score units, which :func:`triton_block_sparse_rows` returns for the support certificate.
 
-Register budget (unmeasured: no GPU was at hand when this was written). At the default
-long-context selection (block 32, a band of 3 blocks → ``K_MAX`` 4, 448 single keys →
-``G_MAX`` 512) a program holds ``BLOCK_M × (4·32 + 512)`` fp32 scores: 20 480 with a whole
-query block (``BLOCK_M`` 32), 80 per thread per live copy at 8 warps, and the Newton loop keeps
-about three copies (z, the gap, its square) — past the 255 registers of a thread. ``BLOCK_M``
-16 (``tl.dot``'s smallest tile) halves it: 10 240 scores, 40 per thread per copy at 8 warps,
-~120 for the loop; the price is that the two query tiles of a block load its keys twice (the
-second read mostly from L2). Hence the defaults: ``BLOCK_M = min(block, 16)`` and
-``num_warps`` growing with the score tile (4 up to 4 096 scores, 8 up to 16 384, then 16).
-The key tiles go through shared memory for ``tl.dot``: 640 × 64 keys are 80 KiB in fp16,
-160 KiB in fp32 (the values as much again, later); fp32 at that size may exceed an SM's shared
-memory, where Triton refuses the launch (OutOfResources). Scores are multiplied in IEEE fp32
-for fp32 inputs (``tf32=True`` trades that for tensor cores), fp16/bf16 products accumulate
-in fp32.
+Register budget. At the default long-context selection (block 32, a band of 3 blocks →
+``K_MAX`` 4, 448 single keys → ``G_MAX`` 512) a program holds ``BLOCK_M × (4·32 + 512)`` fp32
+scores: 20 480 with a whole query block (``BLOCK_M`` 32), 80 per thread at 8 warps, and the
+Newton loop keeps both score tiles live — past a thread's 255 registers. ``BLOCK_M`` 16
+(``tl.dot``'s smallest tile) halves it (10 240 scores, 40 per thread at 8 warps); the price is
+that the two query tiles of a block load its keys twice (the second read mostly from L2).
+Compiled for sm_90 on a CPU (Triton 3.9's ptxas, head dim 64, fp16; ``python
+benchmarks/kernel_resources.py``), ``BLOCK_M`` 16 at 8 warps takes 252 registers and no spill,
+``BLOCK_M`` 32 spills at 8 and 16 warps; 4 warps spill from 4 096 scores on. Hence the
+defaults: ``BLOCK_M = min(block, 16)``, ``num_warps`` 4 up to 2 048 scores, 8 up to 10 240,
+then 16, and a rolled (not unrolled) Newton loop, which spills less with both tiles. The key
+tiles go through shared memory for ``tl.dot``: 640 × 64 keys are 80 KiB in fp16, 160 KiB in
+fp32; fp32 inputs (``tl.dot`` in IEEE fp32, no tensor cores; ``tf32=True`` trades precision
+for them) spill heavily at this size, and head dim 128 spills in fp16 too: expect those to be
+slow. None of this is timed: no GPU was at hand when it was written.
 
 The result is α-entmax restricted to the selected blocks and single keys, as the tensor
 path's; with a support certificate
@@ -127,7 +128,7 @@ def _kernel() -> Any:
         if G_MAX > 0:
             w = (y - top[:, None]) * 0.5
         tau = tl.zeros([BLOCK_M], dtype=tl.float32) - 1.0
-        for _ in tl.static_range(ITERS):
+        for _ in range(ITERS):
             gap = tl.maximum(z - tau[:, None], 0.0)
             excess = tl.sum(gap * gap, 1) - 1.0
             slope = tl.sum(gap, 1)
@@ -190,9 +191,9 @@ def _single_keys(extra_keys: Tensor | None, selected: Tensor, heads: int, n: int
 
 
 def default_num_warps(scores: int) -> int:
-    """Warps for a program holding ``scores`` fp32 scores (the module docstring's budget: at
-    most ~64 scores per thread per live copy)."""
-    return 4 if scores <= 4096 else 8 if scores <= 16384 else 16
+    """Warps for a program holding ``scores`` fp32 scores: the fewest that compiled without
+    spills for sm_90 (the module docstring's register budget)."""
+    return 4 if scores <= 2048 else 8 if scores <= 10240 else 16
 
 
 def triton_block_sparse_entmax(query: Tensor, key: Tensor, value: Tensor, block_graph: Tensor,

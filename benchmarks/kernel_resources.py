@@ -1,0 +1,122 @@
+"""Registers, spills and shared memory of the Triton block-sparse kernel, compiled on a CPU.
+
+No GPU is needed: Triton compiles :mod:`~sparsefinder.attention.triton_block_sparse`'s kernel
+for a CUDA target (``--arch``, default 90: H100/H200) with the ptxas it ships, and
+``cuobjdump`` reads each cubin's registers per thread and stack (spilled) bytes; Triton
+reports the dynamic shared memory. That is what decides whether a program of ``query_tile``
+rows at ``num_warps`` fits a streaming multiprocessor, before any timing on a GPU. Sizes: the
+default long-context selection (block 32, ``--k-max`` 4 key blocks, ``--g-max`` 512 single
+keys, head dim 64). Nothing here is timed.
+
+    .venv/bin/python benchmarks/kernel_resources.py [--dtypes fp16,fp32] [--tiles 16,32]
+        [--warps 4,8,16] [--g-max 512] [--head-dim 64] [--arch 90]
+
+Last line, for the kernel's own defaults (the first dtype): ``registers=<r>
+stack_bytes=<s> shared_kib=<k> query_tile=<t> num_warps=<w>``. ``--smoke``: one tiny
+configuration.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+# The kernel must be compiled, not interpreted: read before triton is first imported.
+os.environ.pop("TRITON_INTERPRET", None)
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import parse, parser, skip  # noqa: E402
+
+_RESOURCES = re.compile(r"REG:(\d+) STACK:(\d+)")
+
+
+def compile_kernel(dtype: str, *, block: int, k_max: int, g_max: int, head_dim: int,
+                   query_tile: int, num_warps: int, arch: int) -> tuple[int, int, int]:
+    """(registers per thread, stack bytes per thread, dynamic shared bytes) of one
+    configuration of the kernel compiled for ``sm_<arch>``."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from sparsefinder.attention.triton_block_sparse import N_ITER, _kernel
+
+    kernel = _kernel()
+    signature = {name: "*i32" for name in ("slots_ptr", "counts_ptr", "extra_ptr",
+                                           "extra_counts_ptr")}
+    signature.update({name: f"*{dtype}" for name in ("q_ptr", "k_ptr", "v_ptr", "out_ptr")})
+    signature.update(thresholds_ptr="*fp32", n="i32", nb="i32", padded="i32", scaling="fp32")
+    constants = dict(D=head_dim, DV=head_dim, BLOCK=block, BLOCK_M=query_tile, K_MAX=k_max,
+                     G_MAX=g_max, CAUSAL=False, WINDOW=0, ITERS=N_ITER, PRECISION="ieee",
+                     THRESHOLDS=True)
+    signature.update({name: "constexpr" for name in constants})
+    source = ASTSource(fn=kernel, signature=signature, constexprs={
+        (kernel.arg_names.index(name),): value for name, value in constants.items()})
+    compiled = triton.compile(source, target=GPUTarget("cuda", arch, 32),
+                              options={"num_warps": num_warps})
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.TemporaryDirectory() as folder:
+        cubin = Path(folder) / "kernel.cubin"
+        cubin.write_bytes(compiled.asm["cubin"])
+        usage = subprocess.run([str(tool), "--dump-resource-usage", str(cubin)],
+                               capture_output=True, text=True, check=True).stdout
+    found = _RESOURCES.search(usage)
+    if found is None:
+        raise RuntimeError(f"cuobjdump printed no resource usage: {usage[-400:]}")
+    return int(found[1]), int(found[2]), int(compiled.metadata.shared)
+
+
+def main() -> int:
+    made = parser(__doc__.splitlines()[0])
+    made.add_argument("--dtypes", default="fp16,fp32", help="comma-separated: fp16,bf16,fp32")
+    made.add_argument("--tiles", default="16,32", help="query rows per program")
+    made.add_argument("--warps", default="4,8,16")
+    made.add_argument("--block", type=int, default=32)
+    made.add_argument("--k-max", type=int, default=4)
+    made.add_argument("--g-max", type=int, default=512)
+    made.add_argument("--head-dim", type=int, default=64)
+    made.add_argument("--arch", type=int, default=90)
+    args = parse(made, smoke={"dtypes": "fp16", "tiles": "16", "warps": "4", "block": 16,
+                              "k_max": 2, "g_max": 16, "head_dim": 16})
+    try:
+        import triton  # noqa: F401
+        from triton.compiler import ASTSource  # noqa: F401
+    except ImportError as error:
+        skip(f"needs triton's compiler ({error})")
+        return 0
+    from sparsefinder.attention.triton_block_sparse import default_num_warps
+
+    dtypes = args.dtypes.split(",")
+    tiles = [int(t) for t in args.tiles.split(",")]
+    default_tile = min(args.block, 16)
+    default_warps = default_num_warps(default_tile * (args.k_max * args.block + args.g_max))
+    configs = [(d, t, int(w)) for d in dtypes for t in tiles for w in args.warps.split(",")]
+    if (dtypes[0], default_tile, default_warps) not in configs:
+        configs.insert(0, (dtypes[0], default_tile, default_warps))
+    print(f"sm_{args.arch}, block {args.block}, K_MAX {args.k_max}, G_MAX {args.g_max}, "
+          f"head dim {args.head_dim}; kernel defaults: query tile {default_tile}, "
+          f"{default_warps} warps")
+    print("| dtype | query tile | warps | scores/program | registers | stack bytes (spill) |"
+          " shared KiB |")
+    print("|---|---|---|---|---|---|---|")
+    headline = None
+    for dtype, tile, warps in configs:
+        registers, stack, shared = compile_kernel(
+            dtype, block=args.block, k_max=args.k_max, g_max=args.g_max,
+            head_dim=args.head_dim, query_tile=tile, num_warps=warps, arch=args.arch)
+        print(f"| {dtype} | {tile} | {warps} | {tile * (args.k_max * args.block + args.g_max)} "
+              f"| {registers} | {stack} | {shared / 1024:.0f} |", flush=True)
+        if (dtype, tile, warps) == (dtypes[0], default_tile, default_warps):
+            headline = (registers, stack, shared)
+    registers, stack, shared = headline
+    print(f"registers={registers} stack_bytes={stack} shared_kib={shared / 1024:.0f} "
+          f"query_tile={default_tile} num_warps={default_warps}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
