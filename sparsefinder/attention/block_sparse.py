@@ -232,6 +232,8 @@ def block_sparse_rows(
             torch.zeros((), dtype=query.dtype, device=device), qb[chunk],
             keys.transpose(1, 2), beta=0, alpha=scaling,
         )  # (c, block, width)
+        if scores.dtype == torch.float16:  # products on the half path, τ in float32 (−1e9
+            scores = scores.float()        # overflows float16), as the Triton kernel does
         blocked = ~(key_ok & (key_pos < n)).unsqueeze(1)
         if causal or sliding_window:
             query_pos = (qblock.unsqueeze(-1) * block + positions).unsqueeze(-1)  # (c, block, 1)
