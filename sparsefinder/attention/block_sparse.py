@@ -38,7 +38,7 @@ _MASKED = -1e9  # far below every α > 1 support (τ* ≥ max - 2), as in entmax
 _CHUNK_SCORES = 1 << 22
 #: On a GPU every chunk pays the gathers' and the solver's fixed cost in small kernels (~3 ms),
 #: so one chunk of up to 512 MiB of float32 scores: at n = 32 768 (12 heads, block 32, 544 keys
-#: a row) one chunk instead of 52.
+#: a row) two chunks instead of 52.
 _GPU_CHUNK_SCORES = 1 << 27
 
 
