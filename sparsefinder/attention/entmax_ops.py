@@ -257,7 +257,11 @@ def entmax_normalize(scores: Tensor, alpha: float, allowed: Tensor | None = None
     """α-entmax over the last axis; entries where ``allowed`` is False get probability 0.
 
     ``allowed`` broadcasts against ``scores`` (e.g. padding/causal mask of shape (b, 1, n, m)).
+    Float16 scores are solved in float32 and the probabilities given back in float16: the
+    mask value −1e9 and the solvers' sums overflow float16 (largest 65504).
     """
+    if scores.dtype == torch.float16:
+        return entmax_normalize(scores.float(), alpha, allowed).to(torch.float16)
     if allowed is not None and bool(allowed.all()):
         allowed = None  # nothing masked: skip two full passes over the scores
     if allowed is not None:

@@ -185,3 +185,35 @@ def test_a_bad_sliding_window_is_refused_by_name():
             block_sparse_entmax(q, k, v, graph, 32, sliding_window=bad)
     with pytest.raises(ValueError, match="needs n and block"):
         repair_block_graph(graph, causal=True, sliding_window=4)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_float16_inputs_are_solved_in_float32_and_match_the_dense_path(causal):
+    """Half inputs (the GPU benchmarks' fp16): the −1e9 mask overflowed float16 before; now
+    the scores are solved in float32, as the Triton kernel does."""
+    q, k, v = (t.to(torch.float16) for t in _qkv(n=130))
+    n, block = 130, 32
+    nb = -(-n // block)
+    graph = torch.rand(3, nb, nb, generator=torch.Generator().manual_seed(5)) < 0.4
+    graph |= torch.eye(nb, dtype=torch.bool)
+    out = block_sparse_entmax(q, k, v, graph, block, causal=causal)
+    assert out.dtype == torch.float16
+    probs, ref = _dense(*(t.double() for t in (q, k, v)), expand_blocks(graph, block, n, n),
+                        causal)
+    torch.testing.assert_close(out.double(), ref, rtol=0,
+                               atol=_out_tol(q, k, v, probs.to(torch.float16)))
+
+
+@pytest.mark.parametrize("budget", [1, 1 << 27])  # a row per chunk; one chunk (a GPU's size)
+def test_chunking_never_changes_the_result(monkeypatch, budget):
+    from sparsefinder.attention import block_sparse
+
+    q, k, v = _qkv(n=150)
+    nb = -(-150 // 32)
+    g = torch.Generator().manual_seed(8)
+    graph = (torch.rand(3, nb, nb, generator=g) < 0.3) | torch.eye(nb, dtype=torch.bool)
+    extra = torch.randint(0, 150, (3, nb, 7), generator=g)
+    monkeypatch.setattr(block_sparse, "_CHUNK_SCORES", budget)
+    out = block_sparse_entmax(q, k, v, graph, 32, causal=True, extra_keys=extra)
+    probs, ref = _dense(q, k, v, expand_blocks(graph, 32, 150, 150, extra), True)
+    torch.testing.assert_close(out, ref, atol=_out_tol(q, k, v, probs), rtol=0)

@@ -578,3 +578,16 @@ def test_the_gpu_sort_rule_reads_device_row_length_and_engine():
         assert not entmax_ops._gpu_prefers_sort(torch.randn(1, 2, 64, 512))
     with entmax_ops.solver_engine("blocks"):
         assert not entmax_ops._gpu_prefers_sort(cuda_scores(512))
+
+
+def test_float16_scores_with_a_mask_are_solved_in_float32():
+    """−1e9 (the mask) overflows float16: the scores are solved in float32 and given back in
+    float16, so the result is the float32 one rounded once."""
+    x = _scores(4).to(torch.float16)
+    allowed = torch.rand(2, 1, 40, 40, generator=torch.Generator().manual_seed(4)) < 0.6
+    allowed[..., 0] = True
+    for alpha in (1.0, 1.5, 2.0, 1.3):
+        out = entmax_normalize(x, alpha, allowed)
+        assert out.dtype == torch.float16
+        assert torch.equal(out, entmax_normalize(x.float(), alpha, allowed).to(torch.float16))
+        assert (out.masked_select(~allowed.expand_as(out)) == 0).all()

@@ -117,15 +117,22 @@ def test_bad_parameters_are_errors_naming_the_fix():
     assert extra is None and graph[0].tolist() == [[True, False], [False, True]]
 
 
-def test_chunked_scoring_equals_one_chunk(monkeypatch):
+@pytest.mark.parametrize("budget", [1, 12 * 45, 1 << 20])  # a query block, one head, all heads
+def test_chunked_scoring_equals_the_brute_scores(monkeypatch, budget):
     import sparsefinder.predictors.block_keys as block_keys
 
     g = torch.Generator().manual_seed(5)
-    q, k = torch.randn(2, 45, 3, generator=g), torch.randn(2, 45, 3, generator=g)
-    whole = sub_block_scores(q, k, 16, 4)
-    monkeypatch.setattr(block_keys, "_CHUNK_SCORES", 1)  # one query block per chunk
-    assert torch.equal(sub_block_scores(q, k, 16, 4), whole)
-    torch.testing.assert_close(whole, _brute_scores(q, k, 16, 4), **_scores_tol(q, k, 4))
+    q, k = torch.randn(3, 45, 3, generator=g), torch.randn(3, 45, 3, generator=g)
+    monkeypatch.setattr(block_keys, "_CHUNK_SCORES", budget)
+    torch.testing.assert_close(sub_block_scores(q, k, 16, 4), _brute_scores(q, k, 16, 4),
+                               **_scores_tol(q, k, 4))
+
+
+def test_a_gpu_scores_in_large_chunks():
+    from sparsefinder.predictors.block_keys import _CHUNK_SCORES, _GPU_CHUNK_SCORES, chunk_scores
+
+    assert chunk_scores(torch.device("cpu")) == _CHUNK_SCORES
+    assert chunk_scores(torch.device("cuda")) == _GPU_CHUNK_SCORES > _CHUNK_SCORES
 
 
 @pytest.mark.cuda

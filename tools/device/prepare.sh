@@ -10,6 +10,7 @@
 #   run(command="bash .gpu/common/run3.sh", carry=[".gpu/common", ".gpu/st"])  # at once
 #   run(command="bash .gpu/common/run4.sh", carry=[".gpu/common", ".gpu/adapt"])  # at once
 #   run(command="bash .gpu/common/run5.sh", carry=[".gpu/common"])  # after run2, at once
+# The long-context check needs none of these: tools/device/prepare_long.sh, then one call.
 # Each must come within the machine's idle window, or it starts bare without part A.
 # .gpu/st/st.tar.xz: Streamlit 1.67 and its dependencies for the serve step (numpy and pydeck
 # left out: the image has numpy, the app does not draw maps; pyarrow without its Flight/S3 parts).
@@ -48,3 +49,4 @@ PYTHONPATH=$PWD .venv/bin/python tools/device/adapt_sweep.py --data .gpu/adapt/d
 tar cJf .gpu/st/st.tar.xz -C "$ST" . && rm -rf "$ST" "$STW"
 rm -rf "$WHL" "$SITE"
 du -sh .gpu/*
+bash tools/device/prepare_long.sh  # the one-call long-context check (.gpu/long)
