@@ -109,7 +109,8 @@ def certify_rows(query: Tensor, key: Tensor, graph: Tensor, thresholds: Tensor, 
                  scaling: float, *, causal: bool = False, sliding_window: int | None = None,
                  piece: int | None = None) -> Tensor:
     """bool (heads, n): rows whose every unselected, visible key block is bounded below the
-    row's threshold ``x*`` (``thresholds``, from :func:`block_sparse_rows`) by the margin.
+    row's threshold ``x*`` (``thresholds``, from :func:`block_sparse_rows` or the kernel's
+    :func:`~sparsefinder.attention.triton_block_sparse.triton_block_sparse_rows`) by the margin.
     ``piece``: keys per bound (a divisor of ``block``; default the block itself): smaller
     pieces bound tighter and cost ``~2·d/piece`` multiply-adds per pair."""
     piece = block if piece is None else piece
