@@ -9,7 +9,6 @@
 #   run(command="bash .gpu/common/run2.sh", carry=[".gpu/common", ".gpu/b"])   # at once
 #   run(command="bash .gpu/common/run3.sh", carry=[".gpu/common", ".gpu/st"])  # at once
 #   run(command="bash .gpu/common/run4.sh", carry=[".gpu/common", ".gpu/adapt"])  # at once
-#   run(command="bash .gpu/common/run5.sh", carry=[".gpu/common"])  # after run2, at once
 # The long-context check needs none of these: tools/device/prepare_long.sh, then one call.
 # Each must come within the machine's idle window, or it starts bare without part A.
 # .gpu/st/st.tar.xz: Streamlit 1.67 and its dependencies for the serve step (numpy and pydeck
@@ -33,9 +32,7 @@ tail -c +47000001 "$PKG/model/model.safetensors" > .gpu/b/partB
 sha256sum "$PKG/model/model.safetensors" | cut -c1-64 > .gpu/common/model.sha256
 cp tools/device/setup.sh tools/device/run1.sh tools/device/run2.sh tools/device/run3.sh \
   tools/device/docker_check.py tools/device/serve_check.py \
-  tools/device/run4.sh tools/device/run5.sh tools/device/adapt_sweep.py .gpu/common/
-# AdaSplash (pure Python on Triton) for run5.sh's long-context comparison
-python3 -m pip download -q --no-deps --only-binary=:all: -d .gpu/common adasplash
+  tools/device/run4.sh tools/device/adapt_sweep.py .gpu/common/
 ST=$(mktemp -d); STW=$(mktemp -d)
 python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
