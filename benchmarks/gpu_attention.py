@@ -23,9 +23,10 @@ Methods: ``sdpa`` (``scaled_dot_product_attention``), ``dense-entmax`` (the proj
 solver over the full scores, rows in chunks), ``adasplash`` (``pip install adasplash``: the
 ``gpu`` extra; CUDA only, skipped with the reason otherwise), ``block`` (block Sparsefinder,
 its default selector as in ``restricted.py``), ``block-exact`` (the same with the support
-certificate and the dense fallback of uncertified rows) and ``block-triton`` (the selection's
-key blocks in the one-kernel path, :mod:`~sparsefinder.attention.triton_block_sparse`; CUDA
-only here, its recall that of the key blocks alone).
+certificate and the dense fallback of uncertified rows), ``block-triton`` (the same
+selection, key blocks and single keys, in one Triton kernel,
+:mod:`~sparsefinder.attention.triton_block_sparse`; CUDA only here) and
+``block-triton-exact`` (the kernel's rows certified, the others recomputed).
 
     .venv/bin/python benchmarks/gpu_attention.py --device cuda [--sizes 4096 8192 16384 32768]
         [--dtypes fp32 fp16] [--inputs default random] [--repeats 5]
@@ -38,13 +39,16 @@ The reference support is kept bit-packed (:mod:`~sparsefinder.attention.support_
 1.5 GiB for 12 heads at n = 32 768), so no edge list caps n.
 
 Last line: ``device=<cpu|cuda> n=<largest> block_vs_sdpa=<t_sdpa/t_block>
-block_vs_adasplash=<t_ada/t_block or nan> block_recall=<r> exact_max_diff=<x>`` at the largest n
-in the first dtype (fp16 where run). ``--smoke``: CPU, random q/k, n = 256, fp32, one repeat.
+block_vs_adasplash=<t_ada/t_block or nan> block_recall=<r> exact_max_diff=<x>
+triton_vs_sdpa=<t_sdpa/t_triton> triton_vs_adasplash=<t_ada/t_triton>`` for the first input at
+the largest n in fp16 where run (else the first dtype). On a CPU the kernel runs only under
+``TRITON_INTERPRET=1`` (slowly). ``--smoke``: CPU, random q/k, n = 64, fp32, one repeat.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import sys
 import time
@@ -58,7 +62,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import cuda_missing, parse, parser, skip  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-METHODS = ("sdpa", "dense-entmax", "adasplash", "block", "block-exact", "block-triton")
+METHODS = ("sdpa", "dense-entmax", "adasplash", "block", "block-exact", "block-triton",
+           "block-triton-exact")
 #: Rows of the dense-entmax scores materialised at once (heads · rows · n floats).
 DENSE_ROWS = 1024
 
@@ -151,14 +156,16 @@ def _method(name: str, args):  # noqa: ANN001, ANN202
     def select(q, k):
         return selector(q.float(), k.float(), causal=causal)
 
+    if (name.startswith("block-triton") and args.device_obj.type != "cuda"
+            and os.environ.get("TRITON_INTERPRET") != "1"):
+        return "the Triton kernel runs on a CPU only in its interpreter (TRITON_INTERPRET=1)"
     if name == "block-triton":
-        if args.device_obj.type != "cuda":
-            return "the Triton kernel runs here only in its interpreter (tests: TRITON_INTERPRET=1)"
         from sparsefinder.attention.triton_block_sparse import triton_block_sparse_entmax
 
         def kernel(q, k, v):
-            graph, _ = select(q, k)  # the kernel reads key blocks only
-            return triton_block_sparse_entmax(q, k, v, graph, args.block, causal=causal)
+            graph, extra = select(q, k)
+            return triton_block_sparse_entmax(q, k, v, graph, args.block, extra_keys=extra,
+                                              causal=causal)
         return kernel
     if name == "block":
         def block(q, k, v):
@@ -167,36 +174,36 @@ def _method(name: str, args):  # noqa: ANN001, ANN202
                                        causal=causal)
         return block
 
+    engine = "triton" if name == "block-triton-exact" else "torch"
+
     def exact(q, k, v):
         graph, extra = select(q, k)
         out, certificate = exact_block_sparse_entmax(q, k, v, graph, args.block,
-                                                     extra_keys=extra, causal=causal)
+                                                     extra_keys=extra, causal=causal,
+                                                     engine=engine)
         args.certified = certificate.certified_fraction
         return out
     return exact
 
 
 def _recall(q: torch.Tensor, k: torch.Tensor, support, block: int,  # noqa: ANN001
-            causal: bool) -> tuple[float, float]:
-    """Gold-pair recall of block Sparsefinder's default selection (``restricted.py``'s): with
-    its single keys, and of its key blocks alone (what the Triton kernel reads). One head's
-    (n, n) masks at a time."""
+            causal: bool) -> float:
+    """Gold-pair recall of block Sparsefinder's default selection (``restricted.py``'s): key
+    blocks and single keys. One head's (n, n) masks at a time."""
     from restricted import keys_selector
 
     from sparsefinder.attention.block_sparse import expand_blocks
 
     graph, extra = keys_selector(block)(q, k, causal=causal)
     n = q.shape[1]
-    hit = hit_blocks = total = 0
+    hit = total = 0
     for h in range(q.shape[0]):
         gold = support.to_dense(h)
-        blocks = expand_blocks(graph[h:h + 1], block, n, n)[0]
+        selected = expand_blocks(graph[h:h + 1], block, n, n,
+                                 None if extra is None else extra[h:h + 1])[0]
         total += int(gold.sum())
-        hit_blocks += int((gold & blocks).sum())
-        if extra is not None:
-            blocks = expand_blocks(graph[h:h + 1], block, n, n, extra[h:h + 1])[0]
-        hit += int((gold & blocks).sum())
-    return hit / max(total, 1), hit_blocks / max(total, 1)
+        hit += int((gold & selected).sum())
+    return hit / max(total, 1)
 
 
 def _row(table: Path | None, *cells: object) -> None:
@@ -224,7 +231,7 @@ def main() -> int:
     made.add_argument("--table", type=Path, help="also append each row here (Markdown)")
     made.add_argument("--qk", help="q/k of the default model saved by gpu_solver.py --save")
     made.add_argument("--decoder-qk", help="q/k of a decoder (decoder_supports.py --save-qk)")
-    args = parse(made, smoke={"device": "cpu", "sizes": [256], "dtypes": ["fp32"],
+    args = parse(made, smoke={"device": "cpu", "sizes": [64], "dtypes": ["fp32"],
                               "inputs": ["random"], "repeats": 1, "block": 16})
     reason = cuda_missing(args.device)
     if reason:
@@ -277,9 +284,8 @@ def main() -> int:
                     if first > args.slow_s:
                         too_slow[(kind, dtype_name, name)] = f"{first:.0f} s a call at n={n}"
                     diff = float((out.float() - reference).abs().max())
-                    sel = {"block": recall[0], "block-exact": recall[0],
-                           "block-triton": recall[1]}.get(name, 1.0)
-                    certified = f"{args.certified:.4f}" if name == "block-exact" else ""
+                    sel = recall if name.startswith("block") else 1.0
+                    certified = f"{args.certified:.4f}" if name.endswith("-exact") else ""
                     _row(args.table, kind, n, dtype_name, name, f"{ms:.2f}", f"{peak:.1f}",
                          f"{diff:.2e}", f"{sel:.4f}", certified)
                     headline[(kind, n, dtype_name, name)] = (ms, diff, sel)
@@ -294,7 +300,8 @@ def main() -> int:
     exact = headline.get((kind, n, dtype_name, "block-exact"), (math.nan, math.nan, math.nan))
     print(f"device={device.type} n={n} block_vs_sdpa={ms('sdpa') / block[0]:.3f} "
           f"block_vs_adasplash={ms('adasplash') / block[0]:.3f} block_recall={block[2]:.4f} "
-          f"exact_max_diff={exact[1]:.3e}")
+          f"exact_max_diff={exact[1]:.3e} triton_vs_sdpa={ms('sdpa') / ms('block-triton'):.3f} "
+          f"triton_vs_adasplash={ms('adasplash') / ms('block-triton'):.3f}")
     return 0
 
 
