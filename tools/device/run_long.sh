@@ -11,7 +11,7 @@ S=/tmp/longsite; OUT=${OUT:-/tmp/out}; T=$OUT/long_context.md; mkdir -p $S $OUT
 export PYTHONPATH=$S:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no cuda')" 2>&1 | tee $T
 echo "== cuda tests $(date +%T)" | tee -a $T
-timeout ${T_TESTS:-80} python3 -m pytest -p no:cacheprovider -q -rs -m "(cuda or numerical) and not slow" \
+timeout ${T_TESTS:-80} python3 -m pytest -n 4 -p no:cacheprovider -q -rs -m "(cuda or numerical) and not slow" \
   tests/attention/test_triton_block_sparse.py tests/attention/test_support_bits.py \
   tests/attention/test_support_certificate.py tests/attention/test_block_sparse.py \
   tests/attention/test_gold_edges.py 2>&1 | tail -12 | tee -a $T
