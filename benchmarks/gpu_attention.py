@@ -16,6 +16,9 @@ same q/k/v and reports:
   SDPA is softmax, so its Δ is how far softmax attention is from entmax, not an error;
 - ``recall``: the gold edges the method computes (1 for dense methods and AdaSplash, the
   selection's edge recall for block Sparsefinder, whose exact variant recomputes the rest);
+- ``rows τ off`` (block methods): the rows whose selection misses a gold key, so that τ found
+  on the selection is not the row's true τ (by sparse-consistency it is exactly when none is
+  missed);
 - ``rows certified`` (``block-exact``): the rows the support certificate vouches for; the
   others were recomputed on their full row.
 
@@ -187,23 +190,25 @@ def _method(name: str, args):  # noqa: ANN001, ANN202
 
 
 def _recall(q: torch.Tensor, k: torch.Tensor, support, block: int,  # noqa: ANN001
-            causal: bool) -> float:
-    """Gold-pair recall of block Sparsefinder's default selection (``restricted.py``'s): key
-    blocks and single keys. One head's (n, n) masks at a time."""
+            causal: bool) -> tuple[float, float]:
+    """(gold-pair recall, fraction of rows missing a gold key) of block Sparsefinder's default
+    selection (``restricted.py``'s): key blocks and single keys. One head's (n, n) masks at a
+    time."""
     from restricted import keys_selector
 
     from sparsefinder.attention.block_sparse import expand_blocks
 
     graph, extra = keys_selector(block)(q, k, causal=causal)
     n = q.shape[1]
-    hit = total = 0
+    hit = total = off = 0
     for h in range(q.shape[0]):
         gold = support.to_dense(h)
         selected = expand_blocks(graph[h:h + 1], block, n, n,
                                  None if extra is None else extra[h:h + 1])[0]
         total += int(gold.sum())
         hit += int((gold & selected).sum())
-    return hit / max(total, 1)
+        off += int((gold & ~selected).any(-1).sum())
+    return hit / max(total, 1), off / (q.shape[0] * n)
 
 
 def _row(table: Path | None, *cells: object) -> None:
@@ -242,15 +247,15 @@ def main() -> int:
         with args.table.open("a") as handle:
             handle.write(f"\n{'causal' if args.causal else 'bidirectional'}, "
                          f"{device.type}\n\n| input | n | dtype | method | ms | peak MiB | "
-                         "max abs diff | recall | rows certified |\n"
-                         "|---|---|---|---|---|---|---|---|---|\n")
+                         "max abs diff | recall | rows τ off | rows certified |\n"
+                         "|---|---|---|---|---|---|---|---|---|---|\n")
     headline, too_slow = {}, {}
     for kind in args.inputs:
         for n in sorted(args.sizes):
             try:
                 q32, k32 = (t.to(device) for t in _inputs(kind, n, args))
             except SystemExit as why:  # e.g. a corpus shorter than n: the other sizes still run
-                _row(args.table, kind, n, "-", "inputs", str(why), "", "", "", "")
+                _row(args.table, kind, n, "-", "inputs", str(why), "", "", "", "", "")
                 continue
             v32 = torch.randn(q32.shape, generator=torch.Generator().manual_seed(7)).to(device)
             with torch.inference_mode():
@@ -265,7 +270,7 @@ def main() -> int:
                     slow = too_slow.get((kind, dtype_name, name))
                     if isinstance(run, str) or slow:
                         _row(args.table, kind, n, dtype_name, name, run if isinstance(run, str)
-                             else f"not run: {slow}", "", "", "", "")
+                             else f"not run: {slow}", "", "", "", "", "")
                         continue
                     try:
                         with torch.inference_mode():
@@ -279,15 +284,15 @@ def main() -> int:
                         too_slow[(kind, dtype_name, name)] = f"failed at n={n}"
                         _row(args.table, kind, n, dtype_name, name,
                              f"failed: {type(error).__name__}: {str(error)[:160]}", "", "", "",
-                             "")
+                             "", "")
                         continue
                     if first > args.slow_s:
                         too_slow[(kind, dtype_name, name)] = f"{first:.0f} s a call at n={n}"
                     diff = float((out.float() - reference).abs().max())
-                    sel = recall if name.startswith("block") else 1.0
+                    sel, off = recall if name.startswith("block") else (1.0, 0.0)
                     certified = f"{args.certified:.4f}" if name.endswith("-exact") else ""
                     _row(args.table, kind, n, dtype_name, name, f"{ms:.2f}", f"{peak:.1f}",
-                         f"{diff:.2e}", f"{sel:.4f}", certified)
+                         f"{diff:.2e}", f"{sel:.4f}", f"{off:.4f}", certified)
                     headline[(kind, n, dtype_name, name)] = (ms, diff, sel)
                     del out
     kind, n = args.inputs[0], max(args.sizes)
