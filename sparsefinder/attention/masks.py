@@ -88,11 +88,15 @@ def allowed_key_range(n: int, m: int, *, causal: bool, sliding_window: int | Non
     return torch.zeros_like(count), count
 
 
-def n_allowed_pairs(n: int, m: int, *, causal: bool = False) -> int:
-    """How many (query, key) pairs exist: ``n·m``, or ``n(n+1)/2`` causal with ``n == m``.
+def n_allowed_pairs(n: int, m: int, *, causal: bool = False,
+                    sliding_window: int | None = None) -> int:
+    """How many (query, key) pairs exist: ``n·m``, or ``n(n+1)/2`` causal with ``n == m``, or
+    those within a local layer's window (:func:`allowed_key_range`), without an (n, m) mask.
 
     The denominator of sparsity (paper Eq. 5).
     """
+    if sliding_window:
+        return int(allowed_key_range(n, m, causal=causal, sliding_window=sliding_window)[1].sum())
     return int(allowed_per_row(n, m, causal=causal).sum()) if causal else n * m
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from sparsefinder.attention.interface import EdgeCall, capture_edges
+from sparsefinder.attention.masks import n_allowed_pairs
 from sparsefinder.attention.support_bits import SupportBits
 from sparsefinder.data.corpus import load_corpus
 from sparsefinder.data.records import (
@@ -110,20 +111,11 @@ class SupportRecord:
         """1 − support pairs / pairs each head may attend to (causal triangle, windows), over
         every layer."""
         kept = sum(layer.nnz for layer in self.layers)
-        allowed = sum(layer.heads * allowed_pairs(self.n_tokens, self.causal,
-                                                  self.sliding_windows.get(index))
-                      for index, layer in enumerate(self.layers))
+        n = self.n_tokens
+        allowed = sum(layer.heads * n_allowed_pairs(n, n, causal=self.causal,
+                                                    sliding_window=self.sliding_windows.get(i))
+                      for i, layer in enumerate(self.layers))
         return 1.0 - kept / max(allowed, 1)
-
-
-def allowed_pairs(n: int, causal: bool, sliding_window: int | None = None) -> int:
-    """(query, key) pairs of one head at n tokens: all, the causal triangle, or a window
-    (``0 <= i − j < W`` causal, ``|i − j| < W`` otherwise), counted without an (n, n) mask."""
-    i = torch.arange(n, dtype=torch.int64)
-    reach = (sliding_window - 1) if sliding_window else n
-    low = i - reach
-    high = i if causal else i + reach
-    return int((high.clamp(max=n - 1) - low.clamp(min=0) + 1).sum())
 
 
 @torch.inference_mode()

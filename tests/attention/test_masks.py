@@ -9,6 +9,7 @@ from sparsefinder.attention.masks import (
     allowed_per_row,
     apply_causal,
     causal_mask,
+    layer_allowed,
     n_allowed_pairs,
     shared_causal_mask,
     window_band,
@@ -91,7 +92,7 @@ def test_window_band_of_negative_size_is_empty_and_cached_bands_are_shared():
 
 
 def test_sliding_window_mask_keeps_the_query_and_its_window_minus_one_predecessors():
-    from sparsefinder.attention.masks import layer_allowed, sliding_window_mask
+    from sparsefinder.attention.masks import sliding_window_mask
 
     mask = sliding_window_mask(6, 6, 3)
     expected = torch.tensor([[i - 2 <= j <= i for j in range(6)] for i in range(6)])
@@ -166,3 +167,12 @@ def test_a_sliding_window_that_is_not_a_positive_integer_is_refused(bad):
 
     with pytest.raises(ValueError, match=r"sliding window must be an integer >= 1, got"):
         sliding_window_mask(4, 4, bad)
+
+
+@pytest.mark.parametrize("window", [None, 1, 3, 40])
+@pytest.mark.parametrize("causal", [False, True])
+def test_allowed_pairs_count_the_layers_mask_windows_included(causal, window):
+    for n in (1, 5, 17):
+        mask = layer_allowed(n, n, causal=causal, sliding_window=window)
+        assert n_allowed_pairs(n, n, causal=causal, sliding_window=window) == (
+            n * n if mask is None else int(mask.sum()))

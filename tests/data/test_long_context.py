@@ -83,14 +83,3 @@ def test_supports_are_the_bounded_records_gold_bit_for_bit(qwen2):
     assert 0.0 < supports.sparsity() < 1.0
     with pytest.raises(TextInputError, match="maximum of 2048"):
         extract_supports(qwen2, long_texts(qwen2.tokenizer, 2100, 1, "train")[0])
-
-
-@pytest.mark.parametrize("window", [None, 1, 3, 40])
-@pytest.mark.parametrize("causal", [False, True])
-def test_allowed_pairs_count_the_layers_mask(causal, window):
-    from sparsefinder.attention.masks import layer_allowed
-    from sparsefinder.data.long_context import allowed_pairs
-
-    for n in (1, 5, 17):
-        mask = layer_allowed(n, n, causal=causal, sliding_window=window)
-        assert allowed_pairs(n, causal, window) == (n * n if mask is None else int(mask.sum()))
