@@ -223,11 +223,8 @@ def block_sparse_rows(
         key_ok = valid.repeat_interleave(block, -1)
         if extra is not None:
             extra_pos = extra.view(rows, n_extra)[chunk]  # (c, G), sorted
-            in_block = sel.gather(1, torch.div(extra_pos, block, rounding_mode="floor"))
-            repeat = torch.zeros_like(in_block)
-            repeat[:, 1:] = extra_pos[:, 1:] == extra_pos[:, :-1]
             key_pos = torch.cat([key_pos, extra_pos], 1)
-            key_ok = torch.cat([key_ok, ~(in_block | repeat)], 1)
+            key_ok = torch.cat([key_ok, new_single_keys(extra_pos, sel, block)], 1)
         # One gather of every key (and value) of the strip, by token: 8 bytes of index per
         # key instead of copying the blocks and then concatenating the single keys.
         tokens = (head.unsqueeze(1) * (nb * block) + key_pos).view(-1)
@@ -258,6 +255,15 @@ def block_sparse_rows(
             thresholds[chunk] = (top_x - top_p.double() ** (alpha - 1) / (alpha - 1))[..., 0]
     return (out.view(heads, nb * block, -1)[:, :n], graph,
             thresholds.view(heads, nb * block)[:, :n])
+
+
+def new_single_keys(extra: Tensor, selected: Tensor, block: int) -> Tensor:
+    """bool like ``extra`` (rows, G), sorted per row (:func:`check_extra_keys`): the single
+    keys a row adds to its selected key blocks (``selected`` bool (rows, nb)), each once — not
+    a repeat of its neighbour, not inside a selected block."""
+    keep = ~selected.gather(1, torch.div(extra, block, rounding_mode="floor"))
+    keep[:, 1:] &= extra[:, 1:] != extra[:, :-1]
+    return keep
 
 
 def check_extra_keys(extra_keys: Tensor | None, heads: int, nb: int, n: int,

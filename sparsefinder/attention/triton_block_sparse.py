@@ -55,6 +55,7 @@ from torch import Tensor
 from sparsefinder.attention.block_sparse import (
     check_block_inputs,
     check_extra_keys,
+    new_single_keys,
     repair_block_graph,
 )
 
@@ -179,8 +180,7 @@ def _single_keys(extra_keys: Tensor | None, selected: Tensor, heads: int, n: int
         return selected.new_zeros(1, dtype=torch.int32), selected.new_zeros(
             1, dtype=torch.int32), 0
     extra = extra.view(rows, -1)  # sorted per row: repeats are neighbours
-    keep = ~selected.gather(1, torch.div(extra, block, rounding_mode="floor"))
-    keep[:, 1:] &= extra[:, 1:] != extra[:, :-1]
+    keep = new_single_keys(extra, selected, block)
     counts = keep.sum(-1)
     g_max = 0 if int(counts.max()) == 0 else max(MIN_TILE, _pow2(int(counts.max())))
     compact = torch.where(keep, extra, n).sort(-1).values  # kept keys first (all < n)
