@@ -71,7 +71,6 @@ def _supports(loaded, text: str, args, device: torch.device):  # noqa: ANN001, A
     from sparsefinder.data.long_context import extract_supports
 
     times = []
-    record = None
     for _ in range(args.rounds):
         record = None  # the last round's bits freed before the next
         if device.type == "cuda":

@@ -23,8 +23,9 @@ same q/k/v and reports:
   others were recomputed on their full row.
 
 Methods: ``sdpa`` (``scaled_dot_product_attention``), ``dense-entmax`` (the project's exact
-solver over the full scores, rows in chunks), ``adasplash`` (``pip install adasplash``: the
-``gpu`` extra; CUDA only, skipped with the reason otherwise), ``block`` (block Sparsefinder,
+solver over the full scores, rows in chunks: ``support_certificate.dense_rows``),
+``adasplash`` (``pip install adasplash``: the ``gpu`` extra; CUDA only, skipped with the
+reason otherwise), ``block`` (block Sparsefinder,
 its default selector as in ``restricted.py``), ``block-exact`` (the same with the support
 certificate and the dense fallback of uncertified rows), ``block-triton`` (the same
 selection, key blocks and single keys, in one Triton kernel,
@@ -67,8 +68,6 @@ from _common import cuda_missing, parse, parser, skip  # noqa: E402
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 METHODS = ("sdpa", "dense-entmax", "adasplash", "block", "block-exact", "block-triton",
            "block-triton-exact")
-#: Rows of the dense-entmax scores materialised at once (heads · rows · n floats).
-DENSE_ROWS = 1024
 
 
 def _sync(device: torch.device) -> None:
@@ -123,24 +122,17 @@ def _method(name: str, args):  # noqa: ANN001, ANN202
     import torch.nn.functional as F
 
     from sparsefinder.attention.block_sparse import block_sparse_entmax
-    from sparsefinder.attention.entmax_ops import entmax_normalize
-    from sparsefinder.attention.masks import layer_allowed
-    from sparsefinder.attention.support_certificate import exact_block_sparse_entmax
+    from sparsefinder.attention.support_certificate import dense_rows, exact_block_sparse_entmax
 
     causal = args.causal
     if name == "sdpa":
         return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     if name == "dense-entmax":
-        def dense(q, k, v):
-            n = q.shape[1]
+        def dense(q, k, v):  # every row as the exact variants' fallback computes it
             out = torch.empty_like(q)
-            allowed = layer_allowed(n, n, causal=causal, device=q.device)
-            for start in range(0, n, DENSE_ROWS):
-                rows = q[:, start:start + DENSE_ROWS]
-                scores = (rows @ k.transpose(-1, -2)).float() * q.shape[-1] ** -0.5
-                keep = None if allowed is None else allowed[start:start + DENSE_ROWS]
-                out[:, start:start + DENSE_ROWS] = (entmax_normalize(scores, 1.5, keep)
-                                                    .to(v.dtype) @ v)
+            dense_rows(out, q, k, v, torch.ones(q.shape[:2], dtype=torch.bool, device=q.device),
+                       scaling=q.shape[-1] ** -0.5, alpha=1.5, causal=causal,
+                       sliding_window=None, budget_mib=4096 if q.is_cuda else 256)
             return out
         return dense
     if name == "adasplash":
