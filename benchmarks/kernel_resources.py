@@ -1,4 +1,4 @@
-"""Registers, spills and shared memory of the Triton block-sparse kernel, compiled on a CPU.
+"""Registers, spills and shared memory of the Triton kernels, compiled on a CPU.
 
 No GPU is needed: Triton compiles :mod:`~sparsefinder.attention.triton_block_sparse`'s kernel
 for a CUDA target (``--arch``, default 90: H100/H200) with the ptxas it ships, and
@@ -6,13 +6,16 @@ for a CUDA target (``--arch``, default 90: H100/H200) with the ptxas it ships, a
 reports the dynamic shared memory. That is what decides whether a program of ``query_tile``
 rows at ``num_warps`` fits a streaming multiprocessor, before any timing on a GPU. Sizes: the
 default long-context selection (block 32, ``--k-max`` 4 key blocks, ``--g-max`` 512 single
-keys, head dim 64). Nothing here is timed.
+keys, head dim 64). A second table does the same for the support check's kernel
+(:mod:`~sparsefinder.attention.triton_support_check`: one query block against ``--key-tiles``
+keys a step). Nothing here is timed.
 
     .venv/bin/python benchmarks/kernel_resources.py [--dtypes fp16,fp32] [--tiles 16,32]
         [--warps 4,8,16] [--g-max 512] [--head-dim 64] [--arch 90]
 
-Last line, for the kernel's own defaults (the first dtype): ``registers=<r>
-stack_bytes=<s> shared_kib=<k> query_tile=<t> num_warps=<w>``. ``--smoke``: one tiny
+Last line, for the kernels' own defaults (the first dtype): ``registers=<r>
+stack_bytes=<s> shared_kib=<k> query_tile=<t> num_warps=<w> check_registers=<r>
+check_stack_bytes=<s>``. ``--smoke``: one tiny
 configuration.
 """
 
@@ -39,10 +42,6 @@ def compile_kernel(dtype: str, *, block: int, k_max: int, g_max: int, head_dim: 
                    query_tile: int, num_warps: int, arch: int) -> tuple[int, int, int]:
     """(registers per thread, stack bytes per thread, dynamic shared bytes) of one
     configuration of the kernel compiled for ``sm_<arch>``."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     from sparsefinder.attention.triton_block_sparse import N_ITER, _kernel
 
     kernel = _kernel()
@@ -53,7 +52,29 @@ def compile_kernel(dtype: str, *, block: int, k_max: int, g_max: int, head_dim: 
     constants = dict(D=head_dim, DV=head_dim, BLOCK=block, BLOCK_M=query_tile, K_MAX=k_max,
                      G_MAX=g_max, CAUSAL=False, WINDOW=0, ITERS=N_ITER, PRECISION="ieee",
                      THRESHOLDS=True)
-    signature.update({name: "constexpr" for name in constants})
+    return _resources(kernel, signature, constants, num_warps, arch)
+
+
+def compile_check(dtype: str, *, block: int, key_tile: int, head_dim: int, num_warps: int,
+                  arch: int) -> tuple[int, int, int]:
+    """The same for the support check's kernel (bidirectional)."""
+    from sparsefinder.attention.triton_support_check import _kernel
+
+    signature = {"q_ptr": f"*{dtype}", "k_ptr": f"*{dtype}", "graph_ptr": "*u8",
+                 "bits_ptr": "*u8", "worst_ptr": "*fp32", "n": "i32", "nb": "i32",
+                 "padded": "i32", "scaling": "fp32"}
+    constants = dict(D=head_dim, BLOCK=block, BLOCK_N=key_tile, CAUSAL=False, WINDOW=0,
+                     PRECISION="ieee")
+    return _resources(_kernel(), signature, constants, num_warps, arch)
+
+
+def _resources(kernel, signature: dict, constants: dict, num_warps: int,  # noqa: ANN001
+               arch: int) -> tuple[int, int, int]:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    signature = {**signature, **{name: "constexpr" for name in constants}}
     source = ASTSource(fn=kernel, signature=signature, constexprs={
         (kernel.arg_names.index(name),): value for name, value in constants.items()})
     compiled = triton.compile(source, target=GPUTarget("cuda", arch, 32),
@@ -80,8 +101,9 @@ def main() -> int:
     made.add_argument("--g-max", type=int, default=512)
     made.add_argument("--head-dim", type=int, default=64)
     made.add_argument("--arch", type=int, default=90)
+    made.add_argument("--key-tiles", default="32,64,128", help="the check's keys per step")
     args = parse(made, smoke={"dtypes": "fp16", "tiles": "16", "warps": "4", "block": 16,
-                              "k_max": 2, "g_max": 16, "head_dim": 16})
+                              "k_max": 2, "g_max": 16, "head_dim": 16, "key_tiles": "16"})
     try:
         import triton  # noqa: F401
         from triton.compiler import ASTSource  # noqa: F401
@@ -113,9 +135,41 @@ def main() -> int:
         if (dtype, tile, warps) == (dtypes[0], default_tile, default_warps):
             headline = (registers, stack, shared)
     registers, stack, shared = headline
+    check = _check_table(args, dtypes)
     print(f"registers={registers} stack_bytes={stack} shared_kib={shared / 1024:.0f} "
-          f"query_tile={default_tile} num_warps={default_warps}")
+          f"query_tile={default_tile} num_warps={default_warps} check_registers={check[0]} "
+          f"check_stack_bytes={check[1]}")
     return 0
+
+
+def _check_table(args, dtypes: list[str]) -> tuple[int, int, int]:  # noqa: ANN001
+    """The support check kernel's table; returns its defaults' resources (first dtype)."""
+    from sparsefinder.attention.triton_support_check import (
+        KEY_TILE,
+        KEY_TILE_FP32,
+        default_num_warps,
+    )
+
+    tiles = [int(t) for t in args.key_tiles.split(",")]
+    configs = [(d, t, w) for d in dtypes for t in tiles for w in (4, 8)]
+    tile = KEY_TILE_FP32 if dtypes[0] == "fp32" else KEY_TILE
+    default = (dtypes[0], tile, default_num_warps(args.block, tile))
+    if default not in configs:
+        configs.insert(0, default)
+    print(f"\nThe support check: one query block of {args.block} rows, head dim "
+          f"{args.head_dim}; defaults: {tile} keys a step ({dtypes[0]}), {default[2]} warps")
+    print("| dtype | keys a step | warps | scores/step | registers | stack bytes (spill) |"
+          " shared KiB |")
+    print("|---|---|---|---|---|---|---|")
+    found = None
+    for dtype, tile, warps in configs:
+        result = compile_check(dtype, block=args.block, key_tile=tile, head_dim=args.head_dim,
+                               num_warps=warps, arch=args.arch)
+        print(f"| {dtype} | {tile} | {warps} | {args.block * tile} | {result[0]} | {result[1]} "
+              f"| {result[2] / 1024:.0f} |", flush=True)
+        if (dtype, tile, warps) == default:
+            found = result
+    return found
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""How often block Sparsefinder's rows are certified exact, and what the fallback costs.
+"""How often block Sparsefinder's rows are exact on their own selection, and what the check
+and the fallback cost.
 
 For one layer of the default model (real q/k over consecutive 512-token windows, as in
 ``restricted.py``) at ``--n`` tokens, a selection — ``--selector keys``: block Sparsefinder's
@@ -6,17 +7,18 @@ default (``restricted.py``'s diagonal band ∪ single keys); ``oracle``: the gol
 row's restricted τ is its true τ and only the bound is measured — then
 :func:`~sparsefinder.attention.support_certificate.exact_block_sparse_entmax`. Reports how
 many rows' τ on the selection differs from the true τ (a key outside it scores above the
-restricted threshold, counted on the dense scores), how many rows the cheap bound certifies
-(``--piece`` keys per bound) and never a wrong one, the max |Δ| of the output against dense
-α-entmax, and the time of the certified path against the plain block path and dense entmax
-(same inputs, one process, CPU). The output is exact either way: uncertified rows fall back
-to their full row.
+restricted threshold, counted on the dense scores), how many rows the check certifies (it
+must be every other row, and never a wrong one), with ``--bound`` how many of them the pooled
+bound vouched for first (``--piece`` keys per bound), the max |Δ| of the output against dense
+α-entmax, and the time of the exact path against the plain block path and dense entmax
+(same inputs, one process, CPU). The output is exact either way: rows that fail the check
+fall back to their full row.
 
     .venv/bin/python benchmarks/support_certificate.py [--n 2048] [--layer 3] [--block 64]
-        [--piece 64]
+        [--bound] [--piece 64]
 
-Last line: ``tau_differs=<f> certified=<f> max_abs_diff=<x> vs_block=<t_block/t_exact>
-vs_dense=<t_dense/t_exact>``.
+Last line: ``tau_differs=<f> certified=<f> by_bound=<f> max_abs_diff=<x>
+vs_block=<t_block/t_exact> vs_dense=<t_dense/t_exact>``.
 ``--smoke``: random q/k, n = 128, block 16.
 """
 
@@ -60,6 +62,8 @@ def main() -> int:
     made.add_argument("--n", type=int, default=2048)
     made.add_argument("--layer", type=int, default=3)
     made.add_argument("--block", type=int, default=64)
+    made.add_argument("--bound", action="store_true",
+                      help="vouch for rows by the pooled score bound before the exact check")
     made.add_argument("--piece", type=int, default=None, help="keys per bound (default block)")
     made.add_argument("--runs", type=int, default=3)
     made.add_argument("--selector", choices=["keys", "oracle"], default="keys")
@@ -94,20 +98,22 @@ def main() -> int:
         t_block, _ = _best_of(args.runs, lambda: block_sparse_entmax(
             q, k, v, tiles, args.block, extra_keys=extra))
         t_exact, (out, cert) = _best_of(args.runs, lambda: exact_block_sparse_entmax(
-            q, k, v, tiles, args.block, extra_keys=extra, piece=args.piece))
+            q, k, v, tiles, args.block, extra_keys=extra, bound=args.bound, piece=args.piece))
         wrong = _rows_off_their_tau(q, k, v, tiles, extra, args.block, scaling)
     diff = float((out - reference).abs().max())
     if bool((cert.certified & wrong).any()):
         raise SystemExit("the certificate vouched for a row whose τ is wrong")
+    bound = (f", by the bound (piece {args.piece or args.block}) {cert.bound_fraction:.3f}"
+             if args.bound else "")
     print(f"{source}, layer {args.layer}, n={args.n}, {args.selector} selector, block "
-          f"{args.block}, piece {args.piece or args.block}: selected tiles "
-          f"{float(tiles.float().mean()):.3f} of all; rows whose τ differs "
-          f"{float(wrong.double().mean()):.3f}; certified rows {cert.certified_fraction:.3f} "
-          f"({cert.fallback_rows} of "
+          f"{args.block}: selected tiles {float(tiles.float().mean()):.3f} of all; rows "
+          f"whose τ differs {float(wrong.double().mean()):.3f}; certified rows "
+          f"{cert.certified_fraction:.3f}{bound} ({cert.fallback_rows} of "
           f"{cert.rows} fell back); max |Δ| vs dense {diff:.2e}; time: dense {t_dense_out:.3f} s,"
           f" block {t_block:.3f} s, certified block {t_exact:.3f} s (best of {args.runs})")
     print(f"tau_differs={float(wrong.double().mean()):.4f} "
-          f"certified={cert.certified_fraction:.4f} max_abs_diff={diff:.3e} "
+          f"certified={cert.certified_fraction:.4f} by_bound={cert.bound_fraction:.4f} "
+          f"max_abs_diff={diff:.3e} "
           f"vs_block={t_block / t_exact:.3f} vs_dense={t_dense_out / t_exact:.3f}")
     return 0
 

@@ -1,11 +1,22 @@
-"""Exact block-sparse α-entmax: a cheap certificate per row, and a dense fallback where it fails.
+"""Exact block-sparse α-entmax: a check per row, and a dense fallback where it fails.
 
 Block Sparsefinder computes α-entmax on the selected keys ``S`` of each row. By
 sparse-consistency that equals full α-entmax iff no key outside ``S`` would enter the
 support: with the row's threshold ``τ`` found on ``S`` (in score units ``x* = τ/(α−1)``),
-every key ``j ∉ S`` must have score ``x_j ≤ x*``. Checking that exactly costs the full
-``QKᵀ``. A bound does it for ``1/block`` of the cost: over a key block ``B`` with
-coordinate-wise maximum ``k⁺`` and minimum ``k⁻``,
+every key ``j ∉ S`` must have score ``x_j ≤ x*``. (Why that suffices: adding keys only raises
+τ, so a key at or below the restricted threshold stays out of the full support, and the
+selected keys already sum to 1 at ``τ``.)
+
+**The exact check** computes, in one pass over each row's keys, the highest score among the
+keys it may see but did not select (:func:`unselected_max`) and compares it with ``x*``: no
+sort, no solver, no ``probs @ values``, and no (n, n) matrix (rows go in chunks by a memory
+budget; on a GPU, one Triton kernel that skips the selected key blocks). A row passes iff its
+selection holds its whole support; the others are recomputed on their full row from the scores
+the check already computed. So every row's output is exact, the certificate says which rows
+needed the fallback, and a row whose selection missed a key of its support always does.
+
+**The pooled bound** (``bound=True``) can spare the check's pass where keys cluster: over a key
+block ``B`` with coordinate-wise maximum ``k⁺`` and minimum ``k⁻``,
 
     q·k = Σ_d q_d k_d ≤ Σ_d max(q_d k⁺_d, q_d k⁻_d) = q⁺·k⁺ + q⁻·k⁻
 
@@ -13,23 +24,27 @@ coordinate-wise maximum ``k⁺`` and minimum ``k⁻``,
 
 for every key of the block (Quest's page bound), and ``q·k ≤ q·c + ‖q‖·r`` with ``c`` the
 block's mean key and ``r`` its largest distance to it (a ball); the smaller of the two holds. A
-few ``(n, d) @ (d, nb)`` products bound every (row, block) pair. A row is **certified** when
-every block it did not select (and may see) is bounded below ``x*`` by a rounding margin. A
-certified row is exact; the others are recomputed densely (their full row of scores), so the
-output is exact for every row, and the report says how many rows needed it. The bound is
-conservative: a block holding a single ``extra_keys`` key of the row, or the row's own
-partially visible diagonal block, is bounded whole, so such rows may fall back without need —
-never the reverse.
+few ``(n, d) @ (d, nb)`` products bound every (row, block) pair. A row is vouched for when every
+block it did not select (and may see) is bounded below ``x*`` by a rounding margin; only the
+other rows get the exact check. The bound is conservative: a block holding a single
+``extra_keys`` key of the row, or the row's own partially visible diagonal block, is bounded
+whole. On the default model's real q/k it vouches for almost no row (the keys of a block do
+not cluster: ``docs/results/long-inputs.md``), hence off by default.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
-from sparsefinder.attention.block_sparse import block_sparse_rows, num_blocks
+from sparsefinder.attention.block_sparse import (
+    block_sparse_rows,
+    check_extra_keys,
+    num_blocks,
+)
 from sparsefinder.attention.entmax_ops import entmax_normalize
 from sparsefinder.attention.masks import allowed_key_range
 
@@ -45,10 +60,13 @@ FALLBACK_MIB = 256.0
 
 @dataclass(frozen=True)
 class SupportCertificate:
-    """What the certificate found: ``certified`` bool (heads, n), rows exact on their own
-    support; the others were recomputed densely (``fallback_rows`` of ``rows``)."""
+    """What the check found: ``certified`` bool (heads, n), rows exact on their own
+    selection; the others were recomputed densely (``fallback_rows`` of ``rows``).
+    ``by_bound``: the rows the pooled bound vouched for without the exact pass (all False
+    unless ``bound=True``)."""
 
     certified: Tensor
+    by_bound: Tensor | None = field(default=None)
 
     @property
     def rows(self) -> int:
@@ -61,6 +79,13 @@ class SupportCertificate:
     @property
     def certified_fraction(self) -> float:
         return 1.0 - self.fallback_rows / max(self.rows, 1)
+
+    @property
+    def bound_fraction(self) -> float:
+        """Share of the rows the pooled bound vouched for (0 without the bound)."""
+        if self.by_bound is None:
+            return 0.0
+        return int(self.by_bound.sum()) / max(self.rows, 1)
 
 
 def block_score_bounds(query: Tensor, key: Tensor, block: int, scaling: float) -> Tensor:
@@ -108,8 +133,9 @@ def _unselected_reachable(graph: Tensor, n: int, block: int, causal: bool,
 def certify_rows(query: Tensor, key: Tensor, graph: Tensor, thresholds: Tensor, block: int,
                  scaling: float, *, causal: bool = False, sliding_window: int | None = None,
                  piece: int | None = None) -> Tensor:
-    """bool (heads, n): rows whose every unselected, visible key block is bounded below the
-    row's threshold ``x*`` (``thresholds``, from :func:`block_sparse_rows` or the kernel's
+    """bool (heads, n): the pooled bound's verdict — rows whose every unselected, visible key
+    block is bounded below the row's threshold ``x*`` (``thresholds``, from
+    :func:`block_sparse_rows` or the kernel's
     :func:`~sparsefinder.attention.triton_block_sparse.triton_block_sparse_rows`) by the margin.
     ``piece``: keys per bound (a divisor of ``block``; default the block itself): smaller
     pieces bound tighter and cost ``~2·d/piece`` multiply-adds per pair."""
@@ -137,22 +163,27 @@ def exact_block_sparse_entmax(
     causal: bool = False,
     extra_keys: Tensor | None = None,
     sliding_window: int | None = None,
+    bound: bool = False,
     piece: int | None = None,
     engine: str = "torch",
     fallback_mib: float = FALLBACK_MIB,
 ) -> tuple[Tensor, SupportCertificate]:
     """:func:`~sparsefinder.attention.block_sparse.block_sparse_entmax`, exact on every row:
-    rows the certificate cannot vouch for are recomputed on their full row of keys. Returns
-    the output (heads, n, dv) and the :class:`SupportCertificate`. Needs α > 1 (softmax has
-    no threshold: every row would fall back). ``engine``: ``"torch"`` (the tensor path) or
-    ``"triton"`` (the one-kernel path, :mod:`~sparsefinder.attention.triton_block_sparse`,
-    α = 1.5 only, a power-of-two ``block`` ≥ 16). The fallback's scores go in chunks of rows
-    of at most ``fallback_mib`` MiB of working memory."""
+    each row's unselected keys are checked against its threshold (the module docstring), and
+    the rows whose selection missed part of their support are recomputed on their full row.
+    Returns the output (heads, n, dv) and the :class:`SupportCertificate`. Needs α > 1
+    (softmax has no threshold: every row would fall back). ``bound``: first vouch for rows by
+    the pooled score bound (``piece`` keys per bound), checking only the others. ``engine``:
+    ``"torch"`` (the tensor path) or ``"triton"`` (the one-kernel path and the check's kernel,
+    :mod:`~sparsefinder.attention.triton_block_sparse`, α = 1.5 only, a power-of-two
+    ``block`` ≥ 16). The check's and the fallback's scores go in chunks of rows of at most
+    ``fallback_mib`` MiB of working memory."""
     if alpha <= 1.0:
         raise ValueError(f"a support certificate needs α > 1 (sparse entmax), got α={alpha}")
     if engine not in ("torch", "triton"):
         raise ValueError(f"engine must be 'torch' or 'triton', got {engine!r}")
-    scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
+    scaling = _positive(query.shape[-1] ** -0.5 if scaling is None else scaling)
+    layer = {"causal": causal, "sliding_window": sliding_window}
     if engine == "triton":
         if alpha != 1.5:
             raise ValueError(f"the Triton kernel computes 1.5-entmax only, got α={alpha}; "
@@ -160,29 +191,104 @@ def exact_block_sparse_entmax(
         from sparsefinder.attention.triton_block_sparse import triton_block_sparse_rows
 
         out, graph, thresholds = triton_block_sparse_rows(
-            query, key, value, block_graph, block, scaling=scaling, causal=causal,
-            extra_keys=extra_keys, sliding_window=sliding_window)
+            query, key, value, block_graph, block, scaling=scaling, extra_keys=extra_keys,
+            **layer)
     else:
         out, graph, thresholds = block_sparse_rows(
             query, key, value, block_graph, block, scaling=scaling, alpha=alpha,
-            causal=causal, extra_keys=extra_keys, sliding_window=sliding_window)
-    certified = certify_rows(query, key, graph, thresholds, block, scaling, causal=causal,
-                             sliding_window=sliding_window, piece=piece)
-    if not bool(certified.all()):
-        out = out.clone()
-        dense_rows(out, query, key, value, ~certified, scaling=scaling, alpha=alpha,
-                   causal=causal, sliding_window=sliding_window, budget_mib=fallback_mib)
-    return out, SupportCertificate(certified)
+            extra_keys=extra_keys, **layer)
+    by_bound = torch.zeros_like(thresholds, dtype=torch.bool)
+    if bound:
+        by_bound = certify_rows(query, key, graph, thresholds, block, scaling, piece=piece,
+                                **layer)
+    if engine == "triton":
+        from sparsefinder.attention.triton_support_check import triton_unselected_max
+
+        worst = triton_unselected_max(query, key, graph, block, scaling=scaling,
+                                      extra_keys=extra_keys, **layer)
+        certified = by_bound | on_their_support(worst, thresholds)
+        if not bool(certified.all()):
+            dense_rows(out, query, key, value, ~certified, scaling=scaling, alpha=alpha,
+                       budget_mib=fallback_mib, **layer)
+    else:
+        certified = by_bound.clone()
+        extra = check_extra_keys(extra_keys, *graph.shape[:2], query.shape[1], query.device)
+        for head, part, products, visible in _row_chunks(query, key, ~by_bound, fallback_mib,
+                                                          **layer):
+            worst = _unselected_max(products, visible, graph[head], extra, head, part, block)
+            passed = on_their_support(worst * scaling, thresholds[head, part])
+            certified[head, part] = passed
+            if not bool(passed.all()):  # their scores again: the check masked them in place
+                failed = (~passed).nonzero().squeeze(1)
+                scores = (query[head, part[failed]] @ key[head].T) * scaling
+                _write_entmax(out, value, head, part[failed], scores,
+                              None if visible is None else visible[failed], alpha)
+    return out, SupportCertificate(certified, by_bound)
 
 
-def dense_rows(out: Tensor, query: Tensor, key: Tensor, value: Tensor, rows: Tensor, *,
-               scaling: float, alpha: float, causal: bool, sliding_window: int | None,
-               budget_mib: float = FALLBACK_MIB) -> None:
-    """Write full α-entmax attention into ``out`` (heads, n, dv) at the True ``rows`` (bool
-    (heads, n)), in chunks of rows whose scores and solver temporaries (about
-    :data:`BYTES_PER_SCORE` each) fit ``budget_mib``: a whole head's rows at n = 32 768 would
-    be 4 GiB of fp32 scores alone. Each chunk's mask comes from the rows' allowed key range,
-    never an (n, m) mask."""
+def on_their_support(worst: Tensor, thresholds: Tensor) -> Tensor:
+    """bool like ``thresholds``: rows whose highest unselected score ``worst`` is at or below
+    their threshold ``x*`` (rows without a threshold fail). No margin is needed either way: a
+    key within rounding of ``x*`` has probability ~0, and a failed row is only recomputed."""
+    return torch.isfinite(thresholds) & (worst.double() <= thresholds)
+
+
+def unselected_max(query: Tensor, key: Tensor, graph: Tensor, block: int, *,
+                   scaling: float | None = None, extra_keys: Tensor | None = None,
+                   causal: bool = False, sliding_window: int | None = None,
+                   budget_mib: float = FALLBACK_MIB) -> Tensor:
+    """float (heads, n; float32 or finer): each row's highest score ``scaling · q·k`` over
+    the keys it may see outside its selection (the key blocks of ``graph`` (heads, nb, nb) —
+    repaired, as :func:`~sparsefinder.attention.block_sparse.block_sparse_rows` returns it —
+    and the ``extra_keys`` of its query block); −inf where it selected every key it may see.
+    Rows in chunks of at most ``budget_mib`` MiB of scores and masks."""
+    scaling = _positive(query.shape[-1] ** -0.5 if scaling is None else scaling)
+    extra = check_extra_keys(extra_keys, *graph.shape[:2], query.shape[1], query.device)
+    worst = torch.empty(query.shape[:2], dtype=torch.promote_types(query.dtype, torch.float32),
+                        device=query.device)
+    every_row = torch.ones_like(worst, dtype=torch.bool)
+    for head, part, products, visible in _row_chunks(query, key, every_row, budget_mib,
+                                                      causal=causal,
+                                                      sliding_window=sliding_window):
+        worst[head, part] = (_unselected_max(products, visible, graph[head], extra, head, part,
+                                             block) * scaling).to(worst.dtype)
+    return worst
+
+
+def _positive(scaling: float) -> float:
+    if not scaling > 0:
+        raise ValueError(f"the support check needs a positive scaling, got {scaling}")
+    return float(scaling)
+
+
+def _unselected_max(products: Tensor, visible: Tensor | None, graph: Tensor,
+                    extra: Tensor | None, head: int, part: Tensor, block: int) -> Tensor:
+    """(r,) highest of ``products`` (r, m) — overwritten: −inf in place of every key left out
+    — over the rows' visible keys outside their query block's selected key blocks (``graph``
+    (nb, nb)) and single keys. In place and by broadcasting, so no (r, m) mask is built."""
+    r, m = products.shape
+    query_block = torch.div(part, block, rounding_mode="floor")
+    selected = graph[query_block]  # (r, nb)
+    whole = m // block
+    products[:, :whole * block].view(r, whole, block).masked_fill_(
+        selected[:, :whole].unsqueeze(-1), -torch.inf)
+    if whole * block < m:  # the last, partial key block
+        products[:, whole * block:].masked_fill_(selected[:, whole:whole + 1], -torch.inf)
+    if extra is not None:
+        products.scatter_(-1, extra[head, query_block], -torch.inf)
+    if visible is not None:
+        products.masked_fill_(~visible, -torch.inf)
+    return products.amax(-1)
+
+
+def _row_chunks(query: Tensor, key: Tensor, rows: Tensor, budget_mib: float, *, causal: bool,
+                sliding_window: int | None,
+                ) -> Iterator[tuple[int, Tensor, Tensor, Tensor | None]]:
+    """(head, row ids, their full rows of products ``q·k`` (r, m), unscaled, their visible
+    keys (r, m) or None) for the True ``rows`` (bool (heads, n)), in chunks whose scores and
+    temporaries (about :data:`BYTES_PER_SCORE` each) fit ``budget_mib``: a whole head's rows
+    at n = 32 768 would be 4 GiB of fp32 scores alone. The masks come from the rows' allowed
+    key range, never an (n, m) mask."""
     m = key.shape[1]
     chunk = int(budget_mib * 2**20 // (m * BYTES_PER_SCORE))
     if chunk < 1:
@@ -196,10 +302,25 @@ def dense_rows(out: Tensor, query: Tensor, key: Tensor, value: Tensor, rows: Ten
         todo = torch.nonzero(rows[head]).squeeze(1)
         for start in range(0, len(todo), chunk):
             part = todo[start:start + chunk]
-            scores = (query[head, part] @ key[head].T) * scaling  # (r, m): the full rows
-            allowed = None
+            visible = None
             if causal or sliding_window:
                 lo = first[part].unsqueeze(1)
-                allowed = (keys >= lo) & (keys < lo + count[part].unsqueeze(1))
-            probs = entmax_normalize(scores, alpha, allowed)
-            out[head, part] = (probs.to(value.dtype) @ value[head]).to(out.dtype)
+                visible = (keys >= lo) & (keys < lo + count[part].unsqueeze(1))
+            yield head, part, query[head, part] @ key[head].T, visible
+
+
+def _write_entmax(out: Tensor, value: Tensor, head: int, part: Tensor, scores: Tensor,
+                  visible: Tensor | None, alpha: float) -> None:
+    probs = entmax_normalize(scores, alpha, visible)
+    out[head, part] = (probs.to(value.dtype) @ value[head]).to(out.dtype)
+
+
+def dense_rows(out: Tensor, query: Tensor, key: Tensor, value: Tensor, rows: Tensor, *,
+               scaling: float, alpha: float, causal: bool, sliding_window: int | None,
+               budget_mib: float = FALLBACK_MIB) -> None:
+    """Write full α-entmax attention into ``out`` (heads, n, dv) at the True ``rows`` (bool
+    (heads, n)), in chunks of rows within ``budget_mib`` (:func:`_row_chunks`)."""
+    for head, part, products, visible in _row_chunks(query, key, rows, budget_mib,
+                                                      causal=causal,
+                                                      sliding_window=sliding_window):
+        _write_entmax(out, value, head, part, products.mul_(scaling), visible, alpha)

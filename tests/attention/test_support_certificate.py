@@ -1,5 +1,6 @@
-"""Exact block-sparse entmax: the score bound, the per-row threshold, and the output exact
-on every row (certified rows on their own support, the others recomputed)."""
+"""Exact block-sparse entmax: the per-row threshold, the exact check of the unselected keys
+against it, the pooled score bound, and the output exact on every row (certified rows on their
+own support, the others recomputed)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ from sparsefinder.attention.masks import layer_allowed
 from sparsefinder.attention.support_certificate import (
     BYTES_PER_SCORE,
     block_score_bounds,
-    certify_rows,
     exact_block_sparse_entmax,
+    on_their_support,
+    unselected_max,
 )
 from sparsefinder.metrics.measures import block_graph
 
@@ -77,7 +79,8 @@ def test_every_row_is_exact_whatever_the_selector_missed(causal, window, piece):
     graph = torch.rand(3, nb, nb, generator=torch.Generator().manual_seed(3)) < 0.25
     graph |= torch.eye(nb, dtype=torch.bool)
     out, cert = exact_block_sparse_entmax(q, k, v, graph, block, causal=causal,
-                                          sliding_window=window, piece=piece)
+                                          sliding_window=window, bound=piece is not None,
+                                          piece=piece)
     allowed = layer_allowed(n, n, causal=causal, sliding_window=window)
     full = torch.ones(n, n, dtype=torch.bool) if allowed is None else allowed
     probs, ref = _full_attention(q, k, v, full)
@@ -87,6 +90,7 @@ def test_every_row_is_exact_whatever_the_selector_missed(causal, window, piece):
     assert bool(missed.any()), "the test graph should miss some rows' keys"
     assert not bool((cert.certified & missed).any())  # never vouches for a wrong row
     assert cert.fallback_rows >= int(missed.sum())
+    assert bool((cert.by_bound <= cert.certified).all())
 
 
 def test_selecting_every_gold_tile_certifies_rows_and_the_full_graph_certifies_all():
@@ -100,6 +104,88 @@ def test_selecting_every_gold_tile_certifies_rows_and_the_full_graph_certifies_a
     everything = torch.ones_like(tiles)
     _, cert_all = exact_block_sparse_entmax(q, k, v, everything, 16)
     assert cert_all.fallback_rows == 0
+
+
+def _selection_and_layer(n: int, block: int, causal: bool, window, heads: int = 3):
+    """A poor block graph with single keys: some rows' supports fit it, others do not."""
+    g = torch.Generator().manual_seed(n + block)
+    nb = -(-n // block)
+    graph = (torch.rand(heads, nb, nb, generator=g) < 0.3) | torch.eye(nb, dtype=torch.bool)
+    extra = torch.randint(0, n, (heads, nb, 5), generator=g)
+    return graph, extra, {"causal": causal, "sliding_window": window}
+
+
+@pytest.mark.parametrize(("causal", "window"), [(False, None), (True, None), (True, 40),
+                                                (False, 40)])
+def test_unselected_max_is_the_best_score_outside_the_selection(causal, window):
+    """Each row's highest visible score among the keys neither its blocks nor its single keys
+    cover, in chunks of a few rows as in one go."""
+    q, k, _ = _qkv(n=150, scale=2.0)
+    n, block = 150, 16
+    graph, extra, layer = _selection_and_layer(n, block, causal, window)
+    scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    outside = ~expand_blocks(graph, block, n, n, extra)
+    visible = layer_allowed(n, n, **layer)
+    if visible is not None:
+        outside &= visible
+    expected = scores.masked_fill(~outside, -torch.inf).amax(-1)
+    got = unselected_max(q, k, graph, block, extra_keys=extra, **layer)
+    few_rows = 4 * n * BYTES_PER_SCORE / 2**20
+    chunked = unselected_max(q, k, graph, block, extra_keys=extra, budget_mib=few_rows, **layer)
+    none_outside = ~outside.any(-1)
+    assert not bool(none_outside.all())
+    for result in (got, chunked):
+        assert torch.equal(torch.isinf(result), none_outside)
+        torch.testing.assert_close(result[~none_outside].double(), expected[~none_outside],
+                                   rtol=0, atol=score_bound(q, k, q.shape[-1] ** -0.5))
+
+
+@pytest.mark.parametrize(("causal", "window"), [(False, None), (True, None), (True, 40),
+                                                (False, 40)])
+def test_the_check_passes_exactly_the_rows_whose_selection_holds_their_support(causal, window):
+    """Sparse-consistency both ways: a row passes iff no key of its full support lies outside
+    its selection. Rows with an unselected score within rounding of the threshold may go
+    either way (their key's probability is at rounding level); there should be none here."""
+    q, k, v = _qkv(n=160, scale=3.0)
+    n, block = 160, 16
+    graph, extra, layer = _selection_and_layer(n, block, causal, window)
+    visible = layer_allowed(n, n, **layer)
+    probs, ref = _full_attention(q, k, v, torch.ones(n, n, dtype=torch.bool)
+                                 if visible is None else visible)
+    out, cert = exact_block_sparse_entmax(q, k, v, graph, block, extra_keys=extra, **layer)
+    _, repaired, thresholds = block_sparse_rows(q, k, v, graph, block, extra_keys=extra,
+                                                **layer)
+    missed = ((probs > 0) & ~expand_blocks(repaired, block, n, n, extra)).any(-1)
+    worst = unselected_max(q, k, repaired, block, extra_keys=extra, **layer).double()
+    kept = support_size(probs)
+    near = (worst - thresholds).abs() <= 2 * score_bound(q, k, q.shape[-1] ** -0.5) + 2 * (
+        tau_err(kept, torch.float64))
+    assert not bool(near.any())
+    assert bool(missed.any()) and not bool(missed.all())
+    assert torch.equal(cert.certified, ~missed)
+    assert cert.by_bound is not None and not bool(cert.by_bound.any())  # no bound asked
+    torch.testing.assert_close(out, ref, atol=entmax_attention_tol(q, k, v, probs), rtol=0)
+
+
+def test_the_bound_spares_the_check_where_keys_cluster():
+    """Keys in tight clusters, one cluster per block: the pooled bound vouches for rows by
+    itself, only the rest are checked, and the verdicts and the output are those without it."""
+    g = torch.Generator().manual_seed(5)
+    n, block, d = 128, 16, 16
+    centres = torch.randn(1, n // block, 1, d, generator=g, dtype=torch.float64) * 3
+    k = (centres + 0.01 * torch.randn(1, n // block, block, d, generator=g,
+                                      dtype=torch.float64)).view(1, n, d)
+    q = torch.randn(1, n, d, generator=g, dtype=torch.float64) * 3
+    v = torch.randn(1, n, d, generator=g, dtype=torch.float64)
+    probs, _ = _full_attention(q, k, v, torch.ones(n, n, dtype=torch.bool))
+    tiles = block_graph(probs > 0, block)
+    with_bound, cert = exact_block_sparse_entmax(q, k, v, tiles, block, bound=True)
+    without, plain = exact_block_sparse_entmax(q, k, v, tiles, block)
+    assert cert.bound_fraction > 0.5 and plain.bound_fraction == 0.0
+    assert bool((cert.by_bound <= cert.certified).all())
+    assert torch.equal(cert.certified, plain.certified)
+    torch.testing.assert_close(with_bound, without, rtol=0,
+                               atol=entmax_attention_tol(q, k, v, probs))
 
 
 def test_softmax_has_no_threshold_to_certify():
@@ -145,21 +231,19 @@ def _planted_miss(q, n: int, block: int, probs):
     return tiles, (h, i, missed)
 
 
-def _assert_kernel_certifies_as_float64(cert, q, k, v, graph, block, piece, **layer):
-    """The kernel's certified rows lie between those its float64 thresholds certify, moved
-    down and up by the kernel's threshold tolerance (the scores' rounding, twice the solver's
-    τ error, the sum's rounding): a wrong threshold or a mis-wired one shows up as a row
-    outside the sandwich."""
+def _assert_kernel_certifies_as_float64(cert, q, k, v, graph, block, **layer):
+    """The kernel's certified rows lie between those the float64 check certifies with the
+    thresholds moved down and up by the kernel's tolerance (the scores' rounding, twice the
+    solver's τ error, the sum's rounding): a wrong threshold, a wrong unselected maximum or a
+    mis-wired one shows up as a row outside the sandwich."""
     q64, k64, v64 = (t.double() for t in (q, k, v))
     _, repaired, thresholds = block_sparse_rows(q64, k64, v64, graph, block, **layer)
     kept = support_size(_block_sparse_probs(q64, k64, repaired, block, layer))
-    tol = (score_bound(q, k, q.shape[-1] ** -0.5) + 2 * tau_err(kept)
+    tol = (2 * score_bound(q, k, q.shape[-1] ** -0.5) + 2 * tau_err(kept)
            + 2 * eps() * float(thresholds.abs().max()))
-    scaling = q.shape[-1] ** -0.5
-    window = {"causal": layer.get("causal", False),
-              "sliding_window": layer.get("sliding_window")}
-    low = certify_rows(q, k, repaired, thresholds - tol, block, scaling, piece=piece, **window)
-    high = certify_rows(q, k, repaired, thresholds + tol, block, scaling, piece=piece, **window)
+    worst = unselected_max(q64, k64, repaired, block, **layer)
+    low = on_their_support(worst, thresholds - tol)
+    high = on_their_support(worst, thresholds + tol)
     certified = cert.certified.cpu()
     assert bool((low <= certified).all()) and bool((certified <= high).all())
     assert bool(low.any()) and not bool(high.all())  # the sandwich has two sides
@@ -186,13 +270,13 @@ def test_the_triton_engine_catches_a_planted_miss_and_is_exact():
     tiles, (h, i, missed) = _planted_miss(q, n, block, probs)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     out, cert = exact_block_sparse_entmax(*(t.to(device) for t in (q, k, v, tiles)), block,
-                                          engine="triton", piece=2)
+                                          engine="triton")
     flagged = ~cert.certified[h, i * block:(i + 1) * block].cpu()
     assert bool((flagged | ~missed).all())
     assert 0 < cert.fallback_rows < cert.rows  # some rows certified, not all recomputed
     tol = entmax_attention_tol(q, k, v, probs.float())
     torch.testing.assert_close(out.double().cpu(), ref, atol=tol, rtol=0)
-    _assert_kernel_certifies_as_float64(cert, q, k, v, tiles, block, 2)
+    _assert_kernel_certifies_as_float64(cert, q, k, v, tiles, block)
 
 
 @needs_triton
@@ -203,12 +287,12 @@ def test_the_triton_engine_certifies_as_the_torch_engine_with_single_keys():
     device = "cuda" if torch.cuda.is_available() else "cpu"
     out, cert = exact_block_sparse_entmax(*(t.to(device) for t in (q, k, v, graph)), 32,
                                           causal=True, extra_keys=extra.to(device),
-                                          engine="triton", piece=2)
+                                          engine="triton")
     q64, k64, v64 = (t.double() for t in (q, k, v))
     probs, ref = _full_attention(q64, k64, v64, layer_allowed(128, 128, causal=True))
     torch.testing.assert_close(out.double().cpu(), ref, rtol=0,
                                atol=entmax_attention_tol(q, k, v, probs.float()))
-    _assert_kernel_certifies_as_float64(cert, q, k, v, graph, 32, 2, causal=True,
+    _assert_kernel_certifies_as_float64(cert, q, k, v, graph, 32, causal=True,
                                         extra_keys=extra)
 
 
