@@ -19,18 +19,19 @@ same q/k/v and reports:
 - ``rows τ off`` (block methods): the rows whose selection misses a gold key, so that τ found
   on the selection is not the row's true τ (by sparse-consistency it is exactly when none is
   missed);
-- ``rows certified`` (``block-exact``): the rows the support certificate vouches for; the
-  others were recomputed on their full row.
+- ``rows certified`` (the exact variants): the rows the support certificate's check passes
+  (it must be every row not ``τ off``); the others were recomputed on their full row.
 
 Methods: ``sdpa`` (``scaled_dot_product_attention``), ``dense-entmax`` (the project's exact
 solver over the full scores, rows in chunks: ``support_certificate.dense_rows``),
 ``adasplash`` (``pip install adasplash``: the ``gpu`` extra; CUDA only, skipped with the
 reason otherwise), ``block`` (block Sparsefinder,
 its default selector as in ``restricted.py``), ``block-exact`` (the same with the support
-certificate and the dense fallback of uncertified rows), ``block-triton`` (the same
-selection, key blocks and single keys, in one Triton kernel,
-:mod:`~sparsefinder.attention.triton_block_sparse`; CUDA only here) and
-``block-triton-exact`` (the kernel's rows certified, the others recomputed).
+certificate: each row's unselected keys checked against its threshold in one pass, and the
+dense fallback of the rows that fail), ``block-triton`` (the same selection, key blocks and
+single keys, in one Triton kernel, :mod:`~sparsefinder.attention.triton_block_sparse`; CUDA
+only here) and ``block-triton-exact`` (the kernel, the check's kernel
+:mod:`~sparsefinder.attention.triton_support_check`, and the fallback).
 
     .venv/bin/python benchmarks/gpu_attention.py --device cuda [--sizes 4096 8192 16384 32768]
         [--dtypes fp32 fp16] [--inputs default random] [--repeats 5]
