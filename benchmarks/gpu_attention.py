@@ -31,7 +31,10 @@ certificate: each row's unselected keys checked against its threshold in one pas
 dense fallback of the rows that fail), ``block-triton`` (the same selection, key blocks and
 single keys, in one Triton kernel, :mod:`~sparsefinder.attention.triton_block_sparse`; CUDA
 only here) and ``block-triton-exact`` (the kernel, the check's kernel
-:mod:`~sparsefinder.attention.triton_support_check`, and the fallback).
+:mod:`~sparsefinder.attention.triton_support_check`, and the fallback). ``check`` and
+``check-triton`` time the support certificate's check alone (the selection, then each row's
+best unselected score: the tensor path in chunks, or the kernel), so the exact variants' time
+splits into block, check and fallback; their output is no attention, so they have no Δ.
 
     .venv/bin/python benchmarks/gpu_attention.py --device cuda [--sizes 4096 8192 16384 32768]
         [--dtypes fp32 fp16] [--inputs default random] [--repeats 5]
@@ -68,7 +71,7 @@ from _common import cuda_missing, parse, parser, skip  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 METHODS = ("sdpa", "dense-entmax", "adasplash", "block", "block-exact", "block-triton",
-           "block-triton-exact")
+           "block-triton-exact", "check", "check-triton")
 
 
 def _sync(device: torch.device) -> None:
@@ -152,7 +155,8 @@ def _method(name: str, args):  # noqa: ANN001, ANN202
     def select(q, k):
         return selector(q.float(), k.float(), causal=causal)
 
-    if (name.startswith("block-triton") and args.device_obj.type != "cuda"
+    if (name.endswith("triton") or name == "block-triton-exact") and (
+            args.device_obj.type != "cuda"
             and os.environ.get("TRITON_INTERPRET") != "1"):
         return "the Triton kernel runs on a CPU only in its interpreter (TRITON_INTERPRET=1)"
     if name == "block-triton":
@@ -169,6 +173,21 @@ def _method(name: str, args):  # noqa: ANN001, ANN202
             return block_sparse_entmax(q, k, v, graph, args.block, extra_keys=extra,
                                        causal=causal)
         return block
+
+    if name.startswith("check"):
+        from sparsefinder.attention.block_sparse import repair_block_graph
+        from sparsefinder.attention.support_certificate import unselected_max
+        from sparsefinder.attention.triton_support_check import triton_unselected_max
+
+        def check(q, k, v):
+            graph, extra = select(q, k)
+            graph = repair_block_graph(graph, causal=causal, warn=False)
+            if name == "check-triton":
+                return triton_unselected_max(q, k, graph, args.block, extra_keys=extra,
+                                             causal=causal)
+            return unselected_max(q, k, graph, args.block, extra_keys=extra, causal=causal,
+                                  budget_mib=4096 if q.is_cuda else 256)
+        return check
 
     engine = "triton" if name == "block-triton-exact" else "torch"
 
@@ -281,6 +300,11 @@ def main() -> int:
                         continue
                     if first > args.slow_s:
                         too_slow[(kind, dtype_name, name)] = f"{first:.0f} s a call at n={n}"
+                    if name.startswith("check"):  # no attention output to compare
+                        _row(args.table, kind, n, dtype_name, name, f"{ms:.2f}", f"{peak:.1f}",
+                             "", "", "", "")
+                        del out
+                        continue
                     diff = float((out.float() - reference).abs().max())
                     sel, off = recall if name.startswith("block") else (1.0, 0.0)
                     certified = f"{args.certified:.4f}" if name.endswith("-exact") else ""

@@ -19,7 +19,8 @@ timeout ${T_TESTS:-80} python3 -m pytest -n 4 -p no:cacheprovider -q -rs -m "(cu
 echo "== gpu_attention, bidirectional $(date +%T)" | tee -a $T
 timeout ${T_ATT:-220} python3 benchmarks/gpu_attention.py --device ${DEVICE:-cuda} \
   --sizes ${SIZES:-4096 8192 16384 32768} --dtypes fp32 fp16 --inputs default random \
-  --qk /tmp/qk_default.pt --repeats 3 --slow-s 8 --table $T 2>&1 | tail -2
+  --qk /tmp/qk_default.pt --repeats 3 --slow-s 8 --table $T --methods sdpa dense-entmax \
+  adasplash block block-exact block-triton block-triton-exact check-triton 2>&1 | tail -2
 echo "== decoder supports, ~1 B at ${DEC_TOKENS:-16384} tokens $(date +%T)" | tee -a $T
 timeout ${T_DEC:-150} python3 benchmarks/decoder_supports.py --device ${DEVICE:-cuda} ${DEC_ARGS:-} \
   --tokens ${DEC_TOKENS:-16384} --save-qk /tmp/decoder_qk.pt --qk-tokens ${QK_TOKENS:-32768} 2>&1 \
@@ -27,5 +28,7 @@ timeout ${T_DEC:-150} python3 benchmarks/decoder_supports.py --device ${DEVICE:-
 echo "== gpu_attention, causal, the decoder's q/k $(date +%T)" | tee -a $T
 [ -f /tmp/decoder_qk.pt ] && timeout ${T_CAUSAL:-90} python3 benchmarks/gpu_attention.py \
   --device ${DEVICE:-cuda} --sizes ${CAUSAL_SIZES:-8192 32768} --dtypes fp16 --inputs decoder \
-  --decoder-qk /tmp/decoder_qk.pt --causal --repeats 3 --slow-s 8 --table $T 2>&1 | tail -2
+  --decoder-qk /tmp/decoder_qk.pt --causal --repeats 3 --slow-s 8 --table $T --methods sdpa \
+  dense-entmax adasplash block block-exact block-triton block-triton-exact check-triton 2>&1 \
+  | tail -2
 echo "== done $(date +%T)" | tee -a $T
