@@ -122,19 +122,13 @@ def main() -> int:
     print(f"sm_{args.arch}, block {args.block}, K_MAX {args.k_max}, G_MAX {args.g_max}, "
           f"head dim {args.head_dim}; kernel defaults: query tile {default_tile}, "
           f"{default_warps} warps")
-    print("| dtype | query tile | warps | scores/program | registers | stack bytes (spill) |"
-          " shared KiB |")
-    print("|---|---|---|---|---|---|---|")
-    headline = None
-    for dtype, tile, warps in configs:
-        registers, stack, shared = compile_kernel(
-            dtype, block=args.block, k_max=args.k_max, g_max=args.g_max,
-            head_dim=args.head_dim, query_tile=tile, num_warps=warps, arch=args.arch)
-        print(f"| {dtype} | {tile} | {warps} | {tile * (args.k_max * args.block + args.g_max)} "
-              f"| {registers} | {stack} | {shared / 1024:.0f} |", flush=True)
-        if (dtype, tile, warps) == (dtypes[0], default_tile, default_warps):
-            headline = (registers, stack, shared)
-    registers, stack, shared = headline
+    results = _table(configs, "query tile", "scores/program",
+                     lambda tile: tile * (args.k_max * args.block + args.g_max),
+                     lambda dtype, tile, warps: compile_kernel(
+                         dtype, block=args.block, k_max=args.k_max, g_max=args.g_max,
+                         head_dim=args.head_dim, query_tile=tile, num_warps=warps,
+                         arch=args.arch))
+    registers, stack, shared = results[(dtypes[0], default_tile, default_warps)]
     check = _check_table(args, dtypes)
     print(f"registers={registers} stack_bytes={stack} shared_kib={shared / 1024:.0f} "
           f"query_tile={default_tile} num_warps={default_warps} check_registers={check[0]} "
@@ -158,19 +152,27 @@ def _check_table(args, dtypes: list[str]) -> tuple[int, int, int]:  # noqa: ANN0
         configs.insert(0, default)
     print(f"\nThe support check: one query block of {args.block} rows, head dim "
           f"{args.head_dim}; defaults: {tile} keys a step ({dtypes[0]}), {default[2]} warps")
-    print("| dtype | keys a step | warps | scores/step | registers | stack bytes (spill) |"
+    results = _table(configs, "keys a step", "scores/step", lambda tile: args.block * tile,
+                     lambda dtype, tile, warps: compile_check(
+                         dtype, block=args.block, key_tile=tile, head_dim=args.head_dim,
+                         num_warps=warps, arch=args.arch))
+    return results[default]
+
+
+def _table(configs: list[tuple[str, int, int]], tile_name: str, scores_name: str,
+           scores, compile_one) -> dict:  # noqa: ANN001
+    """Compile each (dtype, tile, warps) configuration and print its row as it comes:
+    registers, stack bytes and shared KiB. Returns {configuration: resources}."""
+    print(f"| dtype | {tile_name} | warps | {scores_name} | registers | stack bytes (spill) |"
           " shared KiB |")
     print("|---|---|---|---|---|---|---|")
-    found = None
+    results = {}
     for dtype, tile, warps in configs:
-        result = compile_check(dtype, block=args.block, key_tile=tile, head_dim=args.head_dim,
-                               num_warps=warps, arch=args.arch)
-        print(f"| {dtype} | {tile} | {warps} | {args.block * tile} | {result[0]} | {result[1]} "
-              f"| {result[2] / 1024:.0f} |", flush=True)
-        if (dtype, tile, warps) == default:
-            found = result
-    return found
-
+        registers, stack, shared = results[(dtype, tile, warps)] = compile_one(dtype, tile,
+                                                                               warps)
+        print(f"| {dtype} | {tile} | {warps} | {scores(tile)} | {registers} | {stack} | "
+              f"{shared / 1024:.0f} |", flush=True)
+    return results
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -10,7 +10,8 @@ selected keys already sum to 1 at ``τ``.)
 **The exact check** computes, in one pass over each row's keys, the highest score among the
 keys it may see but did not select (:func:`unselected_max`) and compares it with ``x*``: no
 sort, no solver, no ``probs @ values``, and no (n, n) matrix (rows go in chunks by a memory
-budget; on a GPU, one Triton kernel that skips the selected key blocks). A row passes iff its
+budget; with ``engine="triton"``, one kernel that keeps a running maximum per row:
+:mod:`~sparsefinder.attention.triton_support_check`). A row passes iff its
 selection holds its whole support; the others are recomputed on their full row from the scores
 the check already computed. So every row's output is exact, the certificate says which rows
 needed the fallback, and a row whose selection missed a key of its support always does.
@@ -173,7 +174,8 @@ def exact_block_sparse_entmax(
     the rows whose selection missed part of their support are recomputed on their full row.
     Returns the output (heads, n, dv) and the :class:`SupportCertificate`. Needs α > 1
     (softmax has no threshold: every row would fall back). ``bound``: first vouch for rows by
-    the pooled score bound (``piece`` keys per bound), checking only the others. ``engine``:
+    the pooled score bound (``piece`` keys per bound), checking only the others (the Triton
+    check passes over every row anyway: its cost is per query block). ``engine``:
     ``"torch"`` (the tensor path) or ``"triton"`` (the one-kernel path and the check's kernel,
     :mod:`~sparsefinder.attention.triton_block_sparse`, α = 1.5 only, a power-of-two
     ``block`` ≥ 16). The check's and the fallback's scores go in chunks of rows of at most

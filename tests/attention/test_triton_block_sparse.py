@@ -3,11 +3,10 @@ tensor path, in float64). Without a GPU the same kernel runs in Triton's CPU int
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 from tolerances import entmax_attention_tol, eps, score_bound, support_size, tau_err
+from triton_runtime import device, require_triton
 
 from sparsefinder.attention.block_sparse import (
     block_sparse_entmax,
@@ -17,10 +16,7 @@ from sparsefinder.attention.block_sparse import (
 from sparsefinder.attention.entmax_ops import entmax_normalize
 from sparsefinder.attention.masks import layer_allowed
 
-if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
-    pytest.skip("no GPU and not in Triton's interpreter (tests/conftest.py sets it)",
-                allow_module_level=True)
-pytest.importorskip("triton", reason="triton is not installed (requirements-dev.txt)")
+require_triton()
 pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
 
 
@@ -35,8 +31,8 @@ def kernel():
 def _inputs(n: int, heads: int = 2, d: int = 32, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(heads, n, d, generator=g) * s for s in (2.0, 2.0, 1.0))
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    return q.to(device), k.to(device), v.to(device)
+    on = device()
+    return q.to(on), k.to(on), v.to(on)
 
 
 @pytest.mark.parametrize(("n", "causal", "window"), [(100, False, None), (100, True, None),

@@ -3,19 +3,15 @@ tensor path computes it. Without a GPU the same kernel runs in Triton's CPU inte
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 from tolerances import score_bound
+from triton_runtime import device, require_triton
 
 from sparsefinder.attention.block_sparse import repair_block_graph
 from sparsefinder.attention.support_certificate import unselected_max
 
-if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
-    pytest.skip("no GPU and not in Triton's interpreter (tests/conftest.py sets it)",
-                allow_module_level=True)
-pytest.importorskip("triton", reason="triton is not installed (requirements-dev.txt)")
+require_triton()
 pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
 
 
@@ -24,10 +20,6 @@ def check():
     from sparsefinder.attention import triton_support_check
 
     return triton_support_check
-
-
-def _device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 @pytest.mark.parametrize(("n", "block", "causal", "window", "singles", "key_tile"), [
@@ -44,10 +36,10 @@ def test_the_kernel_finds_the_tensor_paths_best_unselected_score(check, n, block
                                sliding_window=window, n=n, block=block, warn=False)
     extra = torch.randint(0, n, (2, nb, singles), generator=g) if singles else None
     layer = {"causal": causal, "sliding_window": window}
-    device = _device()
+    on = device()
     got = check.triton_unselected_max(
-        q.to(device), k.to(device), graph.to(device), block,
-        extra_keys=None if extra is None else extra.to(device), key_tile=key_tile,
+        q.to(on), k.to(on), graph.to(on), block,
+        extra_keys=None if extra is None else extra.to(on), key_tile=key_tile,
         **layer).cpu()
     expected = unselected_max(q.double(), k.double(), graph, block, extra_keys=extra, **layer)
     infinite = torch.isinf(expected)
