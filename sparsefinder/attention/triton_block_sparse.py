@@ -65,16 +65,23 @@ N_ITER = 32
 MIN_TILE = 16
 
 
-@cache
-def _kernel() -> Any:
-    """The Triton kernel, compiled (imported) on first use: triton is an optional dependency."""
+def import_triton(needs: str, instead: str) -> tuple[Any, Any]:
+    """``(triton, triton.language)``, or an ImportError saying what ``needs`` it and what
+    works without it (``instead``): triton is an optional dependency, imported on first use."""
     try:
         import triton
         import triton.language as tl
     except ImportError as error:
-        raise ImportError("the Triton block-sparse kernel needs triton (`pip install triton`, "
-                          "part of PyTorch's CUDA wheels); the tensor path "
-                          "sparsefinder.attention.block_sparse needs nothing") from error
+        raise ImportError(f"{needs} needs triton (`pip install triton`, part of PyTorch's CUDA "
+                          f"wheels); {instead} needs nothing") from error
+    return triton, tl
+
+
+@cache
+def _kernel() -> Any:
+    """The Triton kernel, compiled (imported) on first use."""
+    triton, tl = import_triton("the Triton block-sparse kernel",
+                               "the tensor path sparsefinder.attention.block_sparse")
 
     @triton.jit
     def block_entmax15(q_ptr, k_ptr, v_ptr, slots_ptr, counts_ptr, extra_ptr, extra_counts_ptr,

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from sparsefinder.attention.block_sparse import check_extra_keys, num_blocks
-from sparsefinder.attention.triton_block_sparse import MIN_TILE
+from sparsefinder.attention.triton_block_sparse import MIN_TILE, import_triton
 
 #: Keys per step of the kernel for 16-bit inputs, and for fp32 ones: compiled for sm_90 on a
 #: CPU (``benchmarks/kernel_resources.py``, block 32, head dim 64, 4 warps), fp16 at 64 keys
@@ -38,14 +38,8 @@ KEY_TILE_FP32 = 32
 
 @cache
 def _kernel() -> Any:
-    """The Triton kernel, compiled (imported) on first use: triton is an optional dependency."""
-    try:
-        import triton
-        import triton.language as tl
-    except ImportError as error:
-        raise ImportError("the Triton support check needs triton (`pip install triton`, "
-                          "part of PyTorch's CUDA wheels); engine='torch' needs nothing"
-                          ) from error
+    """The Triton kernel, compiled (imported) on first use."""
+    triton, tl = import_triton("the Triton support check", "engine='torch'")
 
     @triton.jit
     def unselected_max(q_ptr, k_ptr, graph_ptr, bits_ptr, worst_ptr, n, nb, padded, scaling,
