@@ -68,6 +68,8 @@ def main() -> int:
     made.add_argument("--runs", type=int, default=3)
     made.add_argument("--selector", choices=["keys", "oracle"], default="keys")
     args = parse(made, smoke={"n": 128, "block": 16, "runs": 1})
+    if args.piece is not None and not args.bound:
+        raise SystemExit("--piece sets the pooled bound's keys per bound: add --bound")
     from sparsefinder.attention.block_sparse import block_sparse_entmax
     from sparsefinder.attention.entmax_ops import entmax_normalize
     from sparsefinder.attention.support_certificate import exact_block_sparse_entmax

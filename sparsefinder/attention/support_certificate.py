@@ -184,6 +184,9 @@ def exact_block_sparse_entmax(
         raise ValueError(f"a support certificate needs α > 1 (sparse entmax), got α={alpha}")
     if engine not in ("torch", "triton"):
         raise ValueError(f"engine must be 'torch' or 'triton', got {engine!r}")
+    if piece is not None and not bound:
+        raise ValueError(f"piece={piece} sets the pooled bound's keys per bound, which runs "
+                         "only with bound=True; pass bound=True or drop piece")
     scaling = _positive(query.shape[-1] ** -0.5 if scaling is None else scaling)
     layer = {"causal": causal, "sliding_window": sliding_window}
     if engine == "triton":

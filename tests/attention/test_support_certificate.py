@@ -303,6 +303,10 @@ def test_engines_and_alphas_the_kernel_lacks_are_refused():
         exact_block_sparse_entmax(q, k, v, graph, 32, engine="cuda")
     with pytest.raises(ValueError, match="1.5-entmax only"):
         exact_block_sparse_entmax(q, k, v, graph, 32, alpha=2.0, engine="triton")
+    with pytest.raises(ValueError, match="pass bound=True"):
+        exact_block_sparse_entmax(q, k, v, graph, 32, piece=8)
+    with pytest.raises(ValueError, match="positive scaling"):
+        exact_block_sparse_entmax(q, k, v, graph, 32, scaling=-1.0)
 
 
 @pytest.mark.parametrize(("causal", "window"), [(False, None), (True, None), (True, 40),
