@@ -12,9 +12,9 @@ keys it may see but did not select (:func:`unselected_max`) and compares it with
 sort, no solver, no ``probs @ values``, and no (n, n) matrix (rows go in chunks by a memory
 budget; with ``engine="triton"``, one kernel that keeps a running maximum per row:
 :mod:`~sparsefinder.attention.triton_support_check`). A row passes iff its
-selection holds its whole support; the others are recomputed on their full row from the scores
-the check already computed. So every row's output is exact, the certificate says which rows
-needed the fallback, and a row whose selection missed a key of its support always does.
+selection holds its whole support; the others, and only they, are recomputed on their full row.
+So every row's output is exact, the certificate says which rows needed the fallback, and a row
+whose selection missed a key of its support always does.
 
 **The pooled bound** (``bound=True``) can spare the check's pass where keys cluster: over a key
 block ``B`` with coordinate-wise maximum ``k⁺`` and minimum ``k⁻``,
