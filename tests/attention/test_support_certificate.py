@@ -119,7 +119,7 @@ def _selection_and_layer(n: int, block: int, causal: bool, window, heads: int = 
                                                 (False, 40)])
 def test_unselected_max_is_the_best_score_outside_the_selection(causal, window):
     """Each row's highest visible score among the keys neither its blocks nor its single keys
-    cover, in chunks of a few rows as in one go."""
+    cover, in chunks of a few rows as in one go, and for the rows asked only."""
     q, k, _ = _qkv(n=150, scale=2.0)
     n, block = 150, 16
     graph, extra, layer = _selection_and_layer(n, block, causal, window)
@@ -132,6 +132,11 @@ def test_unselected_max_is_the_best_score_outside_the_selection(causal, window):
     got = unselected_max(q, k, graph, block, extra_keys=extra, **layer)
     few_rows = 4 * n * BYTES_PER_SCORE / 2**20
     chunked = unselected_max(q, k, graph, block, extra_keys=extra, budget_mib=few_rows, **layer)
+    asked = torch.rand(3, n, generator=torch.Generator().manual_seed(1)) < 0.5
+    some = unselected_max(q, k, graph, block, extra_keys=extra, rows=asked, **layer)
+    assert bool(torch.isnan(some[~asked]).all())
+    torch.testing.assert_close(some[asked], got[asked], rtol=0,
+                               atol=score_bound(q, k, q.shape[-1] ** -0.5))
     none_outside = ~outside.any(-1)
     assert not bool(none_outside.all())
     for result in (got, chunked):
