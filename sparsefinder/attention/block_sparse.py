@@ -36,10 +36,16 @@ _MASKED = -1e9  # far below every α > 1 support (τ* ≥ max - 2), as in entmax
 #: so a tuned allocator reuses the chunk's buffers (measured at n=4096, 1 thread: 0.18 s
 #: against 0.32 s with 64 MiB chunks).
 _CHUNK_SCORES = 1 << 22
-#: On a GPU every chunk pays the gathers' and the solver's fixed cost in small kernels (~3 ms),
+#: On a GPU every chunk pays its kernels' fixed cost (the gathers' and the solver's ~3 ms here),
 #: so one chunk of up to 512 MiB of float32 scores: at n = 32 768 (12 heads, block 32, 544 keys
-#: a row) two chunks instead of 52.
-_GPU_CHUNK_SCORES = 1 << 27
+#: a row) two chunks instead of 52. Every chunked path of the package reads it (chunk_scores).
+GPU_CHUNK_SCORES = 1 << 27
+
+
+def chunk_scores(device: torch.device, cpu_scores: int) -> int:
+    """Scores per chunk on ``device``: ``cpu_scores`` (each path's cache-sized chunk, measured
+    where it is defined) on a CPU, :data:`GPU_CHUNK_SCORES` on a GPU."""
+    return GPU_CHUNK_SCORES if device.type == "cuda" else cpu_scores
 
 
 def num_blocks(n: int, block: int) -> int:
@@ -208,7 +214,7 @@ def block_sparse_rows(
     while start < rows:
         k_max = int(counts[order[start]])
         width = k_max * block + n_extra
-        budget = _GPU_CHUNK_SCORES if device.type == "cuda" else _CHUNK_SCORES
+        budget = chunk_scores(device, _CHUNK_SCORES)
         size = max(1, min(rows - start, budget // (block * width)))
         chunk = order[start : start + size]
         start += size

@@ -273,14 +273,12 @@ def entmax_edges(
             keep = _block_allowed(allowed, causal, h0, h1, r0, r1, width, offset, device)
             probs = entmax_normalize(scores, alpha, keep)
             del scores
+            if output is not None:
+                output[h0:h1, r0:r1] = torch.matmul(probs.to(value.dtype), value[h0:h1, :width])
             mask = probs > 0
             if bits is not None:
                 bits.add(h0, h1, r0, r1, mask)
-                del mask
-                if output is not None:
-                    output[h0:h1, r0:r1] = torch.matmul(probs.to(value.dtype),
-                                                        value[h0:h1, :width])
-                del probs
+                del mask, probs
                 continue
             counts_block = mask.sum(-1)  # (hb, rb)
             counts.view(heads, n)[h0:h1, r0:r1] = counts_block
@@ -291,10 +289,7 @@ def entmax_edges(
                 done = (h0 * n + (h1 - h0) * r1) if head_group > 1 else (h0 * n + r1)
                 raise _edge_limit_error(heads, n, m, stored, done, max_edge_mib)
             store.append((flat % width).to(torch.int32), probs.view(-1)[flat].float())
-            del flat
-            if output is not None:
-                output[h0:h1, r0:r1] = torch.matmul(probs.to(value.dtype), value[h0:h1, :width])
-            del probs
+            del flat, probs
     if bits is not None:
         return bits.support, output
     indptr = torch.zeros(heads * n + 1, dtype=torch.int64, device=device)

@@ -36,7 +36,7 @@ not cluster: ``docs/results/long-inputs.md``), hence off by default.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -44,6 +44,7 @@ from torch import Tensor
 from sparsefinder.attention.block_sparse import (
     block_sparse_rows,
     check_extra_keys,
+    chunk_scores,
     num_blocks,
 )
 from sparsefinder.attention.entmax_ops import entmax_normalize
@@ -59,7 +60,8 @@ BYTES_PER_SCORE = 32
 FALLBACK_MIB = 256.0
 #: On a CPU a chunk holds at most this many scores (8 MiB of fp32), whatever the budget: the
 #: chunk's buffers then stay cache-sized and the allocator reuses them (the check at n = 4096,
-#: 12 heads: 0.24 s in chunks of 8 MiB against 0.49 s in chunks of 32 MiB).
+#: 12 heads: 0.24 s in chunks of 8 MiB against 0.49 s in chunks of 32 MiB). On a GPU the cap
+#: is :data:`~sparsefinder.attention.block_sparse.GPU_CHUNK_SCORES`.
 CPU_CHUNK_SCORES = 1 << 21
 
 
@@ -71,7 +73,7 @@ class SupportCertificate:
     unless ``bound=True``)."""
 
     certified: Tensor
-    by_bound: Tensor | None = field(default=None)
+    by_bound: Tensor | None = None
 
     @property
     def rows(self) -> int:
@@ -288,17 +290,16 @@ def _row_chunks(query: Tensor, key: Tensor, rows: Tensor, budget_mib: float, *, 
     """(head, row ids, their full rows of products ``q·k`` (r, m), unscaled, their visible
     keys (r, m) or None) for the True ``rows`` (bool (heads, n)), in chunks whose scores and
     temporaries (about :data:`BYTES_PER_SCORE` each) fit ``budget_mib``: a whole head's rows
-    at n = 32 768 would be 4 GiB of fp32 scores alone (on a CPU, at most
-    :data:`CPU_CHUNK_SCORES`). The masks come from the rows' allowed key range, never an
-    (n, m) mask."""
+    at n = 32 768 would be 4 GiB of fp32 scores alone. No chunk exceeds
+    :func:`~sparsefinder.attention.block_sparse.chunk_scores` (:data:`CPU_CHUNK_SCORES` on a
+    CPU). The masks come from the rows' allowed key range, never an (n, m) mask."""
     m = key.shape[1]
     chunk = int(budget_mib * 2**20 // (m * BYTES_PER_SCORE))
     if chunk < 1:
         raise ValueError(f"one fallback row over m={m} keys needs "
                          f"{m * BYTES_PER_SCORE / 2**20:.2f} MiB, more than fallback_mib="
                          f"{budget_mib}; raise it")
-    if query.device.type == "cpu":
-        chunk = min(chunk, max(1, CPU_CHUNK_SCORES // m))
+    chunk = min(chunk, max(1, chunk_scores(query.device, CPU_CHUNK_SCORES) // m))
     first, count = allowed_key_range(query.shape[1], m, causal=causal,
                                      sliding_window=sliding_window, device=query.device)
     keys = torch.arange(m, device=query.device)

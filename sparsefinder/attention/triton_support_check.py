@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from sparsefinder.attention.block_sparse import check_extra_keys, num_blocks
+from sparsefinder.attention.block_sparse import check_extra_keys, new_single_keys, num_blocks
 from sparsefinder.attention.triton_block_sparse import MIN_TILE, import_triton
 
 #: Keys per step of the kernel for 16-bit inputs, and for fp32 ones: compiled for sm_90 on a
@@ -87,20 +87,20 @@ def default_num_warps(block: int, key_tile: int) -> int:
     return 4 if block * key_tile <= 4096 else 8
 
 
-def single_key_bits(extra_keys: Tensor | None, heads: int, n: int, block: int,
-                    device: torch.device) -> Tensor:
+def single_key_bits(extra_keys: Tensor | None, graph: Tensor, n: int, block: int) -> Tensor:
     """uint8 (heads · nb, nb · block / 8): bit ``j % 8`` of byte ``j // 8`` of row (head,
-    query block) is set iff key ``j`` is one of that query block's ``extra_keys`` (one bit per
-    key: 48 MiB for 12 heads at n = 32 768 and block 32)."""
-    nb = num_blocks(n, block)
-    bits = torch.zeros(heads * nb, nb * block // 8, dtype=torch.uint8, device=device)
-    extra = check_extra_keys(extra_keys, heads, nb, n, device)
+    query block) is set iff key ``j`` is one of the single keys that query block adds to its
+    selected blocks of ``graph`` (:func:`~sparsefinder.attention.block_sparse.new_single_keys`:
+    each once, none inside a selected block, which the kernel masks already). One bit per key:
+    48 MiB for 12 heads at n = 32 768 and block 32."""
+    heads, nb, _ = graph.shape
+    bits = torch.zeros(heads * nb, nb * block // 8, dtype=torch.uint8, device=graph.device)
+    extra = check_extra_keys(extra_keys, heads, nb, n, graph.device)
     if extra is None:
         return bits
-    extra = extra.view(heads * nb, -1)  # sorted: a repeat is its neighbour's
-    first = torch.ones_like(extra, dtype=torch.bool)
-    first[:, 1:] = extra[:, 1:] != extra[:, :-1]
-    value = torch.bitwise_left_shift(torch.ones_like(extra), extra % 8) * first
+    extra = extra.view(heads * nb, -1)
+    kept = new_single_keys(extra, graph.reshape(heads * nb, nb), block)
+    value = torch.bitwise_left_shift(torch.ones_like(extra), extra % 8) * kept
     # distinct keys set distinct bits, so their sum is their OR
     return bits.scatter_add_(1, extra // 8, value.to(torch.uint8))
 
@@ -132,7 +132,7 @@ def triton_unselected_max(query: Tensor, key: Tensor, graph: Tensor, block: int,
         return torch.nn.functional.pad(t, (0, dims - d, 0, padded - n)).contiguous()
 
     worst = torch.empty(heads, padded, dtype=torch.float32, device=query.device)
-    bits = single_key_bits(extra_keys, heads, n, block, query.device)
+    bits = single_key_bits(extra_keys, graph, n, block)
     _kernel()[(heads * nb,)](
         prepare(query), prepare(key), graph.to(torch.uint8).contiguous(), bits, worst, n, nb,
         padded, float(scaling), D=dims, BLOCK=block, BLOCK_N=key_tile, CAUSAL=bool(causal),

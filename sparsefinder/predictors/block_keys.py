@@ -24,7 +24,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from sparsefinder.attention.block_sparse import expand_blocks
+from sparsefinder.attention.block_sparse import chunk_scores, expand_blocks
 from sparsefinder.predictors.base import check_ints, check_shapes
 from sparsefinder.predictors.block import _cut, _last_query, _tiles_of, block_reach, keep_blocks
 
@@ -32,14 +32,6 @@ from sparsefinder.predictors.block import _cut, _last_query, _tiles_of, block_re
 #: scores stay in cache until reduced (measured at n = 4096, one thread: 0.047 s for the
 #: whole layer against 0.146 s with 64 MiB chunks).
 _CHUNK_SCORES = 1 << 20
-#: On a GPU a chunk costs kernel launches, not cache misses: chunks of up to 512 MiB, whole
-#: heads at once where they fit (a layer at n = 32 768: 12 launches instead of 1 536).
-_GPU_CHUNK_SCORES = 1 << 27
-
-
-def chunk_scores(device: torch.device) -> int:
-    """Scores per chunk on ``device`` (see :data:`_CHUNK_SCORES`, :data:`_GPU_CHUNK_SCORES`)."""
-    return _GPU_CHUNK_SCORES if device.type == "cuda" else _CHUNK_SCORES
 
 
 def sub_block_scores(q: Tensor, k: Tensor, block: int, sub_block: int) -> Tensor:
@@ -60,7 +52,9 @@ def sub_block_scores(q: Tensor, k: Tensor, block: int, sub_block: int) -> Tensor
         pooled = torch.cat([pooled, pooled[:, -1:].expand(heads, nb * per - ns, d)], 1)
     kt = k.float().transpose(1, 2)
     out = q.new_empty((heads, nb, m), dtype=torch.float32)
-    budget = chunk_scores(q.device)
+    # on a GPU (block_sparse.GPU_CHUNK_SCORES) whole heads at once where they fit: a layer at
+    # n = 32 768 takes 12 launches instead of 1 536
+    budget = chunk_scores(q.device, _CHUNK_SCORES)
     rows = max(1, budget // (per * m))  # query blocks per chunk
     group = max(1, min(heads, budget // (nb * per * m))) if rows >= nb else 1  # whole heads
     for h0 in range(0, heads, group):  # chunks of (heads, query blocks): not a per-row loop

@@ -217,3 +217,12 @@ def test_chunking_never_changes_the_result(monkeypatch, budget):
     out = block_sparse_entmax(q, k, v, graph, 32, causal=True, extra_keys=extra)
     probs, ref = _dense(q, k, v, expand_blocks(graph, 32, 150, 150, extra), True)
     torch.testing.assert_close(out, ref, atol=_out_tol(q, k, v, probs), rtol=0)
+
+
+def test_a_gpu_scores_in_large_chunks():
+    """Every chunked path keeps its own cache-sized chunk on a CPU and takes large ones on a
+    GPU, where a chunk costs kernel launches rather than cache misses."""
+    from sparsefinder.attention.block_sparse import _CHUNK_SCORES, GPU_CHUNK_SCORES, chunk_scores
+
+    assert chunk_scores(torch.device("cpu"), _CHUNK_SCORES) == _CHUNK_SCORES
+    assert chunk_scores(torch.device("cuda"), _CHUNK_SCORES) == GPU_CHUNK_SCORES > _CHUNK_SCORES

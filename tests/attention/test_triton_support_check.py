@@ -50,11 +50,16 @@ def test_the_kernel_finds_the_tensor_paths_best_unselected_score(check, n, block
 
 def test_the_single_key_bitmap_marks_each_query_blocks_keys(check):
     extra = torch.tensor([[[3, 3, 17, 40], [0, 7, 8, 63]]])  # (1 head, 2 query blocks, 4)
-    bits = check.single_key_bits(extra, 1, 64, 32, torch.device("cpu"))
+    nothing = torch.zeros(1, 2, 2, dtype=torch.bool)
+    bits = check.single_key_bits(extra, nothing, 64, 32)
     assert bits.shape == (2, 64 // 8) and bits.dtype == torch.uint8
     unpacked = ((bits.unsqueeze(-1).int() >> torch.arange(8)) & 1).view(2, 64).bool()
     for block_row, keys in enumerate(([3, 17, 40], [0, 7, 8, 63])):
         assert unpacked[block_row].nonzero().squeeze(1).tolist() == keys  # a repeat once
+    second_block = torch.tensor([[[False, True], [False, False]]])  # query block 0 selects 1
+    unpacked = ((check.single_key_bits(extra, second_block, 64, 32).unsqueeze(-1).int()
+                 >> torch.arange(8)) & 1).view(2, 64).bool()
+    assert unpacked[0].nonzero().squeeze(1).tolist() == [3, 17]  # 40 is in its selected block
 
 
 def test_the_kernel_refuses_blocks_it_cannot_tile(check):

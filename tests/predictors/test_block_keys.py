@@ -128,13 +128,6 @@ def test_chunked_scoring_equals_the_brute_scores(monkeypatch, budget):
                                **_scores_tol(q, k, 4))
 
 
-def test_a_gpu_scores_in_large_chunks():
-    from sparsefinder.predictors.block_keys import _CHUNK_SCORES, _GPU_CHUNK_SCORES, chunk_scores
-
-    assert chunk_scores(torch.device("cpu")) == _CHUNK_SCORES
-    assert chunk_scores(torch.device("cuda")) == _GPU_CHUNK_SCORES > _CHUNK_SCORES
-
-
 @pytest.mark.cuda
 def test_the_selection_on_cuda_matches_the_cpu():
     g = torch.Generator().manual_seed(6)
