@@ -12,6 +12,13 @@ which one pooled query per block averages away. On TRAIN-split MiniLM q/k at n =
 lifted edge recall from 0.69 (key blocks + single keys by rank-4 projections, same budget)
 to 0.95 (``tools/choose_block_keys.py``).
 
+The pooled ranking is what misses gold keys, not the budget: on TRAIN q/k at n = 4096 the gold
+keys a query block needs outside its band number 108 on average and at most 256, under the
+448 kept, yet 4 % of the gold edges fall outside. With ``candidates``, a second stage re-ranks
+the pooled stage's best ``candidates`` keys by the block's own queries (:func:`refine_keys`)
+and keeps ``n_keys`` of them: recall close to that of ``candidates`` pooled keys, at the width
+of ``n_keys``.
+
 :meth:`BlockKeySparsefinder.select` returns the (block graph, extra keys) pair that
 :func:`~sparsefinder.attention.block_sparse.block_sparse_entmax` computes on.
 """
@@ -69,22 +76,95 @@ def sub_block_scores(q: Tensor, k: Tensor, block: int, sub_block: int) -> Tensor
     return out
 
 
+def refine_keys(q: Tensor, k: Tensor, candidates: Tensor, usable: Tensor, block: int,
+                n_keys: int, *, causal: bool = False, sliding_window: int | None = None,
+                ) -> Tensor:
+    """int64 (heads, ceil(n/b), n_keys): per query block, the ``n_keys`` of its
+    ``candidates`` (heads, ceil(n/b), C; ``usable`` bool like it, False for fillers) closest
+    to entering one of its rows' support, scored by the block's own queries.
+
+    Why this ranking: in score units ``x = scaling·q·k`` a key is in row ``i``'s 1.5-entmax
+    support only if ``x_ij > x*_i ≥ max_j x_ij − 2`` (``τ ≥ −1``), so what matters is a
+    key's gap to the row's maximum, not its raw score. Each candidate gets
+    ``max_i (q_i·k_j − M_i)`` over the block's rows ``i`` that may see it, ``M_i`` the row's
+    maximum over the candidates and its own diagonal block (scaling > 0 leaves the order
+    as it is). Cost: ``block × C × d`` multiply-adds per query block, ``C/m`` of ``QKᵀ``, in
+    chunks of query blocks (:func:`~sparsefinder.attention.block_sparse.chunk_scores`)."""
+    heads, n, d = q.shape
+    m = k.shape[1]
+    nq, count = candidates.shape[1:]
+    pad = nq * block - n
+    queries = (torch.nn.functional.pad(q, (0, 0, 0, pad)) if pad else q).reshape(-1, block, d)
+    keys = k.reshape(-1, d)
+    flat, ok = candidates.reshape(-1, count), usable.reshape(-1, count)
+    rows = heads * nq
+    head = torch.div(torch.arange(rows, device=q.device), nq, rounding_mode="floor")
+    query_pos = (torch.arange(rows, device=q.device) % nq).unsqueeze(1) * block + torch.arange(
+        block, device=q.device)  # (rows, block)
+    aligned = query_pos + (m - n)  # query i sees key i + m − n as its own position
+    own = aligned.clamp(0, m - 1)  # the diagonal block's keys (clamped past the ends)
+    out = torch.empty(rows, n_keys, dtype=torch.int64, device=q.device)
+    size = max(1, chunk_scores(q.device, _CHUNK_SCORES) // (block * (count + block)))
+    for start in range(0, rows, size):
+        part = slice(start, min(rows, start + size))
+        base = (head[part] * m).unsqueeze(1)
+        positions = torch.cat([flat[part], own[part]], 1)  # (c, C + block)
+        gathered = keys.index_select(0, (base + positions).view(-1)).view(
+            -1, count + block, d)
+        products = torch.bmm(queries[part].to(gathered.dtype), gathered.transpose(1, 2))
+        products = products.float()  # fillers and clamped diagonal keys are real keys: they
+        if causal or sliding_window:  # count for the peak where the row may see them
+            products.masked_fill_(~_visible(aligned[part], positions, causal, sliding_window),
+                                  -torch.inf)
+        if pad:  # the last query block's missing rows
+            products.masked_fill_((query_pos[part] >= n).unsqueeze(-1), -torch.inf)
+        peak = products.amax(-1, keepdim=True)
+        gap = products[..., :count].sub_(peak.masked_fill_(~torch.isfinite(peak), torch.inf))
+        best = gap.amax(1).masked_fill_(~ok[part], -torch.inf)  # (c, C)
+        out[part] = flat[part].gather(1, best.topk(n_keys, -1, sorted=False).indices)
+    return out.view(heads, nq, n_keys)
+
+
+def _visible(aligned: Tensor, positions: Tensor, causal: bool,
+             sliding_window: int | None) -> Tensor:
+    """bool (c, block, K): whether each query (aligned key position (c, block)) may see each
+    key position (c, K) under the layer's causal / sliding-window mask."""
+    ahead = positions.unsqueeze(1) - aligned.unsqueeze(-1)  # j − i
+    seen = torch.ones(ahead.shape, dtype=torch.bool, device=ahead.device)
+    if causal:
+        seen &= ahead <= 0
+    if sliding_window:
+        seen &= (ahead > -sliding_window) & (ahead < sliding_window)
+    return seen
+
+
 @dataclass
 class BlockKeySparsefinder:
     """Per query block: the diagonal band of ``window_blocks`` key blocks ∪ the ``n_keys``
     single keys outside it that score highest against the block's pooled sub-blocks of
-    ``sub_block`` queries. Reads the model's own q/k (heads, n, d)."""
+    ``sub_block`` queries. Reads the model's own q/k (heads, n, d).
+
+    ``candidates`` > 0 adds a second stage: the pooled scores pick that many keys, and the
+    block's own queries keep the ``n_keys`` of them nearest to a row's support
+    (:func:`refine_keys`). The selection stays ``n_keys`` wide (what the Triton kernel holds
+    on chip) while its recall approaches that of ``candidates`` pooled keys."""
 
     block: int
     n_keys: int
     sub_block: int = 8
     window_blocks: int = 1
+    candidates: int = 0
 
     returns_fresh_mask: ClassVar[bool] = True  # see base.FreshOutput
     honours_window: ClassVar[bool] = True  # see base.WindowAware
 
     def __post_init__(self) -> None:
-        check_ints(self, {"block": 1, "n_keys": 0, "sub_block": 1, "window_blocks": 1})
+        check_ints(self, {"block": 1, "n_keys": 0, "sub_block": 1, "window_blocks": 1,
+                          "candidates": 0})
+        if 0 < self.candidates < self.n_keys:
+            raise ValueError(f"candidates ({self.candidates}) are the keys the second stage "
+                             f"keeps n_keys={self.n_keys} of: use 0 (one stage) or at least "
+                             f"{self.n_keys}")
         if self.block % self.sub_block:
             raise ValueError(f"sub_block ({self.sub_block}) must divide block ({self.block}), "
                              f"e.g. sub_block={self.block // 4 or 1}")
@@ -111,8 +191,12 @@ class BlockKeySparsefinder:
         if reach is not None:
             taken = taken | ~reach
         near.masked_fill_(taken, -torch.inf)
-        extra = near.topk(min(self.n_keys, m), dim=-1, sorted=False).indices
-        return graph, extra
+        keep = min(self.n_keys, m)
+        if min(self.candidates, m) <= keep:
+            return graph, near.topk(keep, dim=-1, sorted=False).indices
+        scores, pool = near.topk(min(self.candidates, m), dim=-1, sorted=False)
+        return graph, refine_keys(q, k, pool, scores > -torch.inf, b, keep, causal=causal,
+                                  sliding_window=sliding_window)
 
     def predict(self, q: Tensor, k: Tensor, *, causal: bool = False,
                 sliding_window: int | None = None) -> Tensor:

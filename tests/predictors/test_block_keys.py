@@ -15,6 +15,7 @@ from tolerances import (
 
 from sparsefinder.attention.block_sparse import block_sparse_entmax, expand_blocks
 from sparsefinder.attention.entmax_ops import entmax_normalize
+from sparsefinder.attention.masks import layer_allowed
 from sparsefinder.predictors.block_keys import BlockKeySparsefinder, sub_block_scores
 
 pytestmark = pytest.mark.numerical  # re-run under other CPU kernels: make test-portable
@@ -201,3 +202,94 @@ def test_a_local_layer_spends_the_single_keys_inside_each_blocks_reach(causal):
     assert not (mask & ~allowed).any()
     wide = predictor.select(q, k, causal=causal)[1]
     assert not torch.equal(wide, extra)  # without the window the keys go elsewhere
+
+
+def _brute_gaps(q, k, block, causal, window, among=None):
+    """float64 (heads, nb, m): per query block and key, the key's best gap to a row maximum
+    ``max_i (q_i·k_j − M_i)`` over the block's rows that may see it (−inf where none may),
+    ``M_i`` the row's maximum over the keys ``among`` (bool (heads, nb, m); default all), by
+    dense scores and the layer's mask."""
+    heads, n, _ = q.shape
+    nb = -(-n // block)
+    scores = q.double() @ k.double().transpose(1, 2)
+    allowed = layer_allowed(n, n, causal=causal, sliding_window=window)
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, -torch.inf)
+    out = torch.full((heads, nb, n), -torch.inf, dtype=torch.float64)
+    for b in range(nb):
+        rows = scores[:, b * block:(b + 1) * block]
+        counted = rows if among is None else rows.masked_fill(~among[:, b, None], -torch.inf)
+        out[:, b] = (rows - counted.amax(-1, keepdim=True)).amax(1)
+    return out
+
+
+@pytest.mark.parametrize(("n", "causal", "window", "candidates"),
+                         [(64, False, None, 64), (64, False, None, 24), (45, True, None, 45),
+                          (64, True, None, 20), (64, False, 20, 64), (45, True, 20, 30)])
+def test_the_second_stage_keeps_the_candidates_nearest_a_rows_maximum(n, causal, window,
+                                                                      candidates):
+    """Of the pooled stage's ``candidates`` keys (all keys where ``candidates`` ≥ n), the
+    kept ones have the best gaps to a row maximum: none kept is worse than one left out."""
+    g = torch.Generator().manual_seed(n + candidates)
+    q, k = (torch.randn(2, n, 6, generator=g, dtype=torch.float64) * 2 for _ in range(2))
+    block, keep = 16, 8
+    graph, extra = BlockKeySparsefinder(block, keep, sub_block=4,
+                                        candidates=candidates).select(
+        q, k, causal=causal, sliding_window=window)
+    band = graph.repeat_interleave(block, -1)[..., :n]
+    reach = _brute_gaps(q, k, block, causal, window) > -torch.inf  # keys some row may see
+    pooled = _brute_scores(q, k, block, 4).masked_fill(band | ~reach, -torch.inf)
+    pool = pooled.topk(min(candidates, n), -1).indices
+    in_pool = torch.zeros_like(band).scatter_(-1, pool, True) & reach & ~band
+    diagonal = torch.eye(graph.shape[1], dtype=torch.bool).repeat_interleave(block, -1)[:, :n]
+    gaps = _brute_gaps(q, k, block, causal, window, among=in_pool | diagonal)
+    kept = torch.zeros_like(band).scatter_(-1, extra, True)
+    tol = 1e-9 * float(q.abs().max() * k.abs().sum(-1).max())
+    for h in range(2):
+        for b in range(graph.shape[1]):
+            chosen, rest = kept[h, b] & in_pool[h, b], in_pool[h, b] & ~kept[h, b]
+            assert int(chosen.sum()) == min(keep, int(in_pool[h, b].sum()))
+            if rest.any():
+                assert float(gaps[h, b][chosen].min()) >= float(gaps[h, b][rest].max()) - tol
+
+
+@pytest.mark.parametrize(("causal", "window"), [(False, None), (True, None), (True, 24)])
+def test_every_gold_key_is_kept_when_the_budget_holds_the_keys_within_two(causal, window):
+    """A 1.5-entmax support key has ``scaling·(x_ij − max_l x_il) > −2`` (τ ≥ −1): with every
+    key a candidate and a budget as large as each block's count of such keys, the selection
+    holds every gold edge."""
+    g = torch.Generator().manual_seed(7)
+    n, block, d = 96, 16, 8
+    q, k = (torch.randn(3, n, d, generator=g, dtype=torch.float64) * 2.5 for _ in range(2))
+    scaling = d**-0.5
+    near = (_brute_gaps(q, k, block, causal, window) * scaling > -2 - 1e-9)
+    graph, _ = BlockKeySparsefinder(block, 1).select(q, k, causal=causal, sliding_window=window)
+    band = graph.repeat_interleave(block, -1)[..., :n]
+    budget = int((near & ~band).sum(-1).max())
+    assert budget < n - block  # the test would be empty otherwise
+    predictor = BlockKeySparsefinder(block, budget, sub_block=4, candidates=n)
+    mask = predictor.predict(q, k, causal=causal, sliding_window=window)
+    allowed = layer_allowed(n, n, causal=causal, sliding_window=window)
+    probs = entmax_normalize((q @ k.transpose(1, 2)) * scaling, 1.5, allowed)
+    assert bool(mask[probs > 0].all())
+
+
+def test_candidates_fewer_than_the_keys_kept_are_an_error_naming_the_fix():
+    with pytest.raises(ValueError, match="use 0 \\(one stage\\) or at least 16"):
+        BlockKeySparsefinder(32, 16, candidates=8)
+    one = BlockKeySparsefinder(16, 6, sub_block=4)
+    q, k = torch.randn(2, 64, 4), torch.randn(2, 64, 4)
+    assert torch.equal(one.select(q, k)[1], BlockKeySparsefinder(16, 6, sub_block=4,
+                                                                   candidates=6).select(q, k)[1])
+
+
+@pytest.mark.parametrize("budget", [1, 40 * 16])  # one query block a chunk, a few
+def test_the_second_stage_in_chunks_equals_it_in_one_go(monkeypatch, budget):
+    import sparsefinder.predictors.block_keys as block_keys
+
+    g = torch.Generator().manual_seed(8)
+    q, k = (torch.randn(2, 90, 6, generator=g, dtype=torch.float64) for _ in range(2))
+    predictor = BlockKeySparsefinder(16, 6, sub_block=4, candidates=30)
+    whole = predictor.select(q, k, causal=True)[1].sort(-1).values
+    monkeypatch.setattr(block_keys, "_CHUNK_SCORES", budget)
+    assert torch.equal(predictor.select(q, k, causal=True)[1].sort(-1).values, whole)
