@@ -15,7 +15,7 @@ bound vouched for first (``--piece`` keys per bound), the max |Δ| of the output
 fall back to their full row.
 
     .venv/bin/python benchmarks/support_certificate.py [--n 2048] [--layer 3] [--block 64]
-        [--bound] [--piece 64]
+        [--bound] [--piece 64] [--candidates 2048]
 
 Last line: ``tau_differs=<f> certified=<f> by_bound=<f> max_abs_diff=<x>
 vs_block=<t_block/t_exact> vs_dense=<t_dense/t_exact> fallback_s=<s>``:
@@ -80,6 +80,8 @@ def main() -> int:
     made.add_argument("--piece", type=int, default=None, help="keys per bound (default block)")
     made.add_argument("--runs", type=int, default=3)
     made.add_argument("--selector", choices=["keys", "oracle"], default="keys")
+    made.add_argument("--candidates", type=int, default=0,
+                      help="keys selector: pooled candidates its second stage re-ranks")
     args = parse(made, smoke={"n": 128, "block": 16, "runs": 1})
     if args.piece is not None and not args.bound:
         raise SystemExit("--piece sets the pooled bound's keys per bound: add --bound")
@@ -109,7 +111,7 @@ def main() -> int:
         else:
             from restricted import keys_selector
 
-            tiles, extra = keys_selector(args.block)(q, k)
+            tiles, extra = keys_selector(args.block, candidates=args.candidates)(q, k)
         t_block, _ = _best_of(args.runs, lambda: block_sparse_entmax(
             q, k, v, tiles, args.block, extra_keys=extra))
         t_exact, (out, cert) = _best_of(args.runs, lambda: exact_block_sparse_entmax(
@@ -122,7 +124,8 @@ def main() -> int:
         raise SystemExit("the certificate vouched for a row whose τ is wrong")
     bound = (f", by the bound (piece {args.piece or args.block}) {cert.bound_fraction:.3f}"
              if args.bound else "")
-    print(f"{source}, layer {args.layer}, n={args.n}, {args.selector} selector, block "
+    stage = f" ({args.candidates} candidates)" if args.candidates else ""
+    print(f"{source}, layer {args.layer}, n={args.n}, {args.selector} selector{stage}, block "
           f"{args.block}: selected tiles {float(tiles.float().mean()):.3f} of all; rows "
           f"whose τ differs {float(wrong.double().mean()):.3f}; certified rows "
           f"{cert.certified_fraction:.3f}{bound} ({cert.fallback_rows} of "
