@@ -17,7 +17,7 @@ timeout ${T_TESTS:-80} python3 -m pytest -n 4 -p no:cacheprovider -q -rs -m "(cu
   tests/attention/test_block_sparse.py \
   tests/attention/test_gold_edges.py 2>&1 | tail -12 | tee -a $T
 echo "== gpu_attention, bidirectional $(date +%T)" | tee -a $T
-timeout ${T_ATT:-200} python3 benchmarks/gpu_attention.py --device ${DEVICE:-cuda} \
+timeout ${T_ATT:-190} python3 benchmarks/gpu_attention.py --device ${DEVICE:-cuda} \
   --sizes ${SIZES:-4096 8192 16384 32768} --dtypes fp32 fp16 --inputs default random \
   --qk /tmp/qk_default.pt --repeats 3 --slow-s 8 --table $T --methods sdpa dense-entmax \
   adasplash block block-exact block-triton block-triton-exact check-triton 2>&1 | tail -2
@@ -32,7 +32,8 @@ echo "== gpu_attention, causal, the decoder's q/k $(date +%T)" | tee -a $T
   dense-entmax adasplash block block-exact block-triton block-triton-exact check-triton 2>&1 \
   | tail -2
 echo "== the selector's pooled stage alone (no second stage), for comparison $(date +%T)" | tee -a $T
-timeout ${T_ONE:-30} python3 benchmarks/gpu_attention.py --device ${DEVICE:-cuda} \
+timeout ${T_ONE:-40} python3 benchmarks/gpu_attention.py --device ${DEVICE:-cuda} \
   --sizes ${ONE_SIZES:-32768} --dtypes fp16 --inputs default --qk /tmp/qk_default.pt \
-  --candidates 0 --repeats 3 --slow-s 8 --table $T --methods block-triton-exact 2>&1 | tail -2
+  --candidates 0 --repeats 3 --slow-s 8 --table $T --methods block-triton block-triton-exact \
+  2>&1 | tail -2
 echo "== done $(date +%T)" | tee -a $T
