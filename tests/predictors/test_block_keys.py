@@ -293,3 +293,17 @@ def test_the_second_stage_in_chunks_equals_it_in_one_go(monkeypatch, budget):
     whole = predictor.select(q, k, causal=True)[1].sort(-1).values
     monkeypatch.setattr(block_keys, "_CHUNK_SCORES", budget)
     assert torch.equal(predictor.select(q, k, causal=True)[1].sort(-1).values, whole)
+
+
+@pytest.mark.cuda
+def test_the_second_stage_on_cuda_keeps_what_the_cpu_keeps():
+    """float64, so no near-tie can order keys differently on the two devices; compared as
+    token masks, since where a block has fewer usable keys than it keeps, its fillers (band
+    or unreachable keys, cut by the mask) are any of the tied ones."""
+    g = torch.Generator().manual_seed(9)
+    q, k = (torch.randn(3, 300, 8, generator=g, dtype=torch.float64) for _ in range(2))
+    predictor = BlockKeySparsefinder(32, 20, sub_block=8, candidates=96)
+    for layer in ({"causal": True}, {"sliding_window": 100}):
+        cpu = predictor.predict(q, k, **layer)
+        gpu = predictor.predict(q.cuda(), k.cuda(), **layer)
+        assert gpu.is_cuda and torch.equal(gpu.cpu(), cpu)

@@ -14,7 +14,7 @@ echo "== cuda tests $(date +%T)" | tee -a $T
 timeout ${T_TESTS:-80} python3 -m pytest -n 4 -p no:cacheprovider -q -rs -m "(cuda or numerical) and not slow" \
   tests/attention/test_triton_block_sparse.py tests/attention/test_support_bits.py \
   tests/attention/test_support_certificate.py tests/attention/test_triton_support_check.py \
-  tests/attention/test_block_sparse.py \
+  tests/attention/test_block_sparse.py tests/predictors/test_block_keys.py \
   tests/attention/test_gold_edges.py 2>&1 | tail -12 | tee -a $T
 echo "== gpu_attention, bidirectional $(date +%T)" | tee -a $T
 timeout ${T_ATT:-190} python3 benchmarks/gpu_attention.py --device ${DEVICE:-cuda} \
