@@ -158,8 +158,7 @@ def _method(name: str, args):  # noqa: ANN001, ANN202
     def select(q, k):
         return selector(q.float(), k.float(), causal=causal)
 
-    if (name.endswith("triton") or name == "block-triton-exact") and (
-            args.device_obj.type != "cuda"
+    if ("triton" in name and args.device_obj.type != "cuda"
             and os.environ.get("TRITON_INTERPRET") != "1"):
         return "the Triton kernel runs on a CPU only in its interpreter (TRITON_INTERPRET=1)"
     if name == "block-triton":

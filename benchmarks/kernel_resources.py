@@ -174,5 +174,6 @@ def _table(configs: list[tuple[str, int, int]], tile_name: str, scores_name: str
               f"{shared / 1024:.0f} |", flush=True)
     return results
 
+
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from sparsefinder.attention.entmax_ops import entmax_normalize
-from sparsefinder.attention.masks import RestrictionWarning
+from sparsefinder.attention.masks import RestrictionWarning, hidden_offsets
 
 _MASKED = -1e9  # far below every α > 1 support (τ* ≥ max - 2), as in entmax_ops
 #: Scores per chunk of query blocks: 16 MiB of float32, under glibc's largest mmap threshold,
@@ -246,10 +246,8 @@ def block_sparse_rows(
         if causal or sliding_window:
             query_pos = (qblock.unsqueeze(-1) * block + positions).unsqueeze(-1)  # (c, block, 1)
             ahead = key_pos.unsqueeze(1) - query_pos  # (c, block, width): j - i
-            if causal:
-                blocked = blocked | (ahead > 0)
-            if sliding_window:
-                blocked = blocked | (ahead <= -sliding_window) | (ahead >= sliding_window)
+            blocked = blocked | hidden_offsets(ahead, causal=causal,
+                                               sliding_window=sliding_window)
         # In place, and no zero-fill after: a key at -1e9 gets probability exactly 0 (τ* ≥
         # max − 2), and every real query row keeps a key (its own, in the diagonal block).
         scores.masked_fill_(blocked, _MASKED)

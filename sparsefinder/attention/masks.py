@@ -88,6 +88,18 @@ def allowed_key_range(n: int, m: int, *, causal: bool, sliding_window: int | Non
     return torch.zeros_like(count), count
 
 
+def hidden_offsets(ahead: Tensor, *, causal: bool, sliding_window: int | None = None) -> Tensor:
+    """bool like ``ahead`` (a key's position less its query's, ``j − (i + m − n)``): True
+    where the layer hides the key — ahead of the query (causal), or ``sliding_window`` or
+    more away (a local layer, as :func:`allowed_key_range`). For gathered keys, where a
+    query's keys are not a row of an (n, m) mask."""
+    hidden = ahead > 0 if causal else torch.zeros(ahead.shape, dtype=torch.bool,
+                                                  device=ahead.device)
+    if sliding_window:
+        hidden |= (ahead <= -sliding_window) | (ahead >= sliding_window)
+    return hidden
+
+
 def n_allowed_pairs(n: int, m: int, *, causal: bool = False,
                     sliding_window: int | None = None) -> int:
     """How many (query, key) pairs exist: ``n·m``, or ``n(n+1)/2`` causal with ``n == m``, or

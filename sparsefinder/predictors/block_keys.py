@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from sparsefinder.attention.block_sparse import chunk_scores, expand_blocks
+from sparsefinder.attention.masks import hidden_offsets
 from sparsefinder.predictors.base import check_ints, check_shapes
 from sparsefinder.predictors.block import _cut, _last_query, _tiles_of, block_reach, keep_blocks
 
@@ -115,8 +116,9 @@ def refine_keys(q: Tensor, k: Tensor, candidates: Tensor, usable: Tensor, block:
         products = torch.bmm(queries[part].to(gathered.dtype), gathered.transpose(1, 2))
         products = products.float()  # fillers and clamped diagonal keys are real keys: they
         if causal or sliding_window:  # count for the peak where the row may see them
-            products.masked_fill_(~_visible(aligned[part], positions, causal, sliding_window),
-                                  -torch.inf)
+            ahead = positions.unsqueeze(1) - aligned[part].unsqueeze(-1)  # (c, block, K)
+            products.masked_fill_(hidden_offsets(ahead, causal=causal,
+                                                 sliding_window=sliding_window), -torch.inf)
         if pad:  # the last query block's missing rows
             products.masked_fill_((query_pos[part] >= n).unsqueeze(-1), -torch.inf)
         peak = products.amax(-1, keepdim=True)
@@ -124,19 +126,6 @@ def refine_keys(q: Tensor, k: Tensor, candidates: Tensor, usable: Tensor, block:
         best = gap.amax(1).masked_fill_(~ok[part], -torch.inf)  # (c, C)
         out[part] = flat[part].gather(1, best.topk(n_keys, -1, sorted=False).indices)
     return out.view(heads, nq, n_keys)
-
-
-def _visible(aligned: Tensor, positions: Tensor, causal: bool,
-             sliding_window: int | None) -> Tensor:
-    """bool (c, block, K): whether each query (aligned key position (c, block)) may see each
-    key position (c, K) under the layer's causal / sliding-window mask."""
-    ahead = positions.unsqueeze(1) - aligned.unsqueeze(-1)  # j − i
-    seen = torch.ones(ahead.shape, dtype=torch.bool, device=ahead.device)
-    if causal:
-        seen &= ahead <= 0
-    if sliding_window:
-        seen &= (ahead > -sliding_window) & (ahead < sliding_window)
-    return seen
 
 
 @dataclass

@@ -9,6 +9,7 @@ from sparsefinder.attention.masks import (
     allowed_per_row,
     apply_causal,
     causal_mask,
+    hidden_offsets,
     layer_allowed,
     n_allowed_pairs,
     shared_causal_mask,
@@ -176,3 +177,11 @@ def test_allowed_pairs_count_the_layers_mask_windows_included(causal, window):
         mask = layer_allowed(n, n, causal=causal, sliding_window=window)
         assert n_allowed_pairs(n, n, causal=causal, sliding_window=window) == (
             n * n if mask is None else int(mask.sum()))
+
+
+@pytest.mark.parametrize(("n", "m", "causal", "window"),
+                         [(7, 7, True, None), (5, 9, True, 3), (6, 6, False, 2), (4, 8, False, 3)])
+def test_hidden_offsets_hide_what_the_layer_mask_disallows(n, m, causal, window):
+    ahead = torch.arange(m)[None, :] - (torch.arange(n)[:, None] + (m - n))  # j − (i + m − n)
+    hidden = hidden_offsets(ahead, causal=causal, sliding_window=window)
+    assert torch.equal(~hidden, layer_allowed(n, m, causal=causal, sliding_window=window))
