@@ -196,28 +196,33 @@ def block_sparse_rows(
     graph = repair_block_graph(block_graph.to(device), causal=causal, warn=warn_empty,
                                sliding_window=sliding_window, n=n, block=block)
     extra = check_extra_keys(extra_keys, heads, nb, n, device)
-    n_extra = 0 if extra is None else extra.shape[-1]
+    rows = heads * nb
+    counts = graph.sum(-1).view(-1)  # key blocks per (head, query block)
+    if extra is None:
+        single, n_single = None, torch.zeros_like(counts)
+    else:  # each row's own single keys first: a chunk is as wide as its widest row
+        single, n_single = compact_single_keys(extra.view(rows, -1), graph.view(rows, nb),
+                                               block)
     pad = nb * block - n
     if pad:
         query, key, value = (torch.nn.functional.pad(t, (0, 0, 0, pad)) for t in
                              (query, key, value))
     qb = query.reshape(heads * nb, block, d)
     k_tokens, v_tokens = key.reshape(-1, d), value.reshape(-1, value.shape[-1])
-    counts = graph.sum(-1).view(-1)  # key blocks per (head, query block)
-    order = torch.argsort(counts, descending=True)
-    out = query.new_empty(heads * nb, block, value.shape[-1])
-    thresholds = torch.full((heads * nb, block), torch.nan, dtype=torch.float64,
-                            device=device)
+    widths = counts * block + n_single
+    order = torch.argsort(widths, descending=True)
+    out = query.new_empty(rows, block, value.shape[-1])
+    thresholds = torch.full((rows, block), torch.nan, dtype=torch.float64, device=device)
     positions = torch.arange(block, device=device)
     start = 0
-    rows = heads * nb
+    budget = chunk_scores(device, _CHUNK_SCORES)
     while start < rows:
-        k_max = int(counts[order[start]])
-        width = k_max * block + n_extra
-        budget = chunk_scores(device, _CHUNK_SCORES)
-        size = max(1, min(rows - start, budget // (block * width)))
+        size = max(1, min(rows - start, budget // (block * int(widths[order[start]]))))
         chunk = order[start : start + size]
         start += size
+        k_max, n_extra = (int(x) for x in torch.stack([counts[chunk].max(),
+                                                       n_single[chunk].max()]).tolist())
+        width = k_max * block + n_extra
         # Selected key blocks of each row, padded with block 0 (masked below).
         sel = graph.view(rows, nb)[chunk]  # (c, nb)
         slot_ids, slots = torch.sort(sel.to(torch.int8), dim=-1, descending=True, stable=True)
@@ -227,10 +232,10 @@ def block_sparse_rows(
         qblock = chunk - head * nb
         key_pos = (slots.unsqueeze(-1) * block + positions).view(size, k_max * block)
         key_ok = valid.repeat_interleave(block, -1)
-        if extra is not None:
-            extra_pos = extra.view(rows, n_extra)[chunk]  # (c, G), sorted
-            key_pos = torch.cat([key_pos, extra_pos], 1)
-            key_ok = torch.cat([key_ok, new_single_keys(extra_pos, sel, block)], 1)
+        if n_extra:
+            key_pos = torch.cat([key_pos, single[chunk, :n_extra]], 1)
+            key_ok = torch.cat([key_ok, torch.arange(n_extra, device=device)
+                                < n_single[chunk].unsqueeze(1)], 1)
         # One gather of every key (and value) of the strip, by token: 8 bytes of index per
         # key instead of copying the blocks and then concatenating the single keys.
         tokens = (head.unsqueeze(1) * (nb * block) + key_pos).view(-1)
@@ -268,6 +273,18 @@ def new_single_keys(extra: Tensor, selected: Tensor, block: int) -> Tensor:
     keep = ~selected.gather(1, torch.div(extra, block, rounding_mode="floor"))
     keep[:, 1:] &= extra[:, 1:] != extra[:, :-1]
     return keep
+
+
+def compact_single_keys(extra: Tensor, selected: Tensor, block: int) -> tuple[Tensor, Tensor]:
+    """Each row's new single keys (:func:`new_single_keys`) moved to its front: int64
+    positions like ``extra`` (rows, G; the kept keys first, ascending, then 0s) and int64
+    counts (rows,). Rows differ in how many keys they add (a crowded block keeps more), so a
+    path can give each row only the width it uses."""
+    keep = new_single_keys(extra, selected, block)
+    counts = keep.sum(-1)
+    compact = torch.where(keep, extra, torch.iinfo(extra.dtype).max).sort(-1).values
+    filler = torch.arange(extra.shape[-1], device=extra.device) >= counts.unsqueeze(-1)
+    return compact.masked_fill_(filler, 0), counts
 
 
 def check_extra_keys(extra_keys: Tensor | None, heads: int, nb: int, n: int,

@@ -55,7 +55,7 @@ from torch import Tensor
 from sparsefinder.attention.block_sparse import (
     check_block_inputs,
     check_extra_keys,
-    new_single_keys,
+    compact_single_keys,
     repair_block_graph,
 )
 
@@ -84,14 +84,16 @@ def _kernel() -> Any:
                                "the tensor path sparsefinder.attention.block_sparse")
 
     @triton.jit
-    def block_entmax15(q_ptr, k_ptr, v_ptr, slots_ptr, counts_ptr, extra_ptr, extra_counts_ptr,
-                       out_ptr, thresholds_ptr, n, nb, padded, scaling, D: tl.constexpr,
+    def block_entmax15(q_ptr, k_ptr, v_ptr, slots_ptr, counts_ptr, rows_ptr, extra_ptr,
+                       extra_counts_ptr, out_ptr, thresholds_ptr, n, nb, padded, scaling,
+                       D: tl.constexpr,
                        DV: tl.constexpr, BLOCK: tl.constexpr, BLOCK_M: tl.constexpr,
                        K_MAX: tl.constexpr, G_MAX: tl.constexpr, CAUSAL: tl.constexpr,
                        WINDOW: tl.constexpr, ITERS: tl.constexpr, PRECISION: tl.constexpr,
                        THRESHOLDS: tl.constexpr):
-        tile = tl.program_id(0)  # (head · nb + query block) · BLOCK/BLOCK_M + query tile
-        row = tile // (BLOCK // BLOCK_M)
+        tile = tl.program_id(0)  # (this launch's row) · BLOCK/BLOCK_M + query tile
+        local = tile // (BLOCK // BLOCK_M)  # rows_ptr[local] = head · nb + query block
+        row = tl.load(rows_ptr + local)
         head = row // nb
         query_pos = ((row % nb) * BLOCK + (tile % (BLOCK // BLOCK_M)) * BLOCK_M
                      + tl.arange(0, BLOCK_M))
@@ -118,8 +120,8 @@ def _kernel() -> Any:
         top = tl.max(x, 1)
         if G_MAX > 0:  # the single keys: a second tile, solved together with the first
             extra_slot = tl.arange(0, G_MAX)
-            extra_pos = tl.load(extra_ptr + row * G_MAX + extra_slot)
-            extra_ok = extra_slot < tl.load(extra_counts_ptr + row)
+            extra_pos = tl.load(extra_ptr + local * G_MAX + extra_slot)
+            extra_ok = extra_slot < tl.load(extra_counts_ptr + local)
             extra_keys = tl.load(k_ptr + (head * padded + extra_pos[:, None]) * D
                                  + dims[None, :], mask=extra_ok[:, None], other=0.0)
             y = tl.dot(q, tl.trans(extra_keys), input_precision=PRECISION).to(tl.float32)
@@ -175,26 +177,32 @@ def _pow2(x: int) -> int:
     return 1 << max(int(x) - 1, 0).bit_length()
 
 
-def _single_keys(extra_keys: Tensor | None, selected: Tensor, heads: int, n: int,
-                 block: int) -> tuple[Tensor, Tensor, int]:
-    """The single keys each (head, query block) adds to its blocks, compacted: int32
-    (rows, G_MAX) positions (the valid ones first, ascending; the rest 0), int32 (rows,)
-    counts, and G_MAX (0 when no row keeps one). Dropped, as the tensor path drops them: a
-    repeat, and a key inside a selected block."""
+def width_classes(extra_keys: Tensor | None, selected: Tensor, heads: int, n: int,
+                  block: int) -> list[tuple[Tensor, Tensor, Tensor, int]]:
+    """The launches: rows grouped by how many single keys they add to their blocks, each
+    group as (int32 row ids, int32 (rows, G_MAX) positions (the kept ones first, ascending;
+    then 0), int32 counts, G_MAX), G_MAX the group's power of two (≥ 16, or 0 for rows that
+    add none). Why groups: ``G_MAX`` sizes every program's score tile and registers, so one
+    crowded block (``BlockKeySparsefinder.wide_keys``) would otherwise widen them all.
+    Dropped, as the tensor path drops them: a repeat, and a key inside a selected block."""
     rows, nb = selected.shape
+    every = torch.arange(rows, dtype=torch.int32, device=selected.device)
     extra = check_extra_keys(extra_keys, heads, nb, n, selected.device)
     if extra is None:
-        return selected.new_zeros(1, dtype=torch.int32), selected.new_zeros(
-            1, dtype=torch.int32), 0
-    extra = extra.view(rows, -1)  # sorted per row: repeats are neighbours
-    keep = new_single_keys(extra, selected, block)
-    counts = keep.sum(-1)
-    g_max = 0 if int(counts.max()) == 0 else max(MIN_TILE, _pow2(int(counts.max())))
-    compact = torch.where(keep, extra, n).sort(-1).values  # kept keys first (all < n)
-    compact = torch.nn.functional.pad(compact, (0, max(g_max - compact.shape[1], 0)),
-                                      value=n)[:, :g_max]
-    compact = compact.masked_fill(compact >= n, 0)
-    return compact.to(torch.int32).contiguous(), counts.to(torch.int32).contiguous(), g_max
+        none = selected.new_zeros(1, dtype=torch.int32)
+        return [(every, none, none, 0)]
+    single, counts = compact_single_keys(extra.view(rows, -1), selected, block)
+    # log2 of each row's G_MAX: the bit length of count − 1 (≥ 16 keys), 0 for no key
+    tiers = torch.frexp((counts - 1).clamp(min=MIN_TILE - 1).double()).exponent
+    tiers = tiers.masked_fill_(counts == 0, 0)
+    launches = []
+    for tier in torch.unique(tiers).tolist():
+        ids = (tiers == tier).nonzero()[:, 0]
+        g_max = 1 << tier if tier else 0
+        group = torch.nn.functional.pad(single[ids], (0, max(g_max - single.shape[1], 0)))
+        launches.append((ids.to(torch.int32), group[:, :max(g_max, 1)].to(torch.int32)
+                         .contiguous(), counts[ids].to(torch.int32), g_max))
+    return launches
 
 
 def default_num_warps(scores: int) -> int:
@@ -255,7 +263,6 @@ def triton_block_sparse_rows(
     order = torch.sort(selected.to(torch.int8), dim=-1, descending=True, stable=True).indices
     slots = torch.nn.functional.pad(order, (0, max(k_max - nb, 0)))[:, :k_max]
     slots = slots.to(torch.int32).contiguous()
-    extra, extra_counts, g_max = _single_keys(extra_keys, selected, heads, n, block)
     padded = nb * block
     dims, dims_v = max(_pow2(d), MIN_TILE), max(_pow2(value.shape[-1]), MIN_TILE)
 
@@ -266,12 +273,14 @@ def triton_block_sparse_rows(
     out = torch.empty(heads, padded, dims_v, dtype=value.dtype, device=value.device)
     thresholds = torch.full((heads, padded), torch.nan, dtype=torch.float32,
                             device=query.device)
-    warps = default_num_warps(query_tile * (k_max * block + g_max)) if num_warps is None \
-        else int(num_warps)
-    _kernel()[(rows * (block // query_tile),)](
-        q, k, v, slots, counts.contiguous(), extra, extra_counts, out, thresholds, n, nb,
-        padded, float(scaling), D=dims, DV=dims_v, BLOCK=block, BLOCK_M=query_tile,
-        K_MAX=k_max, G_MAX=g_max, CAUSAL=bool(causal), WINDOW=int(sliding_window or 0),
-        ITERS=N_ITER, PRECISION="tf32" if tf32 else "ieee", THRESHOLDS=bool(with_thresholds),
-        num_warps=warps)
+    for ids, extra, extra_counts, g_max in width_classes(extra_keys, selected, heads, n,
+                                                         block):
+        warps = default_num_warps(query_tile * (k_max * block + g_max)) if num_warps is None \
+            else int(num_warps)
+        _kernel()[(ids.numel() * (block // query_tile),)](
+            q, k, v, slots, counts.contiguous(), ids, extra, extra_counts, out, thresholds,
+            n, nb, padded, float(scaling), D=dims, DV=dims_v, BLOCK=block, BLOCK_M=query_tile,
+            K_MAX=k_max, G_MAX=g_max, CAUSAL=bool(causal), WINDOW=int(sliding_window or 0),
+            ITERS=N_ITER, PRECISION="tf32" if tf32 else "ieee",
+            THRESHOLDS=bool(with_thresholds), num_warps=warps)
     return out[:, :n, :value.shape[-1]], graph, thresholds[:, :n].double()

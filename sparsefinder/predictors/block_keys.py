@@ -41,6 +41,12 @@ from sparsefinder.predictors.block import _cut, _last_query, _tiles_of, block_re
 #: scores stay in cache until reduced (measured at n = 4096, one thread: 0.047 s for the
 #: whole layer against 0.146 s with 64 MiB chunks).
 _CHUNK_SCORES = 1 << 20
+#: A candidate within this gap of a row's maximum (score units) counts towards the crowd
+#: (a key needs a gap under 2 to enter a 1.5-entmax support, ``τ ≥ −1``); chosen on TRAIN.
+CROWD_GAP = 0.5
+#: A block is crowded when more than ``n_keys`` times this share of its candidates lie within
+#: ``CROWD_GAP``; chosen on TRAIN (``tools/choose_candidates.py --wide``).
+CROWD_SHARE = 1 / 3
 
 
 def sub_block_scores(q: Tensor, k: Tensor, block: int, sub_block: int) -> Tensor:
@@ -80,10 +86,20 @@ def sub_block_scores(q: Tensor, k: Tensor, block: int, sub_block: int) -> Tensor
 
 def refine_keys(q: Tensor, k: Tensor, candidates: Tensor, usable: Tensor, block: int,
                 n_keys: int, *, causal: bool = False, sliding_window: int | None = None,
-                ) -> Tensor:
+                wide_keys: int = 0, scaling: float | None = None) -> Tensor:
     """int64 (heads, ceil(n/b), n_keys): per query block, the ``n_keys`` of its
     ``candidates`` (heads, ceil(n/b), C; ``usable`` bool like it, False for fillers) closest
     to entering one of its rows' support, scored by the block's own queries.
+
+    With ``wide_keys`` > ``n_keys``, a *crowded* block keeps ``wide_keys`` of them instead,
+    and the result is ``wide_keys`` wide wherever one block is crowded (the other blocks'
+    extra columns repeat their first key, which every block-sparse path counts once).
+    Crowded: more than ``n_keys · CROWD_SHARE`` candidates lie within ``CROWD_GAP`` of a
+    row's maximum in score units (``scaling`` times q·k, default ``d^-1/2``). Why: on TRAIN
+    q/k that count follows the gold keys a block needs (correlation 0.84-0.98 per layer at
+    n = 4096 and 8192, about two gold keys per crowded candidate), and the blocks that need
+    more than ``n_keys`` are few (up to 8 % of a layer's) but hold most of the missed edges
+    of the layers that have them (``tools/choose_candidates.py --wide``).
 
     Why this ranking: in score units ``x = scaling·q·k`` a key is in row ``i``'s 1.5-entmax
     support only if ``x_ij > x*_i ≥ max_j x_ij − 2`` (``τ ≥ −1``), so what matters is a
@@ -105,7 +121,10 @@ def refine_keys(q: Tensor, k: Tensor, candidates: Tensor, usable: Tensor, block:
         block, device=q.device)  # (rows, block)
     aligned = query_pos + (m - n)  # query i sees key i + m − n as its own position
     own = aligned.clamp(0, m - 1)  # the diagonal block's keys (clamped past the ends)
-    out = torch.empty(rows, n_keys, dtype=torch.int64, device=q.device)
+    width = max(n_keys, min(wide_keys, count))
+    near = CROWD_GAP / (d**-0.5 if scaling is None else scaling)  # in q·k units
+    out = torch.empty(rows, width, dtype=torch.int64, device=q.device)
+    crowded = torch.zeros((), dtype=torch.bool, device=q.device)
     size = max(1, chunk_scores(q.device, _CHUNK_SCORES) // (block * (count + block)))
     for start in range(0, rows, size):
         part = slice(start, min(rows, start + size))
@@ -124,8 +143,14 @@ def refine_keys(q: Tensor, k: Tensor, candidates: Tensor, usable: Tensor, block:
         peak = products.amax(-1, keepdim=True)
         gap = products[..., :count].sub_(peak.masked_fill_(~torch.isfinite(peak), torch.inf))
         best = gap.amax(1).masked_fill_(~ok[part], -torch.inf)  # (c, C)
-        out[part] = flat[part].gather(1, best.topk(n_keys, -1, sorted=False).indices)
-    return out.view(heads, nq, n_keys)
+        kept = flat[part].gather(1, best.topk(width, -1, sorted=width > n_keys).indices)
+        if width > n_keys:  # best first: a block that is not crowded keeps its n_keys best
+            wide = (best > -near).sum(-1) > n_keys * CROWD_SHARE
+            kept[:, n_keys:] = torch.where(wide.unsqueeze(1), kept[:, n_keys:], kept[:, :1])
+            crowded |= wide.any()
+        out[part] = kept
+    out = out.view(heads, nq, width)
+    return out if width == n_keys or bool(crowded) else out[..., :n_keys].contiguous()
 
 
 @dataclass
@@ -137,20 +162,27 @@ class BlockKeySparsefinder:
     ``candidates`` > 0 adds a second stage: the pooled scores pick that many keys, and the
     block's own queries keep the ``n_keys`` of them nearest to a row's support
     (:func:`refine_keys`). The selection stays ``n_keys`` wide (what the Triton kernel holds
-    on chip) while its recall approaches that of ``candidates`` pooled keys."""
+    on chip) while its recall approaches that of ``candidates`` pooled keys. ``wide_keys``
+    (> ``n_keys``, at most ``candidates``; 0 = off) lets the crowded blocks keep that many:
+    the block-sparse paths give each row its own width, so only those rows pay for it."""
 
     block: int
     n_keys: int
     sub_block: int = 8
     window_blocks: int = 1
     candidates: int = 0
+    wide_keys: int = 0
 
     returns_fresh_mask: ClassVar[bool] = True  # see base.FreshOutput
     honours_window: ClassVar[bool] = True  # see base.WindowAware
 
     def __post_init__(self) -> None:
         check_ints(self, {"block": 1, "n_keys": 0, "sub_block": 1, "window_blocks": 1,
-                          "candidates": 0})
+                          "candidates": 0, "wide_keys": 0})
+        if self.wide_keys and not self.n_keys < self.wide_keys <= self.candidates:
+            raise ValueError(f"wide_keys ({self.wide_keys}) is the width of a crowded block, "
+                             f"chosen among the candidates: use 0 (off) or a value in "
+                             f"(n_keys={self.n_keys}, candidates={self.candidates}]")
         if 0 < self.candidates < self.n_keys:
             raise ValueError(f"candidates ({self.candidates}) are the keys the second stage "
                              f"keeps n_keys={self.n_keys} of: use 0 (one stage) or at least "
@@ -160,10 +192,12 @@ class BlockKeySparsefinder:
                              f"e.g. sub_block={self.block // 4 or 1}")
 
     def select(self, q: Tensor, k: Tensor, *, causal: bool = False,
-               sliding_window: int | None = None) -> tuple[Tensor, Tensor | None]:
+               sliding_window: int | None = None, scaling: float | None = None,
+               ) -> tuple[Tensor, Tensor | None]:
         """(block graph bool (heads, ceil(n/b), ceil(m/b)): the diagonal band; extra keys
-        int64 (heads, ceil(n/b), n_keys) or None), chosen among the keys the query block may
-        attend to (:func:`~sparsefinder.predictors.block.block_reach`)."""
+        int64 (heads, ceil(n/b), n_keys or wide_keys) or None), chosen among the keys the
+        query block may attend to (:func:`~sparsefinder.predictors.block.block_reach`);
+        ``scaling`` (default ``d^-1/2``) only places the crowd of ``wide_keys``."""
         check_shapes(q, k)
         heads, n, _ = q.shape
         m, b = k.shape[1], self.block
@@ -186,7 +220,8 @@ class BlockKeySparsefinder:
             return graph, near.topk(keep, dim=-1, sorted=False).indices
         scores, pool = near.topk(min(self.candidates, m), dim=-1, sorted=False)
         return graph, refine_keys(q, k, pool, scores > -torch.inf, b, keep, causal=causal,
-                                  sliding_window=sliding_window)
+                                  sliding_window=sliding_window, scaling=scaling,
+                                  wide_keys=min(self.wide_keys, pool.shape[-1]))
 
     def predict(self, q: Tensor, k: Tensor, *, causal: bool = False,
                 sliding_window: int | None = None) -> Tensor:

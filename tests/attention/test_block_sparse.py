@@ -226,3 +226,35 @@ def test_a_gpu_scores_in_large_chunks():
 
     assert chunk_scores(torch.device("cpu"), _CHUNK_SCORES) == _CHUNK_SCORES
     assert chunk_scores(torch.device("cuda"), _CHUNK_SCORES) == GPU_CHUNK_SCORES > _CHUNK_SCORES
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_rows_of_different_widths_each_compute_on_their_own_keys(causal, monkeypatch):
+    """A few rows add many single keys, the rest few or none (their columns repeat a key):
+    with chunks of a few rows, each chunk as wide as its widest row, the output equals dense
+    entmax on the expanded mask."""
+    import sparsefinder.attention.block_sparse as block_sparse
+
+    monkeypatch.setattr(block_sparse, "_CHUNK_SCORES", 32 * 400)  # two or more rows a chunk
+    q, k, v = _qkv(n=200)
+    n, block = 200, 32
+    nb = -(-n // block)
+    g = torch.Generator().manual_seed(5)
+    graph = torch.eye(nb, dtype=torch.bool).expand(3, nb, nb).clone()
+    graph[:, 3, 2:] = True  # a row wider in blocks than the rows wide in single keys
+    extra = torch.randint(0, n, (3, nb, 40), generator=g)
+    extra[:, 1:, 3:] = extra[:, 1:, :1]  # only query block 0 keeps its 40
+    extra[1, 2:, :] = 2 * block + 1  # head 1: most blocks add one key
+    out = block_sparse_entmax(q, k, v, graph, block, causal=causal, extra_keys=extra)
+    probs, ref = _dense(q, k, v, expand_blocks(graph, block, n, n, extra), causal)
+    torch.testing.assert_close(out, ref, atol=_out_tol(q, k, v, probs), rtol=0)
+
+
+def test_compact_single_keys_moves_each_rows_new_keys_to_its_front():
+    from sparsefinder.attention.block_sparse import compact_single_keys
+
+    selected = torch.tensor([[True, False, False], [False, True, False]])
+    extra = torch.tensor([[3, 3, 20, 40, 41], [5, 5, 5, 5, 5]]).sort(-1).values
+    single, counts = compact_single_keys(extra, selected, 16)
+    assert counts.tolist() == [3, 1]  # row 0: 3 is in its block 0 and 3 repeats; row 1: 5
+    assert single.tolist() == [[20, 40, 41, 0, 0], [5, 0, 0, 0, 0]]

@@ -174,3 +174,29 @@ def test_a_query_tile_the_kernel_cannot_use_is_refused(kernel):
     for tile in (8, 24, 64):
         with pytest.raises(ValueError, match="query_tile must be a power of two"):
             kernel.triton_block_sparse_entmax(q, k, v, graph, 32, query_tile=tile)
+
+
+def test_rows_of_different_widths_run_in_their_own_launches(kernel):
+    """Rows that add no single key, a few, or many (a crowded block of the block-key
+    selector) go to launches of their own tile width; together they equal the tensor path."""
+    n, block = 128, 16
+    q, k, v = _inputs(n, seed=21)
+    nb = n // block
+    graph = torch.eye(nb, dtype=torch.bool).expand(2, nb, nb).clone()
+    g = torch.Generator().manual_seed(8)
+    extra = torch.stack([torch.randperm(n, generator=g)[:50] for _ in range(2 * nb)])
+    extra = extra.view(2, nb, 50)
+    widths = torch.tensor([0, 3, 10, 20, 40, 50, 7, 1])  # distinct keys a row lists
+    listed = torch.arange(50) < widths.view(1, nb, 1)
+    own = (torch.arange(nb) * block).view(1, nb, 1)  # inside the row's own (selected) block
+    extra = torch.where(listed, extra, own.expand(2, nb, 50))
+    launches = kernel.width_classes(extra, graph.view(2 * nb, nb), 2, n, block)
+    tiles = {g_max: sorted(ids.tolist()) for ids, _, _, g_max in launches}
+    assert sorted(tiles) == [0, 16, 32, 64] and sum(map(len, tiles.values())) == 2 * nb
+    out = kernel.triton_block_sparse_entmax(q, k, v, graph.to(q.device), block,
+                                            extra_keys=extra.to(q.device))
+    q64, k64, v64 = (t.double().cpu() for t in (q, k, v))
+    ref = block_sparse_entmax(q64, k64, v64, graph, block, extra_keys=extra)
+    probs = _restricted(q64, k64, graph, block, False, None, extra)
+    tol = entmax_attention_tol(q.cpu(), k.cpu(), v.cpu(), probs.float())
+    torch.testing.assert_close(out.double().cpu(), ref, atol=tol, rtol=0)

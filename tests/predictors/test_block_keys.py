@@ -307,3 +307,62 @@ def test_the_second_stage_on_cuda_keeps_what_the_cpu_keeps():
         cpu = predictor.predict(q, k, **layer)
         gpu = predictor.predict(q.cuda(), k.cuda(), **layer)
         assert gpu.is_cuda and torch.equal(gpu.cpu(), cpu)
+
+
+def _crowded_inputs(seed: int, flat_block: int | None):
+    """float64 q/k (2, 96, 8) whose query block ``flat_block`` (of 16) has small queries:
+    every key lies close to its rows' maxima (a crowded block). The other queries point
+    along one direction per head, so each block's rows peak on the same few keys."""
+    g = torch.Generator().manual_seed(seed)
+    k = torch.randn(2, 96, 8, generator=g, dtype=torch.float64) * 3
+    q = 4 * torch.randn(2, 1, 8, generator=g, dtype=torch.float64) + 0.3 * torch.randn(
+        2, 96, 8, generator=g, dtype=torch.float64)
+    if flat_block is not None:
+        q[:, flat_block * 16:(flat_block + 1) * 16] *= 0.04
+    return q, k
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_crowded_block_keeps_wide_keys_and_the_others_their_n_keys(causal):
+    """Crowded: more than n_keys·CROWD_SHARE candidates within CROWD_GAP of a row maximum
+    (score units). Such a block keeps its ``wide_keys`` best-gap candidates and with them
+    every gold key, which ``n_keys`` alone cannot hold; the other blocks keep exactly the
+    keys they keep without ``wide_keys``."""
+    from sparsefinder.predictors.block_keys import CROWD_GAP, CROWD_SHARE
+
+    q, k = _crowded_inputs(3, flat_block=4)
+    n, block, keep, wide, scaling = 96, 16, 9, 60, 8**-0.5
+    narrow = BlockKeySparsefinder(block, keep, sub_block=4, candidates=n)
+    widened = BlockKeySparsefinder(block, keep, sub_block=4, candidates=n, wide_keys=wide)
+    graph, extra = widened.select(q, k, causal=causal)
+    assert extra.shape[-1] == wide
+    band = graph.repeat_interleave(block, -1)[..., :n]
+    reach = _brute_gaps(q, k, block, causal, None) > -torch.inf
+    diagonal = torch.eye(graph.shape[1], dtype=torch.bool).repeat_interleave(block, -1)[:, :n]
+    gaps = _brute_gaps(q, k, block, causal, None, among=(reach & ~band) | diagonal)
+    crowd = ((gaps * scaling > -CROWD_GAP) & reach & ~band).sum(-1) > keep * CROWD_SHARE
+    assert bool(crowd[:, 4].all()) and int(crowd.sum()) <= 4  # the test can fail
+    kept = torch.zeros_like(band).scatter_(-1, extra, True) & reach & ~band
+    alone = torch.zeros_like(band).scatter_(-1, narrow.select(q, k, causal=causal)[1], True)
+    alone &= reach & ~band  # (fillers where a block has fewer usable keys are cut here)
+    assert torch.equal(kept[~crowd], alone[~crowd])
+    usable = (reach & ~band).sum(-1)
+    assert torch.equal(kept.sum(-1)[crowd], usable[crowd].clamp(max=wide))
+    probs = entmax_normalize((q @ k.transpose(1, 2)) * scaling, 1.5,
+                             layer_allowed(n, n, causal=causal))
+    gold = (probs > 0).view(2, 6, block, n).any(2) & ~band
+    assert bool((gold[:, 4] & ~alone[:, 4]).any())  # n_keys alone misses gold keys there
+    assert not bool((gold[:, 4] & ~kept[:, 4]).any())
+
+
+def test_without_a_crowded_block_the_selection_keeps_its_width():
+    q, k = _crowded_inputs(4, flat_block=None)
+    narrow = BlockKeySparsefinder(16, 30, sub_block=4, candidates=96).select(q, k)[1]
+    widened = BlockKeySparsefinder(16, 30, sub_block=4, candidates=96, wide_keys=60).select(q, k)
+    assert torch.equal(widened[1].sort(-1).values, narrow.sort(-1).values)
+
+
+@pytest.mark.parametrize(("wide", "candidates"), [(6, 96), (100, 96), (20, 0)])
+def test_wide_keys_outside_n_keys_and_candidates_are_an_error_naming_the_fix(wide, candidates):
+    with pytest.raises(ValueError, match=r"use 0 \(off\) or a value in \(n_keys=6, "):
+        BlockKeySparsefinder(16, 6, candidates=candidates, wide_keys=wide)
