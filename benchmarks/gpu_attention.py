@@ -73,6 +73,9 @@ DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 #: The block selector's second stage (tools/choose_candidates.py, TRAIN q/k: edge recall
 #: 0.950 → 0.992 at n = 4096 over layers 1-4, 0.926 → 0.981 at 8192).
 CANDIDATES = 2048
+#: Keys a crowded query block keeps (BlockKeySparsefinder.wide_keys; tools/choose_candidates.py
+#: --wide 1024, TRAIN q/k): the few blocks whose candidates crowd a row's maximum.
+WIDE_KEYS = 1024
 METHODS = ("sdpa", "dense-entmax", "adasplash", "block", "block-exact", "block-triton",
            "block-triton-exact", "check", "check-triton")
 
@@ -153,7 +156,8 @@ def _method(name: str, args):  # noqa: ANN001, ANN202
                                          is_causal=causal)[0]
     from restricted import keys_selector
 
-    selector = keys_selector(args.block, candidates=args.candidates)
+    selector = keys_selector(args.block, candidates=args.candidates,
+                             wide_keys=args.wide_keys if args.candidates else 0)
 
     def select(q, k):
         return selector(q.float(), k.float(), causal=causal)
@@ -204,7 +208,7 @@ def _method(name: str, args):  # noqa: ANN001, ANN202
 
 
 def _recall(q: torch.Tensor, k: torch.Tensor, support, block: int,  # noqa: ANN001
-            causal: bool, candidates: int) -> tuple[float, float]:
+            causal: bool, candidates: int, wide_keys: int) -> tuple[float, float]:
     """(gold-pair recall, fraction of rows missing a gold key) of block Sparsefinder's default
     selection (``restricted.py``'s): key blocks and single keys. One head's (n, n) masks at a
     time."""
@@ -212,7 +216,8 @@ def _recall(q: torch.Tensor, k: torch.Tensor, support, block: int,  # noqa: ANN0
 
     from sparsefinder.attention.block_sparse import expand_blocks
 
-    graph, extra = keys_selector(block, candidates=candidates)(q, k, causal=causal)
+    graph, extra = keys_selector(block, candidates=candidates,
+                                 wide_keys=wide_keys if candidates else 0)(q, k, causal=causal)
     n = q.shape[1]
     hit = total = off = 0
     for h in range(q.shape[0]):
@@ -253,6 +258,9 @@ def main() -> int:
     made.add_argument("--candidates", type=int, default=CANDIDATES,
                       help="pooled candidates the block selector's second stage re-ranks by "
                            f"each block's own queries (default {CANDIDATES}; 0: one stage)")
+    made.add_argument("--wide-keys", type=int, default=WIDE_KEYS,
+                      help="with --candidates: single keys a crowded query block keeps "
+                           f"(default {WIDE_KEYS}; 0: every block keeps 448)")
     args = parse(made, smoke={"device": "cpu", "sizes": [64], "dtypes": ["fp32"],
                               "inputs": ["random"], "repeats": 1, "block": 16})
     reason = cuda_missing(args.device)
@@ -262,8 +270,9 @@ def main() -> int:
     device = args.device_obj = torch.device(args.device)
     if args.table is not None:
         with args.table.open("a") as handle:
-            stage = (f"{args.candidates} candidates re-ranked" if args.candidates
-                     else "one stage")
+            stage = (f"{args.candidates} candidates re-ranked" + (
+                f", crowded blocks keep {args.wide_keys}" if args.wide_keys else "")
+                     if args.candidates else "one stage")
             handle.write(f"\n{'causal' if args.causal else 'bidirectional'}, "
                          f"{device.type}, selector: {stage}\n\n| input | n | dtype | method "
                          "| ms | peak MiB | max abs diff | recall | rows τ off | rows certified |\n"
@@ -279,7 +288,8 @@ def main() -> int:
             v32 = torch.randn(q32.shape, generator=torch.Generator().manual_seed(7)).to(device)
             with torch.inference_mode():
                 support, reference = _reference(q32, k32, v32, args.causal)
-                recall = _recall(q32, k32, support, args.block, args.causal, args.candidates)
+                recall = _recall(q32, k32, support, args.block, args.causal, args.candidates,
+                                 args.wide_keys)
             del support
             for dtype_name in args.dtypes:
                 dtype = DTYPES[dtype_name]

@@ -209,17 +209,18 @@ def _n_keys(args: argparse.Namespace) -> int:
 
 
 def keys_selector(block: int, n_keys: int | None = None, sub_block: int | None = None,
-                  window_blocks: int | None = None, candidates: int = 0):
+                  window_blocks: int | None = None, candidates: int = 0, wide_keys: int = 0):
     """(q, k) → (block graph, extra keys) of the default block Sparsefinder (the diagonal band
     ∪ single keys by q·k on pooled query sub-blocks), at :data:`KEYS_DEFAULT` where a setting
     is not given: shared by the benchmarks that compare against it. ``candidates`` > 0: the
-    second stage re-ranks that many pooled candidates by the block's own queries."""
+    second stage re-ranks that many pooled candidates by the block's own queries;
+    ``wide_keys`` > 0: its crowded blocks keep that many."""
     from sparsefinder.predictors.block_keys import BlockKeySparsefinder
 
     return BlockKeySparsefinder(block, n_keys or KEYS_DEFAULT["n_keys"],
                                 sub_block=sub_block or KEYS_DEFAULT["sub_block"],
                                 window_blocks=window_blocks or KEYS_DEFAULT["window_blocks"],
-                                candidates=candidates).select
+                                candidates=candidates, wide_keys=wide_keys).select
 
 
 def _selector(args: argparse.Namespace, layer: int):
@@ -230,7 +231,7 @@ def _selector(args: argparse.Namespace, layer: int):
     if args.selector == "keys":
         return keys_selector(args.block, _n_keys(args), getattr(args, "sub_block", None),
                              getattr(args, "window_blocks", None),
-                             getattr(args, "candidates", 0))
+                             getattr(args, "candidates", 0), getattr(args, "wide_keys", 0))
 
     from sparsefinder.bundle import bundle
     from sparsefinder.predictors.block import BlockSparsefinder, LearnedBlockSparsefinder
@@ -311,7 +312,8 @@ def measure(method: str, n: int, data: Path, args: argparse.Namespace) -> dict:
                "--block", str(args.block),
                "--n-blocks", str(args.n_blocks), "--n-keys", str(_n_keys(args)),
                "--sub-block", str(args.sub_block), "--window-blocks", str(args.window_blocks),
-               "--candidates", str(args.candidates), "--selector", args.selector,
+               "--candidates", str(args.candidates), "--wide-keys", str(args.wide_keys),
+               "--selector", args.selector,
                "--device", args.device]
     path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1"}
@@ -387,6 +389,9 @@ def main() -> None:
     made.add_argument("--candidates", type=int, default=0,
                         help="--selector keys: pooled candidates the second stage re-ranks by "
                              "each block's own queries (0: the pooled stage alone)")
+    made.add_argument("--wide-keys", type=int, default=0,
+                        help="--selector keys with --candidates: single keys a crowded query "
+                             "block keeps instead of --n-keys (0: none widened)")
     made.add_argument("--selector", choices=["keys", "auto", "pooled", "learned"],
                         default="keys",
                         help="keys (default): the diagonal band and single keys scored by q·k on "
@@ -429,7 +434,8 @@ def main() -> None:
         setting = (f"selector keys: band of {2 * args.window_blocks - 1} blocks + "
                    f"{_n_keys(args)} single keys by q.k on sub-blocks of {args.sub_block} queries"
                    + (f", re-ranked from {args.candidates} candidates by each block's queries"
-                      if args.candidates else ""))
+                      if args.candidates else "")
+                   + (f", crowded blocks keep {args.wide_keys}" if args.wide_keys else ""))
     else:
         setting = (f"n_blocks={args.n_blocks}, n_keys={_n_keys(args)}, diagonal band of 3 "
                    f"blocks, key blocks by the {_selector_name(args)} projections")

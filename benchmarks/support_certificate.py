@@ -15,7 +15,7 @@ bound vouched for first (``--piece`` keys per bound), the max |Δ| of the output
 fall back to their full row.
 
     .venv/bin/python benchmarks/support_certificate.py [--n 2048] [--layer 3] [--block 64]
-        [--bound] [--piece 64] [--candidates 2048]
+        [--bound] [--piece 64] [--candidates 2048] [--wide-keys 1024]
 
 Last line: ``tau_differs=<f> certified=<f> by_bound=<f> max_abs_diff=<x>
 vs_block=<t_block/t_exact> vs_dense=<t_dense/t_exact> fallback_s=<s>``:
@@ -82,6 +82,8 @@ def main() -> int:
     made.add_argument("--selector", choices=["keys", "oracle"], default="keys")
     made.add_argument("--candidates", type=int, default=0,
                       help="keys selector: pooled candidates its second stage re-ranks")
+    made.add_argument("--wide-keys", type=int, default=0,
+                      help="keys selector with --candidates: keys a crowded block keeps")
     args = parse(made, smoke={"n": 128, "block": 16, "runs": 1})
     if args.piece is not None and not args.bound:
         raise SystemExit("--piece sets the pooled bound's keys per bound: add --bound")
@@ -111,7 +113,8 @@ def main() -> int:
         else:
             from restricted import keys_selector
 
-            tiles, extra = keys_selector(args.block, candidates=args.candidates)(q, k)
+            tiles, extra = keys_selector(args.block, candidates=args.candidates,
+                                         wide_keys=args.wide_keys)(q, k)
         t_block, _ = _best_of(args.runs, lambda: block_sparse_entmax(
             q, k, v, tiles, args.block, extra_keys=extra))
         t_exact, (out, cert) = _best_of(args.runs, lambda: exact_block_sparse_entmax(
@@ -124,7 +127,9 @@ def main() -> int:
         raise SystemExit("the certificate vouched for a row whose τ is wrong")
     bound = (f", by the bound (piece {args.piece or args.block}) {cert.bound_fraction:.3f}"
              if args.bound else "")
-    stage = f" ({args.candidates} candidates)" if args.candidates else ""
+    stage = (f" ({args.candidates} candidates" + (f", crowded blocks keep {args.wide_keys}"
+                                                  if args.wide_keys else "") + ")"
+             if args.candidates else "")
     print(f"{source}, layer {args.layer}, n={args.n}, {args.selector} selector{stage}, block "
           f"{args.block}: selected tiles {float(tiles.float().mean()):.3f} of all; rows "
           f"whose τ differs {float(wrong.double().mean()):.3f}; certified rows "

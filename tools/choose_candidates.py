@@ -14,6 +14,17 @@ the four layers is at least 0.99 (the recall at which the long-context issue com
     PYTHONPATH=. .venv/bin/python tools/choose_candidates.py [--sizes 4096 8192]
 
 About ten minutes on two cores. The validation split is never read.
+
+``--wide W``: instead, how crowded a query block must be to keep ``W`` keys
+(``BlockKeySparsefinder.wide_keys``; the second stage at ``--candidates``, default 2048). For
+each crowd share of the grid (a block is crowded when more than 448 times the share of its
+candidates lie within ``CROWD_GAP`` of a row maximum) it reports per layer edge recall /
+exact rows and the share of blocks widened, next to no block widened and every block widened.
+Rule, fixed after a first look at TRAIN numbers: the largest share that, at every n, recovers
+at least three quarters of the recall that widening every block gains (fewer wide blocks is
+cheaper: each is a wider, slower program).
+
+    PYTHONPATH=. .venv/bin/python tools/choose_candidates.py --wide 1024
 """
 
 from __future__ import annotations
@@ -33,6 +44,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 LAYERS = (1, 2, 3, 4)
 GRID = (0, 640, 896, 1024, 1280, 1536, 2048)
 BAR = 0.99
+SHARES = (1 / 2, 1 / 3, 1 / 4)
+GAIN = 0.75
 
 
 def gold_union(edges, block: int) -> tuple[float, int]:
@@ -60,9 +73,15 @@ def main() -> None:
     made = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     made.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192])
     made.add_argument("--grid", type=int, nargs="+", default=list(GRID))
+    made.add_argument("--wide", type=int, default=0, help="choose the crowd share instead")
+    made.add_argument("--candidates", type=int, default=2048)
     args = made.parse_args()
     torch.set_num_threads(1)
     print(f"load avg {os.getloadavg()[0]:.2f}; TRAIN split, one thread", flush=True)
+    if args.wide:
+        choose_crowd(args.sizes, args.wide, args.candidates)
+        print(f"load avg {os.getloadavg()[0]:.2f}")
+        return
     for n in args.sizes:
         quality: dict[int, list[tuple[float, float, float]]] = {}
         unions = []
@@ -96,6 +115,53 @@ def main() -> None:
         print(f"chosen at n={n} (smallest with mean recall >= {BAR}): "
               f"{min(met) if met else 'none of the grid'}", flush=True)
     print(f"load avg {os.getloadavg()[0]:.2f}")
+
+
+def choose_crowd(sizes: list[int], wide: int, candidates: int) -> None:
+    """The crowd share of ``block_keys.CROWD_SHARE`` by the module docstring's rule."""
+    import restricted
+
+    from sparsefinder.attention.gold_edges import entmax_edges
+    from sparsefinder.predictors import block_keys
+
+    settings = {"off": (448, 0, None), **{f"1/{round(1 / s)}": (448, wide, s) for s in SHARES},
+                "every block": (wide, 0, None)}
+    gains: dict[str, list[float]] = {}
+    for n in sizes:
+        rows: dict[str, list[tuple[float, float, float]]] = {}
+        for layer in LAYERS:
+            q, k, _ = restricted.real_qk(layer, n, "train")
+            with torch.inference_mode():
+                edges, _ = entmax_edges(q, k, q.shape[-1] ** -0.5)
+                for name, (keep, widen, share) in settings.items():
+                    if share is not None:
+                        block_keys.CROWD_SHARE = share
+                    graph, extra = block_keys.BlockKeySparsefinder(
+                        32, keep, sub_block=8, candidates=candidates, wide_keys=widen).select(q, k)
+                    distinct = (extra.sort(-1).values.diff(dim=-1) != 0).sum(-1) + 1
+                    widened = float((distinct > 448).double().mean()) if widen else float(
+                        keep > 448)
+                    rows.setdefault(name, []).append(
+                        (*restricted.score_selection(graph, extra, edges, 32), widened))
+            print(f"n={n} layer {layer} done", flush=True)
+        print(f"\nn = {n}, {candidates} candidates, wide blocks keep {wide}:")
+        print("| crowd share | " + " | ".join(f"layer {x} recall / exact / widened"
+                                              for x in LAYERS) + " | mean recall |")
+        print("|---" * (len(LAYERS) + 2) + "|")
+        mean = {name: sum(r for r, _, _ in cells) / len(cells) for name, cells in rows.items()}
+        for name, cells in rows.items():
+            print(f"| {name} | " + " | ".join(f"{r:.4f} / {e:.3f} / {w:.3f}"
+                                              for r, e, w in cells) + f" | {mean[name]:.4f} |")
+        span = mean["every block"] - mean["off"]
+        for name in rows:
+            if name not in ("off", "every block"):
+                gains.setdefault(name, []).append((mean[name] - mean["off"]) / span
+                                                  if span > 0 else 1.0)
+    met = [name for name, got in gains.items() if min(got) >= GAIN]
+    print("share of the gain of widening every block: " + ", ".join(
+        f"{name} {min(got):.2f}" for name, got in gains.items()))
+    print(f"chosen (the largest share recovering >= {GAIN} of the gain at every n): "
+          f"{met[0] if met else 'none of the grid'}", flush=True)
 
 
 if __name__ == "__main__":

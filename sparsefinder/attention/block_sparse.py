@@ -281,10 +281,10 @@ def compact_single_keys(extra: Tensor, selected: Tensor, block: int) -> tuple[Te
     counts (rows,). Rows differ in how many keys they add (a crowded block keeps more), so a
     path can give each row only the width it uses."""
     keep = new_single_keys(extra, selected, block)
-    counts = keep.sum(-1)
-    compact = torch.where(keep, extra, torch.iinfo(extra.dtype).max).sort(-1).values
-    filler = torch.arange(extra.shape[-1], device=extra.device) >= counts.unsqueeze(-1)
-    return compact.masked_fill_(filler, 0), counts
+    width = extra.shape[-1]
+    slot = torch.where(keep, keep.cumsum(-1) - 1, width)  # the dropped ones: a spare column
+    compact = extra.new_zeros(extra.shape[0], width + 1).scatter_(1, slot, extra)
+    return compact[:, :width], keep.sum(-1)
 
 
 def check_extra_keys(extra_keys: Tensor | None, heads: int, nb: int, n: int,

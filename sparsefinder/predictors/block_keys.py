@@ -124,7 +124,7 @@ def refine_keys(q: Tensor, k: Tensor, candidates: Tensor, usable: Tensor, block:
     width = max(n_keys, min(wide_keys, count))
     near = CROWD_GAP / (d**-0.5 if scaling is None else scaling)  # in q·k units
     out = torch.empty(rows, width, dtype=torch.int64, device=q.device)
-    crowded = torch.zeros((), dtype=torch.bool, device=q.device)
+    crowded = False
     size = max(1, chunk_scores(q.device, _CHUNK_SCORES) // (block * (count + block)))
     for start in range(0, rows, size):
         part = slice(start, min(rows, start + size))
@@ -143,14 +143,18 @@ def refine_keys(q: Tensor, k: Tensor, candidates: Tensor, usable: Tensor, block:
         peak = products.amax(-1, keepdim=True)
         gap = products[..., :count].sub_(peak.masked_fill_(~torch.isfinite(peak), torch.inf))
         best = gap.amax(1).masked_fill_(~ok[part], -torch.inf)  # (c, C)
-        kept = flat[part].gather(1, best.topk(width, -1, sorted=width > n_keys).indices)
-        if width > n_keys:  # best first: a block that is not crowded keeps its n_keys best
-            wide = (best > -near).sum(-1) > n_keys * CROWD_SHARE
-            kept[:, n_keys:] = torch.where(wide.unsqueeze(1), kept[:, n_keys:], kept[:, :1])
-            crowded |= wide.any()
-        out[part] = kept
+        kept = flat[part].gather(1, best.topk(n_keys, -1, sorted=False).indices)
+        if width == n_keys:
+            out[part] = kept
+            continue
+        out[part, :n_keys], out[part, n_keys:] = kept, kept[:, :1]  # repeats count once
+        wide = ((best > -near).sum(-1) > n_keys * CROWD_SHARE).nonzero()[:, 0]
+        if wide.numel():  # the few crowded blocks: a top-``width`` of their own
+            crowded = True
+            out[start + wide] = flat[part][wide].gather(
+                1, best[wide].topk(width, -1, sorted=False).indices)
     out = out.view(heads, nq, width)
-    return out if width == n_keys or bool(crowded) else out[..., :n_keys].contiguous()
+    return out if crowded else out[..., :n_keys].contiguous()
 
 
 @dataclass
