@@ -45,6 +45,7 @@ from sparsefinder.attention.block_sparse import (
     block_sparse_rows,
     check_extra_keys,
     chunk_scores,
+    compact_single_keys,
     num_blocks,
 )
 from sparsefinder.attention.entmax_ops import entmax_normalize
@@ -247,14 +248,15 @@ def unselected_max(query: Tensor, key: Tensor, graph: Tensor, block: int, *,
     ``budget_mib`` MiB of scores and masks."""
     scaling = _positive(query.shape[-1] ** -0.5 if scaling is None else scaling)
     extra = check_extra_keys(extra_keys, *graph.shape[:2], query.shape[1], query.device)
+    singles = None if extra is None else _SingleKeys.of(extra, graph, block)
     worst = torch.full(query.shape[:2], torch.nan, device=query.device,
                        dtype=torch.promote_types(query.dtype, torch.float32))
     rows = torch.ones_like(worst, dtype=torch.bool) if rows is None else rows
     for head, part, products, visible in _row_chunks(query, key, rows, budget_mib,
                                                       causal=causal,
                                                       sliding_window=sliding_window):
-        worst[head, part] = (_unselected_max(products, visible, graph[head], extra, head, part,
-                                             block) * scaling).to(worst.dtype)
+        worst[head, part] = (_unselected_max(products, visible, graph[head], singles, head,
+                                             part, block) * scaling).to(worst.dtype)
     return worst
 
 
@@ -264,16 +266,47 @@ def _positive(scaling: float) -> float:
     return float(scaling)
 
 
+@dataclass(frozen=True)
+class _SingleKeys:
+    """Each (head, query block)'s new single keys, compacted
+    (:func:`~sparsefinder.attention.block_sparse.compact_single_keys`): ``keys`` int64
+    (heads · nb, G), past each row's ``counts`` a key of one of its selected blocks (masked
+    there anyway); ``common`` the median count. Why: a few crowded blocks may list many more
+    keys than the rest, and masking every row at the widest width costs a scatter per key."""
+
+    keys: Tensor
+    counts: Tensor
+    common: int
+
+    @classmethod
+    def of(cls, extra: Tensor, graph: Tensor, block: int) -> _SingleKeys:
+        selected = graph.reshape(-1, graph.shape[-1])
+        keys, counts = compact_single_keys(extra.view(selected.shape[0], -1), selected, block)
+        anchor = selected.to(torch.int8).argmax(-1, keepdim=True) * block
+        widest = int(counts.max())
+        keys = torch.where(torch.arange(keys.shape[1], device=keys.device) < counts.unsqueeze(1),
+                           keys, anchor)[:, :max(widest, 1)]
+        return cls(keys, counts, int(counts.median()))
+
+    def mask(self, products: Tensor, rows: Tensor) -> None:
+        """−inf into ``products`` (r, m) at the single keys of ``rows`` (r,), ids of (head,
+        query block): the first ``common`` of every row, the rest of the rows with more."""
+        products.scatter_(-1, self.keys[rows, :self.common], -torch.inf)
+        wider = (self.counts[rows] > self.common).nonzero()[:, 0]
+        if wider.numel() and self.keys.shape[1] > self.common:
+            products[wider.unsqueeze(1), self.keys[rows[wider], self.common:]] = -torch.inf
+
+
 def _unselected_max(products: Tensor, visible: Tensor | None, graph: Tensor,
-                    extra: Tensor | None, head: int, part: Tensor, block: int) -> Tensor:
+                    singles: _SingleKeys | None, head: int, part: Tensor, block: int) -> Tensor:
     """(r,) highest of ``products`` (r, m) — overwritten: −inf at the single keys and the
     invisible ones — over the rows' visible keys outside their query block's selected key
     blocks (``graph`` (nb, nb)) and single keys. The selected blocks are dropped after a
     per-block maximum, on (r, nb) instead of (r, m): one pass over the products fewer."""
     r, m = products.shape
     query_block = torch.div(part, block, rounding_mode="floor")
-    if extra is not None:
-        products.scatter_(-1, extra[head, query_block], -torch.inf)
+    if singles is not None:
+        singles.mask(products, head * graph.shape[0] + query_block)
     if visible is not None:
         products.masked_fill_(~visible, -torch.inf)
     whole = m // block

@@ -106,23 +106,31 @@ def test_selecting_every_gold_tile_certifies_rows_and_the_full_graph_certifies_a
     assert cert_all.fallback_rows == 0
 
 
-def _selection_and_layer(n: int, block: int, causal: bool, window, heads: int = 3):
-    """A poor block graph with single keys: some rows' supports fit it, others do not."""
+def _selection_and_layer(n: int, block: int, causal: bool, window, heads: int = 3,
+                         crowded: bool = False):
+    """A poor block graph with single keys: some rows' supports fit it, others do not.
+    ``crowded``: a few query blocks list 40 single keys, the others 5 (their other columns
+    repeat their first key), as a selector's crowded blocks do."""
     g = torch.Generator().manual_seed(n + block)
     nb = -(-n // block)
     graph = (torch.rand(heads, nb, nb, generator=g) < 0.3) | torch.eye(nb, dtype=torch.bool)
-    extra = torch.randint(0, n, (heads, nb, 5), generator=g)
+    extra = torch.randint(0, n, (heads, nb, 40 if crowded else 5), generator=g)
+    if crowded:
+        few = torch.rand(heads, nb, 1, generator=g) < 0.7
+        extra[..., 5:] = torch.where(few, extra[..., :1], extra[..., 5:])
     return graph, extra, {"causal": causal, "sliding_window": window}
 
 
-@pytest.mark.parametrize(("causal", "window"), [(False, None), (True, None), (True, 40),
-                                                (False, 40)])
-def test_unselected_max_is_the_best_score_outside_the_selection(causal, window):
+@pytest.mark.parametrize(("causal", "window", "crowded"), [
+    (False, None, False), (True, None, False), (True, 40, False), (False, 40, False),
+    (False, None, True), (True, 40, True)])
+def test_unselected_max_is_the_best_score_outside_the_selection(causal, window, crowded):
     """Each row's highest visible score among the keys neither its blocks nor its single keys
-    cover, in chunks of a few rows as in one go, and for the rows asked only."""
+    cover, in chunks of a few rows as in one go, and for the rows asked only; with a few
+    query blocks listing many more single keys than the others too."""
     q, k, _ = _qkv(n=150, scale=2.0)
     n, block = 150, 16
-    graph, extra, layer = _selection_and_layer(n, block, causal, window)
+    graph, extra, layer = _selection_and_layer(n, block, causal, window, crowded=crowded)
     scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
     outside = ~expand_blocks(graph, block, n, n, extra)
     visible = layer_allowed(n, n, **layer)
