@@ -35,7 +35,9 @@ then 16, and a rolled (not unrolled) Newton loop, which spills less with both ti
 tiles go through shared memory for ``tl.dot``: 640 × 64 keys are 80 KiB in fp16, 160 KiB in
 fp32; fp32 inputs (``tl.dot`` in IEEE fp32, no tensor cores; ``tf32=True`` trades precision
 for them) spill heavily at this size, and head dim 128 spills in fp16 too: expect those to be
-slow. None of this is timed: no GPU was at hand when it was written.
+slow. None of this is timed: no GPU was at hand when it was written. Rows that add more
+single keys than the rest (a selector's crowded blocks) run in launches of their own
+``G_MAX`` (:func:`width_classes`), so their wider tiles do not widen every program.
 
 The result is α-entmax restricted to the selected blocks and single keys, as the tensor
 path's; with a support certificate
