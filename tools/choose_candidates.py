@@ -25,6 +25,15 @@ at least three quarters of the recall that widening every block gains (fewer wid
 cheaper: each is a wider, slower program).
 
     PYTHONPATH=. .venv/bin/python tools/choose_candidates.py --wide 1024
+
+``--pooling``: instead, how finely the pooled stage pools its queries (``sub_block``) and how
+many candidates it passes on, with crowded blocks keeping 1024. For each (sub_block,
+candidates) pair of the grid it reports per layer edge recall, the mean exact rows and the
+selection's seconds (one thread, layer mean). Rule, fixed after a first look at TRAIN numbers:
+the pair with the fewest seconds at the largest n among those whose mean edge recall is at
+least 0.99 at every n.
+
+    PYTHONPATH=. .venv/bin/python tools/choose_candidates.py --pooling
 """
 
 from __future__ import annotations
@@ -46,6 +55,7 @@ GRID = (0, 640, 896, 1024, 1280, 1536, 2048)
 BAR = 0.99
 SHARES = (1 / 2, 1 / 3, 1 / 4)
 GAIN = 0.75
+POOLING = ((8, 2048), (8, 3072), (4, 2048), (4, 3072), (2, 2048))
 
 
 def gold_union(edges, block: int) -> tuple[float, int]:
@@ -75,9 +85,15 @@ def main() -> None:
     made.add_argument("--grid", type=int, nargs="+", default=list(GRID))
     made.add_argument("--wide", type=int, default=0, help="choose the crowd share instead")
     made.add_argument("--candidates", type=int, default=2048)
+    made.add_argument("--pooling", action="store_true",
+                      help="choose the pooled stage's sub-block and candidates instead")
     args = made.parse_args()
     torch.set_num_threads(1)
     print(f"load avg {os.getloadavg()[0]:.2f}; TRAIN split, one thread", flush=True)
+    if args.pooling:
+        choose_pooling(args.sizes)
+        print(f"load avg {os.getloadavg()[0]:.2f}")
+        return
     if args.wide:
         choose_crowd(args.sizes, args.wide, args.candidates)
         print(f"load avg {os.getloadavg()[0]:.2f}")
@@ -162,6 +178,47 @@ def choose_crowd(sizes: list[int], wide: int, candidates: int) -> None:
         f"{name} {min(got):.2f}" for name, got in gains.items()))
     print(f"chosen (the largest share recovering >= {GAIN} of the gain at every n): "
           f"{met[0] if met else 'none of the grid'}", flush=True)
+
+
+def choose_pooling(sizes: list[int]) -> None:
+    """The pooled stage's (sub_block, candidates) by the module docstring's rule."""
+    import restricted
+
+    from sparsefinder.attention.gold_edges import entmax_edges
+    from sparsefinder.predictors.block_keys import BlockKeySparsefinder
+
+    results: dict[int, dict[tuple[int, int], list[tuple[float, float, float]]]] = {}
+    for n in sizes:
+        rows = results.setdefault(n, {})
+        for layer in LAYERS:
+            q, k, _ = restricted.real_qk(layer, n, "train")
+            with torch.inference_mode():
+                edges, _ = entmax_edges(q, k, q.shape[-1] ** -0.5)
+                for sub, count in POOLING:
+                    select = BlockKeySparsefinder(32, 448, sub_block=sub, candidates=count,
+                                                  wide_keys=1024).select
+                    start = time.perf_counter()
+                    graph, extra = select(q, k)
+                    seconds = time.perf_counter() - start
+                    rows.setdefault((sub, count), []).append(
+                        (*restricted.score_selection(graph, extra, edges, 32), seconds))
+            print(f"n={n} layer {layer} done", flush=True)
+        print(f"\nn = {n}, crowded blocks keep 1024:")
+        print("| sub_block | candidates | " + " | ".join(f"layer {x}" for x in LAYERS)
+              + " | mean recall | mean exact | select s |")
+        print("|---" * (len(LAYERS) + 5) + "|")
+        for (sub, count), cells in rows.items():
+            print(f"| {sub} | {count} | " + " | ".join(f"{r:.4f}" for r, _, _ in cells)
+                  + f" | {sum(r for r, _, _ in cells) / 4:.4f} | "
+                  f"{sum(e for _, e, _ in cells) / 4:.3f} | "
+                  f"{sum(s for _, _, s in cells) / 4:.3f} |", flush=True)
+    largest = max(sizes)
+    met = [pair for pair in POOLING
+           if all(sum(r for r, _, _ in results[n][pair]) / 4 >= BAR for n in sizes)]
+    cost = {pair: sum(s for _, _, s in results[largest][pair]) for pair in met}
+    print(f"chosen (the fewest seconds at n={largest} with mean recall >= {BAR} at every n): "
+          + (f"sub_block {min(cost, key=cost.get)[0]}, candidates {min(cost, key=cost.get)[1]}"
+             if cost else "none of the grid"), flush=True)
 
 
 if __name__ == "__main__":
