@@ -70,9 +70,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import cuda_missing, parse, parser, skip  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-#: The block selector's second stage (tools/choose_candidates.py, TRAIN q/k: edge recall
-#: 0.950 → 0.992 at n = 4096 over layers 1-4, 0.926 → 0.981 at 8192).
-CANDIDATES = 2048
+#: The block selector's second stage: candidates it re-ranks (tools/choose_candidates.py
+#: --pooling, TRAIN q/k, with crowded blocks keeping 1024: mean edge recall over layers 1-4
+#: 0.9986 at n = 4096 and 0.9917 at 8192; 2048 candidates give 0.9950 and 0.9859).
+CANDIDATES = 3072
 #: Keys a crowded query block keeps (BlockKeySparsefinder.wide_keys; tools/choose_candidates.py
 #: --wide 1024, TRAIN q/k): the few blocks whose candidates crowd a row's maximum.
 WIDE_KEYS = 1024
