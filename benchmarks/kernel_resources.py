@@ -45,7 +45,7 @@ def compile_kernel(dtype: str, *, block: int, k_max: int, g_max: int, head_dim: 
     from sparsefinder.attention.triton_block_sparse import N_ITER, _kernel
 
     kernel = _kernel()
-    signature = {name: "*i32" for name in ("slots_ptr", "counts_ptr", "extra_ptr",
+    signature = {name: "*i32" for name in ("slots_ptr", "counts_ptr", "rows_ptr", "extra_ptr",
                                            "extra_counts_ptr")}
     signature.update({name: f"*{dtype}" for name in ("q_ptr", "k_ptr", "v_ptr", "out_ptr")})
     signature.update(thresholds_ptr="*fp32", n="i32", nb="i32", padded="i32", scaling="fp32")
