@@ -302,11 +302,12 @@ def test_the_second_stage_on_cuda_keeps_what_the_cpu_keeps():
     or unreachable keys, cut by the mask) are any of the tied ones."""
     g = torch.Generator().manual_seed(9)
     q, k = (torch.randn(3, 300, 8, generator=g, dtype=torch.float64) for _ in range(2))
-    predictor = BlockKeySparsefinder(32, 20, sub_block=8, candidates=96)
-    for layer in ({"causal": True}, {"sliding_window": 100}):
-        cpu = predictor.predict(q, k, **layer)
-        gpu = predictor.predict(q.cuda(), k.cuda(), **layer)
-        assert gpu.is_cuda and torch.equal(gpu.cpu(), cpu)
+    for predictor in (BlockKeySparsefinder(32, 20, sub_block=8, candidates=96),
+                      BlockKeySparsefinder(32, 20, sub_block=8, candidates=96, wide_keys=48)):
+        for layer in ({"causal": True}, {"sliding_window": 100}):
+            cpu = predictor.predict(q, k, **layer)
+            gpu = predictor.predict(q.cuda(), k.cuda(), **layer)
+            assert gpu.is_cuda and torch.equal(gpu.cpu(), cpu)
 
 
 def _crowded_inputs(seed: int, flat_block: int | None):
