@@ -55,6 +55,7 @@ the largest n in fp16 where run (else the first dtype). On a CPU the kernel runs
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import statistics
@@ -155,10 +156,7 @@ def _method(name: str, args):  # noqa: ANN001, ANN202
             return "adasplash is not installed (pip install adasplash: the gpu extra)"
         return lambda q, k, v: adasplash(q[None], k[None], v[None], alpha=1.5,
                                          is_causal=causal)[0]
-    from restricted import keys_selector
-
-    selector = keys_selector(args.block, sub_block=args.sub_block, candidates=args.candidates,
-                             wide_keys=args.wide_keys if args.candidates else 0)
+    selector = _selector(args)
 
     def select(q, k):
         return selector(q.float(), k.float(), causal=causal)
@@ -208,18 +206,24 @@ def _method(name: str, args):  # noqa: ANN001, ANN202
     return exact
 
 
-def _recall(q: torch.Tensor, k: torch.Tensor, support, block: int,  # noqa: ANN001
-            causal: bool, candidates: int, wide_keys: int, sub_block: int,
-            ) -> tuple[float, float]:
-    """(gold-pair recall, fraction of rows missing a gold key) of block Sparsefinder's default
-    selection (``restricted.py``'s): key blocks and single keys. One head's (n, n) masks at a
-    time."""
+def _selector(args: argparse.Namespace):
+    """(q, k, causal=) → (block graph, extra keys): the block selector of ``--sub-block``,
+    ``--candidates`` and ``--wide-keys`` (which needs a second stage: ignored without one),
+    the one every block method and the recall column use."""
     from restricted import keys_selector
 
+    return keys_selector(args.block, sub_block=args.sub_block, candidates=args.candidates,
+                         wide_keys=args.wide_keys if args.candidates else 0)
+
+
+def _recall(q: torch.Tensor, k: torch.Tensor, support, args: argparse.Namespace,  # noqa: ANN001
+            ) -> tuple[float, float]:
+    """(gold-pair recall, fraction of rows missing a gold key) of the block selector
+    (:func:`_selector`): key blocks and single keys. One head's (n, n) masks at a time."""
     from sparsefinder.attention.block_sparse import expand_blocks
 
-    graph, extra = keys_selector(block, sub_block=sub_block, candidates=candidates,
-                                 wide_keys=wide_keys if candidates else 0)(q, k, causal=causal)
+    block = args.block
+    graph, extra = _selector(args)(q, k, causal=args.causal)
     n = q.shape[1]
     hit = total = off = 0
     for h in range(q.shape[0]):
@@ -293,8 +297,7 @@ def main() -> int:
             v32 = torch.randn(q32.shape, generator=torch.Generator().manual_seed(7)).to(device)
             with torch.inference_mode():
                 support, reference = _reference(q32, k32, v32, args.causal)
-                recall = _recall(q32, k32, support, args.block, args.causal, args.candidates,
-                                 args.wide_keys, args.sub_block)
+                recall = _recall(q32, k32, support, args)
             del support
             for dtype_name in args.dtypes:
                 dtype = DTYPES[dtype_name]

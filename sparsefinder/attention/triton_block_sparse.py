@@ -88,11 +88,10 @@ def _kernel() -> Any:
     @triton.jit
     def block_entmax15(q_ptr, k_ptr, v_ptr, slots_ptr, counts_ptr, rows_ptr, extra_ptr,
                        extra_counts_ptr, out_ptr, thresholds_ptr, n, nb, padded, scaling,
-                       D: tl.constexpr,
-                       DV: tl.constexpr, BLOCK: tl.constexpr, BLOCK_M: tl.constexpr,
-                       K_MAX: tl.constexpr, G_MAX: tl.constexpr, CAUSAL: tl.constexpr,
-                       WINDOW: tl.constexpr, ITERS: tl.constexpr, PRECISION: tl.constexpr,
-                       THRESHOLDS: tl.constexpr):
+                       D: tl.constexpr, DV: tl.constexpr, BLOCK: tl.constexpr,
+                       BLOCK_M: tl.constexpr, K_MAX: tl.constexpr, G_MAX: tl.constexpr,
+                       CAUSAL: tl.constexpr, WINDOW: tl.constexpr, ITERS: tl.constexpr,
+                       PRECISION: tl.constexpr, THRESHOLDS: tl.constexpr):
         tile = tl.program_id(0)  # (this launch's row) · BLOCK/BLOCK_M + query tile
         local = tile // (BLOCK // BLOCK_M)  # rows_ptr[local] = head · nb + query block
         row = tl.load(rows_ptr + local)
@@ -188,11 +187,10 @@ def width_classes(extra_keys: Tensor | None, selected: Tensor, heads: int, n: in
     crowded block (``BlockKeySparsefinder.wide_keys``) would otherwise widen them all.
     Dropped, as the tensor path drops them: a repeat, and a key inside a selected block."""
     rows, nb = selected.shape
-    every = torch.arange(rows, dtype=torch.int32, device=selected.device)
     extra = check_extra_keys(extra_keys, heads, nb, n, selected.device)
     if extra is None:
         none = selected.new_zeros(1, dtype=torch.int32)
-        return [(every, none, none, 0)]
+        return [(torch.arange(rows, dtype=torch.int32, device=selected.device), none, none, 0)]
     single, counts = compact_single_keys(extra.view(rows, -1), selected, block)
     # log2 of each row's G_MAX: the bit length of count − 1 (≥ 16 keys), 0 for no key
     tiers = torch.frexp((counts - 1).clamp(min=MIN_TILE - 1).double()).exponent

@@ -87,9 +87,9 @@ def sub_block_scores(q: Tensor, k: Tensor, block: int, sub_block: int) -> Tensor
 def refine_keys(q: Tensor, k: Tensor, candidates: Tensor, usable: Tensor, block: int,
                 n_keys: int, *, causal: bool = False, sliding_window: int | None = None,
                 wide_keys: int = 0, scaling: float | None = None) -> Tensor:
-    """int64 (heads, ceil(n/b), n_keys): per query block, the ``n_keys`` of its
-    ``candidates`` (heads, ceil(n/b), C; ``usable`` bool like it, False for fillers) closest
-    to entering one of its rows' support, scored by the block's own queries.
+    """int64 (heads, ceil(n/b), n_keys, or more with ``wide_keys``): per query block, the
+    ``n_keys`` of its ``candidates`` (heads, ceil(n/b), C; ``usable`` bool like it, False for
+    fillers) closest to entering one of its rows' support, scored by the block's own queries.
 
     With ``wide_keys`` > ``n_keys``, a *crowded* block keeps ``wide_keys`` of them instead,
     and the result is ``wide_keys`` wide wherever one block is crowded (the other blocks'
@@ -225,7 +225,7 @@ class BlockKeySparsefinder:
         scores, pool = near.topk(min(self.candidates, m), dim=-1, sorted=False)
         return graph, refine_keys(q, k, pool, scores > -torch.inf, b, keep, causal=causal,
                                   sliding_window=sliding_window, scaling=scaling,
-                                  wide_keys=min(self.wide_keys, pool.shape[-1]))
+                                  wide_keys=self.wide_keys)
 
     def predict(self, q: Tensor, k: Tensor, *, causal: bool = False,
                 sliding_window: int | None = None) -> Tensor:
