@@ -74,12 +74,52 @@ def gold_union(edges, block: int) -> tuple[float, int]:
     return float(per_block.mean()), int(per_block.max())
 
 
-def main() -> None:
+Row = tuple[float, float, float, float]  # edge recall, exact rows, select seconds, widened
+
+
+def measure(n: int, settings: dict, on_edges=None) -> dict:  # noqa: ANN001
+    """setting → one :data:`Row` per layer of :data:`LAYERS`, on TRAIN q/k at ``n``; each
+    setting a function returning the ``select`` to time (it may set module state first);
+    ``on_edges(edges)`` sees each layer's gold edges. Widened: the share of query blocks
+    keeping more than 448 distinct single keys."""
     import restricted
 
     from sparsefinder.attention.gold_edges import entmax_edges
+
+    rows: dict = {}
+    for layer in LAYERS:
+        q, k, source = restricted.real_qk(layer, n, "train")
+        with torch.inference_mode():
+            edges, _ = entmax_edges(q, k, q.shape[-1] ** -0.5)
+            if on_edges is not None:
+                on_edges(edges)
+            for name, make in settings.items():
+                select = make()
+                start = time.perf_counter()
+                graph, extra = select(q, k)
+                seconds = time.perf_counter() - start
+                distinct = (extra.sort(-1).values.diff(dim=-1) != 0).sum(-1) + 1
+                rows.setdefault(name, []).append(
+                    (*restricted.score_selection(graph, extra, edges, 32), seconds,
+                     float((distinct > 448).double().mean())))
+        print(f"n={n} layer {layer} done ({source})", flush=True)
+    return rows
+
+
+def mean(cells: list[Row], field: int) -> float:
+    """The layer mean of one field of the rows."""
+    return sum(cell[field] for cell in cells) / len(cells)
+
+
+def selector(**settings):  # noqa: ANN003, ANN201
+    """A setting of :func:`measure`: the long-context selector with these changes."""
     from sparsefinder.predictors.block_keys import BlockKeySparsefinder
 
+    return lambda: BlockKeySparsefinder(**{"block": 32, "n_keys": 448, "sub_block": 8,
+                                           **settings}).select
+
+
+def main() -> None:
     made = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     made.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192])
     made.add_argument("--grid", type=int, nargs="+", default=list(GRID))
@@ -92,29 +132,19 @@ def main() -> None:
     print(f"load avg {os.getloadavg()[0]:.2f}; TRAIN split, one thread", flush=True)
     if args.pooling:
         choose_pooling(args.sizes)
-        print(f"load avg {os.getloadavg()[0]:.2f}")
-        return
-    if args.wide:
+    elif args.wide:
         choose_crowd(args.sizes, args.wide, args.candidates)
-        print(f"load avg {os.getloadavg()[0]:.2f}")
-        return
-    for n in args.sizes:
-        quality: dict[int, list[tuple[float, float, float]]] = {}
-        unions = []
-        for layer in LAYERS:
-            q, k, source = restricted.real_qk(layer, n, "train")
-            with torch.inference_mode():
-                edges, _ = entmax_edges(q, k, q.shape[-1] ** -0.5)
-                unions.append(gold_union(edges, 32))
-                for count in args.grid:
-                    select = BlockKeySparsefinder(32, 448, sub_block=8, window_blocks=1,
-                                                  candidates=count).select
-                    start = time.perf_counter()
-                    graph, extra = select(q, k)
-                    seconds = time.perf_counter() - start
-                    quality.setdefault(count, []).append(
-                        (*restricted.score_selection(graph, extra, edges, 32), seconds))
-            print(f"n={n} layer {layer} done ({source})", flush=True)
+    else:
+        choose_candidates(args.sizes, args.grid)
+    print(f"load avg {os.getloadavg()[0]:.2f}")
+
+
+def choose_candidates(sizes: list[int], grid: list[int]) -> None:
+    """The second stage's candidates by the module docstring's rule."""
+    for n in sizes:
+        unions: list[tuple[float, int]] = []
+        quality = measure(n, {count: selector(candidates=count) for count in grid},
+                          on_edges=lambda edges, found=unions: found.append(gold_union(edges, 32)))
         print(f"\nn = {n}: gold keys a query block needs outside its band, mean / largest: "
               + ", ".join(f"layer {x} {m:.0f} / {b}" for x, (m, b) in zip(LAYERS, unions,
                                                                         strict=True)))
@@ -122,57 +152,43 @@ def main() -> None:
               + " | mean recall | mean exact | select s (layer mean) |")
         print("|---" * (len(LAYERS) + 4) + "|")
         for count, rows in quality.items():
-            cells = " | ".join(f"{r:.3f} / {e:.3f}" for r, e, _ in rows)
-            recall = sum(r for r, _, _ in rows) / len(rows)
-            exact = sum(e for _, e, _ in rows) / len(rows)
-            seconds = sum(s for _, _, s in rows) / len(rows)
-            print(f"| {count or 'off'} | {cells} | {recall:.4f} | {exact:.3f} | {seconds:.3f} |")
-        met = [c for c, rows in quality.items() if sum(r for r, _, _ in rows) / len(rows) >= BAR]
+            cells = " | ".join(f"{r:.3f} / {e:.3f}" for r, e, _, _ in rows)
+            print(f"| {count or 'off'} | {cells} | {mean(rows, 0):.4f} | {mean(rows, 1):.3f} | "
+                  f"{mean(rows, 2):.3f} |")
+        met = [c for c, rows in quality.items() if mean(rows, 0) >= BAR]
         print(f"chosen at n={n} (smallest with mean recall >= {BAR}): "
               f"{min(met) if met else 'none of the grid'}", flush=True)
-    print(f"load avg {os.getloadavg()[0]:.2f}")
 
 
 def choose_crowd(sizes: list[int], wide: int, candidates: int) -> None:
     """The crowd share of ``block_keys.CROWD_SHARE`` by the module docstring's rule."""
-    import restricted
-
-    from sparsefinder.attention.gold_edges import entmax_edges
     from sparsefinder.predictors import block_keys
 
-    settings = {"off": (448, 0, None), **{f"1/{round(1 / s)}": (448, wide, s) for s in SHARES},
-                "every block": (wide, 0, None)}
+    def shared(share: float):  # noqa: ANN202
+        def make():  # noqa: ANN202
+            block_keys.CROWD_SHARE = share
+            return selector(candidates=candidates, wide_keys=wide)()
+        return make
+
+    settings = {"off": selector(candidates=candidates),
+                **{f"1/{round(1 / s)}": shared(s) for s in SHARES},
+                "every block": selector(n_keys=wide, candidates=candidates)}
     gains: dict[str, list[float]] = {}
     for n in sizes:
-        rows: dict[str, list[tuple[float, float, float]]] = {}
-        for layer in LAYERS:
-            q, k, _ = restricted.real_qk(layer, n, "train")
-            with torch.inference_mode():
-                edges, _ = entmax_edges(q, k, q.shape[-1] ** -0.5)
-                for name, (keep, widen, share) in settings.items():
-                    if share is not None:
-                        block_keys.CROWD_SHARE = share
-                    graph, extra = block_keys.BlockKeySparsefinder(
-                        32, keep, sub_block=8, candidates=candidates, wide_keys=widen).select(q, k)
-                    distinct = (extra.sort(-1).values.diff(dim=-1) != 0).sum(-1) + 1
-                    widened = float((distinct > 448).double().mean()) if widen else float(
-                        keep > 448)
-                    rows.setdefault(name, []).append(
-                        (*restricted.score_selection(graph, extra, edges, 32), widened))
-            print(f"n={n} layer {layer} done", flush=True)
+        rows = measure(n, settings)
         print(f"\nn = {n}, {candidates} candidates, wide blocks keep {wide}:")
         print("| crowd share | " + " | ".join(f"layer {x} recall / exact / widened"
                                               for x in LAYERS) + " | mean recall |")
         print("|---" * (len(LAYERS) + 2) + "|")
-        mean = {name: sum(r for r, _, _ in cells) / len(cells) for name, cells in rows.items()}
         for name, cells in rows.items():
             print(f"| {name} | " + " | ".join(f"{r:.4f} / {e:.3f} / {w:.3f}"
-                                              for r, e, w in cells) + f" | {mean[name]:.4f} |")
-        span = mean["every block"] - mean["off"]
+                                              for r, e, _, w in cells)
+                  + f" | {mean(cells, 0):.4f} |")
+        span = mean(rows["every block"], 0) - mean(rows["off"], 0)
         for name in rows:
             if name not in ("off", "every block"):
-                gains.setdefault(name, []).append((mean[name] - mean["off"]) / span
-                                                  if span > 0 else 1.0)
+                gains.setdefault(name, []).append(
+                    (mean(rows[name], 0) - mean(rows["off"], 0)) / span if span > 0 else 1.0)
     met = [name for name, got in gains.items() if min(got) >= GAIN]
     print("share of the gain of widening every block: " + ", ".join(
         f"{name} {min(got):.2f}" for name, got in gains.items()))
@@ -182,43 +198,26 @@ def choose_crowd(sizes: list[int], wide: int, candidates: int) -> None:
 
 def choose_pooling(sizes: list[int]) -> None:
     """The pooled stage's (sub_block, candidates) by the module docstring's rule."""
-    import restricted
-
-    from sparsefinder.attention.gold_edges import entmax_edges
-    from sparsefinder.predictors.block_keys import BlockKeySparsefinder
-
-    results: dict[int, dict[tuple[int, int], list[tuple[float, float, float]]]] = {}
+    results = {}
     for n in sizes:
-        rows = results.setdefault(n, {})
-        for layer in LAYERS:
-            q, k, _ = restricted.real_qk(layer, n, "train")
-            with torch.inference_mode():
-                edges, _ = entmax_edges(q, k, q.shape[-1] ** -0.5)
-                for sub, count in POOLING:
-                    select = BlockKeySparsefinder(32, 448, sub_block=sub, candidates=count,
-                                                  wide_keys=1024).select
-                    start = time.perf_counter()
-                    graph, extra = select(q, k)
-                    seconds = time.perf_counter() - start
-                    rows.setdefault((sub, count), []).append(
-                        (*restricted.score_selection(graph, extra, edges, 32), seconds))
-            print(f"n={n} layer {layer} done", flush=True)
+        results[n] = rows = measure(n, {
+            (sub, count): selector(sub_block=sub, candidates=count, wide_keys=1024)
+            for sub, count in POOLING})
         print(f"\nn = {n}, crowded blocks keep 1024:")
         print("| sub_block | candidates | " + " | ".join(f"layer {x}" for x in LAYERS)
               + " | mean recall | mean exact | select s |")
         print("|---" * (len(LAYERS) + 5) + "|")
         for (sub, count), cells in rows.items():
-            print(f"| {sub} | {count} | " + " | ".join(f"{r:.4f}" for r, _, _ in cells)
-                  + f" | {sum(r for r, _, _ in cells) / 4:.4f} | "
-                  f"{sum(e for _, e, _ in cells) / 4:.3f} | "
-                  f"{sum(s for _, _, s in cells) / 4:.3f} |", flush=True)
+            print(f"| {sub} | {count} | " + " | ".join(f"{r:.4f}" for r, _, _, _ in cells)
+                  + f" | {mean(cells, 0):.4f} | {mean(cells, 1):.3f} | {mean(cells, 2):.3f} |",
+                  flush=True)
     largest = max(sizes)
-    met = [pair for pair in POOLING
-           if all(sum(r for r, _, _ in results[n][pair]) / 4 >= BAR for n in sizes)]
-    cost = {pair: sum(s for _, _, s in results[largest][pair]) for pair in met}
+    met = [pair for pair in POOLING if all(mean(results[n][pair], 0) >= BAR for n in sizes)]
+    cost = {pair: mean(results[largest][pair], 2) for pair in met}
+    best = min(cost, key=cost.get) if cost else None
     print(f"chosen (the fewest seconds at n={largest} with mean recall >= {BAR} at every n): "
-          + (f"sub_block {min(cost, key=cost.get)[0]}, candidates {min(cost, key=cost.get)[1]}"
-             if cost else "none of the grid"), flush=True)
+          + (f"sub_block {best[0]}, candidates {best[1]}" if best else "none of the grid"),
+          flush=True)
 
 
 if __name__ == "__main__":
