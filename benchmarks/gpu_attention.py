@@ -279,9 +279,10 @@ def main() -> int:
     device = args.device_obj = torch.device(args.device)
     if args.table is not None:
         with args.table.open("a") as handle:
-            stage = (f"{args.candidates} candidates re-ranked" + (
-                f", crowded blocks keep {args.wide_keys}" if args.wide_keys else "")
-                     if args.candidates else "one stage") + f", sub-blocks of {args.sub_block}"
+            from restricted import second_stage
+
+            stage = (second_stage(args.candidates, args.wide_keys) or "one stage") + (
+                f", sub-blocks of {args.sub_block}")
             handle.write(f"\n{'causal' if args.causal else 'bidirectional'}, "
                          f"{device.type}, selector: {stage}\n\n| input | n | dtype | method "
                          "| ms | peak MiB | max abs diff | recall | rows τ off | rows certified |\n"

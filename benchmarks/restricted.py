@@ -223,6 +223,14 @@ def keys_selector(block: int, n_keys: int | None = None, sub_block: int | None =
                                 candidates=candidates, wide_keys=wide_keys).select
 
 
+def second_stage(candidates: int, wide_keys: int) -> str:
+    """How the keys selector's second stage is set, for a benchmark's header ("" without)."""
+    if not candidates:
+        return ""
+    return (f"{candidates} candidates re-ranked by each block's queries"
+            + (f", crowded blocks keep {wide_keys}" if wide_keys else ""))
+
+
 def _selector(args: argparse.Namespace, layer: int):
     """(q, k) → (block graph, extra keys) of the block Sparsefinder. ``--selector keys``: the
     diagonal band ∪ single keys by q·k on pooled query sub-blocks (``BlockKeySparsefinder``);
@@ -433,9 +441,8 @@ def main() -> None:
     if args.selector == "keys":
         setting = (f"selector keys: band of {2 * args.window_blocks - 1} blocks + "
                    f"{_n_keys(args)} single keys by q.k on sub-blocks of {args.sub_block} queries"
-                   + (f", re-ranked from {args.candidates} candidates by each block's queries"
-                      if args.candidates else "")
-                   + (f", crowded blocks keep {args.wide_keys}" if args.wide_keys else ""))
+                   + (f", {second_stage(args.candidates, args.wide_keys)}"
+                      if args.candidates else ""))
     else:
         setting = (f"n_blocks={args.n_blocks}, n_keys={_n_keys(args)}, diagonal band of 3 "
                    f"blocks, key blocks by the {_selector_name(args)} projections")

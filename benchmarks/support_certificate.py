@@ -127,9 +127,9 @@ def main() -> int:
         raise SystemExit("the certificate vouched for a row whose τ is wrong")
     bound = (f", by the bound (piece {args.piece or args.block}) {cert.bound_fraction:.3f}"
              if args.bound else "")
-    stage = (f" ({args.candidates} candidates" + (f", crowded blocks keep {args.wide_keys}"
-                                                  if args.wide_keys else "") + ")"
-             if args.candidates else "")
+    from restricted import second_stage
+
+    stage = f" ({second_stage(args.candidates, args.wide_keys)})" if args.candidates else ""
     print(f"{source}, layer {args.layer}, n={args.n}, {args.selector} selector{stage}, block "
           f"{args.block}: selected tiles {float(tiles.float().mean()):.3f} of all; rows "
           f"whose τ differs {float(wrong.double().mean()):.3f}; certified rows "
