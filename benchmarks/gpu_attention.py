@@ -15,7 +15,8 @@ same q/k/v and reports:
   (:func:`~sparsefinder.attention.gold_edges.entmax_edges` with values, memory O(n · tile));
   SDPA is softmax, so its Δ is how far softmax attention is from entmax, not an error;
 - ``recall``: the gold edges the method computes (1 for dense methods and AdaSplash, the
-  selection's edge recall for block Sparsefinder, whose exact variant recomputes the rest);
+  selection's edge recall for block Sparsefinder, whose exact variant recomputes the rest;
+  the selector reads q/k in the row's precision, so fp16 and bf16 rows have their own);
 - ``rows τ off`` (block methods): the rows whose selection misses a gold key, so that τ found
   on the selection is not the row's true τ (by sparse-consistency it is exactly when none is
   missed);
@@ -25,8 +26,9 @@ same q/k/v and reports:
 Methods: ``sdpa`` (``scaled_dot_product_attention``), ``dense-entmax`` (the project's exact
 solver over the full scores, rows in chunks: ``support_certificate.dense_rows``),
 ``adasplash`` (``pip install adasplash``: the ``gpu`` extra; CUDA only, skipped with the
-reason otherwise), ``block`` (block Sparsefinder,
-its default selector as in ``restricted.py``), ``block-exact`` (the same with the support
+reason otherwise), ``select`` (block Sparsefinder's selection alone: the block graph and
+single keys of its default selector, as in ``restricted.py``), ``block`` (that selection,
+then entmax on it), ``block-exact`` (the same with the support
 certificate: each row's unselected keys checked against its threshold in one pass, and the
 dense fallback of the rows that fail), ``block-triton`` (the same selection, key blocks and
 single keys, in one Triton kernel, :mod:`~sparsefinder.attention.triton_block_sparse`; CUDA
@@ -34,7 +36,8 @@ only here) and ``block-triton-exact`` (the kernel, the check's kernel
 :mod:`~sparsefinder.attention.triton_support_check`, and the fallback). ``check`` and
 ``check-triton`` time the support certificate's check alone (the selection, then each row's
 best unselected score: the tensor path in chunks, or the kernel), so the exact variants' time
-splits into block, check and fallback; their output is no attention, so they have no Δ.
+splits into block, check and fallback, and ``block``'s into select and attention; their
+output is no attention, so they have no Δ.
 
     .venv/bin/python benchmarks/gpu_attention.py --device cuda [--sizes 4096 8192 16384 32768]
         [--dtypes fp32 fp16] [--inputs default random] [--repeats 5]
@@ -78,8 +81,8 @@ CANDIDATES = 3072
 #: Keys a crowded query block keeps (BlockKeySparsefinder.wide_keys; tools/choose_candidates.py
 #: --wide 1024, TRAIN q/k): the few blocks whose candidates crowd a row's maximum.
 WIDE_KEYS = 1024
-METHODS = ("sdpa", "dense-entmax", "adasplash", "block", "block-exact", "block-triton",
-           "block-triton-exact", "check", "check-triton")
+METHODS = ("sdpa", "dense-entmax", "adasplash", "select", "block", "block-exact",
+           "block-triton", "block-triton-exact", "check", "check-triton")
 
 
 def _sync(device: torch.device) -> None:
@@ -158,8 +161,8 @@ def _method(name: str, args):  # noqa: ANN001, ANN202
                                          is_causal=causal)[0]
     selector = _selector(args)
 
-    def select(q, k):
-        return selector(q.float(), k.float(), causal=causal)
+    def select(q, k):  # in the row's precision: half q/k take the half products
+        return selector(q, k, causal=causal)
 
     if ("triton" in name and args.device_obj.type != "cuda"
             and os.environ.get("TRITON_INTERPRET") != "1"):
@@ -172,6 +175,8 @@ def _method(name: str, args):  # noqa: ANN001, ANN202
             return triton_block_sparse_entmax(q, k, v, graph, args.block, extra_keys=extra,
                                               causal=causal)
         return kernel
+    if name == "select":
+        return lambda q, k, v: select(q, k)
     if name == "block":
         def block(q, k, v):
             graph, extra = select(q, k)
@@ -296,9 +301,10 @@ def main() -> int:
                 _row(args.table, kind, n, "-", "inputs", str(why), "", "", "", "", "")
                 continue
             v32 = torch.randn(q32.shape, generator=torch.Generator().manual_seed(7)).to(device)
-            with torch.inference_mode():
+            with torch.inference_mode():  # the selection follows the precision of its q/k
                 support, reference = _reference(q32, k32, v32, args.causal)
-                recall = _recall(q32, k32, support, args)
+                recalls = {name: _recall(q32.to(DTYPES[name]), k32.to(DTYPES[name]), support,
+                                         args) for name in args.dtypes}
             del support
             for dtype_name in args.dtypes:
                 dtype = DTYPES[dtype_name]
@@ -326,13 +332,13 @@ def main() -> int:
                         continue
                     if first > args.slow_s:
                         too_slow[(kind, dtype_name, name)] = f"{first:.0f} s a call at n={n}"
-                    if name.startswith("check"):  # no attention output to compare
+                    if name.startswith("check") or name == "select":  # no attention output
                         _row(args.table, kind, n, dtype_name, name, f"{ms:.2f}", f"{peak:.1f}",
                              "", "", "", "")
                         del out
                         continue
                     diff = float((out.float() - reference).abs().max())
-                    sel, off = recall if name.startswith("block") else (1.0, 0.0)
+                    sel, off = recalls[dtype_name] if name.startswith("block") else (1.0, 0.0)
                     certified = f"{args.certified:.4f}" if name.endswith("-exact") else ""
                     _row(args.table, kind, n, dtype_name, name, f"{ms:.2f}", f"{peak:.1f}",
                          f"{diff:.2e}", f"{sel:.4f}", f"{off:.4f}", certified)

@@ -13,7 +13,7 @@ the four layers is at least 0.99 (the recall at which the long-context issue com
 
     PYTHONPATH=. .venv/bin/python tools/choose_candidates.py [--sizes 4096 8192]
 
-About ten minutes on two cores. The validation split is never read.
+About ten minutes on two cores. The validation split is read only by ``--split validation``.
 
 ``--wide W``: instead, how crowded a query block must be to keep ``W`` keys
 (``BlockKeySparsefinder.wide_keys``; the second stage at ``--candidates``, default 2048). For
@@ -34,6 +34,16 @@ the pair with the fewest seconds at the largest n among those whose mean edge re
 least 0.99 at every n.
 
     PYTHONPATH=. .venv/bin/python tools/choose_candidates.py --pooling
+
+``--precision``: instead, whether the chosen selector (sub-blocks of 8, 3072 candidates,
+crowded blocks keeping 1024) may read half q/k, as a GPU's fp16 or bf16 attention holds them:
+both stages then multiply in half (the selection's seconds on a CPU say nothing of a GPU's).
+For float32, fp16 and bf16 it reports per layer edge recall and the mean exact rows. Rule,
+fixed before looking: a half format is used where its mean edge recall is at most 0.001 under
+float32's at every n. ``--split validation`` reports the same table on the validation split
+(every passage where it is shorter than n) once the choice is made; it chooses nothing.
+
+    PYTHONPATH=. .venv/bin/python tools/choose_candidates.py --precision [--split validation]
 """
 
 from __future__ import annotations
@@ -56,6 +66,7 @@ BAR = 0.99
 SHARES = (1 / 2, 1 / 3, 1 / 4)
 GAIN = 0.75
 POOLING = ((8, 2048), (8, 3072), (4, 2048), (4, 3072), (2, 2048))
+HALF_LOSS = 0.001
 
 
 def gold_union(edges, block: int) -> tuple[float, int]:
@@ -77,8 +88,8 @@ def gold_union(edges, block: int) -> tuple[float, int]:
 Row = tuple[float, float, float, float]  # edge recall, exact rows, select seconds, widened
 
 
-def measure(n: int, settings: dict, on_edges=None) -> dict:  # noqa: ANN001
-    """setting → one :data:`Row` per layer of :data:`LAYERS`, on TRAIN q/k at ``n``; each
+def measure(n: int, settings: dict, on_edges=None, split: str = "train") -> dict:  # noqa: ANN001
+    """setting → one :data:`Row` per layer of :data:`LAYERS`, on ``split`` q/k at ``n``; each
     setting a function returning the ``select`` to time (it may set module state first);
     ``on_edges(edges)`` sees each layer's gold edges. Widened: the share of query blocks
     keeping more than 448 distinct single keys."""
@@ -88,7 +99,7 @@ def measure(n: int, settings: dict, on_edges=None) -> dict:  # noqa: ANN001
 
     rows: dict = {}
     for layer in LAYERS:
-        q, k, source = restricted.real_qk(layer, n, "train")
+        q, k, source = restricted.real_qk(layer, n, split)
         with torch.inference_mode():
             edges, _ = entmax_edges(q, k, q.shape[-1] ** -0.5)
             if on_edges is not None:
@@ -127,10 +138,17 @@ def main() -> None:
     made.add_argument("--candidates", type=int, default=2048)
     made.add_argument("--pooling", action="store_true",
                       help="choose the pooled stage's sub-block and candidates instead")
+    made.add_argument("--precision", action="store_true",
+                      help="whether the selector may read half q/k instead")
+    made.add_argument("--split", choices=["train", "validation"], default="train",
+                      help="with --precision: validation only reports, once chosen")
     args = made.parse_args()
     torch.set_num_threads(1)
-    print(f"load avg {os.getloadavg()[0]:.2f}; TRAIN split, one thread", flush=True)
-    if args.pooling:
+    split = args.split if args.precision else "train"
+    print(f"load avg {os.getloadavg()[0]:.2f}; {split} split, one thread", flush=True)
+    if args.precision:
+        choose_precision(args.sizes, args.split)
+    elif args.pooling:
         choose_pooling(args.sizes)
     elif args.wide:
         choose_crowd(args.sizes, args.wide, args.candidates)
@@ -217,6 +235,39 @@ def choose_pooling(sizes: list[int]) -> None:
     best = min(cost, key=cost.get) if cost else None
     print(f"chosen (the fewest seconds at n={largest} with mean recall >= {BAR} at every n): "
           + (f"sub_block {best[0]}, candidates {best[1]}" if best else "none of the grid"),
+          flush=True)
+
+
+def choose_precision(sizes: list[int], split: str = "train") -> None:
+    """Which half formats the selector may read, by the module docstring's rule."""
+    chosen = selector(candidates=3072, wide_keys=1024)
+
+    def reading(dtype: torch.dtype):  # noqa: ANN202
+        def make():  # noqa: ANN202
+            select = chosen()
+            return lambda q, k: select(q.to(dtype), k.to(dtype))
+        return make
+
+    formats = {"float32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+    losses: dict[str, list[float]] = {}
+    for n in sizes:
+        rows = measure(n, {name: reading(dtype) for name, dtype in formats.items()},
+                       split=split)
+        print(f"\nn = {n}, sub-blocks of 8, 3072 candidates, crowded blocks keep 1024:")
+        print("| q/k | " + " | ".join(f"layer {x}" for x in LAYERS)
+              + " | mean recall | mean exact |")
+        print("|---" * (len(LAYERS) + 3) + "|")
+        for name, cells in rows.items():
+            print(f"| {name} | " + " | ".join(f"{r:.4f}" for r, _, _, _ in cells)
+                  + f" | {mean(cells, 0):.4f} | {mean(cells, 1):.3f} |", flush=True)
+            losses.setdefault(name, []).append(mean(rows["float32"], 0) - mean(cells, 0))
+    used = [name for name in ("fp16", "bf16") if max(losses[name]) <= HALF_LOSS]
+    print("largest recall loss against float32: " + ", ".join(
+        f"{name} {max(losses[name]):+.4f}" for name in ("fp16", "bf16")))
+    if split != "train":
+        print("(validation: a report, nothing is chosen here)")
+        return
+    print(f"chosen (loss <= {HALF_LOSS} at every n): {', '.join(used) or 'neither'}",
           flush=True)
 
 

@@ -50,9 +50,11 @@ CROWD_SHARE = 1 / 3
 
 
 def sub_block_scores(q: Tensor, k: Tensor, block: int, sub_block: int) -> Tensor:
-    """(heads, ceil(n/block), m): per query block, ``max`` over its sub-blocks of
+    """float32 (heads, ceil(n/block), m): per query block, ``max`` over its sub-blocks of
     (mean query of the sub-block) · key. A partial last sub-block is the mean of its real
-    rows; sub-blocks past the end of the sequence do not count."""
+    rows; sub-blocks past the end of the sequence do not count. The means are taken in
+    float32; the products are in the inputs' precision, so half q/k (a GPU's fp16 or bf16
+    attention) take the half matmul and write half the scores, as the second stage does."""
     heads, n, d = q.shape
     m = k.shape[1]
     per = block // sub_block
@@ -62,10 +64,10 @@ def sub_block_scores(q: Tensor, k: Tensor, block: int, sub_block: int) -> Tensor
     x = torch.nn.functional.pad(q.float(), (0, 0, 0, pad)) if pad else q.float()
     sizes = torch.full((ns, 1), float(sub_block), device=q.device)
     sizes[-1] = sub_block - pad
-    pooled = x.view(heads, ns, sub_block, d).sum(2) / sizes  # (heads, ns, d)
+    pooled = (x.view(heads, ns, sub_block, d).sum(2) / sizes).to(k.dtype)  # (heads, ns, d)
     if nb * per > ns:  # the last block's missing sub-blocks repeat its last real one (same max)
         pooled = torch.cat([pooled, pooled[:, -1:].expand(heads, nb * per - ns, d)], 1)
-    kt = k.float().transpose(1, 2)
+    kt = k.transpose(1, 2)
     out = q.new_empty((heads, nb, m), dtype=torch.float32)
     # on a GPU (block_sparse.GPU_CHUNK_SCORES) whole heads at once where they fit: a layer at
     # n = 32 768 takes 12 launches instead of 1 536
@@ -77,7 +79,7 @@ def sub_block_scores(q: Tensor, k: Tensor, block: int, sub_block: int) -> Tensor
         for start in range(0, nb, rows):
             stop = min(nb, start + rows)
             scores = torch.bmm(pooled[h0:h1, start * per : stop * per], kt[h0:h1])
-            if h1 - h0 == 1:
+            if h1 - h0 == 1 and scores.dtype == out.dtype:
                 torch.amax(scores.view(stop - start, per, m), 1, out=out[h0, start:stop])
             else:
                 out[h0:h1, start:stop] = scores.view(h1 - h0, stop - start, per, m).amax(2)

@@ -48,6 +48,17 @@ def test_sub_block_scores_are_the_max_over_pooled_sub_blocks(n, block, sub):
                                **_scores_tol(q, k, sub))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_inputs_give_float32_scores_within_the_half_bound(dtype):
+    g = torch.Generator().manual_seed(3)
+    q, k = (torch.randn(2, 48, 8, generator=g).to(dtype) for _ in range(2))
+    got = sub_block_scores(q, k, 16, 4)
+    assert got.dtype == torch.float32
+    # the float32 means rounded once to half, then a half product: within the half bound
+    torch.testing.assert_close(got, _brute_scores(q.double(), k.double(), 16, 4).float(),
+                               **_scores_tol(q, k, 4))
+
+
 def test_selection_is_the_band_and_the_top_keys_outside_it():
     g = torch.Generator().manual_seed(0)
     q, k = torch.randn(2, 64, 4, generator=g), torch.randn(2, 64, 4, generator=g)

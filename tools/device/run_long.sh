@@ -20,7 +20,7 @@ echo "== gpu_attention, bidirectional $(date +%T)" | tee -a $T
 timeout ${T_ATT:-190} python3 benchmarks/gpu_attention.py --device ${DEVICE:-cuda} \
   --sizes ${SIZES:-4096 8192 16384 32768} --dtypes fp32 fp16 --inputs default random \
   --qk /tmp/qk_default.pt --repeats 3 --slow-s 8 --table $T --methods sdpa dense-entmax \
-  adasplash block block-exact block-triton block-triton-exact check-triton 2>&1 | tail -2
+  adasplash select block block-exact block-triton block-triton-exact check-triton 2>&1 | tail -2
 echo "== decoder supports, ~1 B at ${DEC_TOKENS:-16384} tokens $(date +%T)" | tee -a $T
 timeout ${T_DEC:-150} python3 benchmarks/decoder_supports.py --device ${DEVICE:-cuda} ${DEC_ARGS:-} \
   --tokens ${DEC_TOKENS:-16384} --save-qk /tmp/decoder_qk.pt --qk-tokens ${QK_TOKENS:-32768} 2>&1 \
@@ -29,11 +29,11 @@ echo "== gpu_attention, causal, the decoder's q/k $(date +%T)" | tee -a $T
 [ -f /tmp/decoder_qk.pt ] && timeout ${T_CAUSAL:-90} python3 benchmarks/gpu_attention.py \
   --device ${DEVICE:-cuda} --sizes ${CAUSAL_SIZES:-8192 32768} --dtypes fp16 --inputs decoder \
   --decoder-qk /tmp/decoder_qk.pt --causal --repeats 3 --slow-s 8 --table $T --methods sdpa \
-  dense-entmax adasplash block block-exact block-triton block-triton-exact check-triton 2>&1 \
+  dense-entmax adasplash select block block-exact block-triton block-triton-exact check-triton 2>&1 \
   | tail -2
 echo "== the selector's pooled stage alone (no second stage), for comparison $(date +%T)" | tee -a $T
 timeout ${T_ONE:-40} python3 benchmarks/gpu_attention.py --device ${DEVICE:-cuda} \
   --sizes ${ONE_SIZES:-32768} --dtypes fp16 --inputs default --qk /tmp/qk_default.pt \
-  --candidates 0 --repeats 3 --slow-s 8 --table $T --methods block-triton block-triton-exact \
+  --candidates 0 --repeats 3 --slow-s 8 --table $T --methods select block-triton block-triton-exact \
   2>&1 | tail -2
 echo "== done $(date +%T)" | tee -a $T
