@@ -310,7 +310,11 @@ def main() -> int:
                 dtype = DTYPES[dtype_name]
                 q, k, v = (t.to(dtype) for t in (q32, k32, v32))
                 for name in args.methods:
-                    run = _method(name, args)
+                    try:
+                        run = _method(name, args)
+                    except Exception as error:  # noqa: BLE001  (an optional package that
+                        # fails to import on this machine: the other methods still run)
+                        run = f"failed to set up: {type(error).__name__}: {str(error)[:160]}"
                     slow = too_slow.get((kind, dtype_name, name))
                     if isinstance(run, str) or slow:
                         _row(args.table, kind, n, dtype_name, name, run if isinstance(run, str)
