@@ -74,13 +74,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import cuda_missing, parse, parser, skip  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-#: The block selector's second stage: candidates it re-ranks (tools/choose_candidates.py
-#: --pooling, TRAIN q/k, with crowded blocks keeping 1024: mean edge recall over layers 1-4
-#: 0.9986 at n = 4096 and 0.9917 at 8192; 2048 candidates give 0.9950 and 0.9859).
-CANDIDATES = 3072
-#: Keys a crowded query block keeps (BlockKeySparsefinder.wide_keys; tools/choose_candidates.py
-#: --wide 1024, TRAIN q/k): the few blocks whose candidates crowd a row's maximum.
-WIDE_KEYS = 1024
+#: The block selector's budget from each length on: (single keys a query block keeps, keys a
+#: crowded block keeps (BlockKeySparsefinder.wide_keys), candidates the second stage re-ranks),
+#: all chosen on TRAIN q/k with tools/choose_candidates.py. Up to 8192: --pooling and --wide 1024
+#: (mean edge recall over layers 1-4 0.9986 at n = 4096 and 0.9917 at 8192). Longer: --budgets
+#: (448 keys fall short there: a query block needs 204-388 gold keys outside its band on
+#: average at n = 16 384 and 32 768).
+BUDGETS = {0: (448, 1024, 3072), 16384: (448, 1024, 3072), 32768: (448, 1024, 3072)}
+#: ``--smoke``: a CPU, random q/k, n = 64, fp32, one repeat.
+SMOKE = {"device": "cpu", "sizes": [64], "dtypes": ["fp32"], "inputs": ["random"], "repeats": 1,
+         "block": 16}
 METHODS = ("sdpa", "dense-entmax", "adasplash", "select", "block", "block-exact",
            "block-triton", "block-triton-exact", "check", "check-triton")
 
@@ -132,8 +135,8 @@ def _inputs(kind: str, n: int, args) -> tuple[torch.Tensor, torch.Tensor]:  # no
     return q, k
 
 
-def _method(name: str, args):  # noqa: ANN001, ANN202
-    """(q, k, v) → output for one method, or a reason it can't run."""
+def _method(name: str, args, n: int):  # noqa: ANN001, ANN202
+    """(q, k, v) → output for one method at length ``n``, or a reason it can't run."""
     import torch.nn.functional as F
 
     from sparsefinder.attention.block_sparse import block_sparse_entmax
@@ -159,7 +162,7 @@ def _method(name: str, args):  # noqa: ANN001, ANN202
             return "adasplash is not installed (pip install adasplash: the gpu extra)"
         return lambda q, k, v: adasplash(q[None], k[None], v[None], alpha=1.5,
                                          is_causal=causal)[0]
-    selector = _selector(args)
+    selector = _selector(args, n)
 
     def select(q, k):  # in the row's precision: half q/k take the half products
         return selector(q, k, causal=causal)
@@ -211,14 +214,35 @@ def _method(name: str, args):  # noqa: ANN001, ANN202
     return exact
 
 
-def _selector(args: argparse.Namespace):
-    """(q, k, causal=) → (block graph, extra keys): the block selector of ``--sub-block``,
-    ``--candidates`` and ``--wide-keys`` (which needs a second stage: ignored without one),
-    the one every block method and the recall column use."""
+def budget(args: argparse.Namespace, n: int) -> tuple[int, int, int]:
+    """(single keys, crowded blocks' keys, candidates) of the block selector at length ``n``:
+    :data:`BUDGETS`' entry, each overridden by ``--n-keys``, ``--wide-keys`` and
+    ``--candidates`` where given. Without a second stage no block is widened."""
+    keys, wide, count = BUDGETS[max(start for start in BUDGETS if start <= n)]
+    keys = keys if args.n_keys is None else args.n_keys
+    count = count if args.candidates is None else args.candidates
+    wide = wide if args.wide_keys is None else args.wide_keys
+    return keys, wide if count else 0, count
+
+
+def _selector(args: argparse.Namespace, n: int):
+    """(q, k, causal=) → (block graph, extra keys): the block selector of ``--sub-block`` and
+    :func:`budget` at length ``n``, the one every block method and the recall column use."""
     from restricted import keys_selector
 
-    return keys_selector(args.block, sub_block=args.sub_block, candidates=args.candidates,
-                         wide_keys=args.wide_keys if args.candidates else 0)
+    keys, wide, count = budget(args, n)
+    return keys_selector(args.block, keys, sub_block=args.sub_block, candidates=count,
+                         wide_keys=wide)
+
+
+def _describe(args: argparse.Namespace) -> str:
+    """The selector of each length of the run, for the table's header."""
+    from restricted import second_stage
+
+    return f"sub-blocks of {args.sub_block}; " + "; ".join(
+        f"n = {n}: {budget(args, n)[0]} single keys"
+        + (f", {second_stage(budget(args, n)[2], budget(args, n)[1])}"
+           if budget(args, n)[2] else ", one stage") for n in sorted(args.sizes))
 
 
 def _recall(q: torch.Tensor, k: torch.Tensor, support, args: argparse.Namespace,  # noqa: ANN001
@@ -228,7 +252,7 @@ def _recall(q: torch.Tensor, k: torch.Tensor, support, args: argparse.Namespace,
     from sparsefinder.attention.block_sparse import expand_blocks
 
     block = args.block
-    graph, extra = _selector(args)(q, k, causal=args.causal)
+    graph, extra = _selector(args, q.shape[1])(q, k, causal=args.causal)
     n = q.shape[1]
     hit = total = off = 0
     for h in range(q.shape[0]):
@@ -249,7 +273,8 @@ def _row(table: Path | None, *cells: object) -> None:
             handle.write("| " + " | ".join(str(c) for c in cells) + " |\n")
 
 
-def main() -> int:
+def arguments() -> argparse.ArgumentParser:
+    """The command line (its ``--smoke`` defaults are :data:`SMOKE`)."""
     made = parser(__doc__.splitlines()[0])
     made.add_argument("--device", default="cuda")
     made.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192, 16384, 32768])
@@ -266,17 +291,22 @@ def main() -> int:
     made.add_argument("--table", type=Path, help="also append each row here (Markdown)")
     made.add_argument("--qk", help="q/k of the default model saved by gpu_solver.py --save")
     made.add_argument("--decoder-qk", help="q/k of a decoder (decoder_supports.py --save-qk)")
-    made.add_argument("--candidates", type=int, default=CANDIDATES,
+    made.add_argument("--candidates", type=int,
                       help="pooled candidates the block selector's second stage re-ranks by "
-                           f"each block's own queries (default {CANDIDATES}; 0: one stage)")
-    made.add_argument("--wide-keys", type=int, default=WIDE_KEYS,
-                      help="with --candidates: single keys a crowded query block keeps "
-                           f"(default {WIDE_KEYS}; 0: every block keeps 448)")
+                           "each block's own queries (default: BUDGETS, by n; 0: one stage)")
+    made.add_argument("--wide-keys", type=int,
+                      help="with a second stage: single keys a crowded query block keeps "
+                           "(default: BUDGETS, by n; 0: every block keeps --n-keys)")
+    made.add_argument("--n-keys", type=int,
+                      help="single keys a query block keeps (default: BUDGETS, by n)")
     made.add_argument("--sub-block", type=int, default=8,
                       help="queries the selector's pooled stage averages (default 8; 2 finds "
                            "more keys for 4x its products)")
-    args = parse(made, smoke={"device": "cpu", "sizes": [64], "dtypes": ["fp32"],
-                              "inputs": ["random"], "repeats": 1, "block": 16})
+    return made
+
+
+def main() -> int:
+    args = parse(arguments(), smoke=SMOKE)
     reason = cuda_missing(args.device)
     if reason:
         skip(reason, device=args.device)
@@ -284,13 +314,10 @@ def main() -> int:
     device = args.device_obj = torch.device(args.device)
     if args.table is not None:
         with args.table.open("a") as handle:
-            from restricted import second_stage
-
-            stage = (second_stage(args.candidates, args.wide_keys) or "one stage") + (
-                f", sub-blocks of {args.sub_block}")
             handle.write(f"\n{'causal' if args.causal else 'bidirectional'}, "
-                         f"{device.type}, selector: {stage}\n\n| input | n | dtype | method "
-                         "| ms | peak MiB | max abs diff | recall | rows τ off | rows certified |\n"
+                         f"{device.type}, selector: {_describe(args)}\n\n"
+                         "| input | n | dtype | method | ms | peak MiB | max abs diff | recall "
+                         "| rows τ off | rows certified |\n"
                          "|---|---|---|---|---|---|---|---|---|---|\n")
     headline, too_slow = {}, {}
     for kind in args.inputs:
@@ -311,7 +338,7 @@ def main() -> int:
                 q, k, v = (t.to(dtype) for t in (q32, k32, v32))
                 for name in args.methods:
                     try:
-                        run = _method(name, args)
+                        run = _method(name, args, n)
                     except Exception as error:  # noqa: BLE001  (an optional package that
                         # fails to import on this machine: the other methods still run)
                         run = f"failed to set up: {type(error).__name__}: {str(error)[:160]}"

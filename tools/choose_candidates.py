@@ -14,6 +14,11 @@ the four layers is at least 0.99 (the recall at which the long-context issue com
     PYTHONPATH=. .venv/bin/python tools/choose_candidates.py [--sizes 4096 8192]
 
 About ten minutes on two cores. The validation split is read only by ``--split validation``.
+``--wide-keys W``: every C > 0 of the grid with crowded blocks keeping ``W`` (the selector of
+``benchmarks/gpu_attention.py``), e.g. at the GPU's lengths, about half an hour:
+
+    PYTHONPATH=. .venv/bin/python tools/choose_candidates.py --sizes 16384 32768 \
+        --grid 3072 4096 6144 --wide-keys 1024
 
 ``--wide W``: instead, how crowded a query block must be to keep ``W`` keys
 (``BlockKeySparsefinder.wide_keys``; the second stage at ``--candidates``, default 2048). For
@@ -34,6 +39,16 @@ the pair with the fewest seconds at the largest n among those whose mean edge re
 least 0.99 at every n.
 
     PYTHONPATH=. .venv/bin/python tools/choose_candidates.py --pooling
+
+``--budgets``: instead, the keys a query block keeps at the GPU's lengths, where 448 single
+keys fall short (TRAIN q/k at n = 16 384 and 32 768: a block needs 204-388 gold keys outside its
+band on average, up to 1500). For each (n_keys, wide_keys, candidates) of the grid (sub-blocks
+of 8) it reports per layer edge recall, the mean exact rows and the selection's seconds. Rule,
+fixed before looking at the grid's numbers (after the candidates grid above at those n): for
+each n, the setting with the fewest single keys, then the fewest candidates, whose mean edge
+recall is at least 0.99; where none is, the one with the highest, reported as short of it.
+
+    PYTHONPATH=. .venv/bin/python tools/choose_candidates.py --budgets --sizes 16384 32768
 
 ``--precision``: instead, whether the chosen selector (sub-blocks of 8, 3072 candidates,
 crowded blocks keeping 1024) may read half q/k, as a GPU's fp16 or bf16 attention holds them:
@@ -67,6 +82,7 @@ SHARES = (1 / 2, 1 / 3, 1 / 4)
 GAIN = 0.75
 POOLING = ((8, 2048), (8, 3072), (4, 2048), (4, 3072), (2, 2048))
 HALF_LOSS = 0.001
+BUDGETS = ((448, 1024, 6144), (640, 1280, 6144), (896, 1792, 6144), (896, 1792, 8192))
 
 
 def gold_union(edges, block: int) -> tuple[float, int]:
@@ -136,8 +152,12 @@ def main() -> None:
     made.add_argument("--grid", type=int, nargs="+", default=list(GRID))
     made.add_argument("--wide", type=int, default=0, help="choose the crowd share instead")
     made.add_argument("--candidates", type=int, default=2048)
+    made.add_argument("--wide-keys", type=int, default=0,
+                      help="choosing candidates: crowded blocks keep this many (0: off)")
     made.add_argument("--pooling", action="store_true",
                       help="choose the pooled stage's sub-block and candidates instead")
+    made.add_argument("--budgets", action="store_true",
+                      help="choose the keys a block keeps at long n instead")
     made.add_argument("--precision", action="store_true",
                       help="whether the selector may read half q/k instead")
     made.add_argument("--split", choices=["train", "validation"], default="train",
@@ -146,22 +166,25 @@ def main() -> None:
     torch.set_num_threads(1)
     split = args.split if args.precision else "train"
     print(f"load avg {os.getloadavg()[0]:.2f}; {split} split, one thread", flush=True)
-    if args.precision:
+    if args.budgets:
+        choose_budgets(args.sizes)
+    elif args.precision:
         choose_precision(args.sizes, args.split)
     elif args.pooling:
         choose_pooling(args.sizes)
     elif args.wide:
         choose_crowd(args.sizes, args.wide, args.candidates)
     else:
-        choose_candidates(args.sizes, args.grid)
+        choose_candidates(args.sizes, args.grid, args.wide_keys)
     print(f"load avg {os.getloadavg()[0]:.2f}")
 
 
-def choose_candidates(sizes: list[int], grid: list[int]) -> None:
+def choose_candidates(sizes: list[int], grid: list[int], wide_keys: int = 0) -> None:
     """The second stage's candidates by the module docstring's rule."""
     for n in sizes:
         unions: list[tuple[float, int]] = []
-        quality = measure(n, {count: selector(candidates=count) for count in grid},
+        quality = measure(n, {count: selector(candidates=count, wide_keys=wide_keys if count
+                                              else 0) for count in grid},
                           on_edges=lambda edges, found=unions: found.append(gold_union(edges, 32)))
         print(f"\nn = {n}: gold keys a query block needs outside its band, mean / largest: "
               + ", ".join(f"layer {x} {m:.0f} / {b}" for x, (m, b) in zip(LAYERS, unions,
@@ -236,6 +259,29 @@ def choose_pooling(sizes: list[int]) -> None:
     print(f"chosen (the fewest seconds at n={largest} with mean recall >= {BAR} at every n): "
           + (f"sub_block {best[0]}, candidates {best[1]}" if best else "none of the grid"),
           flush=True)
+
+
+def choose_budgets(sizes: list[int]) -> None:
+    """The single keys, crowded width and candidates at long n, by the module docstring's
+    rule."""
+    for n in sizes:
+        rows = measure(n, {setting: selector(n_keys=setting[0], wide_keys=setting[1],
+                                             candidates=setting[2]) for setting in BUDGETS})
+        print(f"\nn = {n}, sub-blocks of 8:")
+        print("| n_keys / wide / candidates | " + " | ".join(f"layer {x}" for x in LAYERS)
+              + " | mean recall | mean exact | select s |")
+        print("|---" * (len(LAYERS) + 4) + "|")
+        for setting, cells in rows.items():
+            print(f"| {' / '.join(map(str, setting))} | "
+                  + " | ".join(f"{r:.4f}" for r, _, _, _ in cells)
+                  + f" | {mean(cells, 0):.4f} | {mean(cells, 1):.3f} | {mean(cells, 2):.3f} |",
+                  flush=True)
+        met = sorted((s for s in rows if mean(rows[s], 0) >= BAR), key=lambda s: (s[0], s[2]))
+        best = max(rows, key=lambda s: mean(rows[s], 0))
+        print(f"chosen at n={n} (fewest keys, then candidates, with mean recall >= {BAR}): "
+              + (" / ".join(map(str, met[0])) if met else
+                 f"none; the highest is {' / '.join(map(str, best))} "
+                 f"({mean(rows[best], 0):.4f})"), flush=True)
 
 
 def choose_precision(sizes: list[int], split: str = "train") -> None:

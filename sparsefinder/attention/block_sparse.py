@@ -182,13 +182,18 @@ def block_sparse_rows(
     extra_keys: Tensor | None = None,
     sliding_window: int | None = None,
     with_thresholds: bool = True,
+    only: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """:func:`block_sparse_entmax`'s output, with what a support certificate needs
     (:mod:`~sparsefinder.attention.support_certificate`): the repaired block graph, and each
     row's entmax threshold in score units ``x* = τ/(α−1)`` (heads, n): on its support, a
     key of score ``x > x*`` has probability ``[(α−1)x − τ]^{1/(α−1)} > 0``. From the row's
     most probable key ``j``: ``x* = x_j − p_j^{α−1}/(α−1)``; NaN for α = 1 (no threshold) and
-    where ``with_thresholds`` is False (a pass over the probabilities saved)."""
+    where ``with_thresholds`` is False (a pass over the probabilities saved).
+
+    ``only`` (int64 ids ``head · nb + query block``): compute just those query blocks; the
+    output of the others is left unset and their thresholds NaN. For a caller that fills the
+    rest itself (the Triton path, for the launches a GPU cannot hold)."""
     heads, n, d, nb = check_block_inputs(query, key, value, block_graph, block,
                                          sliding_window)
     scaling = d**-0.5 if scaling is None else scaling
@@ -210,14 +215,18 @@ def block_sparse_rows(
     qb = query.reshape(heads * nb, block, d)
     k_tokens, v_tokens = key.reshape(-1, d), value.reshape(-1, value.shape[-1])
     widths = counts * block + n_single
-    order = torch.argsort(widths, descending=True)
+    if only is None:
+        order = torch.argsort(widths, descending=True)
+    else:
+        only = only.to(device=device, dtype=torch.int64)
+        order = only[torch.argsort(widths[only], descending=True)]
     out = query.new_empty(rows, block, value.shape[-1])
     thresholds = torch.full((rows, block), torch.nan, dtype=torch.float64, device=device)
     positions = torch.arange(block, device=device)
     start = 0
     budget = chunk_scores(device, _CHUNK_SCORES)
-    while start < rows:
-        size = max(1, min(rows - start, budget // (block * int(widths[order[start]]))))
+    while start < order.numel():
+        size = max(1, min(order.numel() - start, budget // (block * int(widths[order[start]]))))
         chunk = order[start : start + size]
         start += size
         k_max, n_extra = (int(x) for x in torch.stack([counts[chunk].max(),

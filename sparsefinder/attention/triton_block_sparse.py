@@ -37,7 +37,9 @@ fp32; fp32 inputs (``tl.dot`` in IEEE fp32, no tensor cores; ``tf32=True`` trade
 for them) spill heavily at this size, and head dim 128 spills in fp16 too: expect those to be
 slow. None of this is timed: no GPU was at hand when it was written. Rows that add more
 single keys than the rest (a selector's crowded blocks) run in launches of their own
-``G_MAX`` (:func:`width_classes`), so their wider tiles do not widen every program.
+``G_MAX`` (:func:`width_classes`), so their wider tiles do not widen every program. A launch
+whose key tiles exceed the GPU's shared memory (compiled for sm_90: 1024 single keys in fp32,
+2048 in fp16) is refused by Triton before it runs; its rows go to the tensor path.
 
 The result is α-entmax restricted to the selected blocks and single keys, as the tensor
 path's; with a support certificate
@@ -55,6 +57,7 @@ import torch
 from torch import Tensor
 
 from sparsefinder.attention.block_sparse import (
+    block_sparse_rows,
     check_block_inputs,
     check_extra_keys,
     compact_single_keys,
@@ -273,14 +276,46 @@ def triton_block_sparse_rows(
     out = torch.empty(heads, padded, dims_v, dtype=value.dtype, device=value.device)
     thresholds = torch.full((heads, padded), torch.nan, dtype=torch.float32,
                             device=query.device)
+    kernel = _kernel()  # first: without triton, the error that names the tensor path
+    from triton.runtime.errors import OutOfResources
+
+    too_wide = []
     for ids, extra, extra_counts, g_max in width_classes(extra_keys, selected, heads, n,
                                                          block):
         warps = default_num_warps(query_tile * (k_max * block + g_max)) if num_warps is None \
             else int(num_warps)
-        _kernel()[(ids.numel() * (block // query_tile),)](
-            q, k, v, slots, counts.contiguous(), ids, extra, extra_counts, out, thresholds,
-            n, nb, padded, float(scaling), D=dims, DV=dims_v, BLOCK=block, BLOCK_M=query_tile,
-            K_MAX=k_max, G_MAX=g_max, CAUSAL=bool(causal), WINDOW=int(sliding_window or 0),
-            ITERS=N_ITER, PRECISION="tf32" if tf32 else "ieee",
-            THRESHOLDS=bool(with_thresholds), num_warps=warps)
-    return out[:, :n, :value.shape[-1]], graph, thresholds[:, :n].double()
+        try:
+            kernel[(ids.numel() * (block // query_tile),)](
+                q, k, v, slots, counts.contiguous(), ids, extra, extra_counts, out,
+                thresholds, n, nb, padded, float(scaling), D=dims, DV=dims_v, BLOCK=block,
+                BLOCK_M=query_tile, K_MAX=k_max, G_MAX=g_max, CAUSAL=bool(causal),
+                WINDOW=int(sliding_window or 0), ITERS=N_ITER,
+                PRECISION="tf32" if tf32 else "ieee", THRESHOLDS=bool(with_thresholds),
+                num_warps=warps)
+        except OutOfResources:  # this launch's key tiles exceed the GPU's shared memory
+            too_wide.append(ids)
+    out, thresholds = out[:, :n, :value.shape[-1]], thresholds[:, :n].double()
+    if too_wide:
+        _on_tensor_path(out, thresholds, torch.cat(too_wide).long(), query, key, value, graph,
+                        block, scaling=scaling, causal=causal, sliding_window=sliding_window,
+                        extra_keys=extra_keys, with_thresholds=with_thresholds)
+    return out, graph, thresholds
+
+
+def _on_tensor_path(out: Tensor, thresholds: Tensor, ids: Tensor, query: Tensor, key: Tensor,
+                    value: Tensor, graph: Tensor, block: int, **options: Any) -> None:
+    """Write into ``out`` (heads, n, dv) and ``thresholds`` (heads, n) the query blocks
+    ``ids`` (``head · nb + query block``) as the tensor path computes them. Why: a launch
+    whose rows keep many single keys may need more shared memory than the GPU has (compiled
+    for sm_90, 1024 single keys take 320 KiB in fp32 and 2048 take 320 KiB in fp16, against
+    227 KiB an SM gives one program: ``benchmarks/kernel_resources.py``); Triton refuses it
+    before it runs, and those rows, a selector's crowded blocks, get the same result here."""
+    heads, n = out.shape[:2]
+    nb = graph.shape[1]
+    rest, _, rest_thresholds = block_sparse_rows(query, key, value, graph, block, alpha=1.5,
+                                                 warn_empty=False, only=ids, **options)
+    mine = torch.zeros(heads * nb, dtype=torch.bool, device=out.device)
+    mine[ids] = True
+    mine = mine.view(heads, nb).repeat_interleave(block, 1)[:, :n]
+    out[mine] = rest[mine].to(out.dtype)
+    thresholds[mine] = rest_thresholds[mine]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tolerances import entmax_attention_tol
+from tolerances import entmax_attention_tol, tol_for
 
 from sparsefinder.attention.block_sparse import (
     block_sparse_entmax,
@@ -258,3 +258,27 @@ def test_compact_single_keys_moves_each_rows_new_keys_to_its_front():
     single, counts = compact_single_keys(extra, selected, 16)
     assert counts.tolist() == [3, 1]  # row 0: 3 is in its block 0 and 3 repeats; row 1: 5
     assert single.tolist() == [[20, 40, 41, 0, 0], [5, 0, 0, 0, 0]]
+
+
+def test_only_computes_just_the_query_blocks_asked_for():
+    """``only``: those query blocks as the whole call computes them (up to the rounding of
+    other chunkings), the others' thresholds NaN."""
+    from sparsefinder.attention.block_sparse import block_sparse_rows
+
+    q, k, v = _qkv(heads=2, n=100)
+    block, nb = 16, 7
+    graph = torch.rand(2, nb, nb, generator=torch.Generator().manual_seed(1)) < 0.4
+    extra = torch.randint(0, 100, (2, nb, 5), generator=torch.Generator().manual_seed(2))
+    whole, _, thresholds = block_sparse_rows(q, k, v, graph, block, extra_keys=extra,
+                                             warn_empty=False)
+    ids = torch.tensor([0, 6, 9, 13])  # head 0: blocks 0 and 6 (the partial last); head 1: 2, 6
+    part, _, part_thresholds = block_sparse_rows(q, k, v, graph, block, extra_keys=extra,
+                                                 warn_empty=False, only=ids)
+    asked = torch.zeros(2 * nb, dtype=torch.bool)
+    asked[ids] = True
+    asked = asked.view(2, nb).repeat_interleave(block, 1)[:, :100]
+    torch.testing.assert_close(part[asked], whole[asked], atol=_out_tol(q, k, v), rtol=0)
+    # a threshold is a score (d products) minus a power of a probability
+    torch.testing.assert_close(part_thresholds[asked], thresholds[asked],
+                               **tol_for(thresholds[asked], terms=q.shape[-1] + 2))
+    assert bool(part_thresholds[~asked].isnan().all())

@@ -200,3 +200,48 @@ def test_rows_of_different_widths_run_in_their_own_launches(kernel):
     probs = _restricted(q64, k64, graph, block, False, None, extra)
     tol = entmax_attention_tol(q.cpu(), k.cpu(), v.cpu(), probs.float())
     torch.testing.assert_close(out.double().cpu(), ref, atol=tol, rtol=0)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_launch_the_gpu_cannot_hold_runs_on_the_tensor_path(kernel, monkeypatch, causal):
+    """A width class whose key tiles exceed the GPU's shared memory is refused by Triton
+    before it runs (here: every launch of 32 single keys or more, refused as a GPU would);
+    those rows come from the tensor path, the others from the kernel, and together they equal
+    the tensor path, thresholds included."""
+    from triton.runtime.errors import OutOfResources
+
+    n, block = 128, 16
+    q, k, v = _inputs(n, seed=23)
+    nb = n // block
+    graph = torch.eye(nb, dtype=torch.bool).expand(2, nb, nb).clone()
+    g = torch.Generator().manual_seed(9)
+    extra = torch.stack([torch.randperm(n, generator=g)[:50] for _ in range(2 * nb)])
+    listed = torch.arange(50) < torch.tensor([0, 3, 10, 20, 40, 50, 7, 45]).view(1, nb, 1)
+    own = (torch.arange(nb) * block).view(1, nb, 1)
+    extra = torch.where(listed, extra.view(2, nb, 50), own.expand(2, nb, 50))
+    real, refused = kernel._kernel(), []
+
+    class SmallGpu:
+        def __getitem__(self, grid):
+            def launch(*args, **meta):
+                if meta["G_MAX"] >= 32:
+                    refused.append(meta["G_MAX"])
+                    raise OutOfResources(320 * 1024, 227 * 1024, "shared memory")
+                return real[grid](*args, **meta)
+            return launch
+
+    monkeypatch.setattr(kernel, "_kernel", SmallGpu)
+    out, _, thresholds = kernel.triton_block_sparse_rows(
+        q, k, v, graph.to(q.device), block, causal=causal, extra_keys=extra.to(q.device))
+    assert sorted(refused) == [32, 64]  # the two widest classes: 20 keys and 40-50 keys
+    q64, k64, v64 = (t.double().cpu() for t in (q, k, v))
+    ref, _, ref_thresholds = block_sparse_rows(q64, k64, v64, graph, block, causal=causal,
+                                               extra_keys=extra)
+    probs = _restricted(q64, k64, graph, block, causal, None, extra)
+    tol = entmax_attention_tol(q.cpu(), k.cpu(), v.cpu(), probs.float())
+    torch.testing.assert_close(out.double().cpu(), ref, atol=tol, rtol=0)
+    kept = support_size(probs)
+    tol = (score_bound(q.cpu(), k.cpu(), 32 ** -0.5) + 2 * tau_err(kept)
+           + 2 * eps() * float(ref_thresholds.abs().max()))
+    assert bool(torch.isfinite(thresholds).all())
+    torch.testing.assert_close(thresholds.cpu(), ref_thresholds, atol=tol, rtol=0)

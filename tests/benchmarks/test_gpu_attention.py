@@ -24,10 +24,10 @@ def test_a_method_that_fails_to_set_up_is_a_row_and_the_others_still_run(
         gpu_attention, monkeypatch, tmp_path, capsys):
     made = gpu_attention._method
 
-    def broken(name, args):
+    def broken(name, args, n):
         if name == "select":
             raise AttributeError("module 'triton' has no attribute 'something_new'")
-        return made(name, args)
+        return made(name, args, n)
 
     monkeypatch.setattr(gpu_attention, "_method", broken)
     table = tmp_path / "table.md"
@@ -41,3 +41,21 @@ def test_a_method_that_fails_to_set_up_is_a_row_and_the_others_still_run(
         cells = rows[timed].split(" | ")
         assert float(cells[4]) > 0 and float(cells[6]) >= 0
     assert "block_vs_sdpa=" in capsys.readouterr().out.strip().splitlines()[-1]
+
+
+def test_the_selector_budget_follows_the_length_and_each_flag_overrides_its_part(
+        gpu_attention, monkeypatch):
+    monkeypatch.setattr(gpu_attention, "BUDGETS", {0: (448, 1024, 3072), 16384: (640, 1280, 6144)})
+
+    def parsed(*flags):
+        return gpu_attention.arguments().parse_args(list(flags))
+
+    plain = parsed()
+    assert gpu_attention.budget(plain, 4096) == (448, 1024, 3072)
+    assert gpu_attention.budget(plain, 16383) == (448, 1024, 3072)
+    assert gpu_attention.budget(plain, 16384) == (640, 1280, 6144)
+    assert gpu_attention.budget(plain, 32768) == (640, 1280, 6144)
+    assert gpu_attention.budget(parsed("--n-keys", "512"), 32768) == (512, 1280, 6144)
+    # one stage: no block is widened, whatever the table says
+    assert gpu_attention.budget(parsed("--candidates", "0"), 32768) == (640, 0, 0)
+    assert gpu_attention.budget(parsed("--wide-keys", "0"), 4096) == (448, 0, 3072)
