@@ -176,20 +176,25 @@ def test_a_query_tile_the_kernel_cannot_use_is_refused(kernel):
             kernel.triton_block_sparse_entmax(q, k, v, graph, 32, query_tile=tile)
 
 
+def _rows_of_widths(widths: list[int], n: int, block: int, seed: int):
+    """(diagonal block graph (2, nb, nb), single keys (2, nb, 50)): query block ``b`` of each
+    head lists ``widths[b]`` distinct random keys, then repeats of a key of its own (selected)
+    block, which add nothing."""
+    nb = len(widths)
+    graph = torch.eye(nb, dtype=torch.bool).expand(2, nb, nb).clone()
+    g = torch.Generator().manual_seed(seed)
+    extra = torch.stack([torch.randperm(n, generator=g)[:50] for _ in range(2 * nb)])
+    listed = torch.arange(50) < torch.tensor(widths).view(1, nb, 1)
+    own = (torch.arange(nb) * block).view(1, nb, 1)
+    return graph, torch.where(listed, extra.view(2, nb, 50), own.expand(2, nb, 50))
+
+
 def test_rows_of_different_widths_run_in_their_own_launches(kernel):
     """Rows that add no single key, a few, or many (a crowded block of the block-key
     selector) go to launches of their own tile width; together they equal the tensor path."""
-    n, block = 128, 16
+    n, block, nb = 128, 16, 8
     q, k, v = _inputs(n, seed=21)
-    nb = n // block
-    graph = torch.eye(nb, dtype=torch.bool).expand(2, nb, nb).clone()
-    g = torch.Generator().manual_seed(8)
-    extra = torch.stack([torch.randperm(n, generator=g)[:50] for _ in range(2 * nb)])
-    extra = extra.view(2, nb, 50)
-    widths = torch.tensor([0, 3, 10, 20, 40, 50, 7, 1])  # distinct keys a row lists
-    listed = torch.arange(50) < widths.view(1, nb, 1)
-    own = (torch.arange(nb) * block).view(1, nb, 1)  # inside the row's own (selected) block
-    extra = torch.where(listed, extra, own.expand(2, nb, 50))
+    graph, extra = _rows_of_widths([0, 3, 10, 20, 40, 50, 7, 1], n, block, seed=8)
     launches = kernel.width_classes(extra, graph.view(2 * nb, nb), 2, n, block)
     tiles = {g_max: sorted(ids.tolist()) for ids, _, _, g_max in launches}
     assert sorted(tiles) == [0, 16, 32, 64] and sum(map(len, tiles.values())) == 2 * nb
@@ -212,13 +217,7 @@ def test_a_launch_the_gpu_cannot_hold_runs_on_the_tensor_path(kernel, monkeypatc
 
     n, block = 128, 16
     q, k, v = _inputs(n, seed=23)
-    nb = n // block
-    graph = torch.eye(nb, dtype=torch.bool).expand(2, nb, nb).clone()
-    g = torch.Generator().manual_seed(9)
-    extra = torch.stack([torch.randperm(n, generator=g)[:50] for _ in range(2 * nb)])
-    listed = torch.arange(50) < torch.tensor([0, 3, 10, 20, 40, 50, 7, 45]).view(1, nb, 1)
-    own = (torch.arange(nb) * block).view(1, nb, 1)
-    extra = torch.where(listed, extra.view(2, nb, 50), own.expand(2, nb, 50))
+    graph, extra = _rows_of_widths([0, 3, 10, 20, 40, 50, 7, 45], n, block, seed=9)
     real, refused = kernel._kernel(), []
 
     class SmallGpu:
