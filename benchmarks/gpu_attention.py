@@ -240,10 +240,11 @@ def _describe(args: argparse.Namespace) -> str:
     """The selector of each length of the run, for the table's header."""
     from restricted import second_stage
 
-    return f"sub-blocks of {args.sub_block}; " + "; ".join(
-        f"n = {n}: {budget(args, n)[0]} single keys"
-        + (f", {second_stage(budget(args, n)[2], budget(args, n)[1])}"
-           if budget(args, n)[2] else ", one stage") for n in sorted(args.sizes))
+    def at(n: int) -> str:
+        keys, wide, count = budget(args, n)
+        return f"n = {n}: {keys} single keys, {second_stage(count, wide) or 'one stage'}"
+
+    return f"sub-blocks of {args.sub_block}; " + "; ".join(map(at, sorted(args.sizes)))
 
 
 def _recall(q: torch.Tensor, k: torch.Tensor, support, args: argparse.Namespace,  # noqa: ANN001
