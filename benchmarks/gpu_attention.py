@@ -333,7 +333,8 @@ def main() -> int:
             with torch.inference_mode():  # the selection follows the precision of its q/k
                 support, reference = _reference(q32, k32, v32, args.causal)
                 recalls = {name: _recall(q32.to(DTYPES[name]), k32.to(DTYPES[name]), support,
-                                         args) for name in args.dtypes}
+                                         args) for name in args.dtypes
+                           if any(method.startswith("block") for method in args.methods)}
             del support
             for dtype_name in args.dtypes:
                 dtype = DTYPES[dtype_name]

@@ -138,6 +138,21 @@ def mean(cells: list[Row], field: int) -> float:
     return sum(cell[field] for cell in cells) / len(cells)
 
 
+def print_table(title: str, label: str, rows: dict, seconds: bool = True) -> None:
+    """One table of the settings' :data:`Row` lists: per layer edge recall, the means of
+    recall and exact rows, and (``seconds``) the layer mean of the selection's seconds. A
+    setting's label is its key, a tuple joined by " / "."""
+    print(f"\n{title}")
+    print(f"| {label} | " + " | ".join(f"layer {x}" for x in LAYERS) + " | mean recall | "
+          "mean exact |" + (" select s |" if seconds else ""))
+    print("|---" * (len(LAYERS) + 3 + seconds) + "|")
+    for key, cells in rows.items():
+        name = " / ".join(map(str, key)) if isinstance(key, tuple) else key
+        print(f"| {name} | " + " | ".join(f"{r:.4f}" for r, _, _, _ in cells)
+              + f" | {mean(cells, 0):.4f} | {mean(cells, 1):.3f} |"
+              + (f" {mean(cells, 2):.3f} |" if seconds else ""), flush=True)
+
+
 def selector(**settings):  # noqa: ANN003, ANN201
     """A setting of :func:`measure`: the long-context selector with these changes."""
     from sparsefinder.predictors.block_keys import BlockKeySparsefinder
@@ -164,8 +179,9 @@ def main() -> None:
                       help="with --precision: validation only reports, once chosen")
     args = made.parse_args()
     torch.set_num_threads(1)
-    split = args.split if args.precision else "train"
-    print(f"load avg {os.getloadavg()[0]:.2f}; {split} split, one thread", flush=True)
+    if args.split != "train" and not args.precision:
+        made.error("--split validation only reports --precision; the choices read train")
+    print(f"load avg {os.getloadavg()[0]:.2f}; {args.split} split, one thread", flush=True)
     if args.budgets:
         choose_budgets(args.sizes)
     elif args.precision:
@@ -244,14 +260,7 @@ def choose_pooling(sizes: list[int]) -> None:
         results[n] = rows = measure(n, {
             (sub, count): selector(sub_block=sub, candidates=count, wide_keys=1024)
             for sub, count in POOLING})
-        print(f"\nn = {n}, crowded blocks keep 1024:")
-        print("| sub_block | candidates | " + " | ".join(f"layer {x}" for x in LAYERS)
-              + " | mean recall | mean exact | select s |")
-        print("|---" * (len(LAYERS) + 5) + "|")
-        for (sub, count), cells in rows.items():
-            print(f"| {sub} | {count} | " + " | ".join(f"{r:.4f}" for r, _, _, _ in cells)
-                  + f" | {mean(cells, 0):.4f} | {mean(cells, 1):.3f} | {mean(cells, 2):.3f} |",
-                  flush=True)
+        print_table(f"n = {n}, crowded blocks keep 1024:", "sub_block / candidates", rows)
     largest = max(sizes)
     met = [pair for pair in POOLING if all(mean(results[n][pair], 0) >= BAR for n in sizes)]
     cost = {pair: mean(results[largest][pair], 2) for pair in met}
@@ -267,15 +276,7 @@ def choose_budgets(sizes: list[int]) -> None:
     for n in sizes:
         rows = measure(n, {setting: selector(n_keys=setting[0], wide_keys=setting[1],
                                              candidates=setting[2]) for setting in BUDGETS})
-        print(f"\nn = {n}, sub-blocks of 8:")
-        print("| n_keys / wide / candidates | " + " | ".join(f"layer {x}" for x in LAYERS)
-              + " | mean recall | mean exact | select s |")
-        print("|---" * (len(LAYERS) + 4) + "|")
-        for setting, cells in rows.items():
-            print(f"| {' / '.join(map(str, setting))} | "
-                  + " | ".join(f"{r:.4f}" for r, _, _, _ in cells)
-                  + f" | {mean(cells, 0):.4f} | {mean(cells, 1):.3f} | {mean(cells, 2):.3f} |",
-                  flush=True)
+        print_table(f"n = {n}, sub-blocks of 8:", "n_keys / wide / candidates", rows)
         met = sorted((s for s in rows if mean(rows[s], 0) >= BAR), key=lambda s: (s[0], s[2]))
         best = max(rows, key=lambda s: mean(rows[s], 0))
         print(f"chosen at n={n} (fewest keys, then candidates, with mean recall >= {BAR}): "
@@ -299,13 +300,9 @@ def choose_precision(sizes: list[int], split: str = "train") -> None:
     for n in sizes:
         rows = measure(n, {name: reading(dtype) for name, dtype in formats.items()},
                        split=split)
-        print(f"\nn = {n}, sub-blocks of 8, 3072 candidates, crowded blocks keep 1024:")
-        print("| q/k | " + " | ".join(f"layer {x}" for x in LAYERS)
-              + " | mean recall | mean exact |")
-        print("|---" * (len(LAYERS) + 3) + "|")
+        print_table(f"n = {n}, sub-blocks of 8, 3072 candidates, crowded blocks keep 1024:",
+                    "q/k", rows, seconds=False)
         for name, cells in rows.items():
-            print(f"| {name} | " + " | ".join(f"{r:.4f}" for r, _, _, _ in cells)
-                  + f" | {mean(cells, 0):.4f} | {mean(cells, 1):.3f} |", flush=True)
             losses.setdefault(name, []).append(mean(rows["float32"], 0) - mean(cells, 0))
     used = [name for name in ("fp16", "bf16") if max(losses[name]) <= HALF_LOSS]
     print("largest recall loss against float32: " + ", ".join(

@@ -305,11 +305,9 @@ def triton_block_sparse_rows(
 def _on_tensor_path(out: Tensor, thresholds: Tensor, ids: Tensor, query: Tensor, key: Tensor,
                     value: Tensor, graph: Tensor, block: int, **options: Any) -> None:
     """Write into ``out`` (heads, n, dv) and ``thresholds`` (heads, n) the query blocks
-    ``ids`` (``head · nb + query block``) as the tensor path computes them. Why: a launch
-    whose rows keep many single keys may need more shared memory than the GPU has (compiled
-    for sm_90, 1024 single keys take 320 KiB in fp32 and 2048 take 320 KiB in fp16, against
-    227 KiB an SM gives one program: ``benchmarks/kernel_resources.py``); Triton refuses it
-    before it runs, and those rows, a selector's crowded blocks, get the same result here."""
+    ``ids`` (``head · nb + query block``) as the tensor path computes them: the rows of the
+    launches Triton refused for want of shared memory (module docstring), with the same
+    result."""
     heads, n = out.shape[:2]
     nb = graph.shape[1]
     rest, _, rest_thresholds = block_sparse_rows(query, key, value, graph, block, alpha=1.5,
